@@ -1,0 +1,493 @@
+// Package locktable holds the rules of Baton's named locks: one FIFO queue
+// per name, grants, promotion, lease expiry, force-release, kick and fencing
+// tokens. It is a pure state machine: every call takes the current time as an
+// argument and returns what changed, so the server can tell each session what
+// happened. It starts no goroutines, does no I/O, never reads the clock, and
+// is not safe for concurrent use: the caller serialises calls.
+package locktable
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// SessionID names a session; the caller chooses it and never reuses one.
+type SessionID uint64
+
+// Config holds the table's limits.
+type Config struct {
+	// MaxSessions is the most sessions (holders and waiters) in the table;
+	// 0 means no limit.
+	MaxSessions int
+	// MaxWaitersPerLock is the longest queue of one lock; 0 means no limit.
+	MaxWaitersPerLock int
+	// NextToken returns the next fencing token. Each call must return a value
+	// greater than every earlier one (also across restarts) and never 0.
+	NextToken func() uint64
+}
+
+// Request is what a session asks for in its ACQUIRE.
+type Request struct {
+	Name   string
+	Owner  string
+	Lease  time.Duration // > 0
+	NoWait bool
+}
+
+// Refusal says why Acquire turned a session away.
+type Refusal uint8
+
+// Refusals.
+const (
+	NotRefused Refusal = iota
+	// RefusedBusy: NOWAIT and the lock is held.
+	RefusedBusy
+	// RefusedSessions: the table holds MaxSessions sessions.
+	RefusedSessions
+	// RefusedWaiters: the lock's queue holds MaxWaitersPerLock waiters.
+	RefusedWaiters
+)
+
+func (r Refusal) String() string {
+	switch r {
+	case NotRefused:
+		return "none"
+	case RefusedBusy:
+		return "busy"
+	case RefusedSessions:
+		return "sessions"
+	case RefusedWaiters:
+		return "waiters"
+	}
+	return fmt.Sprintf("refusal(%d)", uint8(r))
+}
+
+// State is a session's place: holder with its token, or waiter at a position.
+type State struct {
+	Held     bool
+	Token    uint64 // holder only
+	Position int    // waiter only: 1 = next to be promoted
+}
+
+// Cause says why a session left the table.
+type Cause uint8
+
+// Causes.
+const (
+	// CauseReleased: the caller ended the session (close, reset, error...).
+	CauseReleased Cause = iota + 1
+	// CauseExpired: silent for its full lease.
+	CauseExpired
+	// CauseForceReleased: an operator took the lock away from its holder.
+	CauseForceReleased
+	// CauseKicked: an operator removed the waiter from the queue.
+	CauseKicked
+)
+
+func (c Cause) String() string {
+	switch c {
+	case CauseReleased:
+		return "released"
+	case CauseExpired:
+		return "expired"
+	case CauseForceReleased:
+		return "force_released"
+	case CauseKicked:
+		return "kicked"
+	}
+	return fmt.Sprintf("cause(%d)", uint8(c))
+}
+
+// Exit is one session leaving the table, and the grant it caused.
+type Exit struct {
+	Session Info  // the session as it was when it left
+	Cause   Cause // why it left
+	// Promoted is the waiter that now holds the lock in its place; valid when
+	// HasPromoted is true. Only a holder's exit promotes.
+	Promoted    Grant
+	HasPromoted bool
+}
+
+// Grant is a waiter promoted to holder.
+type Grant struct {
+	ID     SessionID
+	Name   string
+	Token  uint64
+	Waited time.Duration // from its ACQUIRE to the promotion
+}
+
+// Info describes a session for operators.
+type Info struct {
+	ID       SessionID
+	Name     string
+	Owner    string
+	Lease    time.Duration
+	Held     bool
+	Token    uint64        // holder only
+	Position int           // waiter only
+	Since    time.Duration // how long it has held, or waited
+	Silent   time.Duration // now - lastSeenAt
+}
+
+// LockInfo describes a lock that has a holder or waiters.
+type LockInfo struct {
+	Name    string
+	Holder  *Info // nil when only waiters are left, which never lasts past a call
+	Waiters []Info
+}
+
+// Errors of the operator calls.
+var (
+	ErrUnknownSession = errors.New("locktable: no such session")
+	ErrHolder         = errors.New("locktable: session holds the lock")
+	ErrNotHeld        = errors.New("locktable: lock not held")
+	ErrDuplicate      = errors.New("locktable: session id already in use")
+)
+
+type lock struct {
+	name       string
+	holder     *session
+	head, tail *session // the FIFO queue of waiters, linked through prev/next
+	waiters    int
+}
+
+type session struct {
+	id       SessionID
+	lock     *lock
+	owner    string
+	lease    time.Duration
+	lastSeen time.Time
+	since    time.Time // ACQUIRE, or grant once held
+	deadline time.Time // lastSeen + lease
+	token    uint64    // non-zero once held
+	prev     *session
+	next     *session
+	heapIdx  int
+}
+
+func (s *session) held() bool { return s.token != 0 }
+
+// Table is the lock table. The zero value is not usable; call New.
+type Table struct {
+	cfg      Config
+	locks    map[string]*lock
+	sessions map[SessionID]*session
+	expiry   expiryHeap
+}
+
+// New returns an empty table.
+func New(cfg Config) *Table {
+	if cfg.NextToken == nil {
+		panic("locktable: Config.NextToken is nil")
+	}
+	return &Table{
+		cfg:      cfg,
+		locks:    make(map[string]*lock),
+		sessions: make(map[SessionID]*session),
+	}
+}
+
+// Sessions is the number of sessions in the table.
+func (t *Table) Sessions() int { return len(t.sessions) }
+
+// Locks is the number of locks with a holder or a waiter.
+func (t *Table) Locks() int { return len(t.locks) }
+
+// Acquire enters session id into the table with its first frame, received
+// at now. A free lock is granted at once; a held one queues the session,
+// unless req.NoWait or a limit refuses it. A refused session is not entered.
+//
+// Overdue sessions of the lock are expired first, so a dead holder is not
+// allowed to make a newcomer wait; those exits are appended to dst.
+func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (State, Refusal, []Exit, error) {
+	if _, dup := t.sessions[id]; dup {
+		return State{}, NotRefused, dst, ErrDuplicate
+	}
+	if req.Lease <= 0 {
+		return State{}, NotRefused, dst, fmt.Errorf("locktable: lease %v must be positive", req.Lease)
+	}
+	l := t.locks[req.Name]
+	if l != nil {
+		dst = t.expireOverdue(now, l, dst)
+		l = t.locks[req.Name] // the lock may have gone with its last session
+	}
+	if t.cfg.MaxSessions > 0 && len(t.sessions) >= t.cfg.MaxSessions {
+		return State{}, RefusedSessions, dst, nil
+	}
+	if l != nil && l.holder != nil {
+		if req.NoWait {
+			return State{}, RefusedBusy, dst, nil
+		}
+		if t.cfg.MaxWaitersPerLock > 0 && l.waiters >= t.cfg.MaxWaitersPerLock {
+			return State{}, RefusedWaiters, dst, nil
+		}
+	}
+	if l == nil {
+		l = &lock{name: req.Name}
+		t.locks[req.Name] = l
+	}
+	s := &session{
+		id:       id,
+		lock:     l,
+		owner:    req.Owner,
+		lease:    req.Lease,
+		lastSeen: now,
+		since:    now,
+		deadline: now.Add(req.Lease),
+	}
+	t.sessions[id] = s
+	t.expiry.push(s)
+	if l.holder == nil {
+		t.grant(now, s)
+		return State{Held: true, Token: s.token}, NotRefused, dst, nil
+	}
+	l.enqueue(s)
+	return State{Position: l.waiters}, NotRefused, dst, nil
+}
+
+// Seen records a complete frame from session id at now: its lease starts
+// again in full. It returns the session's state, or false if the session is
+// not in the table (it ended, or never entered).
+func (t *Table) Seen(now time.Time, id SessionID) (State, bool) {
+	s := t.sessions[id]
+	if s == nil {
+		return State{}, false
+	}
+	if now.After(s.lastSeen) {
+		s.lastSeen = now
+		s.deadline = now.Add(s.lease)
+		t.expiry.fix(s)
+	}
+	return t.state(s), true
+}
+
+// Release removes session id, appending its exit (and any exits it caused)
+// to dst. If it held the lock, the head of the queue is promoted at once.
+// It reports false if the session was not in the table.
+func (t *Table) Release(now time.Time, id SessionID, dst []Exit) ([]Exit, bool) {
+	s := t.sessions[id]
+	if s == nil {
+		return dst, false
+	}
+	return t.remove(now, s, CauseReleased, dst), true
+}
+
+// Expire removes every session whose lease has run out at now: silent for
+// at least its lease. Exits are appended to dst.
+func (t *Table) Expire(now time.Time, dst []Exit) []Exit {
+	for len(t.expiry) > 0 && !t.expiry[0].deadline.After(now) {
+		dst = t.remove(now, t.expiry[0], CauseExpired, dst)
+	}
+	return dst
+}
+
+// NextDeadline is the earliest time at which a session would expire, if
+// nothing is heard from it; false when the table is empty.
+func (t *Table) NextDeadline() (time.Time, bool) {
+	if len(t.expiry) == 0 {
+		return time.Time{}, false
+	}
+	return t.expiry[0].deadline, true
+}
+
+// ForceRelease takes the lock name from its holder and promotes the next
+// waiter. It returns ErrNotHeld when nobody holds it.
+func (t *Table) ForceRelease(now time.Time, name string, dst []Exit) ([]Exit, error) {
+	l := t.locks[name]
+	if l == nil || l.holder == nil {
+		return dst, ErrNotHeld
+	}
+	return t.remove(now, l.holder, CauseForceReleased, dst), nil
+}
+
+// Kick removes waiter id from its queue. It returns ErrUnknownSession for a
+// session not in the table and ErrHolder for a holder (use ForceRelease).
+func (t *Table) Kick(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
+	s := t.sessions[id]
+	if s == nil {
+		return dst, ErrUnknownSession
+	}
+	if s.held() {
+		return dst, ErrHolder
+	}
+	return t.remove(now, s, CauseKicked, dst), nil
+}
+
+// Session describes session id at now.
+func (t *Table) Session(now time.Time, id SessionID) (Info, bool) {
+	s := t.sessions[id]
+	if s == nil {
+		return Info{}, false
+	}
+	return t.info(now, s), true
+}
+
+// Lock describes lock name at now; false if nobody holds or waits.
+func (t *Table) Lock(now time.Time, name string) (LockInfo, bool) {
+	l := t.locks[name]
+	if l == nil {
+		return LockInfo{}, false
+	}
+	return t.lockInfo(now, l), true
+}
+
+// Snapshot describes every lock at now, sorted by name.
+func (t *Table) Snapshot(now time.Time) []LockInfo {
+	out := make([]LockInfo, 0, len(t.locks))
+	for _, l := range t.locks {
+		out = append(out, t.lockInfo(now, l))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (t *Table) lockInfo(now time.Time, l *lock) LockInfo {
+	li := LockInfo{Name: l.name, Waiters: make([]Info, 0, l.waiters)}
+	if l.holder != nil {
+		h := t.info(now, l.holder)
+		li.Holder = &h
+	}
+	pos := 0
+	for w := l.head; w != nil; w = w.next {
+		pos++
+		in := t.info(now, w)
+		in.Position = pos
+		li.Waiters = append(li.Waiters, in)
+	}
+	return li
+}
+
+func (t *Table) info(now time.Time, s *session) Info {
+	st := t.state(s)
+	return Info{
+		ID:       s.id,
+		Name:     s.lock.name,
+		Owner:    s.owner,
+		Lease:    s.lease,
+		Held:     st.Held,
+		Token:    st.Token,
+		Position: st.Position,
+		Since:    nonNegative(now.Sub(s.since)),
+		Silent:   nonNegative(now.Sub(s.lastSeen)),
+	}
+}
+
+func nonNegative(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// state computes s's state. A waiter's position costs a walk to the head of
+// its queue: it is asked once per heartbeat, and queues are short next to
+// the number of sessions, so a counted tree is not worth its memory.
+func (t *Table) state(s *session) State {
+	if s.held() {
+		return State{Held: true, Token: s.token}
+	}
+	pos := 1
+	for w := s.prev; w != nil; w = w.prev {
+		pos++
+	}
+	return State{Position: pos}
+}
+
+func (t *Table) grant(now time.Time, s *session) {
+	tok := t.cfg.NextToken()
+	if tok == 0 {
+		panic("locktable: NextToken returned 0")
+	}
+	s.token = tok
+	s.since = now
+	s.lock.holder = s
+}
+
+// remove takes s out of the table and, if it held its lock, promotes the
+// first waiter that is not itself overdue (overdue ones expire on the way).
+func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exit {
+	exit := Exit{Session: t.info(now, s), Cause: cause}
+	l := s.lock
+	t.expiry.remove(s)
+	delete(t.sessions, s.id)
+	if !s.held() {
+		l.unlink(s)
+		dst = append(dst, exit)
+		t.dropIfEmpty(l)
+		return dst
+	}
+	l.holder = nil
+	// Expire overdue waiters first, as their own exits, so a waiter that
+	// has been silent for its lease never gets the lock.
+	var overdue []Exit
+	overdue = t.expireOverdueWaiters(now, l, overdue)
+	if w := l.head; w != nil {
+		l.unlink(w)
+		waited := now.Sub(w.since)
+		t.grant(now, w)
+		exit.Promoted = Grant{ID: w.id, Name: l.name, Token: w.token, Waited: waited}
+		exit.HasPromoted = true
+	}
+	dst = append(dst, exit)
+	dst = append(dst, overdue...)
+	t.dropIfEmpty(l)
+	return dst
+}
+
+// expireOverdue expires l's holder and waiters whose lease has run out.
+func (t *Table) expireOverdue(now time.Time, l *lock, dst []Exit) []Exit {
+	if h := l.holder; h != nil && !h.deadline.After(now) {
+		return t.remove(now, h, CauseExpired, dst) // expires overdue waiters too
+	}
+	dst = t.expireOverdueWaiters(now, l, dst)
+	t.dropIfEmpty(l)
+	return dst
+}
+
+func (t *Table) expireOverdueWaiters(now time.Time, l *lock, dst []Exit) []Exit {
+	for w := l.head; w != nil; {
+		next := w.next
+		if !w.deadline.After(now) {
+			dst = append(dst, Exit{Session: t.info(now, w), Cause: CauseExpired})
+			t.expiry.remove(w)
+			delete(t.sessions, w.id)
+			l.unlink(w)
+		}
+		w = next
+	}
+	return dst
+}
+
+func (t *Table) dropIfEmpty(l *lock) {
+	if l.holder == nil && l.head == nil {
+		delete(t.locks, l.name)
+	}
+}
+
+func (l *lock) enqueue(s *session) {
+	s.prev, s.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = s
+	} else {
+		l.head = s
+	}
+	l.tail = s
+	l.waiters++
+}
+
+func (l *lock) unlink(s *session) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		l.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else {
+		l.tail = s.prev
+	}
+	s.prev, s.next = nil, nil
+	l.waiters--
+}

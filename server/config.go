@@ -1,0 +1,52 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config holds the server's settings. DefaultConfig gives the defaults of
+// `baton serve`.
+type Config struct {
+	// IOTimeout bounds one I/O operation on a session: the first frame must
+	// arrive within it after accept, a started frame must be completed within
+	// it, and every write must complete within it. Must be positive.
+	IOTimeout time.Duration
+	// MaxSessions is the most sessions (connections) the server carries at
+	// once; more are refused with ERROR OVERLOADED. Must be positive.
+	MaxSessions int
+	// MaxWaitersPerLock is the longest queue of one lock; a longer one is
+	// refused with ERROR OVERLOADED. Must be positive.
+	MaxWaitersPerLock int
+	// NextToken returns fencing tokens: each greater than every earlier one,
+	// across restarts, never 0 (see internal/tokenstore). Required.
+	NextToken func() uint64
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of `baton serve`, without NextToken.
+func DefaultConfig() Config {
+	return Config{
+		IOTimeout:         5 * time.Second,
+		MaxSessions:       250000,
+		MaxWaitersPerLock: 10000,
+	}
+}
+
+// Validate reports the first setting that cannot work, naming the field and
+// its value.
+func (c Config) Validate() error {
+	switch {
+	case c.IOTimeout <= 0:
+		return fmt.Errorf("io-timeout (%v) must be positive", c.IOTimeout)
+	case c.MaxSessions <= 0:
+		return fmt.Errorf("max-sessions (%d) must be positive", c.MaxSessions)
+	case c.MaxWaitersPerLock <= 0:
+		return fmt.Errorf("max-waiters (%d) must be positive", c.MaxWaitersPerLock)
+	case c.NextToken == nil:
+		return fmt.Errorf("NextToken is nil: the server needs a token source")
+	}
+	return nil
+}

@@ -1,0 +1,37 @@
+package server
+
+import (
+	"errors"
+	"time"
+)
+
+// SessionView describes one session for operators.
+type SessionView struct {
+	ID     string // decimal, unique for the life of the process
+	Remote string // the client's ip:port
+	Owner  string
+	Lease  time.Duration
+	Held   bool
+	Token  uint64        // holder only
+	Since  time.Duration // how long it has held, or waited
+	Silent time.Duration // now - lastSeenAt
+}
+
+// LockView describes one lock that has a holder or waiters.
+type LockView struct {
+	Name    string
+	Holder  *SessionView // nil if nobody holds it at this instant
+	Waiters []SessionView
+}
+
+// Errors of the admin calls and of Serve.
+var (
+	// ErrServerClosed is returned by Serve after Shutdown.
+	ErrServerClosed = errors.New("server: closed")
+	// ErrNotHeld: force-release of a lock that nobody holds.
+	ErrNotHeld = errors.New("lock is not held")
+	// ErrUnknownSession: kick of a session that is not in the table.
+	ErrUnknownSession = errors.New("no such session")
+	// ErrHolder: kick of a session that holds its lock (use release).
+	ErrHolder = errors.New("session holds the lock; use release")
+)
