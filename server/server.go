@@ -1,19 +1,63 @@
 // Package server is Baton's network edge: the accept loop, one reader per
 // session, deadlines, admin actions, metrics and Shutdown. It turns the
 // outcomes of the lock table into frames.
+//
+// Concurrency: one mutex (Server.mu) guards the lock table and the session
+// registry; it is never held across I/O. Each session has one reader
+// goroutine, which also owns closing the connection. Frames for a session
+// are queued under Server.mu, so their order on the wire is the order of the
+// table's decisions (no ACQUIRED reply can overtake the promotion push), and
+// written by whichever goroutine finds output pending: the reader for its
+// replies, a short-lived flusher for pushes. A session's slow socket can
+// therefore delay only that session.
 package server
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/batonlock/baton/locktable"
+	"github.com/batonlock/baton/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// pendingSlack is how many connections beyond MaxSessions may be open
+// before their ACQUIRE is read (to be refused with OVERLOADED); past it, new
+// connections are closed at once.
+const pendingSlack = 1024
+
 // Server serves the Baton protocol. Make one with New.
 type Server struct {
-	cfg Config
-	reg *prometheus.Registry
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	m      *metrics
+	linger time.Duration // how long a connection drains after its ERROR
+
+	closing atomic.Bool // set at the start of Shutdown
+
+	mu        sync.Mutex
+	table     *locktable.Table
+	sessions  map[locktable.SessionID]*session // those in the table
+	conns     map[*session]struct{}            // every open connection
+	listeners map[net.Listener]struct{}
+	nextID    locktable.SessionID
+	stopped   bool      // no goroutine may start any more
+	armedFor  time.Time // the reaper's wake-up; zero when idle
+	exits     []locktable.Exit // scratch for Expire and the admin calls
+	// releaseExits is scratch for Release.
+	releaseExits []locktable.Exit
+
+	wg         sync.WaitGroup
+	reaperWake chan struct{}
+	done       chan struct{}
+	reaperOnce sync.Once
 }
 
 // New returns a server with cfg, after checking it.
@@ -21,32 +65,329 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, reg: prometheus.NewRegistry()}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	s := &Server{
+		cfg:    cfg,
+		log:    log,
+		reg:    reg,
+		m:      newMetrics(reg),
+		linger: min(cfg.IOTimeout, time.Second),
+		table: locktable.New(locktable.Config{
+			MaxSessions:       cfg.MaxSessions,
+			MaxWaitersPerLock: cfg.MaxWaitersPerLock,
+			NextToken:         cfg.NextToken,
+		}),
+		sessions:   make(map[locktable.SessionID]*session),
+		conns:      make(map[*session]struct{}),
+		listeners:  make(map[net.Listener]struct{}),
+		reaperWake: make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+	return s, nil
 }
-
-// Serve accepts sessions on ln until Shutdown; it then returns ErrServerClosed.
-func (s *Server) Serve(ln net.Listener) error { panic("TODO: being written") }
-
-// Shutdown tells every session ERROR SHUTDOWN, closes the listeners and
-// waits, under ctx, for every session goroutine to end.
-func (s *Server) Shutdown(ctx context.Context) error { panic("TODO: being written") }
-
-// Ready reports whether the server accepts new sessions: false from the start of Shutdown.
-func (s *Server) Ready() bool { panic("TODO: being written") }
 
 // Registry holds the server's metrics, for /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
-// Locks describes every lock that has a holder or waiters, sorted by name.
-func (s *Server) Locks() []LockView { panic("TODO: being written") }
+// Ready reports whether the server accepts new sessions: false from the
+// start of Shutdown.
+func (s *Server) Ready() bool { return !s.closing.Load() }
 
-// Lock describes one lock; false if nobody holds or waits.
-func (s *Server) Lock(name string) (LockView, bool) { panic("TODO: being written") }
+// goLocked starts f in a goroutine that Shutdown waits for. It reports false,
+// starting nothing, once Shutdown has stopped new goroutines. mu must be held.
+func (s *Server) goLocked(f func()) bool {
+	if s.stopped {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
 
-// ForceRelease ends the holder's session of lock name with ERROR
-// FORCE_RELEASED and promotes the next waiter. ErrNotHeld if nobody holds it.
-func (s *Server) ForceRelease(name string) (SessionView, error) { panic("TODO: being written") }
+// Serve accepts sessions on ln until Shutdown, and then returns
+// ErrServerClosed. Temporary accept errors (such as running out of file
+// descriptors) are retried with a backoff of up to one second.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.stopped || s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.reaperOnce.Do(func() { s.goLocked(s.reap) })
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
 
-// Kick ends waiter id with ERROR KICKED. ErrUnknownSession if there is no
-// such session, ErrHolder if it holds its lock.
-func (s *Server) Kick(id string) (SessionView, error) { panic("TODO: being written") }
+	var backoff time.Duration
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-s.done:
+				return ErrServerClosed
+			}
+			continue
+		}
+		backoff = 0
+		s.accept(conn)
+	}
+}
+
+// accept registers conn and starts its reader, or closes it at once when
+// the server is shutting down or flooded far past its session limit.
+func (s *Server) accept(conn net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.conns) >= s.cfg.MaxSessions+pendingSlack {
+		s.m.refusedConns.Inc()
+		conn.Close() // no ERROR: reading the ACQUIRE would cost a goroutine per flooding connection
+		return
+	}
+	s.nextID++
+	c := newSession(s, s.nextID, conn)
+	if !s.goLocked(c.serve) {
+		conn.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.m.connections.Inc()
+}
+
+// Shutdown stops the server: Ready turns false, the listeners close, every
+// session is told ERROR SHUTDOWN and closed, and Shutdown waits under ctx
+// for every goroutine of the server to end. If ctx ends first, the
+// remaining connections are closed abruptly and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	now := time.Now()
+	// closing is set, so no waiter is pushed ACQUIRED on its way out.
+	var all []*session
+	for c := range s.conns {
+		all = append(all, c)
+	}
+	for _, c := range all {
+		s.endLocked(now, c, ReasonShutdown, "server shutting down", true)
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
+	close(s.done)
+
+	idle := make(chan struct{})
+	go func() { // ends when the last server goroutine has ended
+		s.wg.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for _, c := range all {
+			c.conn.Close()
+		}
+		s.mu.Unlock()
+		<-idle
+		return ctx.Err()
+	}
+}
+
+// reap expires silent sessions. It sleeps until the table's next deadline;
+// a new session with an earlier deadline wakes it (heartbeats only move
+// deadlines later, so they never need to).
+func (s *Server) reap() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		var fx effects
+		s.exits = s.table.Expire(now, s.exits[:0])
+		s.applyExitsLocked(now, s.exits, 0, &fx)
+		clear(s.exits)
+		next, ok := s.table.NextDeadline()
+		if ok {
+			s.armedFor = next
+		} else {
+			s.armedFor = time.Time{}
+		}
+		fx.deliverLocked(s)
+		s.mu.Unlock()
+
+		if ok {
+			timer.Reset(time.Until(next))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-timer.C:
+		case <-s.reaperWake:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// wakeReaperLocked makes the reaper look again if deadline is earlier than
+// the one it sleeps for. mu must be held.
+func (s *Server) wakeReaperLocked(deadline time.Time) {
+	if s.armedFor.IsZero() || deadline.Before(s.armedFor) {
+		s.armedFor = deadline
+		select {
+		case s.reaperWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// effects collects the sessions that got output while mu was held, so the
+// writes happen after it is released.
+type effects struct {
+	flush []*session
+}
+
+// deliverLocked starts a flusher for each session with output. mu must be
+// held (to start goroutines); the writes happen in the flushers.
+func (fx *effects) deliverLocked(s *Server) {
+	for _, c := range fx.flush {
+		s.goLocked(c.flush)
+	}
+	fx.flush = fx.flush[:0]
+}
+
+// endLocked ends session c for reason: it leaves the table (promoting the
+// next waiter if it held the lock), and gets an ERROR if the reason has a
+// code. async: whether the writes must happen in new goroutines (the caller
+// cannot block) rather than by the caller after it unlocks. mu must be held.
+// It returns what the caller must flush when !async.
+func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string, async bool) []*session {
+	var fx effects
+	s.endOneLocked(now, c, reason, msg, &fx)
+	if async {
+		fx.deliverLocked(s)
+		return nil
+	}
+	return fx.flush
+}
+
+func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg string, fx *effects) {
+	if c.ended {
+		return
+	}
+	c.ended = true
+	c.reason = reason
+	delete(s.conns, c)
+	s.m.ended[reason].Inc()
+	if code := reason.code(); code != 0 {
+		c.queueError(code, msg)
+		fx.flush = append(fx.flush, c)
+		if code.Class() == wire.ClassClient {
+			if ctr := s.m.protocolErrors[code]; ctr != nil {
+				ctr.Inc()
+			}
+		}
+	}
+	if c.inTable {
+		c.inTable = false
+		// Only this call releases from the table while its exits are in use
+		// (ending an exit's session never releases again), so one scratch
+		// slice serves every release.
+		exits, _ := s.table.Release(now, c.id, s.releaseExits[:0])
+		s.applyExitsLocked(now, exits, reason, fx)
+		clear(exits)
+		s.releaseExits = exits[:0]
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("session ended", "session", uint64(c.id), "remote", c.remote, "reason", reason.String())
+	}
+}
+
+// applyExitsLocked brings the sessions of the table's exits up to date:
+// counts them, ends those the table ended (expiry, force-release, kick),
+// and queues the promotion push for each new holder. cause is the reason
+// of the session the caller itself is ending (0 if none). mu must be held.
+func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
+	for _, e := range exits {
+		c := s.sessions[e.Session.ID]
+		delete(s.sessions, e.Session.ID)
+		if e.Session.Held {
+			s.m.holding.Dec()
+		} else {
+			s.m.waiting.Dec()
+		}
+		reason := cause
+		switch e.Cause {
+		case locktable.CauseExpired:
+			reason = ReasonLeaseExpired
+			if e.Session.Held {
+				s.m.expiredHolding.Inc()
+			} else {
+				s.m.expiredWaiting.Inc()
+			}
+		case locktable.CauseForceReleased:
+			reason = ReasonForceReleased
+		case locktable.CauseKicked:
+			reason = ReasonKicked
+		}
+		if c != nil {
+			c.inTable = false
+			if !c.ended {
+				msg := reasonMessage(reason, e.Session)
+				s.endOneLocked(now, c, reason, msg, fx)
+			}
+		}
+		if !e.HasPromoted {
+			continue
+		}
+		s.m.waiting.Dec()
+		s.m.holding.Inc()
+		s.m.grantPromotion.Inc()
+		if ctr := s.m.handovers[reason]; ctr != nil {
+			ctr.Inc()
+		}
+		p := s.sessions[e.Promoted.ID]
+		if p == nil || p.ended || s.closing.Load() {
+			continue // ending too (as in shutdown): it must not hear ACQUIRED
+		}
+		p.queueAcquired(true, e.Promoted.Token, now)
+		fx.flush = append(fx.flush, p)
+	}
+	s.m.locks.Set(float64(s.table.Locks()))
+}
+
+func reasonMessage(r EndReason, in locktable.Info) string {
+	switch r {
+	case ReasonLeaseExpired:
+		return "no frame for the lease of " + in.Lease.String()
+	case ReasonForceReleased:
+		return "lock " + strconv.Quote(in.Name) + " force-released by an operator"
+	case ReasonKicked:
+		return "removed from the queue of " + strconv.Quote(in.Name) + " by an operator"
+	}
+	return r.String()
+}

@@ -22,10 +22,11 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is an *Error with the same code, so that
-// errors.Is(err, &wire.Error{Code: wire.CodeBusy}) works.
+// errors.Is(err, &wire.Error{Code: wire.CodeBusy}) works. A nil *Error
+// target matches nothing.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	return ok && t != nil && t.Code == e.Code
 }
 
 func errorf(code Code, format string, args ...any) *Error {

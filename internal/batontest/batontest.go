@@ -1,0 +1,235 @@
+// Package batontest holds test helpers: a real server on 127.0.0.1:0, a raw
+// wire client, and Eventually. It is imported only by tests.
+package batontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/batonlock/baton/internal/tokenstore"
+	"github.com/batonlock/baton/server"
+	"github.com/batonlock/baton/wire"
+)
+
+// Server is a running Baton server for a test.
+type Server struct {
+	Addr    string // protocol address, 127.0.0.1:port
+	Srv     *server.Server
+	DataDir string
+
+	mutate []func(*server.Config)
+	served chan error
+}
+
+// StartServer starts a server on 127.0.0.1:0 with a fresh data directory;
+// mutate may change its Config. t.Cleanup shuts it down.
+func StartServer(t testing.TB, mutate ...func(*server.Config)) *Server {
+	t.Helper()
+	s := &Server{DataDir: t.TempDir(), mutate: mutate}
+	s.start(t, "127.0.0.1:0")
+	t.Cleanup(func() { s.shutdown(t) })
+	return s
+}
+
+func (s *Server) start(t testing.TB, addr string) {
+	t.Helper()
+	store, err := tokenstore.Open(s.DataDir)
+	if err != nil {
+		t.Fatalf("open token store: %v", err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.NextToken = store.Next
+	for _, m := range s.mutate {
+		m(&cfg)
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	var ln net.Listener
+	// On Restart the old port may linger briefly; retry the bind.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	s.Addr = ln.Addr().String()
+	s.Srv = srv
+	s.served = make(chan error, 1)
+	go func() { s.served <- srv.Serve(ln) }()
+}
+
+func (s *Server) shutdown(t testing.TB) {
+	t.Helper()
+	if s.Srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Srv.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if err := <-s.served; !errors.Is(err, server.ErrServerClosed) {
+		t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+	s.Srv = nil
+}
+
+// Stop shuts the server down in a controlled way: every session gets ERROR
+// SHUTDOWN.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.shutdown(t)
+}
+
+// Restart stops the server and starts a new one on the same address and
+// data directory.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.shutdown(t)
+	s.start(t, s.Addr)
+}
+
+// Conn is a raw protocol client for tests: it sends frames and reads them
+// back one at a time.
+type Conn struct {
+	t    testing.TB
+	Conn net.Conn
+}
+
+// Dial connects to addr; t.Cleanup closes the connection.
+func Dial(t testing.TB, addr string) *Conn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &Conn{t: t, Conn: nc}
+}
+
+// Write sends raw bytes.
+func (c *Conn) Write(b []byte) {
+	c.t.Helper()
+	if _, err := c.Conn.Write(b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// Acquire sends an ACQUIRE.
+func (c *Conn) Acquire(name string, lease time.Duration, noWait bool, owner string) {
+	c.t.Helper()
+	a := wire.Acquire{Version: wire.Version, LeaseMs: uint32(lease / time.Millisecond), Name: name, Owner: owner}
+	if noWait {
+		a.Flags = wire.FlagNoWait
+	}
+	b, err := wire.AppendAcquire(nil, a)
+	if err != nil {
+		c.t.Fatalf("encode ACQUIRE: %v", err)
+	}
+	c.Write(b)
+}
+
+// Heartbeat sends a HEARTBEAT.
+func (c *Conn) Heartbeat() {
+	c.t.Helper()
+	c.Write(wire.AppendHeartbeat(nil))
+}
+
+// Frame is one frame read from the server.
+type Frame struct {
+	Type     wire.Type
+	Payload  []byte
+	Position uint32      // WAITING
+	Push     bool        // ACQUIRED
+	Token    uint64      // ACQUIRED
+	Err      *wire.Error // ERROR
+}
+
+func (f Frame) String() string {
+	switch f.Type {
+	case wire.TypeWaiting:
+		return fmt.Sprintf("WAITING %d", f.Position)
+	case wire.TypeAcquired:
+		return fmt.Sprintf("ACQUIRED push=%v token=%d", f.Push, f.Token)
+	case wire.TypeError:
+		return fmt.Sprintf("ERROR %v %q", f.Err.Code, f.Err.Msg)
+	}
+	return fmt.Sprintf("%v % x", f.Type, f.Payload)
+}
+
+// ReadFrame reads one frame, failing the test after timeout.
+func (c *Conn) ReadFrame(timeout time.Duration) Frame {
+	c.t.Helper()
+	f, err := c.TryReadFrame(timeout)
+	if err != nil {
+		c.t.Fatalf("read frame: %v", err)
+	}
+	return f
+}
+
+// TryReadFrame reads one frame or returns the error (io.EOF when the
+// server closed the connection at a frame boundary).
+func (c *Conn) TryReadFrame(timeout time.Duration) (Frame, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(timeout))
+	var hdr [wire.HeaderSize]byte
+	if _, err := io.ReadFull(c.Conn, hdr[:]); err != nil {
+		return Frame{}, err
+	}
+	h, err := wire.ParseHeader(hdr[:])
+	if err != nil {
+		return Frame{}, err
+	}
+	f := Frame{Type: h.Type, Payload: make([]byte, h.Length)}
+	if _, err := io.ReadFull(c.Conn, f.Payload); err != nil {
+		return Frame{}, err
+	}
+	switch h.Type {
+	case wire.TypeWaiting:
+		f.Position, err = wire.DecodeWaiting(f.Payload)
+	case wire.TypeAcquired:
+		f.Push, f.Token, err = wire.DecodeAcquired(f.Payload)
+	case wire.TypeError:
+		f.Err, err = wire.DecodeError(f.Payload)
+	default:
+		err = fmt.Errorf("unexpected frame type %v", h.Type)
+	}
+	return f, err
+}
+
+// ExpectClosed asserts that the server closes the connection (EOF or reset)
+// within timeout, with no further frame.
+func (c *Conn) ExpectClosed(timeout time.Duration) {
+	c.t.Helper()
+	f, err := c.TryReadFrame(timeout)
+	if err == nil {
+		c.t.Fatalf("got frame %v, want the connection closed", f)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		c.t.Fatalf("connection still open after %v", timeout)
+	}
+}
+
+// Eventually polls cond every few milliseconds until it holds, failing the
+// test with msg after timeout. Use it only where no event can be awaited.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,365 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/batonlock/baton/internal/tokenstore"
+	"github.com/batonlock/baton/ops"
+	"github.com/batonlock/baton/server"
+)
+
+// Bounds of the ops HTTP server. The ops endpoints are small requests from
+// probes, scrapers and the admin tools; these keep a slow or stuck peer from
+// holding a connection.
+const (
+	opsReadHeaderTimeout = 5 * time.Second
+	opsReadTimeout       = 10 * time.Second
+	opsWriteTimeout      = 30 * time.Second // /v1/locks of a large table
+	opsIdleTimeout       = 60 * time.Second
+	opsMaxHeaderBytes    = 64 << 10
+	// opsCloseTimeout bounds the graceful close of the ops server after the
+	// linger; what is still open then is closed hard.
+	opsCloseTimeout = 5 * time.Second
+	// shutdownSlack is added to -io-timeout to bound the server's Shutdown:
+	// every write to a session is bounded by io-timeout, so a Shutdown that
+	// needs longer is stuck.
+	shutdownSlack = 2 * time.Second
+)
+
+// serveOptions are the flags of baton serve.
+type serveOptions struct {
+	addr           string
+	opsAddr        string
+	ioTimeout      time.Duration
+	dataDir        string
+	adminTokenFile string
+	shutdownLinger time.Duration
+	maxSessions    int
+	maxWaiters     int
+	logFormat      string
+	logLevel       string
+}
+
+func serveCommand() *command {
+	return &command{
+		name:    "serve",
+		summary: "run the lock server in the foreground",
+		usage:   "baton serve [flags]",
+		flags:   func() *flag.FlagSet { return newServeFlags(new(serveOptions)) },
+		help: `The server listens on -addr for the Baton protocol and on -ops-addr for the
+ops HTTP endpoints (/healthz, /readyz, /metrics, /v1/...). It keeps what
+makes fencing tokens rise across restarts in -data-dir.
+
+SIGTERM or SIGINT starts a controlled shutdown: /readyz turns 503, every
+session gets ERROR SHUTDOWN and is closed, the protocol listener closes, the
+ops endpoints stay up for -shutdown-linger, then baton exits 0. A second
+signal during the shutdown ends the process at once.
+
+The server refuses to start when -ops-addr is not a loopback address
+(localhost, 127.0.0.0/8, ::1) and no -admin-token-file is given: the /v1/
+endpoints can release any lock.
+
+Exit status: 0 after a controlled shutdown, 1 when the server cannot start
+or fails (a listener cannot bind, the data directory or the token file is
+unusable), 2 for a usage error.
+
+Examples:
+  baton serve
+  baton serve -addr :7070 -data-dir /var/lib/baton -log-format json
+  baton serve -ops-addr 0.0.0.0:7071 -admin-token-file /etc/baton/admin-token
+  BATON_IO_TIMEOUT=1s BATON_LOG_LEVEL=debug baton serve
+`,
+		run: runServe,
+	}
+}
+
+func newServeFlags(o *serveOptions) *flag.FlagSet {
+	def := server.DefaultConfig()
+	fs := newFlagSet("serve")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:7070", "`host:port` of the protocol listener")
+	fs.StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:7071", "`host:port` of the ops HTTP listener")
+	fs.DurationVar(&o.ioTimeout, "io-timeout", def.IOTimeout, "limit of one read or write on a session")
+	fs.StringVar(&o.dataDir, "data-dir", "baton-data", "`directory` of the token store, relative to the working directory")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` holding the bearer token that /v1/ needs")
+	fs.DurationVar(&o.shutdownLinger, "shutdown-linger", 2*time.Second, "how long the ops endpoints stay up after the protocol listener closes")
+	fs.IntVar(&o.maxSessions, "max-sessions", def.MaxSessions, "most sessions at once; more get ERROR OVERLOADED")
+	fs.IntVar(&o.maxWaiters, "max-waiters", def.MaxWaitersPerLock, "most waiters of one lock; more get ERROR OVERLOADED")
+	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
+	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
+	return fs
+}
+
+// check reports the first option that cannot work, in the words of the
+// flags. It does not touch the disk or the network.
+func (o *serveOptions) check() error {
+	if err := checkAddr("addr", o.addr); err != nil {
+		return err
+	}
+	if err := checkAddr("ops-addr", o.opsAddr); err != nil {
+		return err
+	}
+	if o.dataDir == "" {
+		return errors.New("data-dir must not be empty")
+	}
+	if o.shutdownLinger < 0 {
+		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
+	}
+	// The server's own rules, with a stand-in for the token source that is
+	// only opened later, so that they are checked before anything starts.
+	probe := o.serverConfig()
+	probe.NextToken = func() uint64 { return 1 }
+	if err := probe.Validate(); err != nil {
+		return err
+	}
+	if o.adminTokenFile == "" && !isLoopback(o.opsAddr) {
+		return fmt.Errorf("ops-addr %s is not a loopback address and no admin-token-file is given: "+
+			"anyone who reaches it could release any lock", o.opsAddr)
+	}
+	return nil
+}
+
+// serverConfig is the server's configuration from the options, without
+// NextToken and Logger.
+func (o *serveOptions) serverConfig() server.Config {
+	cfg := server.DefaultConfig()
+	cfg.IOTimeout = o.ioTimeout
+	cfg.MaxSessions = o.maxSessions
+	cfg.MaxWaitersPerLock = o.maxWaiters
+	return cfg
+}
+
+func checkAddr(flagName, addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q is not host:port: %v", flagName, addr, err)
+	}
+	return nil
+}
+
+// isLoopback reports whether the listener address addr (host:port) can only
+// be reached from this machine: its host is localhost or a loopback IP. An
+// empty host, 0.0.0.0 and :: listen everywhere; other names are not
+// resolved, so they count as reachable from outside.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// readAdminToken reads the bearer token from file, without the whitespace
+// around it.
+func readAdminToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("admin-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("admin-token-file %s is empty", file)
+	}
+	return tok, nil
+}
+
+func newLogger(s *sys, format, level string) *slog.Logger {
+	var lv slog.Level
+	// The choice flag has already refused anything else.
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(s.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(s.stderr, opts))
+}
+
+func runServe(ctx context.Context, s *sys, c *command, args []string) int {
+	o, code, ok := parseServe(s, c, args)
+	if !ok {
+		return code
+	}
+	r, code := start(s, &o)
+	if r == nil {
+		return code
+	}
+	return r.run(ctx)
+}
+
+// parseServe reads and checks the flags and variables of baton serve. When
+// ok is false the command must return code.
+func parseServe(s *sys, c *command, args []string) (o serveOptions, code int, ok bool) {
+	fs := newServeFlags(&o)
+	if code, ok := parseFlags(s, c, fs, args); !ok {
+		return o, code, false
+	}
+	if fs.NArg() > 0 {
+		return o, usageError(s, c.name, fmt.Sprintf("unexpected argument %q", fs.Arg(0))), false
+	}
+	if err := o.check(); err != nil {
+		return o, usageError(s, c.name, err.Error()), false
+	}
+	return o, exitOK, true
+}
+
+// running is a started server: the protocol server and the ops HTTP server,
+// each serving in its own goroutine.
+type running struct {
+	o        *serveOptions
+	logger   *slog.Logger
+	srv      *server.Server
+	hs       *http.Server
+	serveErr chan error // Serve's result
+	opsErr   chan error // the ops server's result
+}
+
+// start opens the token store, builds the server, binds both listeners and
+// starts serving. On failure it returns nil and the exit code, after one
+// line on stderr, with nothing left running or bound.
+func start(s *sys, o *serveOptions) (*running, int) {
+	const name = "serve"
+	// Start-up failures are plain lines like the usage errors, whatever the
+	// log format: nothing has started, and a person is likely reading.
+	var token string
+	if o.adminTokenFile != "" {
+		var err error
+		if token, err = readAdminToken(o.adminTokenFile); err != nil {
+			return nil, failure(s, name, err.Error())
+		}
+	}
+	logger := newLogger(s, o.logFormat, o.logLevel)
+	store, err := tokenstore.Open(o.dataDir)
+	if err != nil {
+		return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
+	}
+	cfg := o.serverConfig()
+	cfg.NextToken = store.Next
+	cfg.Logger = logger
+	srv, err := server.New(cfg)
+	if err != nil {
+		return nil, failure(s, name, err.Error())
+	}
+
+	// Both listeners are bound before anything is served, so a port in use
+	// leaves nothing behind.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
+	}
+	opsLn, err := net.Listen("tcp", o.opsAddr)
+	if err != nil {
+		ln.Close()
+		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
+	}
+
+	r := &running{
+		o:      o,
+		logger: logger,
+		srv:    srv,
+		hs: &http.Server{
+			Handler: ops.NewHandler(ops.Config{
+				Backend:    srv,
+				Gatherer:   srv.Registry(),
+				AdminToken: token,
+				Logger:     logger,
+			}),
+			ReadHeaderTimeout: opsReadHeaderTimeout,
+			ReadTimeout:       opsReadTimeout,
+			WriteTimeout:      opsWriteTimeout,
+			IdleTimeout:       opsIdleTimeout,
+			MaxHeaderBytes:    opsMaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		serveErr: make(chan error, 1),
+		opsErr:   make(chan error, 1),
+	}
+	go func() { r.opsErr <- r.hs.Serve(opsLn) }()
+	go func() { r.serveErr <- srv.Serve(ln) }()
+
+	dataDir := o.dataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	logger.Info("baton serving",
+		"addr", ln.Addr().String(),
+		"ops_addr", opsLn.Addr().String(),
+		"data_dir", dataDir,
+		"epoch", store.Epoch(),
+		"admin_token", token != "")
+	return r, exitOK
+}
+
+// run serves until ctx is done or a server fails, then shuts down: the
+// protocol server first, then, after the linger, the ops server. It
+// returns the exit code.
+func (r *running) run(ctx context.Context) int {
+	code := exitOK
+	serveDone := false
+	select {
+	case <-ctx.Done():
+		r.logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "linger", r.o.shutdownLinger)
+	case err := <-r.serveErr:
+		serveDone = true
+		r.logger.Error("protocol server stopped", "err", err)
+		code = exitFailure
+	case err := <-r.opsErr:
+		r.opsErr <- err // for the close below
+		r.logger.Error("ops server stopped", "err", err)
+		code = exitFailure
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), r.o.ioTimeout+shutdownSlack)
+	err := r.srv.Shutdown(shutdownCtx)
+	cancel()
+	if err != nil {
+		r.logger.Error("shutdown of the protocol server did not complete", "err", err)
+		code = exitFailure
+	}
+	if !serveDone {
+		if err := <-r.serveErr; !errors.Is(err, server.ErrServerClosed) {
+			r.logger.Error("protocol server stopped", "err", err)
+			code = exitFailure
+		}
+	}
+
+	// Probes and scrapers see the shutdown through to its end: /readyz says
+	// 503 and /healthz 200 while the ops listener lingers. A failed server
+	// exits without it.
+	if code == exitOK && r.o.shutdownLinger > 0 {
+		r.logger.Info("protocol listener closed; ops endpoints linger", "linger", r.o.shutdownLinger)
+		t := time.NewTimer(r.o.shutdownLinger)
+		select {
+		case <-t.C:
+		case err := <-r.opsErr:
+			t.Stop()
+			r.opsErr <- err
+		}
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), opsCloseTimeout)
+	err = r.hs.Shutdown(closeCtx)
+	cancel()
+	if err != nil {
+		r.hs.Close()
+	}
+	if err := <-r.opsErr; !errors.Is(err, http.ErrServerClosed) {
+		if code == exitOK {
+			r.logger.Error("ops server stopped", "err", err)
+		}
+		code = exitFailure
+	}
+	r.logger.Info("baton stopped", "exit_code", code)
+	return code
+}

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // on the one stderr line
+	}{
+		{"bad duration", []string{"-io-timeout=x"}, nil, `baton serve: invalid value "x" for flag -io-timeout: parse error; run 'baton help serve'`},
+		{"unknown flag", []string{"-nope"}, nil, "baton serve: flag provided but not defined: -nope; run 'baton help serve'"},
+		{"missing value", []string{"-addr"}, nil, "flag needs an argument: -addr"},
+		{"stray argument", []string{"extra"}, nil, `baton serve: unexpected argument "extra"; run 'baton help serve'`},
+		{"argument after flags", []string{"-io-timeout=1s", "extra"}, nil, `unexpected argument "extra"`},
+		{"zero io-timeout", []string{"-io-timeout=0s"}, nil, "baton serve: io-timeout (0s) must be positive; run 'baton help serve'"},
+		{"negative io-timeout", []string{"-io-timeout", "-1s"}, nil, "io-timeout (-1s) must be positive"},
+		{"bad int", []string{"-max-sessions=many"}, nil, `invalid value "many" for flag -max-sessions: parse error`},
+		{"zero max-sessions", []string{"-max-sessions=0"}, nil, "max-sessions (0) must be positive"},
+		{"negative max-waiters", []string{"-max-waiters=-1"}, nil, "max-waiters (-1) must be positive"},
+		{"negative linger", []string{"-shutdown-linger=-1s"}, nil, "shutdown-linger (-1s) must not be negative"},
+		{"bad log format", []string{"-log-format=xml"}, nil, `invalid value "xml" for flag -log-format: must be one of text, json`},
+		{"bad log level", []string{"-log-level=loud"}, nil, `invalid value "loud" for flag -log-level: must be one of debug, info, warn, error`},
+		{"addr without port", []string{"-addr=localhost"}, nil, `addr "localhost" is not host:port`},
+		{"ops-addr without port", []string{"-ops-addr=127.0.0.1"}, nil, `ops-addr "127.0.0.1" is not host:port`},
+		{"empty data-dir", []string{"-data-dir="}, nil, "data-dir must not be empty"},
+		{"ops on all interfaces, no token", []string{"-ops-addr=0.0.0.0:7071"}, nil, "ops-addr 0.0.0.0:7071 is not a loopback address and no admin-token-file is given"},
+		{"ops on empty host, no token", []string{"-ops-addr=:7071"}, nil, "ops-addr :7071 is not a loopback address"},
+		{"ops on ::, no token", []string{"-ops-addr=[::]:7071"}, nil, "is not a loopback address"},
+		{"ops on a name, no token", []string{"-ops-addr=example.com:7071"}, nil, "is not a loopback address"},
+		{"bad env duration", nil, map[string]string{"BATON_IO_TIMEOUT": "soon"},
+			`baton serve: invalid value "soon" for environment variable BATON_IO_TIMEOUT (flag -io-timeout): parse error; run 'baton help serve'`},
+		{"empty env duration", nil, map[string]string{"BATON_SHUTDOWN_LINGER": ""}, `invalid value "" for environment variable BATON_SHUTDOWN_LINGER`},
+		{"bad env int", nil, map[string]string{"BATON_MAX_WAITERS": "1e3"}, `invalid value "1e3" for environment variable BATON_MAX_WAITERS`},
+		{"bad env log format", nil, map[string]string{"BATON_LOG_FORMAT": "xml"}, "BATON_LOG_FORMAT (flag -log-format): must be one of text, json"},
+		{"bad env value is checked", nil, map[string]string{"BATON_IO_TIMEOUT": "0s"}, "io-timeout (0s) must be positive"},
+		{"env ops-addr, no token", nil, map[string]string{"BATON_OPS_ADDR": "0.0.0.0:7071"}, "ops-addr 0.0.0.0:7071 is not a loopback address"},
+		{"flag beats a good env value", []string{"-io-timeout=0s"}, map[string]string{"BATON_IO_TIMEOUT": "1s"}, "io-timeout (0s) must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// A data directory that a usage error must not create.
+			dataDir := filepath.Join(t.TempDir(), "data")
+			env := map[string]string{"BATON_DATA_DIR": dataDir}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			code, stdout, stderr := runCLI(t, env, append([]string{"serve"}, tt.args...)...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if l := lines(stderr); len(l) != 1 || !strings.Contains(l[0], tt.want) {
+				t.Errorf("stderr %q, want one line with %q", stderr, tt.want)
+			}
+			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+				t.Errorf("data directory exists after a usage error (stat: %v)", err)
+			}
+		})
+	}
+}
+
+func TestServeFlagsAndEnv(t *testing.T) {
+	t.Parallel()
+	defaults := serveOptions{
+		addr: "127.0.0.1:7070", opsAddr: "127.0.0.1:7071", ioTimeout: 5 * time.Second,
+		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
+		logFormat: "text", logLevel: "info",
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(o *serveOptions)
+	}{
+		{"defaults", nil, nil, func(o *serveOptions) {}},
+		{"every flag", []string{
+			"-addr=127.0.0.2:1", "-ops-addr", "[::1]:2", "-io-timeout=1500ms", "-data-dir=/d",
+			"-admin-token-file=/t", "-shutdown-linger=0s", "-max-sessions=3", "-max-waiters=4",
+			"-log-format=JSON", "-log-level=debug",
+		}, nil, func(o *serveOptions) {
+			*o = serveOptions{
+				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
+				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
+				logFormat: "json", logLevel: "debug",
+			}
+		}},
+		{"every variable", nil, map[string]string{
+			"BATON_ADDR": "127.0.0.2:1", "BATON_OPS_ADDR": "[::1]:2", "BATON_IO_TIMEOUT": "1500ms",
+			"BATON_DATA_DIR": "/d", "BATON_ADMIN_TOKEN_FILE": "/t", "BATON_SHUTDOWN_LINGER": "0s",
+			"BATON_MAX_SESSIONS": "3", "BATON_MAX_WAITERS": "4", "BATON_LOG_FORMAT": "json", "BATON_LOG_LEVEL": "WARN",
+		}, func(o *serveOptions) {
+			*o = serveOptions{
+				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
+				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
+				logFormat: "json", logLevel: "warn",
+			}
+		}},
+		{"flag beats env", []string{"-io-timeout=2s", "-log-level", "error"},
+			map[string]string{"BATON_IO_TIMEOUT": "1s", "BATON_LOG_LEVEL": "debug", "BATON_MAX_WAITERS": "7"},
+			func(o *serveOptions) { o.ioTimeout, o.logLevel, o.maxWaiters = 2*time.Second, "error", 7 }},
+		{"flag beats a bad env value", []string{"-io-timeout=2s"}, map[string]string{"BATON_IO_TIMEOUT": "garbage"},
+			func(o *serveOptions) { o.ioTimeout = 2 * time.Second }},
+		{"an empty variable counts", nil, map[string]string{"BATON_ADMIN_TOKEN_FILE": ""}, func(o *serveOptions) {}},
+		{"other variables are ignored", nil, map[string]string{"IO_TIMEOUT": "1s", "BATON_IOTIMEOUT": "1s", "baton_io_timeout": "1s"},
+			func(o *serveOptions) {}},
+		{"non-loopback ops-addr with a token", []string{"-ops-addr=0.0.0.0:7071"}, map[string]string{"BATON_ADMIN_TOKEN_FILE": "/t"},
+			func(o *serveOptions) { o.opsAddr, o.adminTokenFile = "0.0.0.0:7071", "/t" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr syncBuffer
+			s := &sys{stdout: &stdout, stderr: &stderr, lookupEnv: fakeEnv(tt.env)}
+			got, code, ok := parseServe(s, serveCommand(), tt.args)
+			if !ok {
+				t.Fatalf("parseServe: exit code %d, stderr %q; want success", code, stderr.String())
+			}
+			want := defaults
+			tt.want(&want)
+			if got != want {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:7071", true},
+		{"127.9.8.7:0", true},
+		{"localhost:7071", true},
+		{"LocalHost:7071", true},
+		{"[::1]:7071", true},
+		{"[::ffff:127.0.0.1]:7071", true},
+		{":7071", false},
+		{"0.0.0.0:7071", false},
+		{"[::]:7071", false},
+		{"10.1.2.3:7071", false},
+		{"[fe80::1%eth0]:7071", false},
+		{"example.com:7071", false},
+		{"localhost.example.com:7071", false},
+		{"no-port", false},
+	}
+	for _, tt := range tests {
+		if got := isLoopback(tt.addr); got != tt.want {
+			t.Errorf("isLoopback(%q) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}
+
+func TestReadAdminToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tok, err := readAdminToken(write("token", "  s3cret\n\n"))
+	if err != nil || tok != "s3cret" {
+		t.Errorf("readAdminToken = %q, %v; want \"s3cret\", nil", tok, err)
+	}
+	for _, tt := range []struct{ name, file, want string }{
+		{"missing", filepath.Join(dir, "missing"), "no such file or directory"},
+		{"empty", write("empty", ""), "is empty"},
+		{"blank", write("blank", " \n\t\n"), "is empty"},
+		{"directory", dir, "admin-token-file"},
+	} {
+		if _, err := readAdminToken(tt.file); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: readAdminToken error %v, want one with %q", tt.name, err, tt.want)
+		}
+	}
+}

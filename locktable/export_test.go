@@ -1,0 +1,67 @@
+package locktable
+
+import "fmt"
+
+// CheckInvariants checks the table's internal structure: the expiry heap,
+// the queues' links and counts, and the maps agreeing with each other. The
+// randomized test calls it after every step.
+func (t *Table) CheckInvariants() error {
+	if len(t.expiry) != len(t.sessions) {
+		return fmt.Errorf("expiry heap holds %d sessions, want %d", len(t.expiry), len(t.sessions))
+	}
+	for i, s := range t.expiry {
+		if s.heapIdx != i {
+			return fmt.Errorf("session %d at heap index %d has heapIdx %d", s.id, i, s.heapIdx)
+		}
+		if t.sessions[s.id] != s {
+			return fmt.Errorf("session %d in the heap is not in the sessions map", s.id)
+		}
+		if i > 0 && s.deadline.Before(t.expiry[(i-1)/2].deadline) {
+			return fmt.Errorf("heap order broken at index %d: %v before its parent's %v", i, s.deadline, t.expiry[(i-1)/2].deadline)
+		}
+	}
+	for id, s := range t.sessions {
+		if s.id != id {
+			return fmt.Errorf("session %d filed under id %d", s.id, id)
+		}
+		if want := s.lastSeen.Add(s.lease); !s.deadline.Equal(want) {
+			return fmt.Errorf("session %d: deadline %v, want lastSeen+lease %v", id, s.deadline, want)
+		}
+		if t.locks[s.lock.name] != s.lock {
+			return fmt.Errorf("session %d: its lock %q is not in the locks map", id, s.lock.name)
+		}
+		if s.held() != (s.lock.holder == s) {
+			return fmt.Errorf("session %d: held() %v but lock holder is %v", id, s.held(), s.lock.holder)
+		}
+	}
+	for name, l := range t.locks {
+		if l.name != name {
+			return fmt.Errorf("lock %q filed under %q", l.name, name)
+		}
+		if l.holder == nil {
+			return fmt.Errorf("lock %q has no holder (waiters %d)", name, l.waiters)
+		}
+		if t.sessions[l.holder.id] != l.holder {
+			return fmt.Errorf("lock %q: holder %d is not in the sessions map", name, l.holder.id)
+		}
+		n := 0
+		var prev *session
+		for w := l.head; w != nil; w = w.next {
+			n++
+			if w.prev != prev {
+				return fmt.Errorf("lock %q: waiter %d has prev %v, want %v", name, w.id, w.prev, prev)
+			}
+			if w.held() || w.lock != l || t.sessions[w.id] != w {
+				return fmt.Errorf("lock %q: waiter %d is held, of another lock, or not in the map", name, w.id)
+			}
+			prev = w
+		}
+		if l.tail != prev {
+			return fmt.Errorf("lock %q: tail %v, want %v", name, l.tail, prev)
+		}
+		if n != l.waiters {
+			return fmt.Errorf("lock %q: %d waiters linked, count says %d", name, n, l.waiters)
+		}
+	}
+	return nil
+}

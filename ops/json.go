@@ -1,0 +1,103 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/batonlock/baton/server"
+)
+
+// The JSON shapes of OPS.md, field for field and in its order.
+type (
+	sessionJSON struct {
+		ID       string  `json:"id"`
+		Remote   string  `json:"remote"`
+		Owner    string  `json:"owner"`
+		LeaseMS  int64   `json:"lease_ms"`
+		Token    *uint64 `json:"token,omitempty"` // holder only
+		SinceMS  int64   `json:"since_ms"`
+		SilentMS int64   `json:"silent_ms"`
+	}
+	lockJSON struct {
+		Name    string        `json:"name"`
+		Holder  *sessionJSON  `json:"holder"`  // null if nobody holds it
+		Waiters []sessionJSON `json:"waiters"` // never null
+	}
+	locksJSON struct {
+		Locks []lockJSON `json:"locks"` // never null
+	}
+	errorJSON struct {
+		Error string `json:"error"`
+	}
+)
+
+// toLock decides holder or waiter by position in the view, not by
+// SessionView.Held, so a holder always shows its token and a waiter never.
+func toLock(v server.LockView) lockJSON {
+	l := lockJSON{Name: v.Name, Waiters: make([]sessionJSON, 0, len(v.Waiters))}
+	if v.Holder != nil {
+		s := toSession(*v.Holder, true)
+		l.Holder = &s
+	}
+	for _, w := range v.Waiters {
+		l.Waiters = append(l.Waiters, toSession(w, false))
+	}
+	return l
+}
+
+func toSession(v server.SessionView, holder bool) sessionJSON {
+	s := sessionJSON{
+		ID:       v.ID,
+		Remote:   v.Remote,
+		Owner:    v.Owner,
+		LeaseMS:  ms(v.Lease),
+		SinceMS:  ms(v.Since),
+		SilentMS: ms(v.Silent),
+	}
+	if holder {
+		tok := v.Token
+		s.Token = &tok
+	}
+	return s
+}
+
+// ms gives d in whole milliseconds, rounded down.
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// writeJSON encodes v before writing the header, so an encoding failure
+// still gets a proper 500.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // names are shown to people, not embedded in HTML
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"encoding the answer failed"}` + "\n")
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorJSON{Error: msg})
+}
+
+func writeText(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}

@@ -1,0 +1,302 @@
+// Package ops serves Baton's operator HTTP API of OPS.md: /healthz,
+// /readyz, /metrics and the admin endpoints under /v1/, which a bearer
+// token can protect.
+package ops
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/batonlock/baton/server"
+)
+
+// maxBody caps a request body. The API reads no body; the cap only keeps a
+// client from making the server drain megabytes before it answers.
+const maxBody = 1 << 10
+
+// Backend is what the ops API needs of the lock server (*server.Server implements it).
+type Backend interface {
+	Ready() bool
+	Locks() []server.LockView
+	Lock(name string) (server.LockView, bool)
+	ForceRelease(name string) (server.SessionView, error) // server.ErrNotHeld
+	Kick(id string) (server.SessionView, error)           // server.ErrUnknownSession, server.ErrHolder
+}
+
+var _ Backend = (*server.Server)(nil)
+
+// Config is what NewHandler needs.
+type Config struct {
+	// Backend is the lock server. Required: NewHandler panics on nil.
+	Backend Backend
+	// Gatherer feeds /metrics (the server's *prometheus.Registry).
+	// Nil serves an empty metric set.
+	Gatherer prometheus.Gatherer
+	// AdminToken is the bearer token every /v1/ request must carry.
+	// "" means /v1/ needs no token.
+	AdminToken string
+	// Logger receives admin actions and failures. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
+func NewHandler(cfg Config) http.Handler {
+	if cfg.Backend == nil {
+		panic("ops: Config.Backend is nil")
+	}
+	g := cfg.Gatherer
+	if g == nil {
+		g = prometheus.NewRegistry()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &handler{b: cfg.Backend, log: log}
+	if cfg.AdminToken != "" {
+		// Comparing digests keeps the comparison constant-time in the
+		// token's length too, and keeps the token itself out of the struct.
+		h.auth = true
+		h.digest = sha256.Sum256([]byte(cfg.AdminToken))
+	}
+	h.metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return h
+}
+
+var (
+	methodsGet  = []string{http.MethodGet, http.MethodHead}
+	methodsPost = []string{http.MethodPost}
+)
+
+type handler struct {
+	b       Backend
+	log     *slog.Logger
+	metrics http.Handler
+	auth    bool
+	digest  [sha256.Size]byte // of the admin token, if auth
+}
+
+// ServeHTTP routes on the escaped path itself rather than through
+// http.ServeMux: the mux never binds a wildcard to a segment that unescapes
+// to "/" (the lock named "/", sent as %2F), and it answers paths with dot
+// segments with a redirect, which an admin POST should never get.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch p := r.URL.EscapedPath(); {
+	case p == "/healthz":
+		if allow(w, r, methodsGet) {
+			writeText(w, http.StatusOK, "ok\n")
+		}
+	case p == "/readyz":
+		if !allow(w, r, methodsGet) {
+			return
+		}
+		if h.b.Ready() {
+			writeText(w, http.StatusOK, "ready\n")
+		} else {
+			writeText(w, http.StatusServiceUnavailable, "not ready: not accepting new sessions\n")
+		}
+	case p == "/metrics":
+		if allow(w, r, methodsGet) {
+			h.metrics.ServeHTTP(w, r)
+		}
+	case p == "/v1" || strings.HasPrefix(p, "/v1/"):
+		h.serveV1(w, r, p)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
+	}
+}
+
+// serveV1 checks the token before anything else, so that without it no
+// answer tells which paths exist.
+func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
+	if h.auth && !h.authorized(w, r) {
+		return
+	}
+	segs, ok := splitPath(strings.TrimPrefix(p, "/v1/"))
+	if !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad percent-encoding in path %s", p))
+		return
+	}
+	var (
+		methods []string
+		serve   func()
+	)
+	switch {
+	case len(segs) == 1 && segs[0] == "locks":
+		methods, serve = methodsGet, func() { h.listLocks(w) }
+	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":
+		methods, serve = methodsGet, func() { h.getLock(w, segs[1]) }
+	case len(segs) == 3 && segs[0] == "locks" && segs[1] != "" && segs[2] == "release":
+		methods, serve = methodsPost, func() { h.release(w, r, segs[1]) }
+	case len(segs) == 3 && segs[0] == "sessions" && segs[1] != "" && segs[2] == "kick":
+		methods, serve = methodsPost, func() { h.kick(w, r, segs[1]) }
+	default:
+		msg := fmt.Sprintf("no endpoint %s", p)
+		if len(segs) > 2 && segs[0] == "locks" {
+			msg += ` (send a "/" in a lock name as %2F)`
+		}
+		writeError(w, http.StatusNotFound, msg)
+		return
+	}
+	if !allow(w, r, methods) || !drainBody(w, r) {
+		return
+	}
+	serve()
+}
+
+// splitPath splits an escaped path into unescaped segments; false if a
+// segment's percent-encoding is invalid.
+func splitPath(p string) ([]string, bool) {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, false
+		}
+		segs[i] = u
+	}
+	return segs, true
+}
+
+// authorized reports whether r carries the admin token, answering 401 if not.
+func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+	var msg string
+	switch scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " "); {
+	case scheme == "":
+		msg = `missing "Authorization: Bearer <token>" header`
+	case !strings.EqualFold(scheme, "Bearer"):
+		// Never echo the value: a token sent without "Bearer " is the scheme here.
+		msg = `Authorization header is not "Bearer <token>"`
+	default:
+		d := sha256.Sum256([]byte(strings.TrimLeft(tok, " ")))
+		if subtle.ConstantTimeCompare(d[:], h.digest[:]) == 1 {
+			return true
+		}
+		msg = "invalid bearer token"
+	}
+	h.log.Warn("ops: unauthorized request", "reason", msg,
+		"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
+	writeError(w, http.StatusUnauthorized, msg)
+	return false
+}
+
+// allow answers 405 with an Allow header unless r's method is one of methods.
+func allow(w http.ResponseWriter, r *http.Request, methods []string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	list := strings.Join(methods, ", ")
+	w.Header().Set("Allow", list)
+	writeError(w, http.StatusMethodNotAllowed,
+		fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.EscapedPath(), list))
+	return false
+}
+
+// drainBody reads and drops r's body up to maxBody, answering 413 beyond it
+// and 400 if it cannot be read, so no admin action runs on a bad request.
+func drainBody(w http.ResponseWriter, r *http.Request) bool {
+	_, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body too large: the limit is %d bytes and the API reads no body", maxBody))
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("reading request body: %v", err))
+	}
+	return false
+}
+
+func (h *handler) listLocks(w http.ResponseWriter) {
+	views := h.b.Locks()
+	out := locksJSON{Locks: make([]lockJSON, 0, len(views))}
+	for _, v := range views {
+		out.Locks = append(out.Locks, toLock(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) getLock(w http.ResponseWriter, name string) {
+	v, ok := h.b.Lock(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("lock %q not found: nobody holds or waits for it", name))
+		return
+	}
+	writeJSON(w, http.StatusOK, toLock(v))
+}
+
+func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
+	sv, err := h.b.ForceRelease(name)
+	switch {
+	case err == nil:
+	case errors.Is(err, server.ErrNotHeld):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("lock %q is not held", name))
+		return
+	default:
+		h.fail(w, r, fmt.Errorf("force-release lock %q: %w", name, err))
+		return
+	}
+	h.log.Info("ops: force-released lock", "lock", name, "session", sv.ID,
+		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token, "client", r.RemoteAddr)
+	// The ended session was the holder, so its token is shown.
+	writeJSON(w, http.StatusOK, toSession(sv, true))
+}
+
+func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
+	sv, err := h.b.Kick(id)
+	switch {
+	case err == nil:
+	case errors.Is(err, server.ErrUnknownSession):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q not found", id))
+		return
+	case errors.Is(err, server.ErrHolder):
+		writeError(w, http.StatusConflict, h.holderMessage(id))
+		return
+	default:
+		h.fail(w, r, fmt.Errorf("kick session %q: %w", id, err))
+		return
+	}
+	h.log.Info("ops: kicked session", "session", sv.ID,
+		"owner", sv.Owner, "remote", sv.Remote, "client", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, toSession(sv, false))
+}
+
+// holderMessage tells how to end holder id: force-release its lock, named
+// if a fresh snapshot still shows it as holder.
+func (h *handler) holderMessage(id string) string {
+	for _, l := range h.b.Locks() {
+		if l.Holder != nil && l.Holder.ID == id {
+			return fmt.Sprintf("session %q holds lock %q; force-release it with POST /v1/locks/%s/release",
+				id, l.Name, url.PathEscape(l.Name))
+		}
+	}
+	return fmt.Sprintf("session %q holds its lock; force-release it with POST /v1/locks/{name}/release", id)
+}
+
+// fail answers an error the API does not expect from the backend.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	if errors.Is(err, server.ErrServerClosed) {
+		status = http.StatusServiceUnavailable
+	}
+	h.log.Error("ops: admin action failed", "err", err, "client", r.RemoteAddr)
+	writeError(w, status, err.Error())
+}

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"github.com/batonlock/baton/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus series. Label values are created up
+// front so every series exists from the start, and hot paths hold the child
+// metric, not a label lookup.
+type metrics struct {
+	connections    prometheus.Gauge
+	holding        prometheus.Gauge
+	waiting        prometheus.Gauge
+	locks          prometheus.Gauge
+	grantImmediate prometheus.Counter
+	grantPromotion prometheus.Counter
+	handovers      map[EndReason]prometheus.Counter
+	handoverTime   prometheus.Histogram
+	expiredHolding prometheus.Counter
+	expiredWaiting prometheus.Counter
+	heartbeats     prometheus.Counter
+	protocolErrors map[wire.Code]prometheus.Counter
+	refusedSess    prometheus.Counter
+	refusedWaiters prometheus.Counter
+	refusedConns   prometheus.Counter
+	ended          map[EndReason]prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	sessions := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "baton_sessions", Help: "Sessions in the lock table, by state.",
+	}, []string{"state"})
+	grants := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_grants_total", Help: "Locks granted: at once on ACQUIRE, or by promotion from the queue.",
+	}, []string{"kind"})
+	handovers := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_handovers_total", Help: "Promotions of a waiter, by how the previous holder's session ended.",
+	}, []string{"cause"})
+	expiries := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_lease_expiries_total", Help: "Sessions ended after a full lease of silence, by state.",
+	}, []string{"state"})
+	protoErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_protocol_errors_total", Help: "Client errors answered with ERROR, by code.",
+	}, []string{"code"})
+	refusals := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_limit_refusals_total", Help: "Sessions refused by a server limit.",
+	}, []string{"limit"})
+	ended := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_sessions_ended_total", Help: "Sessions ended, by reason.",
+	}, []string{"reason"})
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "baton_connections", Help: "Open protocol connections, including those not yet past ACQUIRE.",
+		}),
+		holding: sessions.WithLabelValues("holding"),
+		waiting: sessions.WithLabelValues("waiting"),
+		locks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "baton_locks", Help: "Locks that have a holder or waiters.",
+		}),
+		grantImmediate: grants.WithLabelValues("immediate"),
+		grantPromotion: grants.WithLabelValues("promotion"),
+		handovers:      map[EndReason]prometheus.Counter{},
+		handoverTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "baton_handover_latency_seconds",
+			Help:    "From the end of the holder's session to the push written to the next holder.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20), // 5µs .. 2.6s
+		}),
+		expiredHolding: expiries.WithLabelValues("holding"),
+		expiredWaiting: expiries.WithLabelValues("waiting"),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_heartbeats_total", Help: "HEARTBEAT frames received.",
+		}),
+		protocolErrors: map[wire.Code]prometheus.Counter{},
+		refusedSess:    refusals.WithLabelValues("sessions"),
+		refusedWaiters: refusals.WithLabelValues("waiters"),
+		refusedConns:   refusals.WithLabelValues("connections"),
+		ended:          map[EndReason]prometheus.Counter{},
+	}
+	for _, r := range allReasons {
+		m.ended[r] = ended.WithLabelValues(r.String())
+		m.handovers[r] = handovers.WithLabelValues(r.String())
+	}
+	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized} {
+		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
+	}
+	reg.MustRegister(m.connections, sessions, m.locks, grants, handovers, m.handoverTime,
+		expiries, m.heartbeats, protoErrs, refusals, ended,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,115 @@
+package server
+
+import "github.com/batonlock/baton/wire"
+
+// EndReason says why a session ended. It is mapped once, here, to the wire
+// code the client is told, the log field and the metric label.
+type EndReason uint8
+
+// End reasons.
+const (
+	// ReasonClosed: the client closed the connection (the release).
+	ReasonClosed EndReason = iota + 1
+	// ReasonReset: the connection failed (RST, broken pipe...).
+	ReasonReset
+	// ReasonLeaseExpired: silent for its full lease.
+	ReasonLeaseExpired
+	// ReasonForceReleased: an operator took the lock away.
+	ReasonForceReleased
+	// ReasonKicked: an operator removed the waiter from the queue.
+	ReasonKicked
+	// ReasonBusy: NOWAIT on a held lock.
+	ReasonBusy
+	// ReasonWriteTimeout: a write did not complete within io-timeout.
+	ReasonWriteTimeout
+	// ReasonReadTimeout: the first frame, or the rest of a started frame,
+	// did not arrive within io-timeout.
+	ReasonReadTimeout
+	// ReasonProtocolError: a malformed, oversize, unknown or misplaced frame.
+	ReasonProtocolError
+	// ReasonBadRequest: a bad name, lease, flag or owner.
+	ReasonBadRequest
+	// ReasonVersion: an unsupported protocol version.
+	ReasonVersion
+	// ReasonOverloaded: a server limit refused the session.
+	ReasonOverloaded
+	// ReasonShutdown: the server is shutting down.
+	ReasonShutdown
+	// ReasonUnauthorized: not allowed.
+	ReasonUnauthorized
+)
+
+var reasonNames = [...]string{
+	ReasonClosed:        "closed",
+	ReasonReset:         "reset",
+	ReasonLeaseExpired:  "lease_expired",
+	ReasonForceReleased: "force_released",
+	ReasonKicked:        "kicked",
+	ReasonBusy:          "busy",
+	ReasonWriteTimeout:  "write_timeout",
+	ReasonReadTimeout:   "read_timeout",
+	ReasonProtocolError: "protocol_error",
+	ReasonBadRequest:    "bad_request",
+	ReasonVersion:       "version",
+	ReasonOverloaded:    "overloaded",
+	ReasonShutdown:      "shutdown",
+	ReasonUnauthorized:  "unauthorized",
+}
+
+func (r EndReason) String() string {
+	if int(r) < len(reasonNames) && reasonNames[r] != "" {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// code is the ERROR code the client is sent, or 0 when it gets none: it
+// left by itself, or its socket cannot take a write.
+func (r EndReason) code() wire.Code {
+	switch r {
+	case ReasonLeaseExpired:
+		return wire.CodeLeaseExpired
+	case ReasonForceReleased:
+		return wire.CodeForceReleased
+	case ReasonKicked:
+		return wire.CodeKicked
+	case ReasonBusy:
+		return wire.CodeBusy
+	case ReasonReadTimeout, ReasonProtocolError:
+		return wire.CodeProtocol
+	case ReasonBadRequest:
+		return wire.CodeBadRequest
+	case ReasonVersion:
+		return wire.CodeVersion
+	case ReasonOverloaded:
+		return wire.CodeOverloaded
+	case ReasonShutdown:
+		return wire.CodeShutdown
+	case ReasonUnauthorized:
+		return wire.CodeUnauthorized
+	}
+	return 0
+}
+
+// reasonFor maps a wire error code found while decoding to an end reason.
+func reasonFor(c wire.Code) EndReason {
+	switch c {
+	case wire.CodeBadRequest:
+		return ReasonBadRequest
+	case wire.CodeVersion:
+		return ReasonVersion
+	case wire.CodeUnauthorized:
+		return ReasonUnauthorized
+	}
+	return ReasonProtocolError
+}
+
+var allReasons = func() []EndReason {
+	var rs []EndReason
+	for r := range reasonNames {
+		if r != 0 {
+			rs = append(rs, EndReason(r))
+		}
+	}
+	return rs
+}()

@@ -1,0 +1,336 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/batonlock/baton/locktable"
+	"github.com/batonlock/baton/wire"
+)
+
+// session is one connection: one claim on one lock.
+type session struct {
+	srv    *Server
+	id     locktable.SessionID
+	conn   net.Conn
+	remote string
+	hdr    [wire.HeaderSize]byte // read buffer for headers; payloads only for ACQUIRE
+
+	// Guarded by srv.mu.
+	ended   bool
+	reason  EndReason
+	inTable bool
+
+	// wmu guards the output queue. Lock order: srv.mu before wmu.
+	wmu      sync.Mutex
+	out      []byte    // frames queued, in table order
+	spare    []byte    // the other buffer, reused while out is written
+	flushing bool      // a goroutine is writing; it will pick up what is queued
+	finish   bool      // after out is written: half-close, then drain and close
+	dead     bool      // a write failed or the connection is closed
+	pushAt   time.Time // when the queued push's handover began, for the histogram
+}
+
+func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
+	return &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr().String()}
+}
+
+// serve is the session's reader: it reads every frame, answers it, and at
+// the end closes the connection. It is the only goroutine that closes conn,
+// except a flusher whose write failed (the socket is then useless).
+func (c *session) serve() {
+	s := c.srv
+	defer func() {
+		c.conn.Close()
+		s.m.connections.Dec()
+	}()
+	reason, msg := c.serveFrames()
+	s.mu.Lock()
+	flush := s.endLocked(time.Now(), c, reason, msg, false)
+	s.mu.Unlock()
+	// Pushes to promoted waiters first: they are the handover. This
+	// goroutine is ending anyway, so it may spend the write on them; a stuck
+	// new owner delays nobody but itself (its write times out).
+	var self bool
+	for _, p := range flush {
+		if p == c {
+			self = true
+			continue
+		}
+		p.flush()
+	}
+	if self {
+		c.flush()
+	}
+	c.drain()
+}
+
+// serveFrames runs the session until it ends, and says why.
+func (c *session) serveFrames() (EndReason, string) {
+	s := c.srv
+	// The first frame, whole, within io-timeout of accept.
+	c.conn.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
+	h, err := c.readHeader(true)
+	if err != nil {
+		return c.readFailure(err, true)
+	}
+	if h.Type != wire.TypeAcquire {
+		return ReasonProtocolError, fmt.Sprintf("first frame must be ACQUIRE, got %v", h.Type)
+	}
+	payload := make([]byte, h.Length)
+	if _, err := io.ReadFull(c.conn, payload); err != nil {
+		return c.readFailure(err, true)
+	}
+	c.conn.SetReadDeadline(time.Time{})
+	req, err := wire.DecodeAcquire(payload)
+	if err != nil {
+		var we *wire.Error
+		errors.As(err, &we)
+		return reasonFor(we.Code), we.Msg
+	}
+	if reason, msg, ok := c.acquire(req); !ok {
+		return reason, msg
+	}
+	c.flush()
+
+	for {
+		h, err := c.readHeader(false)
+		if err != nil {
+			return c.readFailure(err, false)
+		}
+		switch h.Type {
+		case wire.TypeHeartbeat:
+			if h.Length != 0 {
+				return ReasonProtocolError, fmt.Sprintf("HEARTBEAT payload must be empty, got length %d", h.Length)
+			}
+		case wire.TypeAcquire:
+			return ReasonProtocolError, "second ACQUIRE on a session"
+		default:
+			return ReasonProtocolError, fmt.Sprintf("unknown frame %v", h.Type)
+		}
+		now := time.Now()
+		s.mu.Lock()
+		if c.ended {
+			s.mu.Unlock()
+			return c.reason, "" // ended by the server meanwhile; its ERROR is queued
+		}
+		st, ok := s.table.Seen(now, c.id)
+		if ok {
+			c.queueState(st)
+		}
+		s.mu.Unlock()
+		s.m.heartbeats.Inc()
+		c.flush()
+	}
+}
+
+// acquire enters the session in the table and queues its answer.
+func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
+	s := c.srv
+	now := time.Now()
+	lease := time.Duration(req.LeaseMs) * time.Millisecond
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.ended {
+		return c.reason, "", false
+	}
+	if s.closing.Load() {
+		return ReasonShutdown, "server shutting down", false
+	}
+	var fx effects
+	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
+		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
+	}, s.exits[:0])
+	s.applyExitsLocked(now, exits, 0, &fx) // overdue sessions of this lock, expired on the way
+	clear(exits)
+	fx.deliverLocked(s)
+	if err != nil { // a bug: ids are unique and the lease was checked
+		return ReasonProtocolError, err.Error(), false
+	}
+	switch refusal {
+	case locktable.RefusedBusy:
+		return ReasonBusy, fmt.Sprintf("lock %q is held", req.Name), false
+	case locktable.RefusedSessions:
+		s.m.refusedSess.Inc()
+		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false
+	case locktable.RefusedWaiters:
+		s.m.refusedWaiters.Inc()
+		return ReasonOverloaded, fmt.Sprintf("lock %q has the limit of %d waiters", req.Name, s.cfg.MaxWaitersPerLock), false
+	}
+	c.inTable = true
+	s.sessions[c.id] = c
+	if st.Held {
+		s.m.holding.Inc()
+		s.m.grantImmediate.Inc()
+	} else {
+		s.m.waiting.Inc()
+	}
+	s.m.locks.Set(float64(s.table.Locks()))
+	c.queueState(st)
+	s.wakeReaperLocked(now.Add(lease))
+	return 0, "", true
+}
+
+// readHeader reads one frame header. Waiting for a frame's first byte has no
+// deadline (silence is the lease's business); once it has arrived, the rest
+// of the frame must follow within io-timeout. For the first frame the
+// caller has set the deadline already.
+func (c *session) readHeader(first bool) (wire.Header, error) {
+	n, err := c.conn.Read(c.hdr[:])
+	if err != nil {
+		return wire.Header{}, err
+	}
+	if n < len(c.hdr) {
+		if !first {
+			c.conn.SetReadDeadline(time.Now().Add(c.srv.cfg.IOTimeout))
+		}
+		if _, err := io.ReadFull(c.conn, c.hdr[n:]); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return wire.Header{}, err
+		}
+		if !first {
+			c.conn.SetReadDeadline(time.Time{})
+		}
+	}
+	return wire.ParseHeader(c.hdr[:])
+}
+
+// readFailure classifies a failed read.
+func (c *session) readFailure(err error, first bool) (EndReason, string) {
+	var we *wire.Error
+	switch {
+	case errors.As(err, &we):
+		return ReasonProtocolError, we.Msg
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if first {
+			return ReasonReadTimeout, fmt.Sprintf("no complete ACQUIRE within io-timeout (%v)", c.srv.cfg.IOTimeout)
+		}
+		return ReasonReadTimeout, fmt.Sprintf("frame not completed within io-timeout (%v)", c.srv.cfg.IOTimeout)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return ReasonClosed, ""
+	}
+	return ReasonReset, ""
+}
+
+// queueState queues the reply to a frame: ACQUIRED (same token) or WAITING.
+// srv.mu must be held.
+func (c *session) queueState(st locktable.State) {
+	c.wmu.Lock()
+	if st.Held {
+		c.out = wire.AppendAcquired(c.out, false, st.Token)
+	} else {
+		c.out = wire.AppendWaiting(c.out, uint32(st.Position))
+	}
+	c.wmu.Unlock()
+}
+
+// queueAcquired queues the promotion push; handoverAt is when the previous
+// holder's session ended. srv.mu must be held.
+func (c *session) queueAcquired(push bool, token uint64, handoverAt time.Time) {
+	c.wmu.Lock()
+	c.out = wire.AppendAcquired(c.out, push, token)
+	c.pushAt = handoverAt
+	c.wmu.Unlock()
+}
+
+// queueError queues the session's last frame; after it is written the
+// connection is half-closed. srv.mu must be held.
+func (c *session) queueError(code wire.Code, msg string) {
+	c.wmu.Lock()
+	c.out = wire.AppendError(c.out, code, msg)
+	c.finish = true
+	c.wmu.Unlock()
+}
+
+// flush writes what is queued, unless another goroutine already is (it will
+// write this too). Each write must complete within io-timeout; one that
+// does not ends the session without an ERROR.
+func (c *session) flush() {
+	c.wmu.Lock()
+	if c.flushing || c.dead {
+		c.wmu.Unlock()
+		return
+	}
+	c.flushing = true
+	for len(c.out) > 0 {
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
+		pushAt := c.pushAt
+		c.pushAt = time.Time{}
+		c.wmu.Unlock()
+
+		c.conn.SetWriteDeadline(time.Now().Add(c.srv.cfg.IOTimeout))
+		_, err := c.conn.Write(buf)
+		if err == nil && !pushAt.IsZero() {
+			c.srv.m.handoverTime.Observe(time.Since(pushAt).Seconds())
+		}
+
+		c.wmu.Lock()
+		c.spare = buf[:0]
+		if err != nil {
+			c.dead = true
+			c.flushing = false
+			c.wmu.Unlock()
+			c.writeFailed(err)
+			return
+		}
+	}
+	c.flushing = false
+	finish := c.finish
+	if finish {
+		c.finish = false
+		c.dead = true
+	}
+	c.wmu.Unlock()
+	if finish {
+		c.halfClose()
+	}
+}
+
+// writeFailed ends the session after a failed write and closes the socket,
+// which also wakes the reader.
+func (c *session) writeFailed(err error) {
+	c.conn.Close()
+	reason := ReasonReset
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		reason = ReasonWriteTimeout
+	}
+	s := c.srv
+	s.mu.Lock()
+	s.endLocked(time.Now(), c, reason, "", true)
+	s.mu.Unlock()
+}
+
+// halfClose follows the session's ERROR with a FIN and makes the reader stop
+// within the linger time. Closing outright while client frames are unread
+// would send a RST, which can destroy the ERROR before the client reads it.
+func (c *session) halfClose() {
+	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.conn.SetReadDeadline(time.Now().Add(c.srv.linger))
+}
+
+// drain waits, after a session that ends with an ERROR, until the ERROR is
+// written and the client has closed or the linger deadline set by halfClose
+// has passed (a failed write closes the socket instead). What the client
+// still sends is discarded unprocessed. srv.mu must have been taken since
+// the session ended.
+func (c *session) drain() {
+	if c.reason.code() == 0 {
+		return // the client left, or its socket failed: nothing to deliver
+	}
+	var buf [256]byte
+	for {
+		if _, err := c.conn.Read(buf[:]); err != nil {
+			return
+		}
+	}
+}
