@@ -48,8 +48,8 @@ type Server struct {
 	conns     map[*session]struct{}            // every open connection
 	listeners map[net.Listener]struct{}
 	nextID    locktable.SessionID
-	stopped   bool      // no goroutine may start any more
-	armedFor  time.Time // the reaper's wake-up; zero when idle
+	stopped   bool             // no goroutine may start any more
+	armedFor  time.Time        // the reaper's wake-up; zero when idle
 	exits     []locktable.Exit // scratch for Expire and the admin calls
 	// releaseExits is scratch for Release.
 	releaseExits []locktable.Exit
