@@ -54,10 +54,12 @@ type Server struct {
 	// releaseExits is scratch for Release.
 	releaseExits []locktable.Exit
 
-	wg         sync.WaitGroup
-	reaperWake chan struct{}
-	done       chan struct{}
-	reaperOnce sync.Once
+	wg           sync.WaitGroup
+	reaperWake   chan struct{}
+	done         chan struct{}
+	reaperOnce   sync.Once
+	shutdownOnce sync.Once
+	stopping     []*session // the sessions Shutdown ended; guarded by mu
 }
 
 // New returns a server with cfg, after checking it.
@@ -179,6 +181,29 @@ func (s *Server) accept(conn net.Conn) {
 // for every goroutine of the server to end. If ctx ends first, the
 // remaining connections are closed abruptly and ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(s.stop)
+	idle := make(chan struct{})
+	go func() { // ends when the last server goroutine has ended
+		s.wg.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for _, c := range s.stopping {
+			c.conn.Close()
+		}
+		s.mu.Unlock()
+		<-idle
+		return ctx.Err()
+	}
+}
+
+// stop is the first part of Shutdown, done once: refuse new work, tell
+// every session, and let no new goroutine start.
+func (s *Server) stop() {
 	s.closing.Store(true)
 	s.mu.Lock()
 	for ln := range s.listeners {
@@ -194,27 +219,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.endLocked(now, c, ReasonShutdown, "server shutting down", true)
 	}
 	s.stopped = true
+	s.stopping = all
 	s.mu.Unlock()
 	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
 	close(s.done)
-
-	idle := make(chan struct{})
-	go func() { // ends when the last server goroutine has ended
-		s.wg.Wait()
-		close(idle)
-	}()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		for _, c := range all {
-			c.conn.Close()
-		}
-		s.mu.Unlock()
-		<-idle
-		return ctx.Err()
-	}
 }
 
 // reap expires silent sessions. It sleeps until the table's next deadline;
