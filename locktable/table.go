@@ -199,8 +199,9 @@ func (t *Table) Locks() int { return len(t.locks) }
 // at now. A free lock is granted at once; a held one queues the session,
 // unless req.NoWait or a limit refuses it. A refused session is not entered.
 //
-// Overdue sessions of the lock are expired first, so a dead holder is not
-// allowed to make a newcomer wait; those exits are appended to dst.
+// Every overdue session is expired first, as Expire(now) would, so a dead
+// holder does not make a newcomer wait and dead sessions count against no
+// limit; those exits (of any lock) are appended to dst.
 func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (State, Refusal, []Exit, error) {
 	if _, dup := t.sessions[id]; dup {
 		return State{}, NotRefused, dst, ErrDuplicate
@@ -208,11 +209,8 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	if req.Lease <= 0 {
 		return State{}, NotRefused, dst, fmt.Errorf("locktable: lease %v must be positive", req.Lease)
 	}
+	dst = t.Expire(now, dst)
 	l := t.locks[req.Name]
-	if l != nil {
-		dst = t.expireOverdue(now, l, dst)
-		l = t.locks[req.Name] // the lock may have gone with its last session
-	}
 	if t.cfg.MaxSessions > 0 && len(t.sessions) >= t.cfg.MaxSessions {
 		return State{}, RefusedSessions, dst, nil
 	}
@@ -249,10 +247,12 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 
 // Seen records a complete frame from session id at now: its lease starts
 // again in full. It returns the session's state, or false if the session is
-// not in the table (it ended, or never entered).
+// not in the table (it ended, or never entered) or its lease has already run
+// out at now. Such a frame came too late: the session ended at its deadline,
+// so it is neither revived nor confirmed, and the next Expire(now) removes it.
 func (t *Table) Seen(now time.Time, id SessionID) (State, bool) {
 	s := t.sessions[id]
-	if s == nil {
+	if s == nil || !s.deadline.After(now) {
 		return State{}, false
 	}
 	if now.After(s.lastSeen) {
@@ -352,15 +352,16 @@ func (t *Table) lockInfo(now time.Time, l *lock) LockInfo {
 	pos := 0
 	for w := l.head; w != nil; w = w.next {
 		pos++
-		in := t.info(now, w)
-		in.Position = pos
-		li.Waiters = append(li.Waiters, in)
+		li.Waiters = append(li.Waiters, infoAt(now, w, State{Position: pos}))
 	}
 	return li
 }
 
-func (t *Table) info(now time.Time, s *session) Info {
-	st := t.state(s)
+func (t *Table) info(now time.Time, s *session) Info { return infoAt(now, s, t.state(s)) }
+
+// infoAt describes s in state st. lockInfo passes the position it counted,
+// so that describing a queue walks it once, not once per waiter.
+func infoAt(now time.Time, s *session, st State) Info {
 	return Info{
 		ID:       s.id,
 		Name:     s.lock.name,
@@ -436,26 +437,16 @@ func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exi
 	return dst
 }
 
-// expireOverdue expires l's holder and waiters whose lease has run out.
-func (t *Table) expireOverdue(now time.Time, l *lock, dst []Exit) []Exit {
-	if h := l.holder; h != nil && !h.deadline.After(now) {
-		return t.remove(now, h, CauseExpired, dst) // expires overdue waiters too
-	}
-	dst = t.expireOverdueWaiters(now, l, dst)
-	t.dropIfEmpty(l)
-	return dst
-}
-
+// expireOverdueWaiters expires the waiters at the head of l's queue whose
+// lease has run out, so the next promotion goes to a live one. Overdue
+// waiters further back are left to Expire: only the head can be promoted,
+// and walking the whole queue would make every handover O(queue).
 func (t *Table) expireOverdueWaiters(now time.Time, l *lock, dst []Exit) []Exit {
-	for w := l.head; w != nil; {
-		next := w.next
-		if !w.deadline.After(now) {
-			dst = append(dst, Exit{Session: t.info(now, w), Cause: CauseExpired})
-			t.expiry.remove(w)
-			delete(t.sessions, w.id)
-			l.unlink(w)
-		}
-		w = next
+	for w := l.head; w != nil && !w.deadline.After(now); w = l.head {
+		dst = append(dst, Exit{Session: t.info(now, w), Cause: CauseExpired})
+		t.expiry.remove(w)
+		delete(t.sessions, w.id)
+		l.unlink(w)
 	}
 	return dst
 }

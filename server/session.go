@@ -122,6 +122,15 @@ func (c *session) serveFrames() (EndReason, string) {
 		st, ok := s.table.Seen(now, c.id)
 		if ok {
 			c.queueState(st)
+		} else {
+			// The frame came after the lease ran out, before the reaper
+			// looked: the session is over. Expire it now, not at the
+			// reaper's next turn.
+			var fx effects
+			s.exits = s.table.Expire(now, s.exits[:0])
+			s.applyExitsLocked(now, s.exits, 0, &fx)
+			clear(s.exits)
+			fx.deliverLocked(s)
 		}
 		s.mu.Unlock()
 		s.m.heartbeats.Inc()
@@ -146,7 +155,7 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
 		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
 	}, s.exits[:0])
-	s.applyExitsLocked(now, exits, 0, &fx) // overdue sessions of this lock, expired on the way
+	s.applyExitsLocked(now, exits, 0, &fx) // overdue sessions, expired on the way
 	clear(exits)
 	fx.deliverLocked(s)
 	if err != nil { // a bug: ids are unique and the lease was checked

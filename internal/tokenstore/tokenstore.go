@@ -48,12 +48,17 @@ func Open(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("tokenstore: data directory is empty")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("tokenstore: %w", err)
+	if err := mkdirDurably(dir); err != nil {
+		return nil, err
 	}
 	prev, err := readEpoch(dir)
 	if err != nil {
 		return nil, err
+	}
+	// Checked here, not only in moveTo: prev+1 wraps to 0 for the largest
+	// uint64, which would restart tokens below every earlier one.
+	if prev >= maxEpoch {
+		return nil, fmt.Errorf("tokenstore: epoch %d in %s is at or above the limit of %d: no new epoch can start", prev, filepath.Join(dir, epochFile), uint64(maxEpoch))
 	}
 	s := &Store{dir: dir}
 	if err := s.moveTo(prev + 1); err != nil {
@@ -135,6 +140,36 @@ func writeDurably(dir, name string, data []byte) error {
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		return fmt.Errorf("tokenstore: %w", err)
 	}
+	return syncDir(dir)
+}
+
+// mkdirDurably creates dir and its missing parents, and syncs the parent of
+// each one it creates: the epoch file's own fsyncs do not make a new
+// directory's entry durable, and losing it in a crash would lose the epoch.
+func mkdirDurably(dir string) error {
+	var created []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		created = append(created, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("tokenstore: %w", err)
+	}
+	for _, p := range created {
+		if err := syncDir(filepath.Dir(p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir makes the entries of directory dir durable.
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("tokenstore: %w", err)
