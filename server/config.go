@@ -13,8 +13,11 @@ type Config struct {
 	// arrive within it after accept, a started frame must be completed within
 	// it, and every write must complete within it. Must be positive.
 	IOTimeout time.Duration
-	// MaxSessions is the most sessions (connections) the server carries at
-	// once; more are refused with ERROR OVERLOADED. Must be positive.
+	// MaxSessions is the most sessions (holders and waiters) the server
+	// carries at once; the ACQUIRE of one more is refused with ERROR
+	// OVERLOADED. Connections that have not yet sent ACQUIRE do not count,
+	// but past MaxSessions+1024 open connections new ones are closed at
+	// once. Must be positive.
 	MaxSessions int
 	// MaxWaitersPerLock is the longest queue of one lock; a longer one is
 	// refused with ERROR OVERLOADED. Must be positive.

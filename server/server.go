@@ -374,13 +374,13 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		}
 		s.m.waiting.Dec()
 		s.m.holding.Inc()
-		s.m.grantPromotion.Inc()
-		if ctr := s.m.handovers[reason]; ctr != nil {
-			ctr.Inc()
-		}
 		p := s.sessions[e.Promoted.ID]
 		if p == nil || p.ended || s.closing.Load() {
 			continue // ending too (as in shutdown): it must not hear ACQUIRED
+		}
+		s.m.grantPromotion.Inc()
+		if ctr := s.m.handovers[reason]; ctr != nil {
+			ctr.Inc()
 		}
 		p.queueAcquired(true, e.Promoted.Token, now)
 		fx.flush = append(fx.flush, p)
