@@ -3,6 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +14,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // syncBuffer is a bytes.Buffer that a running server may write while the
@@ -42,11 +55,15 @@ func fakeEnv(vars map[string]string) func(string) (string, bool) {
 }
 
 // runCLI runs the command line in-process with environment env and
-// returns its exit code and output.
+// returns its exit code and output. Its context is cancelled from the
+// start: it is for commands that should fail, and a serve that starts
+// anyway stops again at once instead of hanging the test.
 func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	var out, errOut syncBuffer
-	code = run(context.Background(), args, &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(env)})
+	code = run(ctx, args, &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(env)})
 	return code, out.String(), errOut.String()
 }
 

@@ -310,7 +310,7 @@ func (r *running) run(ctx context.Context) int {
 	serveDone := false
 	select {
 	case <-ctx.Done():
-		r.logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "linger", r.o.shutdownLinger)
+		r.logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "linger", r.o.shutdownLinger.String())
 	case err := <-r.serveErr:
 		serveDone = true
 		r.logger.Error("protocol server stopped", "err", err)
@@ -339,7 +339,7 @@ func (r *running) run(ctx context.Context) int {
 	// 503 and /healthz 200 while the ops listener lingers. A failed server
 	// exits without it.
 	if code == exitOK && r.o.shutdownLinger > 0 {
-		r.logger.Info("protocol listener closed; ops endpoints linger", "linger", r.o.shutdownLinger)
+		r.logger.Info("protocol listener closed; ops endpoints linger", "linger", r.o.shutdownLinger.String())
 		t := time.NewTimer(r.o.shutdownLinger)
 		select {
 		case <-t.C:

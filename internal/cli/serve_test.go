@@ -159,9 +159,14 @@ func TestServeEndToEnd(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	dataDir := t.TempDir()
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(" e2e-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"BATON_LOG_FORMAT": "json", "BATON_ADMIN_TOKEN_FILE": tokenFile}
 	done := make(chan int, 1)
 	go func() {
-		s := &sys{stdout: io.Discard, stderr: pw, lookupEnv: fakeEnv(map[string]string{"BATON_LOG_FORMAT": "json"})}
+		s := &sys{stdout: io.Discard, stderr: pw, lookupEnv: fakeEnv(env)}
 		done <- run(ctx, []string{"serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
 			"-data-dir", dataDir, "-shutdown-linger", linger.String()}, s)
 		pw.Close()
@@ -175,6 +180,13 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 		io.Copy(io.Discard, pr)
 	}()
+	// However the test ends, the server stops and its log is drained, so
+	// no goroutine outlives the test.
+	t.Cleanup(func() {
+		cancel()
+		for range logLines {
+		}
+	})
 	var logged []string
 	next := func() (string, bool) {
 		select {
@@ -220,6 +232,26 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("ACQUIRED: token %d, %v", token, err)
 	}
 
+	// The admin token from the file, trimmed, guards /v1/.
+	if got := httpGet(t, hc, ops+"/v1/locks"); got != http.StatusUnauthorized {
+		t.Errorf("GET /v1/locks without the token: %d, want 401", got)
+	}
+	req, err := http.NewRequest("GET", ops+"/v1/locks/cli%2Fe2e", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer e2e-token")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"owner":"cli-test"`) {
+		t.Errorf("GET /v1/locks/cli%%2Fe2e with the token: %d %s, want 200 and the holder", resp.StatusCode, body)
+	}
+
+	cancelled := time.Now()
 	cancel()
 	h, p = readFrame(t, conn)
 	if h.Type != wire.TypeError {
@@ -232,6 +264,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Errorf("after ERROR SHUTDOWN: read %d bytes, %v; want EOF", n, err)
 	}
+	conn.Close() // as a client does on EOF; the server waits for it a while
 
 	// During the linger: not ready, but healthy.
 	deadline := time.Now().Add(linger)
@@ -258,6 +291,11 @@ func TestServeEndToEnd(t *testing.T) {
 	case code := <-done:
 		if code != 0 {
 			t.Errorf("Run returned %d, want 0", code)
+		}
+		// The linger starts after the protocol side has shut down, so it
+		// is a lower bound however slow the machine.
+		if d := time.Since(cancelled); d < linger {
+			t.Errorf("Run returned %v after the cancel, want at least the linger of %v", d, linger)
 		}
 	case <-time.After(linger + 10*time.Second):
 		t.Fatal("Run did not return after the linger")

@@ -1,0 +1,297 @@
+package baton
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonlock/baton/wire"
+)
+
+// A Client takes locks from a Baton server. It holds no connection of its
+// own (each Lock has one) and is safe for concurrent use; make one per
+// process and keep it.
+type Client struct {
+	addrs []string
+	set   settings
+	// last is the index of the address that last answered: new sessions
+	// start there, so after a failover they go straight to the survivor.
+	last atomic.Uint32
+	// dial opens a connection: conn carries the protocol, raw is what to
+	// close. Tests replace it.
+	dial func(ctx context.Context, addr string, set *settings) (conn, raw net.Conn, err error)
+}
+
+// New returns a client for the servers at addrs (host:port each), tried in
+// order when one fails. The options set the defaults of every lock; Acquire
+// and Do can override them per lock.
+func New(addrs []string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, &opError{op: "baton.New", err: badRequest("no server address")}
+	}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, &opError{op: "baton.New", err: badRequest("%v", err)}
+		}
+	}
+	c := &Client{addrs: append([]string(nil), addrs...), set: defaultSettings(), dial: dialTCP}
+	c.set.apply(opts)
+	if err := c.set.check(); err != nil {
+		return nil, &opError{op: "baton.New", err: err}
+	}
+	return c, nil
+}
+
+// Do takes the lock name, runs work while it is held, and releases it.
+//
+// work's context is the Lock's: it is cancelled the moment ownership is no
+// longer confirmed (its cause says why), and also when ctx ends. Do returns
+// work's error; if the lock was lost while work ran, it returns an error
+// wrapping ErrLockLost and the cause (and work's error, if any), so a loss
+// can not go unnoticed. Waiting is bounded by ctx, as for Acquire.
+func (c *Client) Do(ctx context.Context, name string, work func(ctx context.Context, l *Lock) error, opts ...Option) error {
+	if work == nil {
+		return &opError{op: "acquire", name: name, err: errors.New("Do needs a work function, got nil")}
+	}
+	// The lock's context is derived from ctx itself: one cancellation, with
+	// no goroutine between the loss and the work.
+	l, err := c.acquire(ctx, name, ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer l.Release() // also if work panics
+	werr := work(l.Context(), l)
+	lost := l.Release()
+	switch {
+	case lost == nil:
+		return werr
+	case werr == nil:
+		return lost
+	case errors.Is(werr, ErrLockLost):
+		return werr // work already passed the loss on
+	}
+	return fmt.Errorf("%w (and the work returned: %w)", lost, werr)
+}
+
+// Acquire takes the lock name: it connects, waits in the queue, and returns
+// once the lock is held. Release the Lock when done.
+//
+// ctx bounds the whole wait; when it ends, the connection is closed at once,
+// giving up the place in the queue. It does not bound the Lock: see
+// Lock.Context.
+//
+// While waiting, Acquire handles server conditions itself: after SHUTDOWN or
+// a broken connection it reconnects at once (to the next address if one
+// fails), after OVERLOADED with a capped, jittered backoff, each time taking
+// a new place at the end of the queue. If no address can be reached at all,
+// it fails at once rather than hide a misconfiguration. Errors of the lock's
+// rules (ErrBusy, ErrKicked) and client errors are returned, never retried.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return c.acquire(ctx, name, context.WithoutCancel(ctx), opts)
+}
+
+// acquire is Acquire with the parent of the Lock's context.
+func (c *Client) acquire(ctx context.Context, name string, parent context.Context, opts []Option) (*Lock, error) {
+	set := c.set
+	set.apply(opts)
+	frame, lease, err := set.acquireFrame(name)
+	if err != nil {
+		return nil, &opError{op: "acquire", name: name, err: err}
+	}
+	var (
+		idx      = int(c.last.Load()) % len(c.addrs)
+		reached  bool  // some server was reached during this call
+		failures int   // failed attempts since the server last answered
+		lastErr  error // why the last attempt failed
+	)
+	for {
+		if ctx.Err() != nil {
+			return nil, acquireCtxError(ctx, name, lastErr, 0)
+		}
+		s, err := c.connect(ctx, parent, &set, &idx, name, lease, frame)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, acquireCtxError(ctx, name, lastErr, 0)
+			}
+			if !reached {
+				return nil, &opError{op: "acquire", name: name, err: err}
+			}
+			lastErr = err
+			failures++
+			if !sleep(ctx, backoff(failures)) {
+				return nil, acquireCtxError(ctx, name, lastErr, 0)
+			}
+			continue
+		}
+		reached = true
+
+		l, err := c.await(ctx, s)
+		if l != nil || err != nil {
+			return l, err
+		}
+		// The session ended while waiting; s.err says why.
+		lastErr = s.err
+		atOnce, retry := retryable(s.err)
+		if !retry {
+			return nil, &opError{op: "acquire", name: name, err: s.err}
+		}
+		if s.replied {
+			failures = 0
+		}
+		failures++
+		if errors.Is(s.err, ErrShutdown) {
+			idx = (idx + 1) % len(c.addrs) // this one is going away
+		}
+		if !atOnce || failures > 1 {
+			if !sleep(ctx, backoff(failures)) {
+				return nil, acquireCtxError(ctx, name, lastErr, 0)
+			}
+		}
+	}
+}
+
+// await waits for the session to be granted, to end, or for ctx. It returns
+// (nil, nil) when the session ended while waiting and Acquire may try again.
+func (c *Client) await(ctx context.Context, s *session) (*Lock, error) {
+	select {
+	case token := <-s.granted:
+		if ctx.Err() != nil {
+			s.close()
+			<-s.done
+			return nil, acquireCtxError(ctx, s.name, nil, 0)
+		}
+		return &Lock{name: s.name, token: token, s: s}, nil
+	case <-s.done:
+		if s.held {
+			// Granted and lost before we could hand it over: report it.
+			return nil, s.err
+		}
+		return nil, nil
+	case <-ctx.Done():
+		s.close()
+		<-s.done
+		return nil, acquireCtxError(ctx, s.name, nil, s.position)
+	}
+}
+
+// retryable says whether a session that ended while waiting may be tried
+// again, and whether at once (the server went away) or after a backoff.
+func retryable(err error) (atOnce, retry bool) {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		switch {
+		case we.Code == wire.CodeShutdown:
+			return true, true
+		case we.Code == wire.CodeLeaseExpired:
+			// Our heartbeats did not get through; we still want the lock.
+			return true, true
+		case we.Code.Class() == wire.ClassServer:
+			return false, true // OVERLOADED, and server conditions not yet named
+		}
+		return false, false
+	}
+	var ce *connError
+	if errors.Is(err, ErrUnconfirmed) || errors.As(err, &ce) {
+		return true, true
+	}
+	return false, false
+}
+
+// connect dials the addresses from *idx on, once each, and starts a session
+// on the first that answers; *idx is left on it.
+func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, name string, lease time.Duration, frame []byte) (*session, error) {
+	var errs []error
+	for i := range c.addrs {
+		j := (*idx + i) % len(c.addrs)
+		conn, raw, err := c.dial(ctx, c.addrs[j], set)
+		if err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		*idx = j
+		c.last.Store(uint32(j))
+		return startSession(parent, conn, raw, c.addrs[j], name, lease, frame), nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Conn, err error) {
+	if set.dialTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, set.dialTimeout)
+		defer cancel()
+	}
+	var d net.Dialer
+	raw, err = d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if set.tlsConfig == nil {
+		return raw, raw, nil
+	}
+	cfg := set.tlsConfig.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+	}
+	// Closing raw, not tc, releases at once: tls.Conn.Close first tries to
+	// send close_notify, which a stalled link can hold up for seconds.
+	return tc, raw, nil
+}
+
+// Reconnection backoff after OVERLOADED or repeated failures: doubling from
+// backoffBase, capped at backoffCap, each wait drawn from [d/2, d] so that
+// clients refused together do not return together.
+const (
+	backoffBase = 50 * time.Millisecond
+	backoffCap  = 2 * time.Second
+)
+
+func backoff(n int) time.Duration {
+	d := backoffCap
+	if n >= 1 && n < 16 {
+		d = min(backoffBase<<(n-1), backoffCap)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// acquireCtxError is the end of a wait by ctx. It wraps ctx.Err() and the
+// cause; the last failure and the place in the queue are told, not wrapped,
+// so that errors.Is reports why Acquire returned, not what it had survived.
+func acquireCtxError(ctx context.Context, name string, last error, position uint32) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	switch {
+	case last != nil:
+		err = fmt.Errorf("%w (last attempt: %v)", err, last)
+	case position > 0:
+		err = fmt.Errorf("%w (waiting at position %d)", err, position)
+	}
+	return &opError{op: "acquire", name: name, err: err}
+}

@@ -1,0 +1,88 @@
+// Package baton is the Go client of Baton, a named-lock server.
+//
+// # The model
+//
+// One client owns a named lock and does the work; the others wait in a FIFO
+// queue. Each claim is one TCP connection: closing it is the release, and
+// the server hands the lock to the next waiter at once. While the holder
+// lives, heartbeats keep the lock for as long as the work takes; the lease
+// (WithLease) is not a time limit but a failure detector: after a full lease
+// of silence the server declares the holder dead and moves the lock. Every
+// grant carries a fencing token, larger than every earlier token of the same
+// name, for the guarded resource to check.
+//
+//	c, err := baton.New([]string{"baton.internal:7000"}, baton.WithLease(10*time.Second))
+//	...
+//	err = c.Do(ctx, "jobs/nightly", func(ctx context.Context, l *baton.Lock) error {
+//		return runJob(ctx, l.Token()) // stop when ctx ends
+//	})
+//
+// Do runs work while the lock is held; Acquire returns a *Lock for callers
+// that cannot use a callback, to be released with Release. WithNoWait(true)
+// makes either a try-lock that fails with ErrBusy.
+//
+// # Ownership ends, work must stop
+//
+// A lock can end without Release: an operator force-releases it, the server
+// shuts down, the connection breaks, or the server stops confirming it. The
+// client then cancels the Lock's context (the work's context in Do) at once,
+// with a cause that wraps ErrLockLost; Lock.Err, Release and Do return the
+// same error. A held lock is never taken again behind the caller's back:
+// whether to try again is the caller's decision.
+//
+// There is a window between the server moving a lock and a stale holder
+// noticing. Only the guarded resource can close it: pass it Lock.Token and
+// have it refuse tokens lower than the highest it has seen.
+//
+// # The heartbeat schedule
+//
+// Each lock's connection has one permanent reader, so the server's promotion
+// of a waiter is seen the moment it arrives, and one loop that sends
+// heartbeats, as PROTOCOL.md prescribes:
+//
+//	baseInterval  = lease / 4
+//	clientTimeout = lease * 0.8
+//	safeRTT       = 2 * smoothedRTT  // EWMA of reply round trips, alpha 0.2
+//	interval      = clamp(baseInterval - safeRTT, 1ms, baseInterval)
+//
+// The interval runs from one reply to the next heartbeat, and at most one
+// heartbeat is in flight, so each reply answers the one request outstanding.
+// The first round trip (that of ACQUIRE) seeds the average whole. The floor
+// of 1ms only stops a slow link from driving the interval to zero; where
+// lease/4 is below it, lease/4 wins. With a 10s lease on a 100ms round trip,
+// a heartbeat leaves 2.3s after each reply.
+//
+// If the server confirms nothing for clientTimeout, counted from the write of
+// the last request it answered, the client ends the session itself and
+// reports ErrUnconfirmed. The server's lease runs from no earlier than that
+// write, so the holder learns of its loss at least 0.2 × lease before the
+// server can give the lock to another. A lease shorter than the round trip
+// can therefore never be held: Acquire keeps trying until its context ends.
+//
+// # Errors by class
+//
+// The server ends a session with an ERROR code whose range is its class.
+// Errors wrap the *wire.Error received (errors.As gives its Code), and the
+// sentinels match by code, so errors.Is(err, ErrBusy) works.
+//
+//   - Server conditions: ErrShutdown, ErrOverloaded. While waiting, Acquire
+//     reconnects by itself: at once after SHUTDOWN or a broken connection
+//     (the next address if one fails, then with backoff), after a capped,
+//     jittered backoff after OVERLOADED, each time at the end of the queue.
+//     Once held, they end the lock like any loss.
+//   - Sessions ended by the lock's rules: ErrLeaseExpired, ErrForceReleased,
+//     ErrKicked, ErrBusy. Returned to the caller (a lapsed wait in the queue
+//     is retried: the caller still wants the lock).
+//   - Client errors: ErrProtocol, ErrBadRequest, ErrVersion, ErrUnauthorized.
+//     Never retried. Names, owners and leases are checked before dialling,
+//     with the server's rules, as ErrBadRequest.
+//
+// If no address can be reached at all, Acquire fails at once rather than
+// hide a misconfiguration; once it has reached a server, it rides out
+// restarts until its context ends.
+//
+// # Resources
+//
+// A Client holds no connection; each Lock holds one, and two goroutines that
+// end when the lock ends, released or lost.
+package baton

@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// buildBaton builds the real binary once per test run.
+func buildBaton(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary; skipped in -short mode")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to build the binary: %v", err)
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "baton-cli-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "baton")
+		out, err := exec.Command(goTool, "build", "-o", binPath, "github.com/batonlock/baton/cmd/baton").CombinedOutput()
+		if err != nil {
+			buildErr = &buildError{err: err, out: string(out)}
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/baton: %v", buildErr)
+	}
+	return binPath
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+// batonCmd is the binary with args, run in a temporary directory with an
+// environment free of BATON_ variables.
+func batonCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(buildBaton(t), args...)
+	cmd.Dir = t.TempDir()
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BATON_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	return cmd
+}
+
+func TestBinaryServeSIGTERM(t *testing.T) {
+	t.Parallel()
+	cmd := batonCmd(t, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0", "-shutdown-linger=200ms")
+	cmd.Env = append(cmd.Env, "BATON_LOG_FORMAT=json")
+	// A pipe of our own rather than StderrPipe, so that Wait may run while
+	// the log is still being read.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	logLines := make(chan string, 100)
+	go func() {
+		defer close(logLines)
+		defer pr.Close()
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			logLines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill() // an error if it has exited, as it should have
+		<-waited
+		for range logLines {
+		}
+	})
+	var logged []string
+	next := func() (string, bool) {
+		select {
+		case l, ok := <-logLines:
+			if ok {
+				logged = append(logged, l)
+			}
+			return l, ok
+		case <-time.After(10 * time.Second):
+			return "", false
+		}
+	}
+	sl := waitServing(t, next)
+	if want := filepath.Join(cmd.Dir, "baton-data"); sl.DataDir != want {
+		t.Errorf("data_dir %q, want %q (the default, in the working directory)", sl.DataDir, want)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if got := httpGet(t, hc, "http://"+sl.OpsAddr+"/healthz"); got != http.StatusOK {
+		t.Errorf("GET /healthz: %d, want 200", got)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := next(); ok; _, ok = next() {
+	}
+	select {
+	case err := <-waited:
+		waited <- err // for the cleanup
+		if err != nil {
+			t.Errorf("baton serve after SIGTERM: %v, want exit 0; log:\n%s", err, strings.Join(logged, "\n"))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("baton serve did not exit after SIGTERM")
+	}
+	if s := strings.Join(logged, "\n"); !strings.Contains(s, `"msg":"shutting down"`) || !strings.Contains(s, "terminated") {
+		t.Errorf("log lacks the shutdown line naming the signal:\n%s", s)
+	}
+}
+
+func TestBinaryUsageError(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "-io-timeout=x"},
+		{"serve", "-nope"},
+		{"frobnicate"},
+		{},
+	} {
+		cmd := batonCmd(t, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 2 {
+			t.Errorf("baton %q: exit code %d (%v), want 2", args, code, err)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("baton %q: stdout %q, want nothing", args, stdout.String())
+		}
+		if l := lines(stderr.String()); len(l) != 1 {
+			t.Errorf("baton %q: stderr %q, want one line", args, stderr.String())
+		}
+		if _, err := os.Stat(filepath.Join(cmd.Dir, "baton-data")); !os.IsNotExist(err) {
+			t.Errorf("baton %q: baton-data exists after a usage error (stat: %v)", args, err)
+		}
+	}
+}
+
+func TestBinaryVersion(t *testing.T) {
+	t.Parallel()
+	out, err := batonCmd(t, "version").Output()
+	if err != nil {
+		t.Fatalf("baton version: %v", err)
+	}
+	if !strings.HasPrefix(string(out), "baton ") {
+		t.Errorf("baton version: %q, want \"baton VERSION ...\"", out)
+	}
+}

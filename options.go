@@ -1,0 +1,141 @@
+package baton
+
+import (
+	"crypto/tls"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/batonlock/baton/wire"
+)
+
+// Defaults of a Client made without options.
+const (
+	// DefaultLease is the lease of a lock when no WithLease is given: a dead
+	// holder is detected within 10s, and a live one may be paused (GC,
+	// network) for up to 8s before it gives the lock up itself.
+	DefaultLease = 10 * time.Second
+	// DefaultDialTimeout bounds one connection attempt to one address.
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// maxLease is the longest lease the protocol can carry: lease_ms is a u32.
+const maxLease = math.MaxUint32 * time.Millisecond
+
+// An Option sets one setting. Given to New it sets the client's default for
+// every lock; given to Acquire or Do it sets it for that lock only. When an
+// option is given more than once, the last one wins.
+type Option func(*settings)
+
+type settings struct {
+	lease       time.Duration
+	owner       string
+	noWait      bool
+	dialTimeout time.Duration
+	tlsConfig   *tls.Config
+}
+
+// WithLease sets the lease: how long the server waits in silence before it
+// declares the session dead and moves the lock. It is a failure detector,
+// not a time limit: heartbeats keep a lock for as long as the work runs.
+// Choose the smallest value above the pauses between you and the server.
+// It is sent in whole milliseconds (the rest is dropped); from 1ms to
+// about 49.7 days.
+func WithLease(d time.Duration) Option { return func(s *settings) { s.lease = d } }
+
+// WithOwner sets the text that tells operators who holds or waits (shown by
+// the ops API, never interpreted). Default: hostname:pid. At most 255 bytes
+// of UTF-8 without control characters.
+func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner } }
+
+// WithNoWait makes Acquire a try-lock: if the lock is held, it fails at once
+// with ErrBusy instead of waiting in the queue.
+func WithNoWait(noWait bool) Option { return func(s *settings) { s.noWait = noWait } }
+
+// WithDialTimeout bounds each connection attempt to one address, TLS
+// handshake included; 0 means no bound other than the context. Default
+// DefaultDialTimeout.
+func WithDialTimeout(d time.Duration) Option { return func(s *settings) { s.dialTimeout = d } }
+
+// WithTLSConfig makes the client speak TLS with cfg; nil means plain TCP
+// (the default). An empty ServerName is taken from the address dialled.
+func WithTLSConfig(cfg *tls.Config) Option { return func(s *settings) { s.tlsConfig = cfg } }
+
+func defaultSettings() settings {
+	return settings{
+		lease:       DefaultLease,
+		owner:       defaultOwner(),
+		dialTimeout: DefaultDialTimeout,
+	}
+}
+
+// defaultOwner is hostname:pid, or pid:N when the host name is not fit to
+// send.
+func defaultOwner() string {
+	pid := strconv.Itoa(os.Getpid())
+	if host, err := os.Hostname(); err == nil {
+		if owner := host + ":" + pid; wire.CheckOwner(owner) == nil {
+			return owner
+		}
+	}
+	return "pid:" + pid
+}
+
+func (s *settings) apply(opts []Option) {
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+}
+
+// check refuses what the server would refuse, and what the client cannot do.
+func (s *settings) check() error {
+	switch {
+	case s.lease < time.Millisecond:
+		return badRequest("lease %v must be at least 1ms", s.lease)
+	case s.lease > maxLease:
+		return badRequest("lease %v exceeds the protocol's maximum of %v", s.lease, maxLease)
+	case s.dialTimeout < 0:
+		return badRequest("dial timeout %v must not be negative", s.dialTimeout)
+	}
+	if err := wire.CheckOwner(s.owner); err != nil {
+		return asRequestError(err)
+	}
+	return nil
+}
+
+// asRequestError turns a refusal of wire's checks into a requestError.
+func asRequestError(err error) error {
+	if we, ok := err.(*wire.Error); ok {
+		return &requestError{we}
+	}
+	return err
+}
+
+// acquireFrame returns the ACQUIRE frame for name, and the lease as sent.
+func (s *settings) acquireFrame(name string) ([]byte, time.Duration, error) {
+	if err := wire.CheckName(name); err != nil {
+		return nil, 0, asRequestError(err)
+	}
+	if err := s.check(); err != nil {
+		return nil, 0, err
+	}
+	a := wire.Acquire{
+		Version: wire.Version,
+		LeaseMs: uint32(s.lease / time.Millisecond),
+		Name:    name,
+		Owner:   s.owner,
+	}
+	if s.noWait {
+		a.Flags = wire.FlagNoWait
+	}
+	b, err := wire.AppendAcquire(nil, a)
+	if err != nil {
+		// Unreachable after the checks above; keep the reason if not.
+		return nil, 0, fmt.Errorf("encode ACQUIRE: %w", err)
+	}
+	return b, time.Duration(a.LeaseMs) * time.Millisecond, nil
+}

@@ -1,0 +1,321 @@
+package baton
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/batonlock/baton/wire"
+)
+
+// session is one connection: one claim on one lock. Two goroutines serve it
+// and both end when it ends: read, the permanent reader, so that a promotion
+// push is seen at once; and run, which writes ACQUIRE and the heartbeats,
+// keeps the schedule and the deadline, and alone decides why the session
+// ended.
+type session struct {
+	conn  net.Conn // the protocol's byte stream (TLS or TCP)
+	raw   net.Conn // what to close: the TCP connection under conn
+	addr  string
+	name  string
+	sched schedule
+	beat  []byte // a HEARTBEAT frame
+
+	// ctx is the Lock's context; cancel is called by end, before the
+	// connection is closed, so the work stops first.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	events  chan event  // read -> run
+	granted chan uint64 // run -> Acquire: the token, sent once
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by close: Release, or Acquire gave up
+	quit      chan struct{} // closed when run ends: read stops sending
+	readDone  chan struct{}
+	done      chan struct{} // closed when both goroutines have ended
+
+	// Owned by run; read by others only after done is closed, or, for
+	// held and token, after a receive from granted.
+	held     bool
+	token    uint64
+	replied  bool   // the server answered at least once
+	position uint32 // the last WAITING position
+	err      error  // why the session ended
+}
+
+type eventKind uint8
+
+const (
+	evWaiting   eventKind = iota + 1 // WAITING reply
+	evAcquired                       // ACQUIRED reply (PUSH=0)
+	evPush                           // ACQUIRED PUSH=1
+	evError                          // ERROR frame; err is its *wire.Error
+	evBroken                         // the read failed; err says how
+	evViolation                      // a frame no server may send; err says which
+)
+
+// event is one frame, or the end of the stream, as read.
+type event struct {
+	kind     eventKind
+	at       time.Time // when it was read: the end of a round trip
+	token    uint64
+	position uint32
+	err      error
+}
+
+// startSession starts the goroutines of a session on conn; parent is the
+// parent of the Lock's context.
+func startSession(parent context.Context, conn, raw net.Conn, addr, name string, lease time.Duration, acquire []byte) *session {
+	lctx, cancel := context.WithCancelCause(parent)
+	s := &session{
+		conn:     conn,
+		raw:      raw,
+		addr:     addr,
+		name:     name,
+		sched:    schedule{lease: lease},
+		beat:     wire.AppendHeartbeat(nil),
+		ctx:      lctx,
+		cancel:   cancel,
+		events:   make(chan event, 4),
+		granted:  make(chan uint64, 1),
+		closing:  make(chan struct{}),
+		quit:     make(chan struct{}),
+		readDone: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go s.read()
+	go s.run(acquire)
+	return s
+}
+
+// close ends the session from outside: the connection is closed at once,
+// which is the release (or gives up the place in the queue). It does not
+// wait; <-s.done does.
+func (s *session) close() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.raw.Close()
+	})
+}
+
+func (s *session) read() {
+	defer close(s.readDone)
+	br := bufio.NewReaderSize(s.conn, wire.MaxFrame)
+	var buf [wire.MaxFrame]byte
+	for {
+		ev := s.readFrame(br, &buf)
+		select {
+		case s.events <- ev:
+		case <-s.quit:
+			return
+		}
+		if ev.kind >= evError {
+			return
+		}
+	}
+}
+
+// readFrame reads one frame. The length is checked before the payload is
+// read, so an oversize frame is refused unread.
+func (s *session) readFrame(r io.Reader, buf *[wire.MaxFrame]byte) event {
+	if _, err := io.ReadFull(r, buf[:wire.HeaderSize]); err != nil {
+		return event{kind: evBroken, err: err}
+	}
+	h, err := wire.ParseHeader(buf[:wire.HeaderSize])
+	if err != nil {
+		return s.violation("%v", errText(err))
+	}
+	p := buf[wire.HeaderSize : wire.HeaderSize+int(h.Length)]
+	if _, err := io.ReadFull(r, p); err != nil {
+		return event{kind: evBroken, err: err}
+	}
+	at := time.Now()
+	switch h.Type {
+	case wire.TypeWaiting:
+		pos, err := wire.DecodeWaiting(p)
+		if err != nil {
+			return s.violation("%v", errText(err))
+		}
+		return event{kind: evWaiting, at: at, position: pos}
+	case wire.TypeAcquired:
+		push, token, err := wire.DecodeAcquired(p)
+		if err != nil {
+			return s.violation("%v", errText(err))
+		}
+		if push {
+			return event{kind: evPush, at: at, token: token}
+		}
+		return event{kind: evAcquired, at: at, token: token}
+	case wire.TypeError:
+		e, err := wire.DecodeError(p)
+		if err != nil {
+			return s.violation("%v", errText(err))
+		}
+		return event{kind: evError, at: at, err: e}
+	}
+	return s.violation("unexpected frame %v", h.Type)
+}
+
+func (s *session) violation(format string, args ...any) event {
+	return event{kind: evViolation, err: &violationError{addr: s.addr, what: fmt.Sprintf(format, args...)}}
+}
+
+// errText is a decoder's complaint without the "baton: PROTOCOL" prefix,
+// which would read as if the client had sent the bad frame.
+func errText(err error) string {
+	if we, ok := err.(*wire.Error); ok {
+		return we.Msg
+	}
+	return err.Error()
+}
+
+// run is the session's clock: it writes ACQUIRE, then one heartbeat an
+// interval after each reply, so at most one request is ever in flight and a
+// reply always belongs to the one request outstanding.
+//
+// The deadline runs from the write of the last request the server answered,
+// not from the answer: the server's lastSeenAt is no earlier than that write,
+// so the server cannot end the session before sentAt + lease, and the client
+// gives up at sentAt + 0.8 × lease.
+func (s *session) run(acquire []byte) {
+	defer s.finish()
+	timeout := s.sched.timeout()
+
+	sentAt := time.Now() // the write of the request in flight, or of the last one
+	deadlineAt := sentAt.Add(timeout)
+	pending := true
+
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	beat := time.NewTimer(time.Hour)
+	beat.Stop()
+	defer beat.Stop()
+
+	if err := s.write(acquire, deadlineAt); err != nil {
+		s.end(err)
+		return
+	}
+	for {
+		select {
+		case <-s.closing:
+			s.end(ErrReleased)
+			return
+
+		case <-deadline.C:
+			s.end(s.unconfirmed())
+			return
+
+		case <-beat.C:
+			sentAt, pending = time.Now(), true
+			if err := s.write(s.beat, deadlineAt); err != nil {
+				s.end(err)
+				return
+			}
+
+		case ev := <-s.events:
+			if ev.kind == evBroken {
+				select {
+				case <-s.closing:
+					s.end(ErrReleased)
+				default:
+					s.end(&connError{addr: s.addr, err: ev.err})
+				}
+				return
+			}
+			if ev.kind >= evError {
+				s.end(ev.err)
+				return
+			}
+			// A frame that arrives after the deadline confirms nothing: the
+			// server may already have moved the lock.
+			if !ev.at.Before(deadlineAt) {
+				s.end(s.unconfirmed())
+				return
+			}
+			if ev.kind == evPush {
+				// Promotion. It does not move the deadline: the server's
+				// clock still runs from our last frame it has seen.
+				if s.held {
+					s.end(&violationError{addr: s.addr, what: "promotion push while holding the lock"})
+					return
+				}
+				s.grant(ev.token)
+				continue
+			}
+			// A reply: WAITING or ACQUIRED PUSH=0.
+			if !pending {
+				s.end(&violationError{addr: s.addr, what: fmt.Sprintf("reply with no request outstanding (token %d, position %d)", ev.token, ev.position)})
+				return
+			}
+			pending = false
+			s.replied = true
+			s.sched.observe(ev.at.Sub(sentAt))
+			deadlineAt = sentAt.Add(timeout)
+			now := time.Now()
+			deadline.Reset(deadlineAt.Sub(now))
+			beat.Reset(ev.at.Add(s.sched.interval()).Sub(now))
+			switch {
+			case ev.kind == evWaiting && s.held:
+				s.end(&violationError{addr: s.addr, what: fmt.Sprintf("WAITING (position %d) after granting the lock", ev.position)})
+				return
+			case ev.kind == evWaiting:
+				s.position = ev.position
+			case !s.held:
+				s.grant(ev.token)
+			case ev.token != s.token:
+				s.end(&violationError{addr: s.addr, what: fmt.Sprintf("ACQUIRED with token %d while holding token %d", ev.token, s.token)})
+				return
+			}
+		}
+	}
+}
+
+func (s *session) grant(token uint64) {
+	s.held, s.token = true, token
+	s.granted <- token // buffered; sent once
+}
+
+// write writes one request; the deadline is the session's, so a write stuck
+// behind a frozen link ends as a lost confirmation, not later.
+func (s *session) write(b []byte, deadlineAt time.Time) error {
+	s.conn.SetWriteDeadline(deadlineAt)
+	if _, err := s.conn.Write(b); err != nil {
+		select {
+		case <-s.closing:
+			return ErrReleased
+		default:
+		}
+		if !time.Now().Before(deadlineAt) {
+			return s.unconfirmed()
+		}
+		return &connError{addr: s.addr, err: err}
+	}
+	return nil
+}
+
+func (s *session) unconfirmed() error {
+	return fmt.Errorf("%w for %v (0.8 × lease %v)", ErrUnconfirmed, s.sched.timeout(), s.sched.lease)
+}
+
+// end records why the session ended and cancels the Lock's context at once,
+// before the connection is closed.
+func (s *session) end(err error) {
+	if s.held && err != ErrReleased {
+		err = &lostError{name: s.name, cause: err}
+	}
+	s.err = err
+	s.cancel(err)
+}
+
+// finish closes the connection and waits for the reader.
+func (s *session) finish() {
+	close(s.quit)
+	s.raw.Close()
+	<-s.readDone
+	close(s.done)
+}
