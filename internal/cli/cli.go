@@ -161,19 +161,22 @@ func helpCommand() *command {
 	}
 }
 
-func runHelp(_ context.Context, s *sys, _ *command, args []string) int {
+func runHelp(_ context.Context, s *sys, c *command, args []string) int {
 	switch {
 	case len(args) == 0:
 		printUsage(s.stdout)
 		return exitOK
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
+		printCommandHelp(s.stdout, c)
+		return exitOK
 	case len(args) > 1:
 		return usageError(s, "help", fmt.Sprintf("unexpected argument %q", args[1]))
 	}
-	c := findCommand(args[0])
-	if c == nil {
+	about := findCommand(args[0])
+	if about == nil {
 		return usageError(s, "", fmt.Sprintf("unknown command %q", args[0]))
 	}
-	printCommandHelp(s.stdout, c)
+	printCommandHelp(s.stdout, about)
 	return exitOK
 }
 

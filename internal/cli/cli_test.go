@@ -22,6 +22,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"serve", "--help"}, []string{"Usage: baton serve [flags]"}},
 		{[]string{"help", "version"}, []string{"Usage: baton version"}},
 		{[]string{"help", "help"}, []string{"Usage: baton help [command]"}},
+		{[]string{"help", "-h"}, []string{"Usage: baton help [command]"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
