@@ -100,7 +100,7 @@ func TestProtocolErrors(t *testing.T) {
 	name255 := strings.Repeat("n", 255)
 	payload1025 := bytes.Repeat([]byte{0xAA}, 1025)
 	tests := []struct {
-		name  string
+		name    string
 		first   bool   // send a valid ACQUIRE (and read its reply) first
 		send    []byte // then this
 		want    wire.Code
@@ -386,6 +386,10 @@ func TestClosedAfterErrorDespiteLateFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectError(t, h, wire.CodeForceReleased)
+	// The EOF comes just before the server sets its linger deadline; the
+	// pause puts the late bytes after that, where they did harm (without
+	// it the test still passes, it only catches a regression less often).
+	time.Sleep(20 * time.Millisecond)
 	h.Write([]byte{0x00, 0x00}) // ...and completed after the ERROR
 	start := time.Now()
 	eventuallyMetric(t, reg, "baton_connections", "", 0)

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,17 +307,20 @@ func eventuallyMetric(t *testing.T, reg prometheus.Gatherer, name, labels string
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("metric %s{%s} = %v, want %v", name, labels, got, want)
+			t.Fatalf("metric %s{%s} = %v, want %v; non-zero series: %v", name, labels, got, want, nonZero(series(t, reg, name)))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 // flood makes c an owner that never reads: a goroutine pipelines
-// heartbeats until the server closes the connection. The server's replies
-// fill c's small receive buffer, its write blocks, and it stops reading;
-// stuck is closed when c's own writes stop going through. The goroutine
-// ends by itself (bounded); t.Cleanup waits for it.
+// heartbeats until its writes stall (the server's replies have filled c's
+// small receive buffer, the server's write to c is blocked and it has
+// stopped reading). stuck is closed then. The goroutine then completes the
+// frame it was cut in and sends nothing more, so that the server never
+// waits for the rest of a frame (which would end the session by read
+// timeout, not write timeout). It ends when the connection closes;
+// t.Cleanup closes it and waits.
 func flood(t *testing.T, c *batontest.Conn) (stuck <-chan struct{}) {
 	t.Helper()
 	ch := make(chan struct{})
@@ -324,18 +328,21 @@ func flood(t *testing.T, c *batontest.Conn) (stuck <-chan struct{}) {
 	batch := heartbeats(1024)
 	go func() {
 		defer close(done)
-		var once sync.Once
-		off := 0 // where a cut-short write stopped: frames stay whole
 		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
 			c.Conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			n, err := c.Conn.Write(batch[off:])
-			off = (off + n) % len(batch)
-			if err != nil {
-				if !errors.Is(err, os.ErrDeadlineExceeded) {
-					return // the server closed the connection
-				}
-				once.Do(func() { close(ch) })
+			n, err := c.Conn.Write(batch)
+			if err == nil {
+				continue
 			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				return // the server closed the connection
+			}
+			close(ch)
+			if rest := (3 - n%3) % 3; rest > 0 {
+				c.Conn.SetWriteDeadline(time.Time{})
+				c.Conn.Write(batch[:rest]) // returns when sent or closed
+			}
+			return
 		}
 	}()
 	t.Cleanup(func() {
@@ -345,12 +352,25 @@ func flood(t *testing.T, c *batontest.Conn) (stuck <-chan struct{}) {
 	return ch
 }
 
-// dialSmallBuffer connects with a small receive buffer, so that a client
-// that does not read fills it quickly.
+// dialSmallBuffer connects with a small receive buffer, set before the
+// connect so that the window is small from the first segment: a client
+// that does not read then blocks the server's writes after a few
+// kilobytes, long before the server has read all it was sent.
 func dialSmallBuffer(t *testing.T, ts *batontest.Server) *batontest.Conn {
 	t.Helper()
-	c := batontest.Dial(t, ts.Addr)
-	if err := c.Conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = setRcvbuf(fd, 4096) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	nc, err := d.Dial("tcp", ts.Addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", ts.Addr, err)
+	}
+	c := batontest.NewConn(t, nc)
+	if err := nc.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatalf("SetReadBuffer: %v", err)
 	}
 	return c

@@ -34,6 +34,9 @@ type session struct {
 	finish   bool      // after out is written: half-close, then drain and close
 	dead     bool      // a write failed or the connection is closed
 	pushAt   time.Time // when the queued push's handover began, for the histogram
+	// lingerUntil is the read deadline halfClose set, zero before it; drain
+	// restores it (see there).
+	lingerUntil time.Time
 }
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
@@ -306,15 +309,17 @@ func (c *session) flush() {
 // writeFailed ends the session after a failed write and closes the socket,
 // which also wakes the reader.
 func (c *session) writeFailed(err error) {
-	c.conn.Close()
 	reason := ReasonReset
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		reason = ReasonWriteTimeout
 	}
 	s := c.srv
+	// End first, close after: the reader, woken by the close, must find the
+	// session ended for this reason rather than record it as closed.
 	s.mu.Lock()
 	s.endLocked(time.Now(), c, reason, "", true)
 	s.mu.Unlock()
+	c.conn.Close()
 }
 
 // halfClose follows the session's ERROR with a FIN and makes the reader stop
@@ -324,7 +329,11 @@ func (c *session) halfClose() {
 	if cw, ok := c.conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	c.conn.SetReadDeadline(time.Now().Add(c.srv.linger))
+	until := time.Now().Add(c.srv.linger)
+	c.wmu.Lock()
+	c.lingerUntil = until
+	c.wmu.Unlock()
+	c.conn.SetReadDeadline(until)
 }
 
 // drain waits, after a session that ends with an ERROR, until the ERROR is
@@ -335,6 +344,17 @@ func (c *session) halfClose() {
 func (c *session) drain() {
 	if c.reason.code() == 0 {
 		return // the client left, or its socket failed: nothing to deliver
+	}
+	// The reader may have replaced or cleared halfClose's deadline while it
+	// finished a frame begun before the ERROR (readHeader sets and clears
+	// its own); without this, a client that then neither reads nor closes
+	// would keep this goroutine forever. If halfClose has not run yet, it
+	// sets the deadline itself: nothing clears it once the reader is here.
+	c.wmu.Lock()
+	until := c.lingerUntil
+	c.wmu.Unlock()
+	if !until.IsZero() {
+		c.conn.SetReadDeadline(until)
 	}
 	var buf [256]byte
 	for {

@@ -233,3 +233,10 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// NewConn wraps a connection the test dialled itself (for example with
+// socket options set before the connect); t.Cleanup closes it.
+func NewConn(t testing.TB, nc net.Conn) *Conn {
+	t.Cleanup(func() { nc.Close() })
+	return &Conn{t: t, Conn: nc}
+}
