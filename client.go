@@ -115,7 +115,7 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 		}
 		s, err := c.connect(ctx, parent, &set, &idx, name, lease, frame)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctxEnded(ctx) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
 			}
 			if !reached {
@@ -130,7 +130,7 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 		}
 		reached = true
 
-		l, err := c.await(ctx, s)
+		l, err := c.await(ctx, s, lastErr)
 		if l != nil || err != nil {
 			return l, err
 		}
@@ -157,13 +157,14 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 
 // await waits for the session to be granted, to end, or for ctx. It returns
 // (nil, nil) when the session ended while waiting and Acquire may try again.
-func (c *Client) await(ctx context.Context, s *session) (*Lock, error) {
+// lastErr is why the previous attempt failed, for the error if ctx ends.
+func (c *Client) await(ctx context.Context, s *session, lastErr error) (*Lock, error) {
 	select {
 	case token := <-s.granted:
 		if ctx.Err() != nil {
 			s.close()
 			<-s.done
-			return nil, acquireCtxError(ctx, s.name, nil, 0)
+			return nil, acquireCtxError(ctx, s.name, lastErr, 0)
 		}
 		return &Lock{name: s.name, token: token, s: s}, nil
 	case <-s.done:
@@ -175,7 +176,7 @@ func (c *Client) await(ctx context.Context, s *session) (*Lock, error) {
 	case <-ctx.Done():
 		s.close()
 		<-s.done
-		return nil, acquireCtxError(ctx, s.name, nil, s.position)
+		return nil, acquireCtxError(ctx, s.name, lastErr, s.position)
 	}
 }
 
@@ -267,6 +268,17 @@ func backoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// ctxEnded reports whether ctx has ended or its deadline has passed: a dial
+// cut short by the deadline can return before ctx.Done is closed, and its
+// "i/o timeout" says less than the attempt before it.
+func ctxEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // sleep waits d or until ctx ends; false if ctx ended.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -282,16 +294,20 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // acquireCtxError is the end of a wait by ctx. It wraps ctx.Err() and the
 // cause; the last failure and the place in the queue are told, not wrapped,
 // so that errors.Is reports why Acquire returned, not what it had survived.
+// Call it only once ctxEnded(ctx).
 func acquireCtxError(ctx context.Context, name string, last error, position uint32) error {
+	<-ctx.Done() // past its deadline, the timer closing Done may lag a moment
 	err := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != err {
 		err = fmt.Errorf("%w: %w", err, cause)
 	}
 	switch {
-	case last != nil:
-		err = fmt.Errorf("%w (last attempt: %v)", err, last)
+	case position > 0 && last != nil:
+		err = fmt.Errorf("%w (waiting at position %d; earlier attempt: %v)", err, position, last)
 	case position > 0:
 		err = fmt.Errorf("%w (waiting at position %d)", err, position)
+	case last != nil:
+		err = fmt.Errorf("%w (last attempt: %v)", err, last)
 	}
 	return &opError{op: "acquire", name: name, err: err}
 }

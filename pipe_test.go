@@ -19,8 +19,9 @@ import (
 // pipeNet replaces a Client's dialer: every dial makes a net.Pipe and hands
 // its server end to the test as a peer.
 type pipeNet struct {
-	t     *testing.T
-	peers chan *peer
+	t      *testing.T
+	peers  chan *peer
+	unread bool // peers do not read: the test reads p.conn itself
 
 	mu    sync.Mutex
 	dials []string        // addresses dialled, in order
@@ -47,6 +48,11 @@ func (pn *pipeNet) dial(ctx context.Context, addr string, _ *settings) (net.Conn
 		return nil, nil, &net.OpError{Op: "dial", Net: "pipe", Err: errors.New("connection refused")}
 	}
 	cc, sc := net.Pipe()
+	if pn.unread {
+		pn.t.Cleanup(func() { sc.Close() })
+		pn.peers <- &peer{conn: sc, addr: addr}
+		return cc, cc, nil
+	}
 	pn.peers <- newPeer(pn.t, sc, addr)
 	return cc, cc, nil
 }

@@ -43,9 +43,10 @@ type session struct {
 	// held and token, after a receive from granted.
 	held     bool
 	token    uint64
-	replied  bool   // the server answered at least once
-	position uint32 // the last WAITING position
-	err      error  // why the session ended
+	replied  bool      // the server answered at least once
+	position uint32    // the last WAITING position
+	err      error     // why the session ended
+	endedAt  time.Time // when: just before the Lock's context was cancelled
 }
 
 type eventKind uint8
@@ -308,7 +309,7 @@ func (s *session) end(err error) {
 	if s.held && err != ErrReleased {
 		err = &lostError{name: s.name, cause: err}
 	}
-	s.err = err
+	s.err, s.endedAt = err, time.Now()
 	s.cancel(err)
 }
 

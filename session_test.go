@@ -3,6 +3,8 @@ package baton
 import (
 	"context"
 	"errors"
+	"io"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -368,4 +370,95 @@ func TestReleaseIsIdempotent(t *testing.T) {
 			t.Errorf("Token, Name = %d, %q, want 7, jobs", l.Token(), l.Name())
 		}
 	})
+}
+
+// TestLeaseShorterThanRTT: replies that always come after 0.8 × lease can
+// never make a holder; Acquire keeps taking new places, backing off, until
+// its context ends.
+func TestLeaseShorterThanRTT(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease, rtt = 10 * time.Millisecond, 20 * time.Millisecond
+		c, pn := newPipeClient(t, []string{"pipe:1"}, WithLease(lease))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ch := goAcquire(ctx, c, "jobs")
+		var peers sync.WaitGroup // the bubble's clock stops when the test returns
+		defer peers.Wait()
+		peers.Add(1)
+		go func() {
+			defer peers.Done()
+			for p := range pn.peers {
+				peers.Add(1)
+				go func() {
+					defer peers.Done()
+					f, ok := <-p.rx
+					if !ok || f.typ != wire.TypeAcquire {
+						return
+					}
+					time.Sleep(rtt)
+					p.conn.Write(wire.AppendAcquired(nil, false, 1)) // fails: closed at 8ms
+				}()
+			}
+		}()
+		r := result(t, ch)
+		close(pn.peers)
+		if r.l != nil {
+			r.l.Release()
+			t.Fatalf("Acquire succeeded over a round trip longer than the lease")
+		}
+		want := `acquire "jobs": context deadline exceeded (last attempt: no confirmation from the server for 8ms (0.8 × lease 10ms))`
+		if !errors.Is(r.err, context.DeadlineExceeded) || r.err.Error() != want {
+			t.Errorf("Acquire: %q, want %q", r.err, want)
+		}
+		// Each attempt lasts 8ms; the second follows at once, then waits of
+		// 50-100ms, 100-200ms, 200-400ms, 400-800ms: 4 to 6 attempts in 1s.
+		if n := pn.dialCount(); n < 4 || n > 6 {
+			t.Errorf("%d attempts in 1s, want 4 to 6", n)
+		}
+	})
+}
+
+// TestStuckWrite: a peer that stops reading blocks the heartbeat's write
+// (net.Pipe has no buffer, like a full socket); the write gives up at the
+// session's deadline and the lock is lost then, not later. A Release during
+// such a write returns at once.
+func TestStuckWrite(t *testing.T) {
+	for _, release := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deadline", true: "release"}[release], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const lease = 10 * time.Second
+				c, pn := newPipeClient(t, []string{"pipe:1"}, WithLease(lease))
+				pn.unread = true
+				ch := goAcquire(context.Background(), c, "jobs")
+				p := pn.accept(t)
+				var h [wire.HeaderSize]byte
+				if _, err := io.ReadFull(p.conn, h[:]); err != nil {
+					t.Fatal(err)
+				}
+				hdr, _ := wire.ParseHeader(h[:])
+				io.ReadFull(p.conn, make([]byte, hdr.Length))
+				start := time.Now()
+				p.acquired(t, 7)
+				l := result(t, ch).l
+				// The heartbeat at lease/4 finds nobody reading.
+				if release {
+					time.Sleep(lease / 2)
+					if err := l.Release(); err != nil {
+						t.Errorf("Release: %v, want nil", err)
+					}
+					if d := time.Since(start); d != lease/2 {
+						t.Errorf("Release returned after %v, want at once (%v)", d, lease/2)
+					}
+					return
+				}
+				<-l.Done()
+				if d := time.Since(start); d != lease*8/10 {
+					t.Errorf("lost after %v, want %v", d, lease*8/10)
+				}
+				if err := l.Err(); !errors.Is(err, ErrUnconfirmed) {
+					t.Errorf("Err() = %v, want ErrUnconfirmed", err)
+				}
+			})
+		})
+	}
 }
