@@ -38,10 +38,16 @@ func (t *Table) CheckInvariants() error {
 		if l.name != name {
 			return fmt.Errorf("lock %q filed under %q", l.name, name)
 		}
-		if l.holder == nil {
+		if l.holder == nil && t.graceUntil.IsZero() {
 			return fmt.Errorf("lock %q has no holder (waiters %d)", name, l.waiters)
 		}
-		if t.sessions[l.holder.id] != l.holder {
+		if l.holder == nil && l.head == nil {
+			return fmt.Errorf("lock %q has neither holder nor waiters", name)
+		}
+		if l.holder != nil && !t.graceUntil.IsZero() {
+			return fmt.Errorf("lock %q has holder %d during the grace period", name, l.holder.id)
+		}
+		if l.holder != nil && t.sessions[l.holder.id] != l.holder {
 			return fmt.Errorf("lock %q: holder %d is not in the sessions map", name, l.holder.id)
 		}
 		n := 0

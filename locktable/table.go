@@ -26,6 +26,13 @@ type Config struct {
 	// NextToken returns the next fencing token. Each call must return a value
 	// greater than every earlier one (also across restarts) and never 0.
 	NextToken func() uint64
+	// NoGrantBefore starts the table in a grace period: no lock is granted
+	// before it, every session queues (a NoWait one is refused with
+	// RefusedGrace), and the first Expire or Acquire at or after it grants
+	// the head of every queue. The zero time means no grace period. It is
+	// what keeps a restart after a crash from granting a lock that a client
+	// of the crashed server may still believe it holds.
+	NoGrantBefore time.Time
 }
 
 // Request is what a session asks for in its ACQUIRE.
@@ -48,6 +55,8 @@ const (
 	RefusedSessions
 	// RefusedWaiters: the lock's queue holds MaxWaitersPerLock waiters.
 	RefusedWaiters
+	// RefusedGrace: NOWAIT during the grace period of Config.NoGrantBefore.
+	RefusedGrace
 )
 
 func (r Refusal) String() string {
@@ -60,6 +69,8 @@ func (r Refusal) String() string {
 		return "sessions"
 	case RefusedWaiters:
 		return "waiters"
+	case RefusedGrace:
+		return "grace"
 	}
 	return fmt.Sprintf("refusal(%d)", uint8(r))
 }
@@ -84,6 +95,9 @@ const (
 	CauseForceReleased
 	// CauseKicked: an operator removed the waiter from the queue.
 	CauseKicked
+	// CauseGraceEnded: nobody left; the grace period of
+	// Config.NoGrantBefore ended and the head of a queue was granted.
+	CauseGraceEnded
 )
 
 func (c Cause) String() string {
@@ -96,16 +110,22 @@ func (c Cause) String() string {
 		return "force_released"
 	case CauseKicked:
 		return "kicked"
+	case CauseGraceEnded:
+		return "grace_ended"
 	}
 	return fmt.Sprintf("cause(%d)", uint8(c))
 }
 
-// Exit is one session leaving the table, and the grant it caused.
+// Exit is one session leaving the table, and the grant it caused. The
+// exception is Cause CauseGraceEnded: no session left (Session is the zero
+// Info) and Promoted is the head of a queue granted at the end of the grace
+// period, so that callers handle every promotion in one place.
 type Exit struct {
-	Session Info  // the session as it was when it left
+	Session Info  // the session as it was when it left; zero for CauseGraceEnded
 	Cause   Cause // why it left
 	// Promoted is the waiter that now holds the lock in its place; valid when
-	// HasPromoted is true. Only a holder's exit promotes.
+	// HasPromoted is true. Only a holder's exit, or the end of the grace
+	// period, promotes.
 	Promoted    Grant
 	HasPromoted bool
 }
@@ -134,7 +154,7 @@ type Info struct {
 // LockInfo describes a lock that has a holder or waiters.
 type LockInfo struct {
 	Name    string
-	Holder  *Info // nil when only waiters are left, which never lasts past a call
+	Holder  *Info // nil during the grace period; otherwise never past a call
 	Waiters []Info
 }
 
@@ -175,6 +195,9 @@ type Table struct {
 	locks    map[string]*lock
 	sessions map[SessionID]*session
 	expiry   expiryHeap
+	// graceUntil is Config.NoGrantBefore until the grace period has ended
+	// (then zero): while it is set, no lock has a holder.
+	graceUntil time.Time
 }
 
 // New returns an empty table.
@@ -183,9 +206,10 @@ func New(cfg Config) *Table {
 		panic("locktable: Config.NextToken is nil")
 	}
 	return &Table{
-		cfg:      cfg,
-		locks:    make(map[string]*lock),
-		sessions: make(map[SessionID]*session),
+		cfg:        cfg,
+		locks:      make(map[string]*lock),
+		sessions:   make(map[SessionID]*session),
+		graceUntil: cfg.NoGrantBefore,
 	}
 }
 
@@ -198,6 +222,8 @@ func (t *Table) Locks() int { return len(t.locks) }
 // Acquire enters session id into the table with its first frame, received
 // at now. A free lock is granted at once; a held one queues the session,
 // unless req.NoWait or a limit refuses it. A refused session is not entered.
+// During the grace period (Config.NoGrantBefore) every session queues, and a
+// NoWait one is refused with RefusedGrace.
 //
 // Every overdue session is expired first, as Expire(now) would, so a dead
 // holder does not make a newcomer wait and dead sessions count against no
@@ -214,7 +240,11 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	if t.cfg.MaxSessions > 0 && len(t.sessions) >= t.cfg.MaxSessions {
 		return State{}, RefusedSessions, dst, nil
 	}
-	if l != nil && l.holder != nil {
+	inGrace := !t.graceUntil.IsZero() // Expire has ended it if it is over
+	if inGrace && req.NoWait {
+		return State{}, RefusedGrace, dst, nil
+	}
+	if l != nil && (l.holder != nil || inGrace) {
 		if req.NoWait {
 			return State{}, RefusedBusy, dst, nil
 		}
@@ -237,7 +267,7 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	}
 	t.sessions[id] = s
 	t.expiry.push(s)
-	if l.holder == nil {
+	if l.holder == nil && !inGrace {
 		t.grant(now, s)
 		return State{Held: true, Token: s.token}, NotRefused, dst, nil
 	}
@@ -275,21 +305,60 @@ func (t *Table) Release(now time.Time, id SessionID, dst []Exit) ([]Exit, bool) 
 }
 
 // Expire removes every session whose lease has run out at now: silent for
-// at least its lease. Exits are appended to dst.
+// at least its lease. Exits are appended to dst. If the grace period ends
+// at or before now, it then grants the head of every queue, in the order of
+// the locks' names, each as an Exit with Cause CauseGraceEnded; waiters
+// whose lease ran out during the grace period have left before.
 func (t *Table) Expire(now time.Time, dst []Exit) []Exit {
 	for len(t.expiry) > 0 && !t.expiry[0].deadline.After(now) {
 		dst = t.remove(now, t.expiry[0], CauseExpired, dst)
 	}
+	if !t.graceUntil.IsZero() && !now.Before(t.graceUntil) {
+		dst = t.endGrace(now, dst)
+	}
 	return dst
 }
 
-// NextDeadline is the earliest time at which a session would expire, if
-// nothing is heard from it; false when the table is empty.
-func (t *Table) NextDeadline() (time.Time, bool) {
-	if len(t.expiry) == 0 {
-		return time.Time{}, false
+// endGrace ends the grace period and grants the head of every queue.
+func (t *Table) endGrace(now time.Time, dst []Exit) []Exit {
+	t.graceUntil = time.Time{}
+	names := make([]string, 0, len(t.locks))
+	for name, l := range t.locks {
+		if l.holder == nil && l.head != nil {
+			names = append(names, name)
+		}
 	}
-	return t.expiry[0].deadline, true
+	sort.Strings(names) // a fixed order, for tests and logs
+	for _, name := range names {
+		l := t.locks[name]
+		w := l.head
+		l.unlink(w)
+		waited := now.Sub(w.since)
+		t.grant(now, w)
+		dst = append(dst, Exit{
+			Cause:       CauseGraceEnded,
+			Promoted:    Grant{ID: w.id, Name: name, Token: w.token, Waited: waited},
+			HasPromoted: true,
+		})
+	}
+	return dst
+}
+
+// GraceUntil is the end of the grace period (Config.NoGrantBefore); false
+// when there is none or it has ended.
+func (t *Table) GraceUntil() (time.Time, bool) {
+	return t.graceUntil, !t.graceUntil.IsZero()
+}
+
+// NextDeadline is the earliest time at which Expire has work: a session
+// would expire, if nothing is heard from it, or the grace period ends;
+// false when the table is empty and no grace period is pending.
+func (t *Table) NextDeadline() (time.Time, bool) {
+	next, ok := t.graceUntil, !t.graceUntil.IsZero()
+	if len(t.expiry) > 0 && (!ok || t.expiry[0].deadline.Before(next)) {
+		next, ok = t.expiry[0].deadline, true
+	}
+	return next, ok
 }
 
 // ForceRelease takes the lock name from its holder and promotes the next

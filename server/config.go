@@ -25,6 +25,17 @@ type Config struct {
 	// NextToken returns fencing tokens: each greater than every earlier one,
 	// across restarts, never 0 (see internal/tokenstore). Required.
 	NextToken func() uint64
+	// NoGrantBefore starts the server in a crash-recovery grace period: no
+	// lock is granted before it; every ACQUIRE queues (a NOWAIT one gets
+	// ERROR OVERLOADED), and at NoGrantBefore the head of every queue is
+	// granted and pushed ACQUIRED. The zero time means no grace period.
+	NoGrantBefore time.Time
+	// NoteLease, if not nil, is called with the lease of every ACQUIRE
+	// before it enters the table, outside the server's mutex; an error
+	// refuses the session with ERROR OVERLOADED. It is how the longest lease
+	// is made durable for the grace period after a crash
+	// (tokenstore.Store.NoteLease).
+	NoteLease func(time.Duration) error
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"github.com/batonlock/baton/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -90,4 +92,18 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// registerGrace adds the gauge of the crash-recovery grace period ending at
+// until (zero: none).
+func (m *metrics) registerGrace(reg *prometheus.Registry, until time.Time) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_grace_remaining_seconds",
+		Help: "Time left in the crash-recovery grace period, during which no lock is granted; 0 outside it.",
+	}, func() float64 {
+		if until.IsZero() {
+			return 0
+		}
+		return max(time.Until(until).Seconds(), 0)
+	}))
 }

@@ -82,12 +82,19 @@ func New(cfg Config) (*Server, error) {
 			MaxSessions:       cfg.MaxSessions,
 			MaxWaitersPerLock: cfg.MaxWaitersPerLock,
 			NextToken:         cfg.NextToken,
+			NoGrantBefore:     cfg.NoGrantBefore,
 		}),
 		sessions:   make(map[locktable.SessionID]*session),
 		conns:      make(map[*session]struct{}),
 		listeners:  make(map[net.Listener]struct{}),
 		reaperWake: make(chan struct{}, 1),
 		done:       make(chan struct{}),
+	}
+	s.m.registerGrace(reg, cfg.NoGrantBefore)
+	if !cfg.NoGrantBefore.IsZero() {
+		log.Info("crash recovery: no grants until the grace period ends",
+			"until", cfg.NoGrantBefore.UTC().Format(time.RFC3339Nano),
+			"grace", time.Until(cfg.NoGrantBefore).Round(time.Millisecond).String())
 	}
 	return s, nil
 }
@@ -341,6 +348,10 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 // of the session the caller itself is ending (0 if none). mu must be held.
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
+		if e.Cause == locktable.CauseGraceEnded {
+			s.promoteLocked(now, e.Promoted, 0, fx) // nobody left
+			continue
+		}
 		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)
 		if e.Session.Held {
@@ -369,23 +380,29 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 				s.endOneLocked(now, c, reason, msg, fx)
 			}
 		}
-		if !e.HasPromoted {
-			continue
+		if e.HasPromoted {
+			s.promoteLocked(now, e.Promoted, reason, fx)
 		}
-		s.m.waiting.Dec()
-		s.m.holding.Inc()
-		p := s.sessions[e.Promoted.ID]
-		if p == nil || p.ended || s.closing.Load() {
-			continue // ending too (as in shutdown): it must not hear ACQUIRED
-		}
-		s.m.grantPromotion.Inc()
-		if ctr := s.m.handovers[reason]; ctr != nil {
-			ctr.Inc()
-		}
-		p.queueAcquired(true, e.Promoted.Token, now)
-		fx.flush = append(fx.flush, p)
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
+}
+
+// promoteLocked counts the grant g of a waiter and queues its ACQUIRED
+// push. reason is how the previous holder's session ended (0 when there
+// was none: the end of the grace period). mu must be held.
+func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReason, fx *effects) {
+	s.m.waiting.Dec()
+	s.m.holding.Inc()
+	p := s.sessions[g.ID]
+	if p == nil || p.ended || s.closing.Load() {
+		return // ending too (as in shutdown): it must not hear ACQUIRED
+	}
+	s.m.grantPromotion.Inc()
+	if ctr := s.m.handovers[reason]; ctr != nil {
+		ctr.Inc()
+	}
+	p.queueAcquired(true, g.Token, now)
+	fx.flush = append(fx.flush, p)
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

@@ -146,6 +146,14 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	s := c.srv
 	now := time.Now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
+	// Before the table, outside mu: a lease that grows the recorded bound
+	// waits for its fsync, and must be durable before any grant with it.
+	if s.cfg.NoteLease != nil && !s.closing.Load() {
+		if err := s.cfg.NoteLease(lease); err != nil {
+			s.log.Error("cannot record the lease bound; session refused", "lease", lease.String(), "err", err)
+			return ReasonOverloaded, "cannot record lease " + lease.String() + " for crash recovery", false
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.ended {
@@ -170,6 +178,10 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	case locktable.RefusedSessions:
 		s.m.refusedSess.Inc()
 		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false
+	case locktable.RefusedGrace:
+		until, _ := s.table.GraceUntil()
+		return ReasonOverloaded, fmt.Sprintf("crash-recovery grace period: no lock is granted for %v more (until %s); retry after it",
+			max(until.Sub(now), 0).Round(time.Millisecond), until.UTC().Format(time.RFC3339Nano)), false
 	case locktable.RefusedWaiters:
 		s.m.refusedWaiters.Inc()
 		return ReasonOverloaded, fmt.Sprintf("lock %q has the limit of %d waiters", req.Name, s.cfg.MaxWaitersPerLock), false

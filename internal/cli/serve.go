@@ -47,6 +47,7 @@ type serveOptions struct {
 	shutdownLinger time.Duration
 	maxSessions    int
 	maxWaiters     int
+	crashGraceMax  time.Duration
 	logFormat      string
 	logLevel       string
 }
@@ -69,6 +70,12 @@ signal during the shutdown ends the process at once.
 The server refuses to start when -ops-addr is not a loopback address
 (localhost, 127.0.0.0/8, ::1) and no -admin-token-file is given: the /v1/
 endpoints can release any lock.
+
+After a restart that did not follow a controlled shutdown (kill -9, a
+crash, a power loss), no lock is granted for the longest lease that any
+session used before, capped by -crash-grace-max: a client of the dead
+server may still believe it holds its lock for up to 0.8 x its lease.
+Sessions queue meanwhile; NOWAIT ones get ERROR OVERLOADED.
 
 Exit status: 0 after a controlled shutdown, 1 when the server cannot start
 or fails (a listener cannot bind, the data directory or the token file is
@@ -95,6 +102,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.DurationVar(&o.shutdownLinger, "shutdown-linger", 2*time.Second, "how long the ops endpoints stay up after the protocol listener closes")
 	fs.IntVar(&o.maxSessions, "max-sessions", def.MaxSessions, "most sessions at once; more get ERROR OVERLOADED")
 	fs.IntVar(&o.maxWaiters, "max-waiters", def.MaxWaitersPerLock, "most waiters of one lock; more get ERROR OVERLOADED")
+	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
 	return fs
@@ -111,6 +119,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.dataDir == "" {
 		return errors.New("data-dir must not be empty")
+	}
+	if o.crashGraceMax < 0 {
+		return fmt.Errorf("crash-grace-max (%v) must not be negative", o.crashGraceMax)
 	}
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
@@ -220,6 +231,7 @@ func parseServe(s *sys, c *command, args []string) (o serveOptions, code int, ok
 type running struct {
 	o        *serveOptions
 	logger   *slog.Logger
+	store    *tokenstore.Store
 	srv      *server.Server
 	hs       *http.Server
 	serveErr chan error // Serve's result
@@ -247,7 +259,13 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	}
 	cfg := o.serverConfig()
 	cfg.NextToken = store.Next
+	cfg.NoteLease = store.NoteLease
 	cfg.Logger = logger
+	// Counted from now, not from the crash: later is only safer.
+	grace := min(store.Grace(), o.crashGraceMax)
+	if grace > 0 {
+		cfg.NoGrantBefore = time.Now().Add(grace)
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, failure(s, name, err.Error())
@@ -268,6 +286,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	r := &running{
 		o:      o,
 		logger: logger,
+		store:  store,
 		srv:    srv,
 		hs: &http.Server{
 			Handler: ops.NewHandler(ops.Config{
@@ -298,6 +317,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		"ops_addr", opsLn.Addr().String(),
 		"data_dir", dataDir,
 		"epoch", store.Epoch(),
+		"crash_grace", grace.String(),
 		"admin_token", token != "")
 	return r, exitOK
 }
@@ -327,6 +347,9 @@ func (r *running) run(ctx context.Context) int {
 	if err != nil {
 		r.logger.Error("shutdown of the protocol server did not complete", "err", err)
 		code = exitFailure
+	} else if err := r.store.MarkClean(); err != nil {
+		// Every session was told; the next start only waits needlessly.
+		r.logger.Warn("cannot record the controlled shutdown; the next start will wait as after a crash", "err", err)
 	}
 	if !serveDone {
 		if err := <-r.serveErr; !errors.Is(err, server.ErrServerClosed) {

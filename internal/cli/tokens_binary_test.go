@@ -14,10 +14,11 @@ import (
 
 // startServeBinary runs `baton serve` on free ports with dataDir and returns
 // the process and its protocol address, read from the "baton serving" line.
-func startServeBinary(t *testing.T, dataDir string) (*exec.Cmd, string) {
+// extra flags follow the others.
+func startServeBinary(t *testing.T, dataDir string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := batonCmd(t, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
-		"-shutdown-linger=0s", "-data-dir="+dataDir, "-log-format=json")
+	cmd := batonCmd(t, append([]string{"serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
+		"-shutdown-linger=0s", "-data-dir=" + dataDir, "-log-format=json"}, extra...)...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +85,14 @@ func grantToken(t *testing.T, addr, name string) uint64 {
 
 // TestBinaryTokensRiseAcrossKill9AndRestart: with the same -data-dir, the
 // first token after a kill -9, and after a clean stop, is greater than every
-// token granted before.
+// token granted before. (No crash grace period, so that the first ACQUIRE
+// after the kill is granted at once: grace_binary_test.go tests it.)
 func TestBinaryTokensRiseAcrossKill9AndRestart(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
 	var highest uint64
 	for run, stop := range []string{"kill -9", "SIGTERM", "end"} {
-		cmd, addr := startServeBinary(t, dataDir)
+		cmd, addr := startServeBinary(t, dataDir, "-crash-grace-max=0s")
 		// "jobs" is the name whose tokens must rise across runs; the others
 		// show that tokens also rise within a run. (Distinct names, since a
 		// closed holder of "jobs" may not have left before the next ACQUIRE.)

@@ -9,6 +9,11 @@
 // earlier run, whether that run ended cleanly or with kill -9, and within a
 // run the counter rises by one per grant in memory.
 //
+// The store also keeps what a restart needs to be safe after a crash (see
+// Grace): the longest lease any session of the run has used (NoteLease,
+// written only when it grows) and a marker that the run ended with a
+// controlled shutdown (MarkClean, removed again by Open).
+//
 // Limits: 2^24-1 opens of one data directory, and 2^40 grants per epoch; a
 // run that exhausts its counter moves to a new epoch, durably, on the grant
 // that needs it (one fsync per 2^40 grants). Losing or rolling back the data
@@ -23,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // CounterBits is the number of low bits that count grants within an epoch.
@@ -32,6 +38,11 @@ const (
 	maxEpoch   = 1<<(64-CounterBits) - 1
 	maxCounter = 1<<CounterBits - 1
 	epochFile  = "epoch"
+	// leaseFile holds the longest lease of the run, in nanoseconds.
+	leaseFile = "lease-bound"
+	// cleanFile exists while no run is live and the last one shut down in
+	// a controlled way.
+	cleanFile = "clean-shutdown"
 )
 
 // Store hands out fencing tokens. It is safe for concurrent use.
@@ -40,6 +51,8 @@ type Store struct {
 	mu      sync.Mutex
 	epoch   uint64
 	counter uint64
+	lease   time.Duration // the bound in leaseFile
+	grace   time.Duration // see Grace; set by Open
 }
 
 // Open opens (creating if needed) the data directory dir and starts a new
@@ -60,11 +73,68 @@ func Open(dir string) (*Store, error) {
 	if prev >= maxEpoch {
 		return nil, fmt.Errorf("tokenstore: epoch %d in %s is at or above the limit of %d: no new epoch can start", prev, filepath.Join(dir, epochFile), uint64(maxEpoch))
 	}
+	clean, err := exists(filepath.Join(dir, cleanFile))
+	if err != nil {
+		return nil, err
+	}
+	bound, err := readLease(dir)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{dir: dir}
 	if err := s.moveTo(prev + 1); err != nil {
 		return nil, err
 	}
+	// The marker goes before the first grant of this run, so a crash of
+	// this run is never taken for a clean end. After a clean end the old
+	// bound is dropped: every client was told, so it protects nobody. After
+	// a crash it is kept: clients of the crashed run may still believe in
+	// their locks, and a crash of this run during its grace period must
+	// leave the next run as careful.
+	switch {
+	case clean:
+		if err := removeDurably(dir, cleanFile, leaseFile); err != nil {
+			return nil, err
+		}
+	case prev > 0:
+		s.lease, s.grace = bound, bound
+	}
 	return s, nil
+}
+
+// Grace is how long the run that Open started must grant no lock: the
+// longest lease recorded by the previous run if that run did not end with
+// MarkClean (a crash), else 0 (also for the first run on a directory, and
+// after a crashed run that recorded no lease).
+func (s *Store) Grace() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grace
+}
+
+// NoteLease records durably that a session holds or waits with lease d,
+// before it may be granted. It writes (one fsync) only when d exceeds every
+// lease recorded since the last clean start, so a run pays a handful of
+// writes, not one per grant. It returns an error when the bound cannot be
+// made durable; the session must then not be granted.
+func (s *Store) NoteLease(d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d <= s.lease {
+		return nil
+	}
+	if err := writeDurably(s.dir, leaseFile, []byte(strconv.FormatInt(int64(d), 10)+"\n")); err != nil {
+		return err
+	}
+	s.lease = d
+	return nil
+}
+
+// MarkClean records durably that the run ended with a controlled shutdown:
+// every session was told, so the next Open needs no grace period. Call it
+// only after the last session has ended; the next Open removes it.
+func (s *Store) MarkClean() error {
+	return writeDurably(s.dir, cleanFile, nil)
 }
 
 // Epoch is the epoch of this run.
@@ -116,6 +186,44 @@ func readEpoch(dir string) (uint64, error) {
 		return 0, fmt.Errorf("tokenstore: %s holds %q, not an epoch: %w", filepath.Join(dir, epochFile), b, err)
 	}
 	return e, nil
+}
+
+func readLease(dir string) (time.Duration, error) {
+	name := filepath.Join(dir, leaseFile)
+	b, err := os.ReadFile(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("tokenstore: %w", err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("tokenstore: %s holds %q, not a lease in nanoseconds", name, b)
+	}
+	return time.Duration(n), nil
+}
+
+func exists(name string) (bool, error) {
+	_, err := os.Lstat(name)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return false, fmt.Errorf("tokenstore: %w", err)
+}
+
+// removeDurably removes the files names of dir (those that exist) and makes
+// their removal durable.
+func removeDurably(dir string, names ...string) error {
+	for _, n := range names {
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("tokenstore: %w", err)
+		}
+	}
+	return syncDir(dir)
 }
 
 // writeDurably replaces dir/name with data so that after a crash the file
