@@ -219,7 +219,7 @@ func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, n
 		}
 		*idx = j
 		c.last.Store(uint32(j))
-		return startSession(parent, conn, raw, c.addrs[j], name, lease, frame), nil
+		return startSession(parent, conn, raw, c.addrs[j], name, lease, frame, set.waiting), nil
 	}
 	return nil, errors.Join(errs...)
 }

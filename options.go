@@ -35,6 +35,7 @@ type settings struct {
 	noWait      bool
 	dialTimeout time.Duration
 	tlsConfig   *tls.Config
+	waiting     func(position int)
 }
 
 // WithLease sets the lease: how long the server waits in silence before it
@@ -62,6 +63,14 @@ func WithDialTimeout(d time.Duration) Option { return func(s *settings) { s.dial
 // WithTLSConfig makes the client speak TLS with cfg; nil means plain TCP
 // (the default). An empty ServerName is taken from the address dialled.
 func WithTLSConfig(cfg *tls.Config) Option { return func(s *settings) { s.tlsConfig = cfg } }
+
+// WithWaitingFunc has f called with the place in the queue (1 is next) on
+// every WAITING reply while Acquire waits: the first answer, and the reply
+// to each heartbeat after it. After a reconnection the place starts again
+// at the end of the queue. f runs on the session's heartbeat loop, so it
+// must return at once (hand the value on without blocking); nil, the
+// default, reports nothing. For progress displays such as baton run's.
+func WithWaitingFunc(f func(position int)) Option { return func(s *settings) { s.waiting = f } }
 
 func defaultSettings() settings {
 	return settings{

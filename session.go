@@ -24,6 +24,9 @@ type session struct {
 	name  string
 	sched schedule
 	beat  []byte // a HEARTBEAT frame
+	// waiting is called with each WAITING position (WithWaitingFunc); nil
+	// if none.
+	waiting func(position int)
 
 	// ctx is the Lock's context; cancel is called by end, before the
 	// connection is closed, so the work stops first.
@@ -71,7 +74,7 @@ type event struct {
 
 // startSession starts the goroutines of a session on conn; parent is the
 // parent of the Lock's context.
-func startSession(parent context.Context, conn, raw net.Conn, addr, name string, lease time.Duration, acquire []byte) *session {
+func startSession(parent context.Context, conn, raw net.Conn, addr, name string, lease time.Duration, acquire []byte, waiting func(position int)) *session {
 	lctx, cancel := context.WithCancelCause(parent)
 	s := &session{
 		conn:     conn,
@@ -80,6 +83,7 @@ func startSession(parent context.Context, conn, raw net.Conn, addr, name string,
 		name:     name,
 		sched:    schedule{lease: lease},
 		beat:     wire.AppendHeartbeat(nil),
+		waiting:  waiting,
 		ctx:      lctx,
 		cancel:   cancel,
 		events:   make(chan event, 4),
@@ -266,6 +270,9 @@ func (s *session) run(acquire []byte) {
 				return
 			case ev.kind == evWaiting:
 				s.position = ev.position
+				if s.waiting != nil {
+					s.waiting(int(ev.position))
+				}
 			case !s.held:
 				s.grant(ev.token)
 			case ev.token != s.token:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -461,4 +462,41 @@ func TestStuckWrite(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestWaitingFunc: WithWaitingFunc sees the position of every WAITING reply,
+// the first answer and each heartbeat's, and nothing once granted.
+func TestWaitingFunc(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var got []int
+		record := func(position int) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, position)
+		}
+		c, pn := newPipeClient(t, []string{"pipe:1"}, WithLease(30*time.Second))
+		ch := goAcquire(context.Background(), c, "jobs", WithWaitingFunc(record))
+		p := pn.accept(t)
+		p.next(t, wire.TypeAcquire)
+		p.waiting(t, 3)
+		p.next(t, wire.TypeHeartbeat)
+		p.waiting(t, 2)
+		p.next(t, wire.TypeHeartbeat)
+		p.waiting(t, 1)
+		p.push(t, 9)
+		r := result(t, ch)
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		p.next(t, wire.TypeHeartbeat)
+		p.acquired(t, 9)
+		p.next(t, wire.TypeHeartbeat)
+		r.l.Release()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []int{3, 2, 1}; !slices.Equal(got, want) {
+			t.Errorf("positions reported %v, want %v", got, want)
+		}
+	})
 }

@@ -59,6 +59,10 @@ var commands []*command
 func init() {
 	commands = []*command{
 		serveCommand(),
+		runCommand(),
+		locksCommand(),
+		releaseCommand(),
+		kickCommand(),
 		versionCommand(),
 		helpCommand(),
 	}

@@ -1,0 +1,484 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// Exit codes of the operator commands, besides exitOK, exitFailure (any
+// other error: unauthorized, unreachable, 409) and exitUsage.
+const (
+	exitNotFound = 3 // the lock or session does not exist (404)
+)
+
+// Defaults of the operator commands.
+const (
+	defaultOpsAddr = "127.0.0.1:7071"
+	// opsRequestTimeout bounds one request to the ops API.
+	opsRequestTimeout = 10 * time.Second
+	// maxOpsAnswer caps an answer read from the ops API.
+	maxOpsAnswer = 64 << 20
+)
+
+// adminEnv holds the admin token itself, for when no file is given.
+const adminEnv = "BATON_ADMIN_TOKEN"
+
+// The JSON shapes of the ops API (OPS.md).
+type (
+	opsSession struct {
+		ID       string  `json:"id"`
+		Remote   string  `json:"remote"`
+		Owner    string  `json:"owner"`
+		LeaseMS  int64   `json:"lease_ms"`
+		Token    *uint64 `json:"token"`
+		SinceMS  int64   `json:"since_ms"`
+		SilentMS int64   `json:"silent_ms"`
+	}
+	opsLock struct {
+		Name    string       `json:"name"`
+		Holder  *opsSession  `json:"holder"`
+		Waiters []opsSession `json:"waiters"`
+	}
+	opsLocks struct {
+		Locks []opsLock `json:"locks"`
+	}
+)
+
+// adminOptions are the flags every operator command has.
+type adminOptions struct {
+	opsAddr        string
+	adminTokenFile string
+	json           bool
+}
+
+func newAdminFlags(name string, o *adminOptions) *flag.FlagSet {
+	fs := newFlagSet(name)
+	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` (or http[s]://host:port) of the server's ops API")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the bearer token of the ops API (else $BATON_ADMIN_TOKEN)")
+	fs.BoolVar(&o.json, "json", false, "print the API's JSON answer instead of text")
+	return fs
+}
+
+const adminHelp = `The admin token: the file of -admin-token-file (or $BATON_ADMIN_TOKEN_FILE)
+if given, else the token itself in $BATON_ADMIN_TOKEN. A server without
+-admin-token-file needs none.
+
+Exit status: 0 success, 1 an error (unauthorized, the ops API cannot be
+reached, a refused action), 2 usage error, 3 no such lock or session.
+`
+
+func locksCommand() *command {
+	return &command{
+		name:    "locks",
+		summary: "list the locks that are held or waited for",
+		usage:   "baton locks [flags] [NAME]",
+		flags:   func() *flag.FlagSet { return newAdminFlags("locks", new(adminOptions)) },
+		help: `Without NAME, one line per lock that has a holder or waiters: its name, the
+holder's owner text, session and fencing token, how long it has been held,
+and how many wait. With NAME, that lock and then its queue in order, with
+each waiter's session id (for baton kick). -json prints the ops API's JSON
+(GET /v1/locks or /v1/locks/{name}) for scripts.
+
+` + adminHelp + `
+Examples:
+  baton locks
+  baton locks jobs/nightly
+  baton locks -json | jq -r '.locks[].name'
+  BATON_ADMIN_TOKEN=$(cat /etc/baton/admin-token) baton locks -ops-addr baton1:7071
+`,
+		run: runLocks,
+	}
+}
+
+func releaseCommand() *command {
+	return &command{
+		name:    "release",
+		summary: "force-release a lock: take it from its holder",
+		usage:   "baton release [flags] NAME",
+		flags:   func() *flag.FlagSet { return newAdminFlags("release", new(adminOptions)) },
+		help: `The holder's session gets ERROR FORCE_RELEASED and ends; the next waiter is
+granted the lock at once, with a larger fencing token. A holder started by
+baton run has its command stopped (exit 77). The holder's work may still be
+running for a moment: only the fencing token protects the resource then.
+
+` + adminHelp + `
+Examples:
+  baton release jobs/nightly
+  baton release -ops-addr baton1:7071 -admin-token-file /etc/baton/admin-token deploy/web
+`,
+		run: runRelease,
+	}
+}
+
+func kickCommand() *command {
+	return &command{
+		name:    "kick",
+		summary: "remove a waiter from a lock's queue",
+		usage:   "baton kick [flags] SESSION",
+		flags:   func() *flag.FlagSet { return newAdminFlags("kick", new(adminOptions)) },
+		help: `SESSION is a session id as 'baton locks NAME' lists it. The waiter gets
+ERROR KICKED and leaves the queue (baton run then exits 1). A holder cannot
+be kicked: use baton release NAME.
+
+` + adminHelp + `
+Examples:
+  baton locks jobs/nightly     # find the waiter's SESSION
+  baton kick 17
+`,
+		run: runKick,
+	}
+}
+
+// parseAdmin reads the flags and the one positional argument (or none if
+// optional) of an operator command. When ok is false the command must
+// return code.
+func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (o adminOptions, arg string, ops *opsClient, code int, ok bool) {
+	fs := newAdminFlags(c.name, &o)
+	pos, code, ok := parseInterspersed(s, c, fs, args)
+	if !ok {
+		return o, "", nil, code, false
+	}
+	switch {
+	case len(pos) > 1:
+		return o, "", nil, usageError(s, c.name, fmt.Sprintf("unexpected argument %q: give one %s", pos[1], what)), false
+	case len(pos) == 0 && !optional:
+		return o, "", nil, usageError(s, c.name, "no "+what+" given"), false
+	case len(pos) == 1:
+		arg = pos[0]
+		if arg == "" {
+			return o, "", nil, usageError(s, c.name, what+" is empty"), false
+		}
+	}
+	if err := checkOpsAddr(o.opsAddr); err != nil {
+		return o, "", nil, usageError(s, c.name, err.Error()), false
+	}
+	token, err := adminToken(s, o.adminTokenFile)
+	if err != nil {
+		return o, "", nil, failure(s, c.name, err.Error()), false
+	}
+	return o, arg, newOpsClient(o.opsAddr, token), exitOK, true
+}
+
+func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
+	o, name, ops, code, ok := parseAdmin(s, c, args, "lock name", true)
+	if !ok {
+		return code
+	}
+	path := "/v1/locks"
+	if name != "" {
+		path += "/" + url.PathEscape(name)
+	}
+	body, err := ops.do(ctx, http.MethodGet, path)
+	if err != nil {
+		return adminFailed(s, c.name, err)
+	}
+	if o.json {
+		s.stdout.Write(body)
+		return exitOK
+	}
+	if name != "" {
+		var l opsLock
+		if err := json.Unmarshal(body, &l); err != nil {
+			return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+		}
+		printLock(s.stdout, l)
+		return exitOK
+	}
+	var ls opsLocks
+	if err := json.Unmarshal(body, &ls); err != nil {
+		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+	}
+	if len(ls.Locks) == 0 {
+		fmt.Fprintln(s.stderr, "baton locks: no lock is held or waited for")
+		return exitOK
+	}
+	printLocks(s.stdout, ls.Locks)
+	return exitOK
+}
+
+// printLocks writes the table of baton locks.
+func printLocks(w io.Writer, locks []opsLock) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHOLDER\tSESSION\tTOKEN\tHELD FOR\tWAITERS")
+	for _, l := range locks {
+		holder, session, token, held := "-", "-", "-", "-"
+		if h := l.Holder; h != nil {
+			holder, session, held = ownerText(h.Owner), h.ID, fmtAge(msDuration(h.SinceMS))
+			if h.Token != nil {
+				token = strconv.FormatUint(*h.Token, 10)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", l.Name, holder, session, token, held, len(l.Waiters))
+	}
+	tw.Flush()
+}
+
+// printLock writes one lock and its queue.
+func printLock(w io.Writer, l opsLock) {
+	printLocks(w, []opsLock{l})
+	if h := l.Holder; h != nil {
+		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago\n",
+			h.ID, h.Remote, msDuration(h.LeaseMS), fmtAge(msDuration(h.SilentMS)))
+	}
+	if len(l.Waiters) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tSESSION\tOWNER\tWAITED\tLEASE\tREMOTE")
+	for i, s := range l.Waiters {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), fmtAge(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
+	}
+	tw.Flush()
+}
+
+func ownerText(owner string) string {
+	if owner == "" {
+		return "-"
+	}
+	return owner
+}
+
+func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
+	o, name, ops, code, ok := parseAdmin(s, c, args, "lock name", false)
+	if !ok {
+		return code
+	}
+	body, err := ops.do(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(name)+"/release")
+	if err != nil {
+		return adminFailed(s, c.name, err)
+	}
+	if o.json {
+		s.stdout.Write(body)
+		return exitOK
+	}
+	var sv opsSession
+	if err := json.Unmarshal(body, &sv); err != nil {
+		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+	}
+	token := "?"
+	if sv.Token != nil {
+		token = strconv.FormatUint(*sv.Token, 10)
+	}
+	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
+		name, sv.ID, ownerText(sv.Owner), token, fmtAge(msDuration(sv.SinceMS)))
+	return exitOK
+}
+
+func runKick(ctx context.Context, s *sys, c *command, args []string) int {
+	o, id, ops, code, ok := parseAdmin(s, c, args, "session id", false)
+	if !ok {
+		return code
+	}
+	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/kick")
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusConflict {
+		// The API's advice names its own URL; an operator here wants ours.
+		msg := fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release NAME'", id)
+		if name := holderLock(ctx, ops, id); name != "" {
+			msg = fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, name, shellQuote(name))
+		}
+		return failure(s, c.name, msg)
+	}
+	if err != nil {
+		return adminFailed(s, c.name, err)
+	}
+	if o.json {
+		s.stdout.Write(body)
+		return exitOK
+	}
+	var sv opsSession
+	if err := json.Unmarshal(body, &sv); err != nil {
+		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+	}
+	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), fmtAge(msDuration(sv.SinceMS)))
+	return exitOK
+}
+
+// holderLock is the name of the lock session id holds, or "".
+func holderLock(ctx context.Context, ops *opsClient, id string) string {
+	body, err := ops.do(ctx, http.MethodGet, "/v1/locks")
+	if err != nil {
+		return ""
+	}
+	var ls opsLocks
+	if json.Unmarshal(body, &ls) != nil {
+		return ""
+	}
+	for _, l := range ls.Locks {
+		if l.Holder != nil && l.Holder.ID == id {
+			return l.Name
+		}
+	}
+	return ""
+}
+
+// shellQuote quotes s for a shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// adminFailed prints a failed request and returns its exit code.
+func adminFailed(s *sys, cmd string, err error) int {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusNotFound {
+		fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, oneLine(err.Error()))
+		return exitNotFound
+	}
+	return failure(s, cmd, err.Error())
+}
+
+// adminToken is the bearer token: from file if given, else from
+// $BATON_ADMIN_TOKEN; "" if neither.
+func adminToken(s *sys, file string) (string, error) {
+	if file != "" {
+		return readAdminToken(file)
+	}
+	tok, _ := s.lookupEnv(adminEnv)
+	return strings.TrimSpace(tok), nil
+}
+
+// checkOpsAddr refuses an -ops-addr that is neither host:port nor an
+// http(s) URL.
+func checkOpsAddr(addr string) error {
+	if strings.Contains(addr, "://") {
+		u, err := url.Parse(addr)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("ops-addr %q is not host:port or an http(s) URL", addr)
+		}
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("ops-addr %q is not host:port: %v", addr, err)
+	}
+	return nil
+}
+
+// opsClient makes requests to the ops API.
+type opsClient struct {
+	addr  string // as given, for messages
+	base  string // scheme://host:port, without a trailing /
+	token string
+	hc    *http.Client
+}
+
+func newOpsClient(addr, token string) *opsClient {
+	base := addr
+	if !strings.Contains(addr, "://") {
+		base = "http://" + addr
+	}
+	return &opsClient{
+		addr:  addr,
+		base:  strings.TrimSuffix(base, "/"),
+		token: token,
+		// No keep-alive: one or a few requests, and no idle connection
+		// (or its goroutines) left behind.
+		hc: &http.Client{Timeout: opsRequestTimeout, Transport: &http.Transport{
+			Proxy:             http.ProxyFromEnvironment,
+			DisableKeepAlives: true,
+		}},
+	}
+}
+
+// do sends one request to path (escaped) and returns the body of a 200
+// answer. Other answers are an *apiError; a failure to talk to the API is
+// a *reachError.
+func (c *opsClient) do(ctx context.Context, method, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ops API request %s %s: %v", method, path, err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, &reachError{addr: c.addr, err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
+	if err != nil {
+		return nil, &reachError{addr: c.addr, err: err}
+	}
+	if resp.StatusCode == http.StatusOK {
+		return body, nil
+	}
+	ae := &apiError{addr: c.addr, status: resp.StatusCode, withToken: c.token != ""}
+	var ej struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &ej) == nil && ej.Error != "" {
+		ae.msg = ej.Error
+	} else {
+		// Not the ops API's JSON: a proxy, or another server on the port.
+		line, _, _ := bytes.Cut(bytes.TrimSpace(body), []byte("\n"))
+		ae.msg = strings.TrimSpace(resp.Status + " " + truncateRunes(string(line), 200))
+	}
+	return nil, ae
+}
+
+// apiError is an answer of the ops API other than 200.
+type apiError struct {
+	addr      string
+	status    int
+	msg       string // the API's {"error": ...}
+	withToken bool   // a token was sent
+}
+
+func (e *apiError) Error() string {
+	switch {
+	case e.status == http.StatusUnauthorized && !e.withToken:
+		return "unauthorized: set BATON_ADMIN_TOKEN or -admin-token-file"
+	case e.status == http.StatusUnauthorized:
+		return fmt.Sprintf("unauthorized: the ops API at %s refused the admin token (%s)", e.addr, e.msg)
+	case e.status == http.StatusNotFound, e.status == http.StatusConflict:
+		return e.msg
+	}
+	return fmt.Sprintf("the ops API at %s answered %d: %s", e.addr, e.status, e.msg)
+}
+
+// reachError is a request that got no answer.
+type reachError struct {
+	addr string
+	err  error
+}
+
+func (e *reachError) Error() string {
+	reason := e.err.Error()
+	var errno syscall.Errno
+	var ne net.Error
+	switch {
+	case errors.As(e.err, &errno):
+		reason = errno.Error()
+	case errors.As(e.err, &ne) && ne.Timeout():
+		reason = fmt.Sprintf("no answer within %v", opsRequestTimeout)
+	default:
+		var ue *url.Error
+		if errors.As(e.err, &ue) {
+			reason = ue.Err.Error()
+		}
+	}
+	return fmt.Sprintf("cannot reach the ops API at %s: %s", e.addr, reason)
+}
+
+func (e *reachError) Unwrap() error { return e.err }

@@ -1,0 +1,300 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonlock/baton"
+	"github.com/batonlock/baton/wire"
+)
+
+// Exit codes of baton run when it does not pass on the command's own. They
+// sit in the sysexits range (64-78), above what shells and most commands
+// use, and below 126-165 (could not execute, not found, killed by a signal).
+const (
+	exitBusy        = 75  // -nowait and the lock is held (sysexits' EX_TEMPFAIL: try again later)
+	exitWaitTimeout = 76  // -wait ran out before the lock was granted
+	exitLockLost    = 77  // ownership ended while the command ran; the command was stopped
+	exitUnreachable = 78  // no server could be reached
+	exitCannotExec  = 126 // the command exists but cannot be executed (as in sh)
+	exitCmdNotFound = 127 // the command was not found (as in sh)
+)
+
+// Defaults of baton run.
+const (
+	defaultRunAddr   = "127.0.0.1:7070"
+	defaultKillGrace = 10 * time.Second
+)
+
+// errWaitTimedOut is the cause of the wait's context when -wait runs out.
+var errWaitTimedOut = errors.New("-wait ran out")
+
+// runOptions are the flags and arguments of baton run.
+type runOptions struct {
+	addrs          addrList
+	lease          time.Duration
+	noWait         bool
+	wait           time.Duration
+	owner          ownerValue
+	killGrace      time.Duration
+	verbose        bool
+	opsAddr        string
+	adminTokenFile string
+
+	name    string   // the lock
+	command []string // the command and its arguments
+}
+
+func runCommand() *command {
+	return &command{
+		name:    "run",
+		summary: "run a command while holding a lock",
+		usage:   "baton run [flags] NAME -- COMMAND [ARGS...]",
+		flags:   func() *flag.FlagSet { return newRunFlags(new(runOptions)) },
+		help: `baton run waits in the queue of the lock NAME, runs COMMAND once it holds the
+lock, and releases the lock when COMMAND exits. Flags may come before or
+after NAME; everything after "--" is the command, run directly (use
+sh -c '...' for pipes and shell syntax).
+
+The command gets the environment of baton run plus:
+  BATON_LOCK   the lock's name
+  BATON_TOKEN  the fencing token of this grant: larger than the token of
+               every earlier grant of the lock. Pass it to the resource the
+               lock guards and have it refuse tokens lower than the highest
+               it has seen.
+Its stdin, stdout and stderr are those of baton run. It runs in a process
+group of its own.
+
+A command never runs on without the lock. If ownership ends while it runs
+(the server stops confirming the lease, an operator force-releases the lock,
+the server shuts down), its whole process group gets SIGTERM at once and
+SIGKILL after -kill-grace, and baton run exits 77. When the command exits,
+whatever it left running in its process group is stopped the same way
+before the lock is released.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton run are passed on to the
+command's process group; the lock is released once the command has exited.
+SIGTSTP (Ctrl-Z) is refused: a suspended baton run could not keep the lock
+while the command runs on. On Linux, if baton run itself is killed with
+SIGKILL, the command gets SIGKILL too: the lock is gone with baton run.
+The command is not in the terminal's foreground process group, so one that
+reads from the terminal is stopped (SIGTTIN): give it its input another way.
+
+While it waits, baton run shows one status line on stderr when stderr is a
+terminal: the place in the queue, the time waited and, when -ops-addr is
+given, who holds the lock. It is silent when stderr is not a terminal
+(cron, CI) unless -v is given, which logs each change and each step.
+
+Exit status:
+  the command's   when it ran: its exit status, or 128+N if signal N
+                  killed it
+  1               another failure (kicked from the queue by an operator,
+                  a refusal by the server)
+  2               usage error
+  75              lock busy: -nowait and the lock is held (silent unless
+                  stderr is a terminal or -v is given)
+  76              -wait ran out before the lock was granted
+  77              the lock was lost while the command ran; it was stopped
+  78              no server at -addr could be reached
+  126, 127        the command cannot be executed, or was not found
+  128+N           baton run got signal N while it waited
+A command that itself exits 75 to 78 cannot be told apart from baton run's
+codes by the status alone; -v says which it was.
+
+Examples:
+  baton run jobs/nightly -- ./nightly.sh
+  baton run -nowait -addr baton1:7070,baton2:7070 deploy/web -- make deploy
+  baton run -wait 5m -lease 30s db/migrate -- ./migrate up
+
+  # crontab: every 5 minutes, skip the run if the last one still holds the lock
+  */5 * * * * baton run -nowait -addr baton.internal:7070 jobs/report -- /opt/report/run.sh
+
+  # fencing: the resource refuses writes with a token older than it has seen
+  baton run jobs/sync -- sh -c 'curl -fsS -H "Fencing-Token: $BATON_TOKEN" -X PUT --data-binary @out.json https://store.internal/sync'
+
+  # scripts: tell "busy" from a failure of the job
+  baton run -nowait jobs/nightly -- ./nightly.sh; code=$?
+  [ "$code" -eq 75 ] && echo "another run holds the lock; skipped"
+`,
+		run: runRun,
+	}
+}
+
+func newRunFlags(o *runOptions) *flag.FlagSet {
+	fs := newFlagSet("run")
+	o.addrs = addrList{addrs: []string{defaultRunAddr}}
+	fs.Var(&o.addrs, "addr", "`host:port` of a server; repeat it or separate with commas for more, tried in order")
+	fs.DurationVar(&o.lease, "lease", baton.DefaultLease, "the lease: a holder silent this long loses the lock (a failure detector, not a time limit)")
+	fs.BoolVar(&o.noWait, "nowait", false, "exit 75 at once if the lock is held instead of waiting")
+	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
+	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
+	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "time between SIGTERM and SIGKILL when the command must stop")
+	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
+	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API, to show who holds the lock while waiting (optional)")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
+	return fs
+}
+
+// addrList is a list of host:port, from a repeated flag or commas. The
+// first Set replaces the default.
+type addrList struct {
+	addrs []string
+	set   bool
+}
+
+func (l *addrList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(l.addrs, ",")
+}
+
+func (l *addrList) Set(v string) error {
+	if !l.set {
+		l.addrs, l.set = nil, true
+	}
+	for a := range strings.SplitSeq(v, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("%q is not host:port", a)
+		}
+		l.addrs = append(l.addrs, a)
+	}
+	if len(l.addrs) == 0 {
+		return errors.New("no address given")
+	}
+	return nil
+}
+
+// ownerValue is the -owner flag: unset means hostname:pid of baton run.
+type ownerValue struct {
+	owner string
+	set   bool
+}
+
+func (v *ownerValue) String() string {
+	if v == nil || !v.set {
+		return "hostname:pid"
+	}
+	return v.owner
+}
+
+func (v *ownerValue) Set(s string) error {
+	if err := wire.CheckOwner(s); err != nil {
+		return errors.New(wireMsg(err))
+	}
+	v.owner, v.set = s, true
+	return nil
+}
+
+// get is the owner text to send.
+func (v *ownerValue) get() string {
+	if v.set {
+		return v.owner
+	}
+	pid := strconv.Itoa(os.Getpid())
+	if host, err := os.Hostname(); err == nil && wire.CheckOwner(host+":"+pid) == nil {
+		return host + ":" + pid
+	}
+	return "pid:" + pid
+}
+
+// wireMsg is a wire check's complaint without the "baton: BAD_REQUEST"
+// prefix.
+func wireMsg(err error) string {
+	var we *wire.Error
+	if errors.As(err, &we) && we.Msg != "" {
+		return we.Msg
+	}
+	return err.Error()
+}
+
+// parseRun reads and checks the flags and arguments of baton run. When ok
+// is false the command must return code.
+func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok bool) {
+	fs := newRunFlags(&o)
+	pre, cmd, hasSep := args, []string(nil), false
+	if i := slices.Index(args, "--"); i >= 0 {
+		pre, cmd, hasSep = args[:i], args[i+1:], true
+	}
+	pos, code, ok := parseInterspersed(s, c, fs, pre)
+	if !ok {
+		return o, code, false
+	}
+	fail := func(msg string) (runOptions, int, bool) {
+		return o, usageError(s, c.name, msg), false
+	}
+	switch {
+	case len(pos) == 0:
+		return fail("no lock name given (baton run [flags] NAME -- COMMAND [ARGS...])")
+	case !hasSep && len(pos) > 1:
+		return fail(fmt.Sprintf(`missing "--" between the lock name and the command (baton run [flags] %s -- %s)`,
+			pos[0], strings.Join(pos[1:], " ")))
+	case len(pos) > 1:
+		return fail(fmt.Sprintf(`unexpected argument %q before "--": give one lock name`, pos[1]))
+	case !hasSep || len(cmd) == 0:
+		return fail(`no command given after "--"`)
+	}
+	o.name, o.command = pos[0], cmd
+	if err := wire.CheckName(o.name); err != nil {
+		return fail(wireMsg(err))
+	}
+	switch {
+	case o.lease < time.Millisecond:
+		return fail(fmt.Sprintf("lease (%v) must be at least 1ms", o.lease))
+	case o.lease > time.Duration(^uint32(0))*time.Millisecond:
+		return fail(fmt.Sprintf("lease (%v) exceeds the protocol's maximum of %v", o.lease, time.Duration(^uint32(0))*time.Millisecond))
+	case o.wait < 0:
+		return fail(fmt.Sprintf("wait (%v) must not be negative", o.wait))
+	case o.noWait && o.wait > 0:
+		return fail("-nowait and -wait exclude each other")
+	case o.killGrace < 0:
+		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGrace))
+	}
+	if o.opsAddr != "" {
+		if err := checkOpsAddr(o.opsAddr); err != nil {
+			return fail(err.Error())
+		}
+	}
+	return o, exitOK, true
+}
+
+// parseInterspersed parses args into fs allowing flags between the
+// positional arguments, which it returns, and then applies the
+// environment. Arguments after a "--" are all positional. When ok is false
+// the command must return code.
+func parseInterspersed(s *sys, c *command, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printCommandHelp(s.stdout, c)
+				return nil, exitOK, false
+			}
+			return nil, usageError(s, c.name, err.Error()), false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if consumed := len(rest) - fs.NArg(); consumed > 0 && rest[consumed-1] == "--" {
+			pos = append(pos, fs.Args()...)
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if err := applyEnv(fs, s.lookupEnv); err != nil {
+		return nil, usageError(s, c.name, err.Error()), false
+	}
+	return pos, exitOK, true
+}

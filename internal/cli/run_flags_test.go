@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // the one stderr line
+	}{
+		{"no name", nil, []string{"run"},
+			"baton run: no lock name given (baton run [flags] NAME -- COMMAND [ARGS...]); run 'baton help run'"},
+		{"no separator", nil, []string{"run", "jobs/x", "make", "deploy"},
+			`baton run: missing "--" between the lock name and the command (baton run [flags] jobs/x -- make deploy); run 'baton help run'`},
+		{"no command", nil, []string{"run", "jobs/x"}, `baton run: no command given after "--"; run 'baton help run'`},
+		{"empty command", nil, []string{"run", "jobs/x", "--"}, `baton run: no command given after "--"; run 'baton help run'`},
+		{"two names", nil, []string{"run", "a", "b", "--", "true"}, `baton run: unexpected argument "b" before "--": give one lock name; run 'baton help run'`},
+		{"bad name", nil, []string{"run", "a\tb", "--", "true"}, "baton run: lock name "},
+		{"lease 0", nil, []string{"run", "-lease", "0s", "x", "--", "true"}, "baton run: lease (0s) must be at least 1ms; run 'baton help run'"},
+		{"negative wait", nil, []string{"run", "-wait", "-1s", "x", "--", "true"}, "baton run: wait (-1s) must not be negative"},
+		{"nowait and wait", nil, []string{"run", "-nowait", "-wait", "1s", "x", "--", "true"}, "baton run: -nowait and -wait exclude each other"},
+		{"negative kill-grace", nil, []string{"run", "-kill-grace", "-1s", "x", "--", "true"}, "baton run: kill-grace (-1s) must not be negative"},
+		{"bad addr", nil, []string{"run", "-addr", "nope", "x", "--", "true"}, `baton run: invalid value "nope" for flag -addr: "nope" is not host:port`},
+		{"bad owner", nil, []string{"run", "-owner", "a\x01", "x", "--", "true"}, `baton run: invalid value "a\x01" for flag -owner: owner`},
+		{"bad ops-addr", nil, []string{"run", "-ops-addr", "nope", "x", "--", "true"}, `baton run: ops-addr "nope" is not host:port`},
+		{"unknown flag", nil, []string{"run", "-frob", "x", "--", "true"}, "baton run: flag provided but not defined: -frob"},
+		{"bad env", map[string]string{"BATON_LEASE": "soon"}, []string{"run", "x", "--", "true"},
+			`baton run: invalid value "soon" for environment variable BATON_LEASE (flag -lease): parse error; run 'baton help run'`},
+		{"env nowait and wait", map[string]string{"BATON_NOWAIT": "true", "BATON_WAIT": "1m"}, []string{"run", "x", "--", "true"},
+			"baton run: -nowait and -wait exclude each other"},
+		{"locks two names", nil, []string{"locks", "a", "b"}, `baton locks: unexpected argument "b": give one lock name; run 'baton help locks'`},
+		{"release no name", nil, []string{"release"}, "baton release: no lock name given; run 'baton help release'"},
+		{"kick no id", nil, []string{"kick"}, "baton kick: no session id given; run 'baton help kick'"},
+		{"kick bad ops-addr", nil, []string{"kick", "-ops-addr", "ftp://x", "1"}, `baton kick: ops-addr "ftp://x" is not host:port or an http(s) URL`},
+		{"locks bad flag", nil, []string{"locks", "-x"}, "baton locks: flag provided but not defined: -x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runCLI(t, tt.env, tt.args...)
+			if code != exitUsage {
+				t.Errorf("exit code %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if l := lines(stderr); len(l) != 1 || !strings.HasPrefix(l[0], tt.want) {
+				t.Errorf("stderr %q, want one line starting %q", stderr, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunCommandNotFoundInProcess: the command is looked up before the
+// lock is asked for, so no server is needed to learn of a typo.
+func TestRunCommandNotFoundInProcess(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCLI(t, nil, "run", "-addr", "127.0.0.1:1", "x", "--", "no-such-command-baton-test")
+	if code != exitCmdNotFound || stderr != "baton run: no-such-command-baton-test: command not found\n" {
+		t.Errorf("exit code %d, stderr %q; want 127 and the not-found line", code, stderr)
+	}
+}
+
+func TestParseRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		check func(t *testing.T, o runOptions)
+	}{
+		{"defaults", nil, []string{"jobs/x", "--", "echo", "hi"}, func(t *testing.T, o runOptions) {
+			if !slices.Equal(o.addrs.addrs, []string{"127.0.0.1:7070"}) || o.lease != 10*time.Second || o.noWait ||
+				o.wait != 0 || o.killGrace != 10*time.Second || o.verbose || o.opsAddr != "" || o.owner.set {
+				t.Errorf("options %+v, want the defaults", o)
+			}
+			if o.name != "jobs/x" || !slices.Equal(o.command, []string{"echo", "hi"}) {
+				t.Errorf("name %q, command %q", o.name, o.command)
+			}
+		}},
+		{"flags after the name, and in the command", nil,
+			[]string{"-lease", "2s", "jobs/x", "-nowait", "-v", "--", "ls", "-l", "--", "-v"}, func(t *testing.T, o runOptions) {
+				if o.lease != 2*time.Second || !o.noWait || !o.verbose {
+					t.Errorf("lease %v nowait %v v %v, want 2s true true", o.lease, o.noWait, o.verbose)
+				}
+				if !slices.Equal(o.command, []string{"ls", "-l", "--", "-v"}) {
+					t.Errorf("command %q, want everything after the first --", o.command)
+				}
+			}},
+		{"addresses repeated and with commas", nil,
+			[]string{"-addr", "a:1,b:2", "-addr", "c:3", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+				if want := []string{"a:1", "b:2", "c:3"}; !slices.Equal(o.addrs.addrs, want) {
+					t.Errorf("addrs %q, want %q", o.addrs.addrs, want)
+				}
+			}},
+		{"environment", map[string]string{
+			"BATON_ADDR": "e:1, f:2", "BATON_LEASE": "3s", "BATON_WAIT": "1m", "BATON_OWNER": "cron@web1",
+			"BATON_KILL_GRACE": "2s", "BATON_V": "true", "BATON_OPS_ADDR": "127.0.0.1:7071",
+		}, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if !slices.Equal(o.addrs.addrs, []string{"e:1", "f:2"}) || o.lease != 3*time.Second || o.wait != time.Minute ||
+				o.owner.get() != "cron@web1" || o.killGrace != 2*time.Second || !o.verbose || o.opsAddr != "127.0.0.1:7071" {
+				t.Errorf("options %+v, want those of the environment", o)
+			}
+		}},
+		{"command line wins", map[string]string{"BATON_ADDR": "e:1", "BATON_LEASE": "3s"},
+			[]string{"-addr", "c:1", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+				if !slices.Equal(o.addrs.addrs, []string{"c:1"}) || o.lease != 3*time.Second {
+					t.Errorf("addrs %q lease %v, want [c:1] 3s", o.addrs.addrs, o.lease)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut syncBuffer
+			s := &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(tt.env)}
+			o, code, ok := parseRun(s, runCommand(), tt.args)
+			if !ok {
+				t.Fatalf("parseRun: exit code %d, stderr %q", code, errOut.String())
+			}
+			tt.check(t, o)
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runCLI(t, nil, "--help")
+	for _, c := range []string{"run", "locks", "release", "kick"} {
+		if code != 0 || !strings.Contains(stdout, "\n  "+c+" ") {
+			t.Errorf("baton --help does not list %s:\n%s", c, stdout)
+		}
+	}
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"help", "run"}, []string{
+			"Usage: baton run [flags] NAME -- COMMAND [ARGS...]",
+			"(default 127.0.0.1:7070, $BATON_ADDR)", "(default hostname:pid, $BATON_OWNER)", "$BATON_KILL_GRACE",
+			"BATON_TOKEN", "*/5 * * * * baton run -nowait", `$BATON_TOKEN`, "75 ", "76 ", "77 ", "78 ", "127"}},
+		{[]string{"run", "-h"}, []string{"Usage: baton run"}},
+		{[]string{"help", "locks"}, []string{"Usage: baton locks [flags] [NAME]", "(default 127.0.0.1:7071, $BATON_OPS_ADDR)", "BATON_ADMIN_TOKEN", "-json"}},
+		{[]string{"help", "release"}, []string{"Usage: baton release [flags] NAME", "baton release jobs/nightly"}},
+		{[]string{"kick", "--help"}, []string{"Usage: baton kick [flags] SESSION", "baton kick 17"}},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := runCLI(t, nil, tt.args...)
+		if code != 0 || stderr != "" {
+			t.Errorf("baton %q: exit code %d, stderr %q", tt.args, code, stderr)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("baton %q lacks %q:\n%s", tt.args, w, stdout)
+			}
+		}
+	}
+}
+
+func TestFmtAge(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{340*time.Millisecond + 400*time.Microsecond, "340ms"},
+		{4240 * time.Millisecond, "4.2s"},
+		{12400 * time.Millisecond, "12s"},
+		{4*time.Minute + 12*time.Second, "4m12s"},
+		{3*time.Hour + 4*time.Minute + 10*time.Second, "3h4m"},
+	} {
+		if got := fmtAge(tt.d); got != tt.want {
+			t.Errorf("fmtAge(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"jobs/nightly": "jobs/nightly",
+		"a b":          "'a b'",
+		"it's":         `'it'\''s'`,
+		"":             "''",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

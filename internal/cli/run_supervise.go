@@ -1,0 +1,439 @@
+package cli
+
+// The life of one baton run: wait for the lock, run the command, stop it
+// when ownership ends, release.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/batonlock/baton"
+)
+
+func runRun(ctx context.Context, s *sys, c *command, args []string) int {
+	o, code, ok := parseRun(s, c, args)
+	if !ok {
+		return code
+	}
+	r := &runner{s: s, o: &o, owner: o.owner.get()}
+	return r.run(ctx)
+}
+
+// runner is one baton run.
+type runner struct {
+	s      *sys
+	o      *runOptions
+	owner  string
+	status *statusLine
+}
+
+// logf prints one line of -v output (and makes room for it on a terminal).
+func (r *runner) logf(format string, args ...any) {
+	if r.o.verbose {
+		r.status.printf("baton run: "+format, args...)
+	}
+}
+
+// errorf prints one error line, whatever -v says.
+func (r *runner) errorf(format string, args ...any) {
+	r.status.printf("baton run: "+format, args...)
+}
+
+func (r *runner) run(ctx context.Context) int {
+	o := r.o
+	r.status = newStatusLine(r.s.stderr, o.verbose)
+	if !processGroupsSupported {
+		r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
+		return exitFailure
+	}
+	// The command is looked up before waiting: a typo should not cost a
+	// place in the queue, or take the lock from others.
+	path, err := exec.LookPath(o.command[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			r.errorf("%s: command not found", o.command[0])
+			return exitCmdNotFound
+		}
+		r.errorf("%s: cannot run it: %v", o.command[0], unwrapExecError(err))
+		return exitCannotExec
+	}
+
+	// Signals are ours from here on: each is passed to the command once it
+	// runs. Registering also keeps a second signal from killing baton run
+	// (main gives them back to their default action after the first).
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, append(forwardedSignals, refusedSignals...)...)
+	defer signal.Stop(sigs)
+	stops := make(chan os.Signal, 8)
+	quit := make(chan struct{})
+	defer close(quit)
+	wg.Go(func() { relayStops(ctx, sigs, stops, quit) })
+
+	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner))
+	if err != nil {
+		return usageError(r.s, "run", err.Error())
+	}
+	// The ops API only feeds the status: a problem with it is told, never
+	// fatal to the job.
+	var ops *opsClient
+	if o.opsAddr != "" && r.status.active() {
+		if token, err := adminToken(r.s, o.adminTokenFile); err != nil {
+			r.errorf("no holder information: %v", err)
+		} else {
+			ops = newOpsClient(o.opsAddr, token)
+		}
+	}
+	lock, code := r.acquire(client, ops, stops)
+	if lock == nil {
+		return code
+	}
+	return r.supervise(path, lock, stops)
+}
+
+// relayStops passes on every signal of sigs to stops, and turns the end of
+// ctx into a SIGTERM unless a signal ended it: main's signal context, whose
+// signal also arrives on sigs. It returns when quit is closed.
+func relayStops(ctx context.Context, sigs <-chan os.Signal, stops chan<- os.Signal, quit <-chan struct{}) {
+	done := ctx.Done()
+	for {
+		select {
+		case sig := <-sigs:
+			select {
+			case stops <- sig:
+			default: // the command has a backlog of these already
+			}
+		case <-done:
+			done = nil
+			if !causedBySignal(ctx) {
+				select {
+				case stops <- syscall.SIGTERM:
+				default:
+				}
+			}
+		case <-quit:
+			return
+		}
+	}
+}
+
+// causedBySignal reports whether ctx was ended by signal.NotifyContext
+// receiving a signal. Its cause is documented only as "an error describing
+// the signal", of an unexported type, so the text is what there is.
+func causedBySignal(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && strings.HasSuffix(cause.Error(), " signal received")
+}
+
+// acquire waits for the lock, showing the status, until it is granted or
+// the wait ends. On failure it returns nil and the exit code, with the
+// reason printed.
+func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.Signal) (*baton.Lock, int) {
+	o := r.o
+	waitCtx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if o.wait > 0 {
+		var cancelTimeout context.CancelFunc
+		waitCtx, cancelTimeout = context.WithTimeoutCause(waitCtx, o.wait, errWaitTimedOut)
+		defer cancelTimeout()
+	}
+
+	type result struct {
+		lock *baton.Lock
+		err  error
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	done := make(chan result, 1)
+	start := time.Now()
+	positions := make(chan int, 1)
+	opts := []baton.Option{baton.WithNoWait(o.noWait), baton.WithWaitingFunc(func(position int) {
+		// The newest position replaces one not yet shown. Only this
+		// callback sends, so the send after the drain cannot block.
+		select {
+		case <-positions:
+		default:
+		}
+		positions <- position
+	})}
+	wg.Go(func() {
+		l, err := client.Acquire(waitCtx, o.name, opts...)
+		done <- result{l, err}
+	})
+
+	w := waitState{name: o.name, start: start}
+	// The status appears after a moment, so that a lock granted at once
+	// shows nothing; ticks then refresh the time waited.
+	tick := time.NewTimer(statusDelay)
+	defer tick.Stop()
+	var infos <-chan lockInfo
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	defer stopPoll()
+	if ops != nil {
+		ch := make(chan lockInfo, 1)
+		infos = ch
+		wg.Go(func() { pollLock(pollCtx, ops, o.name, ch) })
+	}
+	var sig os.Signal
+	for {
+		select {
+		case res := <-done:
+			r.status.clear()
+			stopPoll()
+			if res.err == nil && sig != nil {
+				// Granted as the signal came: the command must not start.
+				res.lock.Release()
+				res.err = context.Canceled
+			}
+			if res.err == nil {
+				r.logf("acquired %s after %v (token %d)", o.name, roundWait(time.Since(start)), res.lock.Token())
+				return res.lock, exitOK
+			}
+			return nil, r.acquireFailed(res.err, sig, time.Since(start))
+		case p := <-positions:
+			w.position, w.waiting = p, true
+			r.status.show(w, time.Now())
+		case info := <-infos:
+			if info.err != "" && info.err != w.info.err {
+				r.logf("no holder information: %s", info.err)
+			}
+			w.info = info
+			r.status.show(w, time.Now())
+		case <-tick.C:
+			w.waiting = true
+			r.status.show(w, time.Now())
+			tick.Reset(statusTick)
+		case s := <-stops:
+			if r.refused(s) {
+				continue
+			}
+			if sig == nil {
+				sig = s
+				cancel(fmt.Errorf("%s received", sigName(s)))
+			}
+		}
+	}
+}
+
+// acquireFailed prints why the wait ended and returns the exit code.
+func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) int {
+	o := r.o
+	var opErr *net.OpError
+	switch {
+	case sig != nil:
+		r.logf("%s while waiting for %s; not running the command", sigName(sig), o.name)
+		return signalExit(sig)
+	case errors.Is(err, baton.ErrBusy):
+		// The outcome asked for, and routine under cron: quiet unless a
+		// person is looking.
+		if r.status.tty || o.verbose {
+			r.status.printf("baton run: lock %s is busy; not waiting (-nowait)", o.name)
+		}
+		return exitBusy
+	case errors.Is(err, errWaitTimedOut):
+		r.errorf("gave up waiting for lock %s after %v (-wait)", o.name, o.wait)
+		return exitWaitTimeout
+	case errors.Is(err, baton.ErrKicked):
+		r.errorf("an operator removed this waiter from the queue of %s (kicked) after %v", o.name, roundWait(waited))
+		return exitFailure
+	case errors.Is(err, baton.ErrBadRequest):
+		return usageError(r.s, "run", err.Error())
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))
+		return exitUnreachable
+	}
+	r.errorf("%v", err)
+	return exitFailure
+}
+
+// dialReason is the short reason of a failed dial: "connection refused"
+// rather than the whole chain of addresses.
+func dialReason(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.Error()
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Err != nil {
+		return opErr.Err.Error()
+	}
+	return err.Error()
+}
+
+// signalExit is the shell's status for signal sig: 128+N.
+func signalExit(sig os.Signal) int {
+	if n, ok := sig.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return exitFailure
+}
+
+// refused reports whether sig is one that baton run does not act on, and
+// says so.
+func (r *runner) refused(sig os.Signal) bool {
+	if !slices.Contains(refusedSignals, sig) {
+		return false
+	}
+	r.errorf("ignoring %s: a suspended baton run could not keep the lock while the command runs", sigName(sig))
+	return true
+}
+
+// sigName is the conventional name of sig: SIGTERM rather than
+// "terminated".
+func sigName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	}
+	if name := platformSignalName(sig); name != "" {
+		return name
+	}
+	return sig.String()
+}
+
+// unwrapExecError drops the "exec: "name": " prefix of an exec.Error.
+func unwrapExecError(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// supervise runs the command while the lock is held, stops it when
+// ownership ends, and releases the lock once it has exited. It returns the
+// exit code.
+func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal) int {
+	o := r.o
+	cmd := exec.Command(path, o.command[1:]...)
+	cmd.Args[0] = o.command[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.s.stdout, r.s.stderr
+	cmd.Env = append(os.Environ(),
+		"BATON_LOCK="+o.name,
+		"BATON_TOKEN="+strconv.FormatUint(lock.Token(), 10))
+	if err := lock.Err(); err != nil {
+		// Lost between the grant and now: the command must not start.
+		lock.Release()
+		r.errorf("%v; not running the command", err)
+		return exitLockLost
+	}
+	ch, err := startChild(cmd)
+	if err != nil {
+		lock.Release()
+		r.errorf("%s: %v", o.command[0], unwrapExecError(err))
+		if errors.Is(err, fs.ErrNotExist) {
+			return exitCmdNotFound
+		}
+		return exitCannotExec
+	}
+	r.logf("running %s (pid %d) under %s", o.command[0], ch.pid, o.name)
+
+	var (
+		lost     error // why ownership ended, if it did while the command ran
+		termAt   time.Time
+		grace    *time.Timer
+		graceC   <-chan time.Time
+		lockDone = lock.Done()
+	)
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+	terminate := func() {
+		if !termAt.IsZero() {
+			return
+		}
+		termAt = time.Now()
+		ch.signal(syscall.SIGTERM)
+		grace = time.NewTimer(o.killGrace)
+		graceC = grace.C
+	}
+wait:
+	for {
+		select {
+		case <-ch.exited:
+			break wait
+		case <-lockDone:
+			lockDone = nil
+			lost = lock.Err()
+			r.errorf("%v; stopping the command (SIGTERM to its process group, SIGKILL after %v)", lost, o.killGrace)
+			terminate()
+		case sig := <-stops:
+			if r.refused(sig) {
+				continue
+			}
+			r.logf("passing %s on to the command", sigName(sig))
+			ch.signal(sig)
+		case <-graceC:
+			graceC = nil
+			r.errorf("the command still runs %v after SIGTERM (-kill-grace); sending SIGKILL", o.killGrace)
+			ch.signal(syscall.SIGKILL)
+		}
+	}
+	code := ch.exitCode()
+	if lost == nil {
+		r.logf("%s exited with status %d", o.command[0], code)
+	}
+
+	// What the command left in its group must not outlive the lock.
+	if ch.groupAlive() {
+		if lost == nil {
+			r.logf("stopping what the command left running in its process group")
+		}
+		deadline := time.Now().Add(o.killGrace)
+		if !termAt.IsZero() {
+			deadline = termAt.Add(o.killGrace)
+		}
+		terminate()
+		if !ch.awaitGroup(deadline) {
+			r.errorf("processes of the command's group still run %v after SIGTERM; sending SIGKILL", o.killGrace)
+			ch.signal(syscall.SIGKILL)
+			if !ch.awaitGroup(time.Now().Add(groupKillWait)) {
+				r.errorf("processes of the command's group (pgid %d) survived SIGKILL", ch.pid)
+			}
+		}
+	}
+
+	err = lock.Release()
+	switch {
+	case lost != nil:
+		return exitLockLost
+	case err != nil:
+		// Lost after the command had exited: its work was done under the lock.
+		r.logf("%v (after the command exited)", err)
+	default:
+		r.logf("released %s", o.name)
+	}
+	return code
+}
+
+// groupKillWait bounds the wait for a process group to vanish after
+// SIGKILL, which only a process stuck in the kernel survives.
+const groupKillWait = 2 * time.Second

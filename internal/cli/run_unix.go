@@ -1,0 +1,114 @@
+//go:build unix
+
+package cli
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// processGroupsSupported says whether baton run can run here.
+const processGroupsSupported = true
+
+// forwardedSignals are passed on to the command's process group.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// refusedSignals are caught and not acted on. The default action of SIGTSTP
+// would stop baton run, and with it the heartbeats, while the command (in
+// a group of its own, which the terminal does not stop) runs on.
+var refusedSignals = []os.Signal{syscall.SIGTSTP}
+
+// platformSignalName names the signals that only Unix has, for sigName.
+func platformSignalName(sig os.Signal) string {
+	if sig == syscall.SIGTSTP {
+		return "SIGTSTP"
+	}
+	return ""
+}
+
+// commandWaitDelay bounds how long Wait waits for the command's output to
+// be copied after it exited. It matters only when stdout or stderr is not
+// a file (in-process tests): a process left in the group could otherwise
+// hold the pipe, and Wait, open until it exits.
+const commandWaitDelay = time.Second
+
+// groupPoll is how often awaitGroup looks whether a process group is
+// empty: there is no event to wait for.
+const groupPoll = 20 * time.Millisecond
+
+// child is the command, the leader of a process group of its own.
+type child struct {
+	pid    int           // also the group's id
+	exited chan struct{} // closed once the command has been waited for
+	state  *os.ProcessState
+}
+
+// startChild starts cmd as the leader of a new process group, so that one
+// signal reaches everything it starts, and returns once it runs.
+func startChild(cmd *exec.Cmd) (*child, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setParentDeathSignal(cmd.SysProcAttr)
+	cmd.WaitDelay = commandWaitDelay
+	ch := &child{exited: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal is tied to the thread that forked, not
+		// the process: keep that thread until the command has been reaped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		ch.pid = cmd.Process.Pid
+		started <- nil
+		cmd.Wait() // the status is in ProcessState; ErrWaitDelay only cut copying short
+		ch.state = cmd.ProcessState
+		close(ch.exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// signal sends sig to the command's whole process group.
+func (c *child) signal(sig os.Signal) {
+	if s, ok := sig.(syscall.Signal); ok {
+		syscall.Kill(-c.pid, s) // ESRCH: the group is gone already
+	}
+}
+
+// exitCode is the command's status as a shell reports it: its exit code,
+// or 128+N if signal N killed it. Only after exited is closed.
+func (c *child) exitCode() int {
+	if ws, ok := c.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return c.state.ExitCode()
+}
+
+// groupAlive reports whether a process of the command's group still runs.
+// Zombies do not count: where PID 1 does not reap orphans, they stay.
+func (c *child) groupAlive() bool {
+	if err := syscall.Kill(-c.pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	return groupHasLiveMember(c.pid)
+}
+
+// awaitGroup waits until no process of the group runs, or until deadline;
+// false if some still run then.
+func (c *child) awaitGroup(deadline time.Time) bool {
+	for c.groupAlive() {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(min(groupPoll, time.Until(deadline)))
+	}
+	return true
+}

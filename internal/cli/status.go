@@ -1,0 +1,210 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/term"
+)
+
+// Timing of the status of baton run while it waits.
+const (
+	// statusDelay passes before the status first shows, so that a lock
+	// granted at once shows nothing.
+	statusDelay = 300 * time.Millisecond
+	// statusTick refreshes the time waited on a terminal.
+	statusTick = time.Second
+	// pollEvery is how often the ops API is asked who holds the lock.
+	pollEvery = time.Second
+	// defaultWidth is assumed when the terminal does not tell its width.
+	defaultWidth = 80
+)
+
+// lockInfo is what the ops API tells about the lock waited for.
+type lockInfo struct {
+	known  bool   // the API answered
+	held   bool   // the lock has a holder
+	holder string // the holder's owner text
+	err    string // why the API could not be asked, if it could not
+}
+
+// waitState is what the status shows.
+type waitState struct {
+	name     string
+	start    time.Time
+	waiting  bool // the wait has lasted or the server said WAITING
+	position int  // from the server's last WAITING; 0 if none yet
+	info     lockInfo
+}
+
+// parts are the facts shown, in order; with the time waited if withTime.
+func (w waitState) parts(now time.Time, withTime bool) []string {
+	var p []string
+	if w.position > 0 {
+		p = append(p, fmt.Sprintf("position %d", w.position))
+	}
+	if withTime {
+		p = append(p, fmtAge(now.Sub(w.start)))
+	}
+	if w.info.known && w.info.held {
+		holder := w.info.holder
+		if holder == "" {
+			holder = "(no owner text)"
+		}
+		p = append(p, "held by "+holder)
+	}
+	return p
+}
+
+// line is the live status: "waiting for jobs/nightly: position 3, 12s,
+// held by host:123".
+func (w waitState) line(now time.Time) string {
+	return "baton run: waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
+}
+
+// change is the -v line of the status, without the time, so that it
+// changes only when a fact does.
+func (w waitState) change() string {
+	p := w.parts(time.Time{}, false)
+	if len(p) == 0 {
+		return "waiting for " + w.name
+	}
+	return "waiting for " + w.name + ": " + strings.Join(p, ", ")
+}
+
+// statusLine writes baton run's stderr: a live line rewritten in place on
+// a terminal, and plain lines. Used by one goroutine only.
+type statusLine struct {
+	w       io.Writer
+	tty     bool
+	fd      int
+	verbose bool
+	shown   bool   // a live line is on the terminal
+	logged  string // the last -v waiting line, to log changes only
+}
+
+func newStatusLine(w io.Writer, verbose bool) *statusLine {
+	l := &statusLine{w: w, verbose: verbose}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		l.tty, l.fd = true, int(f.Fd())
+	}
+	return l
+}
+
+// active reports whether a status is shown at all.
+func (l *statusLine) active() bool { return l.tty || l.verbose }
+
+// show shows w: in place on a terminal, else as a -v line when it changed.
+func (l *statusLine) show(w waitState, now time.Time) {
+	switch {
+	case !w.waiting:
+	case l.tty:
+		width, _, err := term.GetSize(l.fd)
+		if err != nil || width <= 0 {
+			width = defaultWidth
+		}
+		// One column short of the edge: a line that fills it would wrap on
+		// some terminals, and \r would then rewrite only the last row.
+		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(w.line(now), width-1))
+		l.shown = true
+	case l.verbose:
+		if c := w.change(); c != l.logged {
+			l.logged = c
+			fmt.Fprintf(l.w, "baton run: %s\n", c)
+		}
+	}
+}
+
+// clear removes the live line, if one is shown.
+func (l *statusLine) clear() {
+	if l.shown {
+		fmt.Fprint(l.w, "\r\x1b[K")
+		l.shown = false
+	}
+}
+
+// printf prints one line, after removing the live line.
+func (l *statusLine) printf(format string, args ...any) {
+	l.clear()
+	fmt.Fprintf(l.w, format+"\n", args...)
+}
+
+// truncateRunes cuts s to at most n runes.
+func truncateRunes(s string, n int) string {
+	if n < 1 {
+		n = 1
+	}
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n])
+}
+
+// fmtAge formats a duration for people: 340ms, 4.2s, 12s, 4m12s, 3h4m.
+func fmtAge(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+// roundWait is a wait as logged: milliseconds are enough.
+func roundWait(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+// pollLock asks the ops API about lock name every pollEvery, from
+// statusDelay on, and sends each answer on out (replacing one not yet
+// taken), until ctx ends.
+func pollLock(ctx context.Context, ops *opsClient, name string, out chan lockInfo) {
+	t := time.NewTimer(statusDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		info := queryLock(ctx, ops, name)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-out:
+		default:
+		}
+		out <- info
+		t.Reset(pollEvery)
+	}
+}
+
+// queryLock is one GET /v1/locks/{name}.
+func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
+	body, err := ops.do(ctx, "GET", "/v1/locks/"+url.PathEscape(name))
+	if err != nil {
+		if ae, ok := err.(*apiError); ok && ae.status == 404 {
+			return lockInfo{known: true} // nobody holds it: the grant is near
+		}
+		return lockInfo{err: err.Error()}
+	}
+	var l opsLock
+	if err := json.Unmarshal(body, &l); err != nil {
+		return lockInfo{err: fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err)}
+	}
+	info := lockInfo{known: true}
+	if l.Holder != nil {
+		info.held, info.holder = true, l.Holder.Owner
+	}
+	return info
+}
