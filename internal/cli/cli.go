@@ -1,10 +1,12 @@
 // Package cli is Baton's command line: the subcommands of the baton binary,
 // their flags and BATON_* environment variables, and their exit codes.
 //
-// Exit codes: 0 success, 1 a runtime failure (a listener that cannot bind,
-// an unusable data directory), 2 a usage error (an unknown command, a bad
-// flag or environment value, a stray argument, a refused configuration).
-// Every error is one line on stderr; help goes to stdout.
+// Exit codes common to all commands: 0 success, 1 a runtime failure (a
+// listener that cannot bind, an unusable data directory, an ops API error),
+// 2 a usage error (an unknown command, a bad flag or environment value, a
+// stray argument, a refused configuration). baton run adds its own (75-78,
+// and the command's status; see run.go), the operator commands 3 for "not
+// found". Every error is one line on stderr; help goes to stdout.
 package cli
 
 import (
