@@ -38,6 +38,7 @@ const (
 	maxEpoch   = 1<<(64-CounterBits) - 1
 	maxCounter = 1<<CounterBits - 1
 	epochFile  = "epoch"
+	lockFile   = "lock"
 	// leaseFile holds the longest lease of the run, in nanoseconds.
 	leaseFile = "lease-bound"
 	// cleanFile exists while no run is live and the last one shut down in
@@ -62,6 +63,9 @@ func Open(dir string) (*Store, error) {
 		return nil, errors.New("tokenstore: data directory is empty")
 	}
 	if err := mkdirDurably(dir); err != nil {
+		return nil, err
+	}
+	if err := lockDir(dir); err != nil {
 		return nil, err
 	}
 	prev, err := readEpoch(dir)
