@@ -171,6 +171,9 @@ type lock struct {
 	holder     *session
 	head, tail *session // the FIFO queue of waiters, linked through prev/next
 	waiters    int
+	// Removals from the queue, counted for the position cache (see state):
+	// of the head, and from anywhere else but the tail.
+	headRemovals, middleRemovals uint32
 }
 
 type session struct {
@@ -185,6 +188,9 @@ type session struct {
 	prev     *session
 	next     *session
 	heapIdx  int
+	// The position cache of a waiter; see state.
+	posCache, posMid, posHead uint32
+	posValid                  bool
 }
 
 func (s *session) held() bool { return s.token != 0 }
@@ -451,17 +457,24 @@ func nonNegative(d time.Duration) time.Duration {
 	return d
 }
 
-// state computes s's state. A waiter's position costs a walk to the head of
-// its queue: it is asked once per heartbeat, and queues are short next to
-// the number of sessions, so a counted tree is not worth its memory.
+// state computes s's state. A waiter's position is asked on every
+// heartbeat. It is cached, and the cache stays valid while the queue only
+// loses its head (every position then drops by one: the common case, a
+// handover) or gains a tail; a removal from the middle makes the next
+// question walk to the head once.
 func (t *Table) state(s *session) State {
 	if s.held() {
 		return State{Held: true, Token: s.token}
+	}
+	l := s.lock
+	if s.posValid && s.posMid == l.middleRemovals {
+		return State{Position: int(s.posCache - (l.headRemovals - s.posHead))}
 	}
 	pos := 1
 	for w := s.prev; w != nil; w = w.prev {
 		pos++
 	}
+	s.posCache, s.posMid, s.posHead, s.posValid = uint32(pos), l.middleRemovals, l.headRemovals, true
 	return State{Position: pos}
 }
 
@@ -538,6 +551,13 @@ func (l *lock) enqueue(s *session) {
 }
 
 func (l *lock) unlink(s *session) {
+	switch {
+	case s == l.head:
+		l.headRemovals++
+	case s != l.tail:
+		l.middleRemovals++
+	}
+	s.posValid = false
 	if s.prev != nil {
 		s.prev.next = s.next
 	} else {
