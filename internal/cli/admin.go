@@ -263,13 +263,9 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	if err != nil {
 		return adminFailed(s, c.name, err)
 	}
-	if o.json {
-		s.stdout.Write(body)
-		return exitOK
-	}
-	var sv opsSession
-	if err := json.Unmarshal(body, &sv); err != nil {
-		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+	sv, code, done := sessionAnswer(s, c, ops, o.json, body)
+	if done {
+		return code
 	}
 	token := "?"
 	if sv.Token != nil {
@@ -298,16 +294,26 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 	if err != nil {
 		return adminFailed(s, c.name, err)
 	}
-	if o.json {
-		s.stdout.Write(body)
-		return exitOK
-	}
-	var sv opsSession
-	if err := json.Unmarshal(body, &sv); err != nil {
-		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+	sv, code, done := sessionAnswer(s, c, ops, o.json, body)
+	if done {
+		return code
 	}
 	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), fmtAge(msDuration(sv.SinceMS)))
 	return exitOK
+}
+
+// sessionAnswer handles the SESSION that release and kick answer with: with
+// -json it prints it as sent (done), otherwise it decodes it for the
+// caller's summary line.
+func sessionAnswer(s *sys, c *command, ops *opsClient, asJSON bool, body []byte) (sv opsSession, code int, done bool) {
+	if asJSON {
+		s.stdout.Write(body)
+		return sv, exitOK, true
+	}
+	if err := json.Unmarshal(body, &sv); err != nil {
+		return sv, failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err)), true
+	}
+	return sv, 0, false
 }
 
 // holderLock is the name of the lock session id holds, or "".
