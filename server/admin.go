@@ -74,10 +74,7 @@ func (s *Server) adminExitsLocked(now time.Time, exits []locktable.Exit, err err
 		return SessionView{}, err
 	}
 	view := s.sessionViewLocked(exits[0].Session)
-	var fx effects
-	s.applyExitsLocked(now, exits, 0, &fx)
-	clear(exits)
-	fx.deliverLocked(s)
+	s.settleLocked(now, exits)
 	return view, nil
 }
 

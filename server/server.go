@@ -241,17 +241,13 @@ func (s *Server) reap() {
 	for {
 		s.mu.Lock()
 		now := time.Now()
-		var fx effects
-		s.exits = s.table.Expire(now, s.exits[:0])
-		s.applyExitsLocked(now, s.exits, 0, &fx)
-		clear(s.exits)
+		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
 		next, ok := s.table.NextDeadline()
 		if ok {
 			s.armedFor = next
 		} else {
 			s.armedFor = time.Time{}
 		}
-		fx.deliverLocked(s)
 		s.mu.Unlock()
 
 		if ok {
@@ -266,6 +262,19 @@ func (s *Server) reap() {
 			return
 		}
 	}
+}
+
+// settleLocked applies the exits of a table call made for no session's own
+// end (an expiry, an operator's action, the overdue sessions an ACQUIRE
+// cleared), and starts their writes in new goroutines, since the caller
+// cannot block on other sessions' sockets. exits is the s.exits scratch;
+// it is cleared and kept for the next call. mu must be held.
+func (s *Server) settleLocked(now time.Time, exits []locktable.Exit) {
+	var fx effects
+	s.applyExitsLocked(now, exits, 0, &fx)
+	clear(exits)
+	s.exits = exits[:0]
+	fx.deliverLocked(s)
 }
 
 // wakeReaperLocked makes the reaper look again if deadline is earlier than

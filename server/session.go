@@ -129,11 +129,7 @@ func (c *session) serveFrames() (EndReason, string) {
 			// The frame came after the lease ran out, before the reaper
 			// looked: the session is over. Expire it now, not at the
 			// reaper's next turn.
-			var fx effects
-			s.exits = s.table.Expire(now, s.exits[:0])
-			s.applyExitsLocked(now, s.exits, 0, &fx)
-			clear(s.exits)
-			fx.deliverLocked(s)
+			s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
 		}
 		s.mu.Unlock()
 		s.m.heartbeats.Inc()
@@ -162,14 +158,12 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	if s.closing.Load() {
 		return ReasonShutdown, "server shutting down", false
 	}
-	var fx effects
 	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
 		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
 	}, s.exits[:0])
-	s.applyExitsLocked(now, exits, 0, &fx) // overdue sessions, expired on the way
-	clear(exits)
-	fx.deliverLocked(s)
-	if err != nil { // a bug: ids are unique and the lease was checked
+	s.settleLocked(now, exits) // overdue sessions, expired on the way
+	// An error is a bug: ids are unique and the lease was checked.
+	if err != nil {
 		return ReasonProtocolError, err.Error(), false
 	}
 	switch refusal {
