@@ -283,17 +283,19 @@ func TestIntegrationOverloaded(t *testing.T) {
 	a := newTestClient(t, []string{srv.Addr})
 	b := newTestClient(t, []string{srv.Addr})
 	la := acquire(t, a, "res")
-	start := time.Now()
 	ch := goAcquire(context.Background(), b, "res")
-	time.Sleep(300 * time.Millisecond)
+	// Refused twice: it backed off and tried again.
+	batontest.Eventually(t, 5*time.Second, func() bool { return sessionRefusals(t, srv.Srv) >= 2 },
+		"the waiter was not refused with OVERLOADED twice")
+	releaseAt := time.Now()
 	la.Release()
 	r := waitResult(t, ch, 5*time.Second)
 	if r.err != nil {
 		t.Fatalf("Acquire after OVERLOADED: %v", r.err)
 	}
 	defer r.l.Release()
-	if d := r.at.Sub(start); d < 300*time.Millisecond || d > 300*time.Millisecond+backoffCap {
-		t.Errorf("acquired after %v, want after the release (300ms) within a capped backoff", d)
+	if d := r.at.Sub(releaseAt); d < 0 || d > backoffCap {
+		t.Errorf("acquired %v after the release, want after it within a capped backoff (%v)", d, backoffCap)
 	}
 }
 
@@ -352,4 +354,26 @@ func TestIntegrationGoroutinesEndWithLock(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatalf("the lock's goroutines still run 2s after its loss")
 	}
+}
+
+// sessionRefusals reads baton_limit_refusals_total{limit="sessions"}.
+func sessionRefusals(t *testing.T, srv *server.Server) float64 {
+	t.Helper()
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "baton_limit_refusals_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "limit" && lp.GetValue() == "sessions" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
