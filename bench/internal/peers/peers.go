@@ -1,0 +1,16 @@
+// Package peers holds the lock services Baton is measured against:
+// Redis, PostgreSQL advisory locks, etcd and ZooKeeper.
+package peers
+
+import "github.com/batonlock/baton/bench/internal/system"
+
+// Config says where each peer's server listens (empty: not started).
+type Config struct {
+	RedisAddr    string // host:port
+	PostgresDSN  string // a pgx connection string
+	EtcdEndpoint string // host:port of the client URL
+	ZooKeeper    string // host:port
+}
+
+// Systems returns the peers that cfg names; peer adapters are added here.
+func Systems(cfg Config) []system.System { return nil }
