@@ -2,7 +2,11 @@
 // Redis, PostgreSQL advisory locks, etcd and ZooKeeper.
 package peers
 
-import "github.com/batonlock/baton/bench/internal/system"
+import (
+	"os"
+
+	"github.com/batonlock/baton/bench/internal/system"
+)
 
 // Config says where each peer's server listens (empty: not started).
 type Config struct {
@@ -14,3 +18,15 @@ type Config struct {
 
 // Systems returns the peers that cfg names; peer adapters are added here.
 func Systems(cfg Config) []system.System { return nil }
+
+// ConfigFromEnv reads the addresses that bench/peers/start.sh writes to
+// its peers.env: BENCH_REDIS_ADDR, BENCH_POSTGRES_DSN,
+// BENCH_ETCD_ENDPOINT, BENCH_ZOOKEEPER.
+func ConfigFromEnv() Config {
+	return Config{
+		RedisAddr:    os.Getenv("BENCH_REDIS_ADDR"),
+		PostgresDSN:  os.Getenv("BENCH_POSTGRES_DSN"),
+		EtcdEndpoint: os.Getenv("BENCH_ETCD_ENDPOINT"),
+		ZooKeeper:    os.Getenv("BENCH_ZOOKEEPER"),
+	}
+}
