@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/server"
 	"github.com/batonlock/baton/wire"
 )
 
@@ -67,8 +68,14 @@ func benchLoopbackRTT(b *testing.B, idle time.Duration) {
 
 // BenchmarkHeartbeat is one HEARTBEAT and its ACQUIRED reply, back to back,
 // through the real server: compare with BenchmarkLoopbackRTT.
-func BenchmarkHeartbeat(b *testing.B) {
-	srv := batontest.StartServer(b)
+func BenchmarkHeartbeat(b *testing.B) { benchHeartbeat(b, true) }
+
+// BenchmarkHeartbeatNoPark is BenchmarkHeartbeat with ParkIdle off: the
+// session keeps its reader goroutine between heartbeats.
+func BenchmarkHeartbeatNoPark(b *testing.B) { benchHeartbeat(b, false) }
+
+func benchHeartbeat(b *testing.B, park bool) {
+	srv := batontest.StartServer(b, func(c *server.Config) { c.ParkIdle = park })
 	c := batontest.Dial(b, srv.Addr)
 	c.Acquire("bench", time.Minute, false, "")
 	c.ReadFrame(time.Second)
@@ -88,14 +95,21 @@ func BenchmarkHeartbeat(b *testing.B) {
 
 // BenchmarkHandover measures from the holder's close to the waiter's
 // receipt of the ACQUIRED push, with one waiter queued each time.
-func BenchmarkHandover(b *testing.B) { benchHandover(b, 0) }
+func BenchmarkHandover(b *testing.B) { benchHandover(b, 0, true) }
+
+// BenchmarkHandoverNoPark is BenchmarkHandover with ParkIdle off.
+func BenchmarkHandoverNoPark(b *testing.B) { benchHandover(b, 0, false) }
 
 // BenchmarkHandoverAfterIdle is a handover after 20 ms of idle: compare
 // with BenchmarkLoopbackRTTAfterIdle.
-func BenchmarkHandoverAfterIdle(b *testing.B) { benchHandover(b, 20*time.Millisecond) }
+func BenchmarkHandoverAfterIdle(b *testing.B) { benchHandover(b, 20*time.Millisecond, true) }
 
-func benchHandover(b *testing.B, idle time.Duration) {
-	srv := batontest.StartServer(b)
+// BenchmarkHandoverAfterIdleNoPark is BenchmarkHandoverAfterIdle with
+// ParkIdle off.
+func BenchmarkHandoverAfterIdleNoPark(b *testing.B) { benchHandover(b, 20*time.Millisecond, false) }
+
+func benchHandover(b *testing.B, idle time.Duration, park bool) {
+	srv := batontest.StartServer(b, func(c *server.Config) { c.ParkIdle = park })
 	holder := batontest.Dial(b, srv.Addr)
 	holder.Acquire("bench", time.Minute, false, "")
 	holder.ReadFrame(time.Second)

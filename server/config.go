@@ -36,6 +36,20 @@ type Config struct {
 	// is made durable for the grace period after a crash
 	// (tokenstore.Store.NoteLease).
 	NoteLease func(time.Duration) error
+	// ParkIdle makes a session that has nothing to read give up its reader
+	// goroutine while an epoll poller watches its connection (Linux, plain
+	// TCP): a parked session costs no goroutine stack, about two thirds of
+	// its memory, and its next frame costs one goroutine start. False keeps
+	// one reader goroutine per session for its whole life.
+	ParkIdle bool
+	// SendBuffer is the kernel send buffer of each session's socket, in
+	// bytes (SO_SNDBUF; Linux doubles it). A session's output is a few
+	// small frames, so a small buffer costs nothing; it bounds what a client
+	// that never reads can make the kernel hold for it (up to tcp_wmem's
+	// maximum, 4 MiB by default, when autotuned), and so how long such a
+	// client takes to hit the io-timeout of a blocked write. Zero leaves
+	// the system's default. Must not be negative.
+	SendBuffer int
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -46,6 +60,8 @@ func DefaultConfig() Config {
 		IOTimeout:         5 * time.Second,
 		MaxSessions:       250000,
 		MaxWaitersPerLock: 10000,
+		ParkIdle:          true,
+		SendBuffer:        16 << 10,
 	}
 }
 
@@ -59,6 +75,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max-sessions (%d) must be positive", c.MaxSessions)
 	case c.MaxWaitersPerLock <= 0:
 		return fmt.Errorf("max-waiters (%d) must be positive", c.MaxWaitersPerLock)
+	case c.SendBuffer < 0:
+		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
 	case c.NextToken == nil:
 		return fmt.Errorf("NextToken is nil: the server needs a token source")
 	}

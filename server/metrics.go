@@ -13,6 +13,7 @@ import (
 // metric, not a label lookup.
 type metrics struct {
 	connections    prometheus.Gauge
+	parked         prometheus.Gauge
 	holding        prometheus.Gauge
 	waiting        prometheus.Gauge
 	locks          prometheus.Gauge
@@ -56,6 +57,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "baton_connections", Help: "Open protocol connections, including those not yet past ACQUIRE.",
 		}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "baton_connections_parked",
+			Help: "Connections of idle sessions watched by the idle poller, with no reader goroutine (see -park-idle).",
+		}),
 		holding: sessions.WithLabelValues("holding"),
 		waiting: sessions.WithLabelValues("waiting"),
 		locks: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -87,7 +92,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized} {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
 	}
-	reg.MustRegister(m.connections, sessions, m.locks, grants, handovers, m.handoverTime,
+	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, handovers, m.handoverTime,
 		expiries, m.heartbeats, protoErrs, refusals, ended,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

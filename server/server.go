@@ -60,6 +60,9 @@ type Server struct {
 	reaperOnce   sync.Once
 	shutdownOnce sync.Once
 	stopping     []*session // the sessions Shutdown ended; guarded by mu
+	// poller watches parked sessions; nil when parking is off or not
+	// available. Set before the first session exists.
+	poller *idlePoller
 }
 
 // New returns a server with cfg, after checking it.
@@ -131,7 +134,10 @@ func (s *Server) Serve(ln net.Listener) error {
 		return ErrServerClosed
 	}
 	s.listeners[ln] = struct{}{}
-	s.reaperOnce.Do(func() { s.goLocked(s.reap) })
+	s.reaperOnce.Do(func() {
+		s.goLocked(s.reap)
+		s.startPollerLocked()
+	})
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -163,6 +169,25 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// startPollerLocked starts the idle poller, unless parking is off. Without
+// it every session keeps its reader goroutine, which is correct, only
+// larger. mu must be held.
+func (s *Server) startPollerLocked() {
+	if !s.cfg.ParkIdle {
+		return
+	}
+	p, err := newIdlePoller(s)
+	if err != nil {
+		s.log.Warn("idle sessions keep their goroutines", "err", err)
+		return
+	}
+	if p == nil {
+		return // not available on this platform
+	}
+	s.poller = p
+	s.goLocked(p.run)
+}
+
 // accept registers conn and starts its reader, or closes it at once when
 // the server is shutting down or flooded far past its session limit.
 func (s *Server) accept(conn net.Conn) {
@@ -172,6 +197,9 @@ func (s *Server) accept(conn net.Conn) {
 		s.m.refusedConns.Inc()
 		conn.Close() // no ERROR: reading the ACQUIRE would cost a goroutine per flooding connection
 		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+		tc.SetWriteBuffer(s.cfg.SendBuffer) // best effort: the default only costs memory
 	}
 	s.nextID++
 	c := newSession(s, s.nextID, conn)
@@ -224,6 +252,9 @@ func (s *Server) stop() {
 	}
 	for _, c := range all {
 		s.endLocked(now, c, ReasonShutdown, "server shutting down", true)
+	}
+	if s.poller != nil {
+		s.poller.stop() // every session was unparked by its end above
 	}
 	s.stopped = true
 	s.stopping = all
@@ -326,6 +357,12 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 	c.ended = true
 	c.reason = reason
 	delete(s.conns, c)
+	if s.poller != nil && s.poller.unparkLocked(c) {
+		// Its reader delivers the ERROR's aftermath (drain, close).
+		if !s.goLocked(c.resume) {
+			c.conn.Close()
+		}
+	}
 	s.m.ended[reason].Inc()
 	if code := reason.code(); code != 0 {
 		c.queueError(code, msg)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/batonlock/baton/locktable"
@@ -20,6 +21,11 @@ type session struct {
 	conn   net.Conn
 	remote string
 	hdr    [wire.HeaderSize]byte // read buffer for headers; payloads only for ACQUIRE
+	// raw is the connection's descriptor for the idle poller; nil when the
+	// session cannot park (no poller, or not a plain TCP connection).
+	raw  syscall.RawConn
+	rio  rawIO     // the reader's state for non-blocking reads on raw
+	park parkState // guarded by the poller's mutex
 
 	// Guarded by srv.mu.
 	ended   bool
@@ -40,19 +46,43 @@ type session struct {
 }
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
-	return &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr().String()}
+	c := &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr().String()}
+	if tc, ok := conn.(*net.TCPConn); ok && s.poller != nil {
+		c.initRaw(tc)
+	}
+	return c
 }
 
 // serve is the session's reader: it reads every frame, answers it, and at
 // the end closes the connection. It is the only goroutine that closes conn,
-// except a flusher whose write failed (the socket is then useless).
+// except a flusher whose write failed (the socket is then useless). With
+// Config.ParkIdle, a session with nothing to read parks: this goroutine
+// ends, and resume takes over when the connection has something to read
+// or the server ends the session.
 func (c *session) serve() {
+	reason, msg, parked := c.serveFrames()
+	if !parked {
+		c.end(reason, msg)
+	}
+}
+
+// resume is the reader of a session woken from its park.
+func (c *session) resume() {
+
+	reason, msg, parked := c.serveLoop()
+	if !parked {
+		c.end(reason, msg)
+	}
+}
+
+// end ends the session for reason, delivers what it owes, and closes the
+// connection.
+func (c *session) end(reason EndReason, msg string) {
 	s := c.srv
 	defer func() {
 		c.conn.Close()
 		s.m.connections.Dec()
 	}()
-	reason, msg := c.serveFrames()
 	s.mu.Lock()
 	flush := s.endLocked(time.Now(), c, reason, msg, false)
 	s.mu.Unlock()
@@ -73,54 +103,70 @@ func (c *session) serve() {
 	c.drain()
 }
 
-// serveFrames runs the session until it ends, and says why.
-func (c *session) serveFrames() (EndReason, string) {
+// serveFrames runs the session until it ends, and says why, or until it
+// parks (parked is then true).
+func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	s := c.srv
 	// The first frame, whole, within io-timeout of accept.
 	c.conn.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
 	h, err := c.readHeader(true)
 	if err != nil {
-		return c.readFailure(err, true)
+		reason, msg = c.readFailure(err, true)
+		return reason, msg, false
 	}
 	if h.Type != wire.TypeAcquire {
-		return ReasonProtocolError, fmt.Sprintf("first frame must be ACQUIRE, got %v", h.Type)
+		return ReasonProtocolError, fmt.Sprintf("first frame must be ACQUIRE, got %v", h.Type), false
 	}
 	payload := make([]byte, h.Length)
 	if _, err := io.ReadFull(c.conn, payload); err != nil {
-		return c.readFailure(err, true)
+		reason, msg = c.readFailure(err, true)
+		return reason, msg, false
 	}
 	c.conn.SetReadDeadline(time.Time{})
 	req, err := wire.DecodeAcquire(payload)
 	if err != nil {
 		var we *wire.Error
 		errors.As(err, &we)
-		return reasonFor(we.Code), we.Msg
+		return reasonFor(we.Code), we.Msg, false
 	}
 	if reason, msg, ok := c.acquire(req); !ok {
-		return reason, msg
+		return reason, msg, false
 	}
 	c.flush()
+	return c.serveLoop()
+}
 
+// serveLoop answers the frames after ACQUIRE until the session ends or
+// parks.
+func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
+	s := c.srv
 	for {
-		h, err := c.readHeader(false)
+		h, parked, err := c.nextHeader()
+		if parked {
+			return 0, "", true
+		}
+		if err == errEnded {
+			return c.reason, "", false // ended by the server meanwhile; its ERROR is queued
+		}
 		if err != nil {
-			return c.readFailure(err, false)
+			reason, msg = c.readFailure(err, false)
+			return reason, msg, false
 		}
 		switch h.Type {
 		case wire.TypeHeartbeat:
 			if h.Length != 0 {
-				return ReasonProtocolError, fmt.Sprintf("HEARTBEAT payload must be empty, got length %d", h.Length)
+				return ReasonProtocolError, fmt.Sprintf("HEARTBEAT payload must be empty, got length %d", h.Length), false
 			}
 		case wire.TypeAcquire:
-			return ReasonProtocolError, "second ACQUIRE on a session"
+			return ReasonProtocolError, "second ACQUIRE on a session", false
 		default:
-			return ReasonProtocolError, fmt.Sprintf("unknown frame %v", h.Type)
+			return ReasonProtocolError, fmt.Sprintf("unknown frame %v", h.Type), false
 		}
 		now := time.Now()
 		s.mu.Lock()
 		if c.ended {
 			s.mu.Unlock()
-			return c.reason, "" // ended by the server meanwhile; its ERROR is queued
+			return c.reason, "", false // ended by the server meanwhile; its ERROR is queued
 		}
 		st, ok := s.table.Seen(now, c.id)
 		if ok {
@@ -194,12 +240,48 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	return 0, "", true
 }
 
-// readHeader reads one frame header. Waiting for a frame's first byte has no
-// deadline (silence is the lease's business); once it has arrived, the rest
-// of the frame must follow within io-timeout. For the first frame the
-// caller has set the deadline already.
+// errEnded says that the server ended the session while its reader waited.
+var errEnded = errors.New("session ended by the server")
+
+// nextHeader waits for the next frame's header. Waiting for a frame's first
+// byte has no deadline (silence is the lease's business). With an idle
+// poller, a session with nothing to read parks instead: parked is then true
+// and the caller must return without touching the connection.
+func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
+	s := c.srv
+	if c.raw == nil {
+		h, err = c.readHeader(false)
+		return h, false, err
+	}
+	n, err := c.tryRead(c.hdr[:])
+	if err == errWouldBlock {
+		s.mu.Lock()
+		if c.ended {
+			s.mu.Unlock()
+			return h, false, errEnded
+		}
+		parked = s.poller.park(c)
+		s.mu.Unlock()
+		if parked {
+			return h, true, nil
+		}
+		n, err = c.conn.Read(c.hdr[:])
+	}
+	h, err = c.finishHeader(n, err, false)
+	return h, false, err
+}
+
+// readHeader reads one frame header. Once its first byte has arrived, the
+// rest of the frame must follow within io-timeout. For the first frame the
+// caller has set the deadline already; for the others there is none while
+// the first byte is awaited.
 func (c *session) readHeader(first bool) (wire.Header, error) {
 	n, err := c.conn.Read(c.hdr[:])
+	return c.finishHeader(n, err, first)
+}
+
+// finishHeader completes a header of which a read got n bytes (or err).
+func (c *session) finishHeader(n int, err error, first bool) (wire.Header, error) {
 	if err != nil {
 		return wire.Header{}, err
 	}
@@ -315,6 +397,7 @@ func (c *session) flush() {
 // writeFailed ends the session after a failed write and closes the socket,
 // which also wakes the reader.
 func (c *session) writeFailed(err error) {
+
 	reason := ReasonReset
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		reason = ReasonWriteTimeout

@@ -47,6 +47,8 @@ type serveOptions struct {
 	shutdownLinger time.Duration
 	maxSessions    int
 	maxWaiters     int
+	parkIdle       bool
+	sendBuffer     int
 	crashGraceMax  time.Duration
 	logFormat      string
 	logLevel       string
@@ -102,6 +104,8 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.DurationVar(&o.shutdownLinger, "shutdown-linger", 2*time.Second, "how long the ops endpoints stay up after the protocol listener closes")
 	fs.IntVar(&o.maxSessions, "max-sessions", def.MaxSessions, "most sessions at once; more get ERROR OVERLOADED")
 	fs.IntVar(&o.maxWaiters, "max-waiters", def.MaxWaitersPerLock, "most waiters of one lock; more get ERROR OVERLOADED")
+	fs.BoolVar(&o.parkIdle, "park-idle", def.ParkIdle, "idle sessions give up their goroutine while epoll watches their socket (Linux; less memory per session)")
+	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
@@ -147,6 +151,8 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.IOTimeout = o.ioTimeout
 	cfg.MaxSessions = o.maxSessions
 	cfg.MaxWaitersPerLock = o.maxWaiters
+	cfg.ParkIdle = o.parkIdle
+	cfg.SendBuffer = o.sendBuffer
 	return cfg
 }
 

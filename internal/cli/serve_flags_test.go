@@ -27,6 +27,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"zero max-sessions", []string{"-max-sessions=0"}, nil, "max-sessions (0) must be positive"},
 		{"negative max-waiters", []string{"-max-waiters=-1"}, nil, "max-waiters (-1) must be positive"},
 		{"negative linger", []string{"-shutdown-linger=-1s"}, nil, "shutdown-linger (-1s) must not be negative"},
+		{"negative send-buffer", []string{"-send-buffer=-1"}, nil, "send-buffer (-1) must not be negative"},
+		{"bad park-idle", []string{"-park-idle=maybe"}, nil, `invalid boolean value "maybe" for -park-idle`},
 		{"negative crash-grace-max", []string{"-crash-grace-max=-1s"}, nil, "crash-grace-max (-1s) must not be negative"},
 		{"bad log format", []string{"-log-format=xml"}, nil, `invalid value "xml" for flag -log-format: must be one of text, json`},
 		{"bad log level", []string{"-log-level=loud"}, nil, `invalid value "loud" for flag -log-level: must be one of debug, info, warn, error`},
@@ -77,7 +79,7 @@ func TestServeFlagsAndEnv(t *testing.T) {
 	defaults := serveOptions{
 		addr: "127.0.0.1:7070", opsAddr: "127.0.0.1:7071", ioTimeout: 5 * time.Second,
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
-		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info",
+		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
 	}
 	tests := []struct {
 		name string
@@ -89,24 +91,24 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		{"every flag", []string{
 			"-addr=127.0.0.2:1", "-ops-addr", "[::1]:2", "-io-timeout=1500ms", "-data-dir=/d",
 			"-admin-token-file=/t", "-shutdown-linger=0s", "-max-sessions=3", "-max-waiters=4",
-			"-log-format=JSON", "-log-level=debug", "-crash-grace-max=5s",
+			"-log-format=JSON", "-log-level=debug", "-crash-grace-max=5s", "-park-idle=false", "-send-buffer=8192",
 		}, nil, func(o *serveOptions) {
 			*o = serveOptions{
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
-				crashGraceMax: 5 * time.Second, logFormat: "json", logLevel: "debug",
+				crashGraceMax: 5 * time.Second, logFormat: "json", logLevel: "debug", parkIdle: false, sendBuffer: 8192,
 			}
 		}},
 		{"every variable", nil, map[string]string{
 			"BATON_ADDR": "127.0.0.2:1", "BATON_OPS_ADDR": "[::1]:2", "BATON_IO_TIMEOUT": "1500ms",
 			"BATON_DATA_DIR": "/d", "BATON_ADMIN_TOKEN_FILE": "/t", "BATON_SHUTDOWN_LINGER": "0s",
 			"BATON_MAX_SESSIONS": "3", "BATON_MAX_WAITERS": "4", "BATON_LOG_FORMAT": "json", "BATON_LOG_LEVEL": "WARN",
-			"BATON_CRASH_GRACE_MAX": "0s",
+			"BATON_CRASH_GRACE_MAX": "0s", "BATON_PARK_IDLE": "false", "BATON_SEND_BUFFER": "0",
 		}, func(o *serveOptions) {
 			*o = serveOptions{
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
-				crashGraceMax: 0, logFormat: "json", logLevel: "warn",
+				crashGraceMax: 0, logFormat: "json", logLevel: "warn", parkIdle: false, sendBuffer: 0,
 			}
 		}},
 		{"flag beats env", []string{"-io-timeout=2s", "-log-level", "error"},

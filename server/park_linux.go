@@ -1,0 +1,254 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// idlePoller watches the connections of idle sessions, so that a session
+// that sends nothing costs no goroutine (and no goroutine stack, two thirds
+// of a session's memory). A parked session's reader goroutine has ended;
+// the poller starts a new one when the connection becomes readable (a
+// frame, the client's close or a reset), and the server starts one when it
+// ends the session itself.
+//
+// It is one epoll instance in level-triggered, one-shot mode: a
+// connection reported once is disarmed until it parks again, so a wake-up
+// and a park can never overlap. Go's own poller keeps the descriptor too;
+// the two do not interfere, since a parked session has no pending read.
+//
+// Why not an event-loop library (gnet, nbio): they own every read and
+// write of every connection, which would replace net.Conn, crypto/tls and
+// the per-session code with theirs. Only "tell me when this idle socket is
+// readable" is needed here.
+type idlePoller struct {
+	epfd   int
+	wakefd int // an eventfd: written to stop the poller
+	srv    *Server
+
+	mu        sync.Mutex
+	parked    map[int32]*session // by file descriptor
+	stopping  bool               // no new parks
+	fdsClosed bool               // epfd and wakefd are closed
+}
+
+func newIdlePoller(s *Server) (*idlePoller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("idle poller: epoll_create1: %w", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("idle poller: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("idle poller: add eventfd: %w", err)
+	}
+	return &idlePoller{epfd: epfd, wakefd: wakefd, srv: s, parked: make(map[int32]*session)}, nil
+}
+
+// parkState is a session's part of the poller's bookkeeping; guarded by
+// idlePoller.mu.
+type parkState struct {
+	fd         int32 // -1 until the connection is first registered
+	registered bool  // in the epoll set (armed or disarmed)
+	parked     bool  // armed; no reader goroutine runs
+}
+
+// park arms c's connection and reports true, after which the caller (c's
+// reader) must return without touching the connection. It reports false
+// when c cannot be parked (not a plain TCP connection, or the poller is
+// stopping); the reader then goes on reading. srv.mu must be held, so that
+// the session cannot end between the caller's check and the park.
+func (p *idlePoller) park(c *session) bool {
+	if c.raw == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return false
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: c.rio.fd}
+	op := unix.EPOLL_CTL_MOD
+	if !c.park.registered {
+		op = unix.EPOLL_CTL_ADD
+	}
+	if err := unix.EpollCtl(p.epfd, op, int(c.rio.fd), &ev); err != nil {
+		p.srv.log.Warn("idle poller: cannot watch a connection; its reader stays", "remote", c.remote, "err", err)
+		return false
+	}
+	c.park = parkState{fd: c.rio.fd, registered: true, parked: true}
+	p.parked[c.rio.fd] = c
+	p.srv.m.parked.Inc()
+	return true
+}
+
+// unparkLocked takes c out of the poller if it is parked, and reports
+// whether it was: the caller must then start c's reader. Its registration
+// is removed, so that the descriptor can be closed and reused safely.
+// srv.mu must be held.
+func (p *idlePoller) unparkLocked(c *session) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !c.park.parked {
+		return false
+	}
+	p.forgetLocked(c)
+	return true
+}
+
+// forgetLocked removes c from the parked set and the epoll set. p.mu must
+// be held.
+func (p *idlePoller) forgetLocked(c *session) {
+	delete(p.parked, c.park.fd)
+	c.park.parked = false
+	p.srv.m.parked.Dec()
+	if c.park.registered && !p.fdsClosed {
+		// The connection is still open (only the reader closes it, and
+		// there is none while parked), so fd is still c's.
+		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(c.park.fd), nil)
+		c.park.registered = false
+	}
+}
+
+// errWouldBlock says that a session has nothing to read now.
+var errWouldBlock = errors.New("nothing to read")
+
+// rawIO is what a session needs to read and park without allocating:
+// its descriptor and a read callback bound once.
+type rawIO struct {
+	fd    int32
+	read  func(fd uintptr) bool // reads into buf, sets n and errno
+	buf   []byte
+	n     int
+	errno error
+}
+
+// initRaw readies c for parking, if its connection gives its descriptor.
+func (c *session) initRaw(tc *net.TCPConn) {
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return
+	}
+	fd := int32(-1)
+	if err := raw.Control(func(d uintptr) { fd = int32(d) }); err != nil || fd < 0 {
+		return
+	}
+	// The descriptor stays c's while it is used: park runs on the reader,
+	// the only goroutine that closes the connection of a session not yet
+	// ended, and ended sessions do not park.
+	c.raw = raw
+	c.rio.fd = fd
+	c.rio.read = func(fd uintptr) bool {
+		for {
+			c.rio.n, c.rio.errno = unix.Read(int(fd), c.rio.buf)
+			if c.rio.errno != unix.EINTR {
+				return true // never let Go's poller wait: parking is ours
+			}
+		}
+	}
+}
+
+// tryRead reads what c's connection has, without waiting: errWouldBlock if
+// nothing, io.EOF at the client's close.
+func (c *session) tryRead(b []byte) (int, error) {
+	c.rio.buf = b
+	err := c.raw.Read(c.rio.read)
+	n, errno := c.rio.n, c.rio.errno
+	c.rio.buf, c.rio.errno = nil, nil
+	switch {
+	case err != nil: // closed, or a deadline passed (the session is ending)
+		return 0, err
+	case errno == unix.EAGAIN:
+		return 0, errWouldBlock
+	case errno != nil:
+		return 0, errno
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// run waits for parked connections to become readable and starts their
+// readers, until stop. It is one of the server's goroutines.
+func (p *idlePoller) run() {
+	defer func() {
+		p.mu.Lock()
+		p.stopping, p.fdsClosed = true, true
+		unix.Close(p.epfd)
+		unix.Close(p.wakefd)
+		p.mu.Unlock()
+	}()
+	events := make([]unix.EpollEvent, 256)
+	for {
+		n, err := unix.EpollWait(p.epfd, events, -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			p.srv.log.Error("idle poller: epoll_wait failed; parked sessions will be woken by the reaper only", "err", err)
+			return
+		}
+		woke := false
+		for _, ev := range events[:n] {
+			if ev.Fd == int32(p.wakefd) {
+				return
+			}
+			p.mu.Lock()
+			c := p.parked[ev.Fd]
+			if c != nil {
+				// One-shot: the descriptor is disarmed already; it stays
+				// registered so the next park is a cheap MOD.
+				delete(p.parked, ev.Fd)
+				c.park.parked = false
+				p.srv.m.parked.Dec()
+				// The poller is one of the server's goroutines, so the
+				// WaitGroup is above zero and may grow without s.mu.
+				p.srv.wg.Add(1)
+				go p.resume(c)
+				woke = true
+			}
+			p.mu.Unlock()
+		}
+		if woke {
+			// Let the readers just started run on this P now, rather than
+			// wait for another thread to be woken to steal them while this
+			// one sits in epoll_wait: that wake-up would be on the path of
+			// every handover from a parked holder.
+			runtime.Gosched()
+		}
+	}
+}
+
+// resume runs c's reader, counted in the server's WaitGroup by the caller.
+func (p *idlePoller) resume(c *session) {
+	defer p.srv.wg.Done()
+	c.resume()
+}
+
+// stop makes run return and refuses new parks. Every session was unparked
+// before (Shutdown ends them all first).
+func (p *idlePoller) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return
+	}
+	p.stopping = true
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(p.wakefd, one[:])
+}

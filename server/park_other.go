@@ -1,0 +1,27 @@
+//go:build !linux
+
+package server
+
+import "net"
+
+// Elsewhere than Linux every session keeps its reader goroutine: the idle
+// poller is built on epoll.
+type idlePoller struct{}
+
+type parkState struct{}
+
+type rawIO struct{}
+
+func (c *session) initRaw(*net.TCPConn) {}
+
+var errWouldBlock error
+
+// tryRead is never called: no session has a raw connection here.
+func (c *session) tryRead([]byte) (int, error) { return 0, errWouldBlock }
+
+func newIdlePoller(*Server) (*idlePoller, error) { return nil, nil }
+
+func (p *idlePoller) park(*session) bool         { return false }
+func (p *idlePoller) unparkLocked(*session) bool { return false }
+func (p *idlePoller) run()                       {}
+func (p *idlePoller) stop()                      {}
