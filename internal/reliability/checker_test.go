@@ -305,7 +305,7 @@ func TestCheckerNoOverlap(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sectionsBy[i] = worker(ctx, i, c, res, locks, lease, uint64(i))
+			sectionsBy[i] = worker(ctx, i, c, res, locks, lease, 8, uint64(i))
 		}()
 	}
 
@@ -367,13 +367,14 @@ func TestCheckerNoOverlap(t *testing.T) {
 }
 
 // worker takes the locks in turn until ctx ends, running a section under
-// each, and returns how many sections it ran.
-func worker(ctx context.Context, id int, c *baton.Client, res *resource, locks []string, lease time.Duration, seed uint64) int {
+// each, and returns how many sections it ran. One section in longEvery (none
+// if 0) ignores the loss of the lock and lasts a lease and a half.
+func worker(ctx context.Context, id int, c *baton.Client, res *resource, locks []string, lease time.Duration, longEvery int, seed uint64) int {
 	rng := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 	n := 0
 	for ctx.Err() == nil {
 		name := locks[rng.IntN(len(locks))]
-		long := rng.IntN(8) == 0
+		long := longEvery > 0 && rng.IntN(longEvery) == 0
 		hold := time.Duration(2+rng.IntN(15)) * time.Millisecond
 		if long {
 			hold = lease * 3 / 2
