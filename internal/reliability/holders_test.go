@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"syscall"
@@ -216,9 +217,14 @@ func TestSlowReader(t *testing.T) {
 		other.expectHolds(t, otherTok)
 	}
 	tok := waiter.expectPush(t, ioTimeout+eventWait)
-	eventually(t, eventWait, func() bool {
-		return srv.metric(t, `baton_sessions_ended_total{reason="write_timeout"}`) == 1
-	}, "want the slow reader ended by a write timeout")
+	// By its stuck write, as a rule; on a loaded machine its own writes
+	// can stall mid-frame first, and the read's io-timeout ends it.
+	ended := func() (w, r float64) {
+		return srv.metric(t, `baton_sessions_ended_total{reason="write_timeout"}`),
+			srv.metric(t, `baton_sessions_ended_total{reason="read_timeout"}`)
+	}
+	eventually(t, eventWait, func() bool { w, r := ended(); return w+r == 1 },
+		"want the slow reader, and only it, ended at io-timeout; write and read timeouts: %v", fmt.Sprint(ended()))
 	other.expectHolds(t, otherTok)
 	waiter.expectHolds(t, tok)
 }
@@ -233,11 +239,11 @@ func TestByteASecondWriter(t *testing.T) {
 	srv := startServer(t, t.TempDir(), "-io-timeout="+ioTimeout.String())
 
 	t.Run("first frame", func(t *testing.T) {
+		dialing := time.Now() // the server's accept, and its deadline, come after
 		c := dialRaw(t, srv.Addr)
-		dialed := time.Now()
 		trickle(t, c, acquireFrame(t, "trickle", time.Minute, false))
 		closedAt := c.expectClosed(t, ioTimeout+eventWait)
-		if d := closedAt.Sub(dialed); d < ioTimeout*9/10 || d > ioTimeout+promptly {
+		if d := closedAt.Sub(dialing); d < ioTimeout || d > ioTimeout+promptly {
 			t.Errorf("cut %v after connecting, want about the io-timeout %v", d, ioTimeout)
 		}
 	})
@@ -247,7 +253,7 @@ func TestByteASecondWriter(t *testing.T) {
 		began := time.Now()
 		trickle(t, h, wire.AppendHeartbeat(nil))
 		tok2 := w.expectPush(t, ioTimeout+eventWait)
-		if d := time.Since(began); d < ioTimeout*9/10 || d > ioTimeout+promptly {
+		if d := time.Since(began); d < ioTimeout || d > ioTimeout+promptly {
 			t.Errorf("lock moved %v after the first byte, want about the io-timeout %v (the lease is a minute)", d, ioTimeout)
 		}
 		if tok2 <= tok {

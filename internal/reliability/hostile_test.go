@@ -25,7 +25,7 @@ func TestHostileInput(t *testing.T) {
 	t.Parallel()
 	const (
 		ioTimeout = 300 * time.Millisecond
-		lease     = 2 * time.Second
+		lease     = 10 * time.Second // the heartbeats below are far more frequent
 		conns     = 64
 		runFor    = 2 * time.Second
 	)
@@ -102,7 +102,7 @@ func TestHostileInput(t *testing.T) {
 			t.Fatalf("ACQUIRE of a free lock during the garbage: got %v, want ACQUIRED", f)
 		}
 		fresh.Close()
-		time.Sleep(lease / 10) // the heartbeat schedule
+		time.Sleep(100 * time.Millisecond) // a heartbeat schedule
 	}
 	stopGarbage()
 	for _, g := range granted {
