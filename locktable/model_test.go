@@ -84,6 +84,7 @@ type schedule struct {
 	step    int
 	history []entry
 	tok     uint64 // the last token handed out
+	stats   scheduleStats
 }
 
 // logf notes a step for the history shown on failure; the line is only
@@ -132,14 +133,26 @@ func TestRandomSchedules(t *testing.T) {
 	}
 	base := rand.Uint64()
 	t.Logf("seeds %d .. %d", base, base+uint64(n)-1)
+	var total scheduleStats
 	for i := 0; i < n; i++ {
-		runSchedule(t, base+uint64(i), false)
+		st := runSchedule(t, base+uint64(i), false)
+		total.steps += st.steps
+		total.restarts += st.restarts
+		total.graceRestarts += st.graceRestarts
+		total.graceGrants += st.graceGrants
 	}
+	t.Logf("%d schedules: %d steps, %d restarts (%d with a grace period), %d grants at the end of a grace period",
+		n, total.steps, total.restarts, total.graceRestarts, total.graceGrants)
+}
+
+// scheduleStats counts what a schedule exercised.
+type scheduleStats struct {
+	steps, restarts, graceRestarts, graceGrants int
 }
 
 var names = []string{"a", "b", "c"}
 
-func runSchedule(t *testing.T, seed uint64, verbose bool) {
+func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{
@@ -182,6 +195,8 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) {
 		}
 		s.check()
 	}
+	s.stats.steps = steps
+	return s.stats
 }
 
 // newTable starts a table whose tokens continue from the last one, as a
@@ -339,6 +354,7 @@ func (s *schedule) checkExits(exits []locktable.Exit, want map[locktable.Session
 	if cut < 0 {
 		s.fatalf("got exits %s, want at least the %d grants at the end of the grace period %v", exitIDs(exits), len(graceGrants), graceGrants)
 	}
+	s.stats.graceGrants += len(graceGrants)
 	for i, id := range graceGrants {
 		e := exits[cut+i]
 		if e.Cause != locktable.CauseGraceEnded || !e.HasPromoted || e.Promoted.ID != id || e.Session != (locktable.Info{}) {
@@ -642,6 +658,10 @@ func (s *schedule) restart() {
 		m.maxLease = 0 // tokenstore drops the bound after a clean stop
 	}
 	m.storeGraceEnds = noGrant
+	s.stats.restarts++
+	if !noGrant.IsZero() {
+		s.stats.graceRestarts++
+	}
 	s.tok += 1 << 10 // a new epoch: the counter moves on
 	what := "clean stop"
 	switch {
