@@ -72,13 +72,20 @@ func TestServerStopDuringHandovers(t *testing.T) {
 			srv = restartServer(t, srv)
 			if tc.sig == syscall.SIGKILL {
 				// The queue re-forms while nothing may be granted.
+				// The grace period began after restartAt: a holder seen
+				// before restartAt+lease was granted during it.
 				eventually(t, lease, func() bool {
 					waiting := 0
-					for _, l := range srv.locks(t) {
-						if l.Holder != nil {
+					locks := srv.locks(t)
+					inGrace := time.Now().Before(restartAt.Add(lease))
+					for _, l := range locks {
+						if l.Holder != nil && inGrace {
 							t.Fatalf("lock %q granted during the crash grace period: %+v", l.Name, l)
 						}
 						waiting += len(l.Waiters)
+					}
+					if !inGrace {
+						t.Fatalf("the grace period of %v passed before all %d clients queued again; locks: %+v", lease, clients, locks)
 					}
 					return waiting == clients
 				}, "want all %d clients queued during the grace period; locks: %+v", clients, srv.locks(t))
