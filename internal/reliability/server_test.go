@@ -165,3 +165,63 @@ func TestCleanStopDuringGraceKeepsGrace(t *testing.T) {
 		t.Errorf("granted %v after the restart began, want no earlier than the lease %v", d, lease)
 	}
 }
+
+// TestServerKillWithRunQueue: `baton run` processes across a server kill -9
+// and restart. The holder loses its lock (exit 77, command stopped); the
+// two waiters reconnect to the restarted server by themselves, queue again,
+// and run one after the other once the grace period is over, with tokens
+// larger than the old holder's.
+func TestServerKillWithRunQueue(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	srv := startServer(t, t.TempDir())
+	holder := startRunner(t, srv.Addr, "q", lease, startScript("exec sleep 600"))
+	_, tok, pid := holder.started(t, eventWait)
+	var waiters []*runner
+	for i := range 2 {
+		waiters = append(waiters, startRunner(t, srv.Addr, "q", lease, startScript("sleep 0.1; echo end")))
+		srv.waitWaiters(t, "q", i+1)
+	}
+
+	srv.signal(t, syscall.SIGKILL)
+	srv.wait(t, eventWait)
+	if code := holder.wait(t, eventWait); code != 77 {
+		t.Errorf("holder exited %d after the server's kill -9, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
+	}
+	eventually(t, eventWait, func() bool { return processGone(pid) }, "the holder's command %d still runs", pid)
+
+	restartAt := time.Now()
+	srv = restartServer(t, srv)
+	type run struct {
+		start, end time.Time
+		token      uint64
+	}
+	var runs []run
+	for i, w := range waiters {
+		l, wtok, _ := w.started(t, lease+2*eventWait)
+		if d := l.at.Sub(restartAt); d < lease {
+			t.Errorf("waiter %d started %v after the restart began, want no earlier than the grace period %v", i, d, lease)
+		}
+		if wtok <= tok {
+			t.Errorf("waiter %d token %d, want more than the old holder's %d", i, wtok, tok)
+		}
+		if end := w.expectLine(t, eventWait); end.text != "end" {
+			t.Fatalf("waiter %d printed %q, want \"end\"", i, end.text)
+		} else {
+			runs = append(runs, run{l.at, end.at, wtok})
+		}
+		if code := w.wait(t, eventWait); code != 0 {
+			t.Errorf("waiter %d exited %d, want 0; stderr:\n%s", i, code, w.stderr)
+		}
+	}
+	// They queued again in the order they reconnected: either may go first.
+	a, b := runs[0], runs[1]
+	if b.start.Before(a.start) {
+		a, b = b, a
+	}
+	if b.start.Before(a.end) || b.token <= a.token {
+		t.Errorf("the waiters' commands overlapped or their tokens fell: %+v then %+v", a, b)
+	}
+	t.Logf("after kill -9: both waiters reconnected and ran one after the other, from +%v and +%v after the restart began",
+		a.start.Sub(restartAt).Round(time.Millisecond), b.start.Sub(restartAt).Round(time.Millisecond))
+}
