@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +116,16 @@ func (r *resource) pickActive(rng *rand.Rand) int {
 	return -1
 }
 
+// lockOf is the lock client c is in a section of; "" if none.
+func (r *resource) lockOf(c int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.active[c]; s != nil {
+		return s.lock
+	}
+	return ""
+}
+
 func (r *resource) done() []*section {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -123,7 +135,8 @@ func (r *resource) done() []*section {
 // fault is an injected fault: of one client's link, or (client -1) of the
 // server, which every client sees.
 type fault struct {
-	client int
+	client int    // -1: every client
+	lock   string // if set: whoever held this lock (a force-release)
 	at     time.Time
 	what   string
 }
@@ -228,7 +241,8 @@ func checkSections(sections []*section, faults []fault, lease time.Duration) (ch
 // a lease before a began and until.
 func faultNear(faults []fault, a *section, until time.Time, lease time.Duration) bool {
 	for _, f := range faults {
-		if (f.client == a.client || f.client == -1) && !f.at.Before(a.start.Add(-2*lease)) && !f.at.After(until) {
+		hit := f.client == a.client || (f.client == -1 && (f.lock == "" || f.lock == a.lock))
+		if hit && !f.at.Before(a.start.Add(-2*lease)) && !f.at.After(until) {
 			return true
 		}
 	}
@@ -265,8 +279,9 @@ func TestCheckerFindsViolations(t *testing.T) {
 
 // TestCheckerNoOverlap: 16 Go clients, each through a fault proxy of its
 // own, contend for 3 locks against the real server for a few seconds while
-// links are frozen (both ways, or one way) and reset, and the server is
-// killed with kill -9 and restarted once. An eighth of the sections are
+// links are frozen (both ways, or one way) and reset, an operator
+// force-releases locks, and the server is killed with kill -9 and
+// restarted once. An eighth of the sections are
 // worked by a worker that ignores the loss of the lock for a lease and a
 // half (a pause, a bug); the faults aim at those. The checker's rules must
 // hold; the count of fenced writes is reported.
@@ -290,6 +305,11 @@ func TestCheckerNoOverlap(t *testing.T) {
 		faultsMu.Unlock()
 	}
 
+	var (
+		opsMu   sync.Mutex
+		opsAddr = srv.OpsAddr // changes with the restart
+		forced  atomic.Int64  // force-releases that took a lock
+	)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	proxies := make([]*faultproxy.Proxy, clients)
@@ -323,25 +343,43 @@ func TestCheckerNoOverlap(t *testing.T) {
 				continue
 			}
 			px := proxies[c]
-			switch k := rng.IntN(4); k {
+			switch k := rng.IntN(5); k {
 			case 0, 1, 2:
 				dir := []faultproxy.Direction{faultproxy.Both, faultproxy.Both, faultproxy.Up}[k]
-				addFault(fault{c, time.Now(), "stall " + dir.String()})
+				addFault(fault{client: c, at: time.Now(), what: "stall " + dir.String()})
 				px.Stall(dir)
 				pause(ctx, lease*3/2)
 				px.Resume(dir)
-			default:
-				addFault(fault{c, time.Now(), "reset"})
+			case 3:
+				addFault(fault{client: c, at: time.Now(), what: "reset"})
 				px.Reset()
+			default: // an operator force-releases the lock c is working under
+				lock := res.lockOf(c)
+				if lock == "" {
+					continue
+				}
+				addFault(fault{client: -1, lock: lock, at: time.Now(), what: "force-release"})
+				opsMu.Lock()
+				ops := opsAddr
+				opsMu.Unlock()
+				if resp, err := opsClient.Post("http://"+ops+"/v1/locks/"+lock+"/release", "", nil); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						forced.Add(1)
+					}
+				}
 			}
 		}
 	}()
 
 	// Halfway, the server is killed and restarted on its port.
 	time.Sleep(runFor / 2)
-	addFault(fault{-1, time.Now(), "server kill -9"})
+	addFault(fault{client: -1, at: time.Now(), what: "server kill -9"})
 	srv.signal(t, syscall.SIGKILL)
 	srv = restartServer(t, srv)
+	opsMu.Lock()
+	opsAddr = srv.OpsAddr
+	opsMu.Unlock()
 	time.Sleep(runFor / 2)
 	stop()
 	wg.Wait()
@@ -362,8 +400,8 @@ func TestCheckerNoOverlap(t *testing.T) {
 	if st.fencedWrites == 0 {
 		t.Errorf("no write was fenced in %d sections and %d faults: the faults did not hit a worker that ignores its loss, and the test proved little", st.sections, nFaults)
 	}
-	t.Logf("checker: %d clients, %d locks, %d sections, %d faults; %d overlapping pairs (%d with no fault near: scheduling delays), all fenced: %d writes refused in %d sections",
-		clients, len(locks), st.sections, nFaults, st.overlaps, st.unexplained, st.fencedWrites, st.fencedSection)
+	t.Logf("checker: %d clients, %d locks, %d sections, %d faults (%d force-releases that took a lock); %d overlapping pairs (%d with no fault near: scheduling delays), all fenced: %d writes refused in %d sections",
+		clients, len(locks), st.sections, nFaults, forced.Load(), st.overlaps, st.unexplained, st.fencedWrites, st.fencedSection)
 }
 
 // worker takes the locks in turn until ctx ends, running a section under

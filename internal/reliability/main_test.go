@@ -231,6 +231,10 @@ func restartServer(t *testing.T, old *server, flags ...string) *server {
 	return startServer(t, old.DataDir, append([]string{"-addr=" + old.Addr}, flags...)...)
 }
 
+// opsClient talks to the ops API; no connection outlives a request, so
+// none outlives the test.
+var opsClient = &http.Client{Timeout: eventWait, Transport: &http.Transport{DisableKeepAlives: true}}
+
 // lockView is one lock of GET /v1/locks.
 type lockView struct {
 	Name   string `json:"name"`
@@ -246,8 +250,7 @@ type lockView struct {
 // locks reads the server's lock table through the ops API.
 func (s *server) locks(t *testing.T) map[string]lockView {
 	t.Helper()
-	c := http.Client{Timeout: eventWait}
-	resp, err := c.Get("http://" + s.OpsAddr + "/v1/locks")
+	resp, err := opsClient.Get("http://" + s.OpsAddr + "/v1/locks")
 	if err != nil {
 		t.Fatalf("GET /v1/locks: %v", err)
 	}
@@ -550,8 +553,7 @@ func (c *rawConn) expectClosed(t *testing.T, timeout time.Duration) time.Time {
 // from the server's /metrics; 0 if absent.
 func (s *server) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	c := http.Client{Timeout: eventWait}
-	resp, err := c.Get("http://" + s.OpsAddr + "/metrics")
+	resp, err := opsClient.Get("http://" + s.OpsAddr + "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
