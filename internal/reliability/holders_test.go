@@ -213,10 +213,15 @@ func TestSlowReader(t *testing.T) {
 	}()
 	t.Cleanup(func() { nc.Close(); wg.Wait() })
 
+	began := time.Now()
 	for range 5 { // meanwhile, other sessions are served
 		other.expectHolds(t, otherTok)
 	}
-	tok := waiter.expectPush(t, ioTimeout+eventWait)
+	// The server's send buffer grows to net.ipv4.tcp_wmem's maximum (4 MiB
+	// here) before its writes block: about 350,000 replies, which a loaded
+	// machine under -race takes seconds to produce.
+	tok := waiter.expectPush(t, 6*eventWait)
+	t.Logf("slow reader: ended and its lock moved %v after it stopped reading", time.Since(began).Round(time.Millisecond))
 	// By its stuck write, as a rule; on a loaded machine its own writes
 	// can stall mid-frame first, and the read's io-timeout ends it.
 	ended := func() (w, r float64) {
