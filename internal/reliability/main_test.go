@@ -22,8 +22,9 @@ import (
 	"github.com/batonlock/baton/wire"
 )
 
-// batonBin is the binary built by TestMain; empty in -short mode.
-var batonBin string
+// batonBin is the binary built by TestMain; empty in -short mode or
+// without a go tool, and skipReason then says why.
+var batonBin, skipReason string
 
 // TestMain builds the baton binary once for every test, and fails the
 // package if a goroutine outlives the tests.
@@ -32,7 +33,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if !isShort() {
+	goTool, lookErr := exec.LookPath("go")
+	switch {
+	case isShort():
+		skipReason = "runs the real binary; skipped in -short mode"
+	case lookErr != nil:
+		skipReason = fmt.Sprintf("no go tool to build the binary: %v", lookErr)
+	default:
 		dir, err := os.MkdirTemp("", "baton-reliability-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -40,7 +47,7 @@ func run(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "baton")
-		out, err := exec.Command("go", "build", "-o", bin, "github.com/batonlock/baton/cmd/baton").CombinedOutput()
+		out, err := exec.Command(goTool, "build", "-o", bin, "github.com/batonlock/baton/cmd/baton").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "go build ./cmd/baton: %v\n%s", err, out)
 			return 1
@@ -67,11 +74,11 @@ func isShort() bool {
 	return false
 }
 
-// needBinary skips the test in -short mode, where no binary is built.
+// needBinary skips the test when TestMain built no binary.
 func needBinary(t *testing.T) {
 	t.Helper()
 	if batonBin == "" {
-		t.Skip("runs the real binary; skipped in -short mode")
+		t.Skip(skipReason)
 	}
 }
 
