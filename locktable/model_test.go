@@ -14,7 +14,19 @@ import (
 )
 
 // The randomized test. It runs random schedules against a reference model
-// kept here, as simple as it can be, and compares after every step.
+// kept here, as simple as it can be, and compares after every step. The
+// events: acquire, heartbeat (seen), silence (advance), close (release),
+// reset (a release and the client's reconnect as a new session), expire,
+// force-release, kick, and restart: the table is dropped, as a server that
+// stops cleanly or crashes drops it, and a new one starts with the token
+// counter moved on (as tokenstore.Open moves the epoch) and, after a
+// crash, a grace period as long as the longest lease noted (the bound that
+// tokenstore keeps); then the clients reconnect in a random order.
+//
+// Besides agreeing with the model, every grant is checked against the
+// promises: its token is larger than every earlier one, and after a crash
+// no lock is granted while a holder of the crashed run could still believe
+// it holds (its last heartbeat plus its lease).
 
 var (
 	seedFlag      = flag.Uint64("seed", 0, "run only the randomized schedule with this seed, logging every step")
@@ -41,6 +53,17 @@ type model struct {
 	queue                   map[string][]locktable.SessionID // arrival order
 	lastToken               map[string]uint64
 	globalToken             uint64
+
+	graceUntil time.Time     // the table's grace period; zero when none or over
+	maxLease   time.Duration // the longest lease noted since the last clean start
+	// believedUntil is, per name, when the last holder of a crashed run
+	// stops believing it holds the lock at the latest: its last heartbeat
+	// plus its lease. No grant of the name may come before.
+	believedUntil map[string]time.Time
+	// storeGraceEnds is when the token store of this run lets a clean
+	// stop count as clean: the run's start plus the bound it kept from a
+	// crash (tokenstore.Store.MarkClean).
+	storeGraceEnds time.Time
 }
 
 // wantExit is what the model expects of one exit.
@@ -60,6 +83,8 @@ type schedule struct {
 	nextID  locktable.SessionID
 	step    int
 	history []entry
+	tok     uint64 // the last token handed out
+	stats   scheduleStats
 }
 
 // logf notes a step for the history shown on failure; the line is only
@@ -108,21 +133,34 @@ func TestRandomSchedules(t *testing.T) {
 	}
 	base := rand.Uint64()
 	t.Logf("seeds %d .. %d", base, base+uint64(n)-1)
+	var total scheduleStats
 	for i := 0; i < n; i++ {
-		runSchedule(t, base+uint64(i), false)
+		st := runSchedule(t, base+uint64(i), false)
+		total.steps += st.steps
+		total.restarts += st.restarts
+		total.graceRestarts += st.graceRestarts
+		total.graceGrants += st.graceGrants
 	}
+	t.Logf("%d schedules: %d steps, %d restarts (%d with a grace period), %d grants at the end of a grace period",
+		n, total.steps, total.restarts, total.graceRestarts, total.graceGrants)
+}
+
+// scheduleStats counts what a schedule exercised.
+type scheduleStats struct {
+	steps, restarts, graceRestarts, graceGrants int
 }
 
 var names = []string{"a", "b", "c"}
 
-func runSchedule(t *testing.T, seed uint64, verbose bool) {
+func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{
-		sessions:  map[locktable.SessionID]*mSession{},
-		holder:    map[string]locktable.SessionID{},
-		queue:     map[string][]locktable.SessionID{},
-		lastToken: map[string]uint64{},
+		sessions:      map[locktable.SessionID]*mSession{},
+		holder:        map[string]locktable.SessionID{},
+		queue:         map[string][]locktable.SessionID{},
+		lastToken:     map[string]uint64{},
+		believedUntil: map[string]time.Time{},
 	}
 	if rng.IntN(3) == 0 {
 		m.maxSessions = 3 + rng.IntN(6)
@@ -130,36 +168,46 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) {
 	if rng.IntN(3) == 0 {
 		m.maxWaiters = 1 + rng.IntN(3)
 	}
-	var tok uint64
-	s := &schedule{
-		t: t, seed: seed, verbose: verbose, rng: rng, m: m, now: t0, nextID: 1,
-		tb: locktable.New(locktable.Config{
-			MaxSessions:       m.maxSessions,
-			MaxWaitersPerLock: m.maxWaiters,
-			NextToken:         func() uint64 { tok++; return tok },
-		}),
-	}
+	s := &schedule{t: t, seed: seed, verbose: verbose, rng: rng, m: m, now: t0, nextID: 1}
+	s.tb = s.newTable(time.Time{})
 	s.logf("config: max sessions %d, max waiters %d", m.maxSessions, m.maxWaiters)
 	steps := 100 + rng.IntN(200)
 	for s.step = 1; s.step <= steps; s.step++ {
 		switch r := rng.IntN(100); {
-		case r < 30:
+		case r < 28:
 			s.acquire()
-		case r < 55:
+		case r < 52:
 			s.seen()
-		case r < 72:
+		case r < 69:
 			s.advance()
-		case r < 80:
+		case r < 76:
 			s.release()
-		case r < 88:
+		case r < 80:
+			s.reset()
+		case r < 87:
 			s.expire()
-		case r < 94:
+		case r < 92:
 			s.forceRelease()
-		default:
+		case r < 97:
 			s.kick()
+		default:
+			s.restart()
 		}
 		s.check()
 	}
+	s.stats.steps = steps
+	return s.stats
+}
+
+// newTable starts a table whose tokens continue from the last one, as a
+// restarted server's do from its token store, with grace until noGrant.
+func (s *schedule) newTable(noGrant time.Time) *locktable.Table {
+	return locktable.New(locktable.Config{
+		MaxSessions:       s.m.maxSessions,
+		MaxWaitersPerLock: s.m.maxWaiters,
+		NextToken:         func() uint64 { s.tok++; return s.tok },
+		NoGrantBefore:     noGrant,
+	})
 }
 
 // pick returns a session id: mostly one in the table, sometimes one that
@@ -234,6 +282,40 @@ func (m *model) expireAll(now time.Time, want map[locktable.SessionID]wantExit) 
 	}
 }
 
+// endGraceIfDue ends the grace period at now, if it is due, granting the
+// head of every queue; it returns the promoted sessions in name order.
+func (m *model) endGraceIfDue(now time.Time) []locktable.SessionID {
+	if m.graceUntil.IsZero() || now.Before(m.graceUntil) {
+		return nil
+	}
+	m.graceUntil = time.Time{}
+	var promoted []locktable.SessionID
+	for _, name := range m.names() {
+		q := m.queue[name]
+		if _, held := m.holder[name]; held || len(q) == 0 {
+			continue
+		}
+		next := m.sessions[q[0]]
+		m.holder[name] = next.id
+		next.granted = now
+		next.token = ^uint64(0) // filled in from the table's grant
+		m.queue[name] = q[1:]
+		promoted = append(promoted, next.id)
+	}
+	return promoted
+}
+
+// names are the names with a holder or waiters, sorted.
+func (m *model) names() []string {
+	var out []string
+	for _, name := range names {
+		if _, held := m.holder[name]; held || len(m.queue[name]) > 0 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 func (m *model) removeWaiter(sess *mSession) {
 	m.queue[sess.name] = slices.DeleteFunc(m.queue[sess.name], func(id locktable.SessionID) bool { return id == sess.id })
 	delete(m.sessions, sess.id)
@@ -265,8 +347,27 @@ func (m *model) removeHolder(now time.Time, sess *mSession, cause locktable.Caus
 }
 
 // checkExits compares the table's exits with the model's expectations and
-// records the tokens of the promotions.
-func (s *schedule) checkExits(exits []locktable.Exit, want map[locktable.SessionID]wantExit) {
+// records the tokens of the promotions. graceGrants are the grants at the
+// end of the grace period, in name order: they come after every other exit.
+func (s *schedule) checkExits(exits []locktable.Exit, want map[locktable.SessionID]wantExit, graceGrants ...locktable.SessionID) {
+	cut := len(exits) - len(graceGrants)
+	if cut < 0 {
+		s.fatalf("got exits %s, want at least the %d grants at the end of the grace period %v", exitIDs(exits), len(graceGrants), graceGrants)
+	}
+	s.stats.graceGrants += len(graceGrants)
+	for i, id := range graceGrants {
+		e := exits[cut+i]
+		if e.Cause != locktable.CauseGraceEnded || !e.HasPromoted || e.Promoted.ID != id || e.Session != (locktable.Info{}) {
+			s.fatalf("exit %d of %s: got cause %v promoted %v %d, want the end of grace granting %d (grants %v)",
+				cut+i, exitIDs(exits), e.Cause, e.HasPromoted, e.Promoted.ID, id, graceGrants)
+		}
+		p := s.m.sessions[id]
+		if e.Promoted.Name != p.name || e.Promoted.Waited != s.now.Sub(p.arrived) {
+			s.fatalf("grace grant of %d: got %+v, want name %q waited %v", id, e.Promoted, p.name, s.now.Sub(p.arrived))
+		}
+		s.grant(p, e.Promoted.Token)
+	}
+	exits = exits[:cut]
 	if len(exits) != len(want) {
 		s.fatalf("got exits %s, want %d: %v", exitIDs(exits), len(want), want)
 	}
@@ -302,8 +403,12 @@ func (s *schedule) checkExits(exits []locktable.Exit, want map[locktable.Session
 	}
 }
 
-// grant checks a new token and records it.
+// grant checks a new grant and records its token.
 func (s *schedule) grant(p *mSession, token uint64) {
+	if until := s.m.believedUntil[p.name]; s.now.Before(until) {
+		s.fatalf("grant to %d of %q at +%v: a holder of the crashed run may believe it holds the lock until +%v",
+			p.id, p.name, s.now.Sub(t0), until.Sub(t0))
+	}
 	if token <= s.m.lastToken[p.name] || token <= s.m.globalToken {
 		s.fatalf("grant to %d of %q: got token %d, want more than %d (the name's last) and %d (the last of all)",
 			p.id, p.name, token, s.m.lastToken[p.name], s.m.globalToken)
@@ -329,31 +434,46 @@ func (s *schedule) acquire() {
 		Lease:  s.randomLease(),
 		NoWait: s.rng.IntN(6) == 0,
 	}
-	s.logf("acquire %d %q lease %v nowait %v", id, r.Name, r.Lease, r.NoWait)
-	st, ref, exits, err := s.tb.Acquire(s.now, id, r, nil)
 	if dup {
+		s.logf("acquire %d (in use) %q", id, r.Name)
+		_, _, exits, err := s.tb.Acquire(s.now, id, r, nil)
 		if !errors.Is(err, locktable.ErrDuplicate) || len(exits) != 0 {
 			s.fatalf("acquire of id %d in use: got %v, exits %s, want ErrDuplicate and none", id, err, exitIDs(exits))
 		}
 		return
 	}
+	s.acquireNew(r)
+}
+
+// acquireNew enters a new session with request r, as the server does: the
+// lease is noted first (tokenstore.NoteLease), then the table decides.
+func (s *schedule) acquireNew(r locktable.Request) {
+	id := s.nextID
 	s.nextID++
+	s.logf("acquire %d %q lease %v nowait %v", id, r.Name, r.Lease, r.NoWait)
+	s.m.maxLease = max(s.m.maxLease, r.Lease)
+	st, ref, exits, err := s.tb.Acquire(s.now, id, r, nil)
 	if err != nil {
 		s.fatalf("acquire: got error %v, want none", err)
 	}
 	want := map[locktable.SessionID]wantExit{}
 	s.m.expireAll(s.now, want)
-	s.checkExits(exits, want)
+	s.checkExits(exits, want, s.m.endGraceIfDue(s.now)...)
 
 	m := s.m
 	var wantRef locktable.Refusal
 	_, held := m.holder[r.Name]
+	inGrace := !m.graceUntil.IsZero()
+	// During grace a lock with waiters is as good as held.
+	busy := held || (inGrace && len(m.queue[r.Name]) > 0)
 	switch {
 	case m.maxSessions > 0 && len(m.sessions) >= m.maxSessions:
 		wantRef = locktable.RefusedSessions
-	case held && r.NoWait:
+	case inGrace && r.NoWait:
+		wantRef = locktable.RefusedGrace
+	case busy && r.NoWait:
 		wantRef = locktable.RefusedBusy
-	case held && m.maxWaiters > 0 && len(m.queue[r.Name]) >= m.maxWaiters:
+	case busy && m.maxWaiters > 0 && len(m.queue[r.Name]) >= m.maxWaiters:
 		wantRef = locktable.RefusedWaiters
 	}
 	if ref != wantRef {
@@ -367,7 +487,7 @@ func (s *schedule) acquire() {
 	}
 	sess := &mSession{id: id, name: r.Name, owner: r.Owner, lease: r.Lease, lastSeen: s.now, arrived: s.now}
 	m.sessions[id] = sess
-	if !held {
+	if !held && !inGrace {
 		if !st.Held {
 			s.fatalf("acquire %d of free %q: got %+v, want held", id, r.Name, st)
 		}
@@ -410,9 +530,22 @@ func (s *schedule) checkState(sess *mSession, st locktable.State) {
 	}
 }
 
-func (s *schedule) release() {
+func (s *schedule) release() { s.releaseID(s.pick(), "release") }
+
+// reset is a connection reset followed by the client's reconnect: the
+// session leaves as by a close, and the client enters again as a new
+// session at the back of the queue.
+func (s *schedule) reset() {
 	id := s.pick()
-	s.logf("release %d", id)
+	sess := s.m.sessions[id]
+	s.releaseID(id, "reset")
+	if sess != nil {
+		s.acquireNew(locktable.Request{Name: sess.name, Owner: sess.owner, Lease: sess.lease})
+	}
+}
+
+func (s *schedule) releaseID(id locktable.SessionID, what string) {
+	s.logf("%s %d", what, id)
 	exits, ok := s.tb.Release(s.now, id, nil)
 	sess := s.m.sessions[id]
 	if sess == nil {
@@ -439,7 +572,7 @@ func (s *schedule) expire() {
 	exits := s.tb.Expire(s.now, nil)
 	want := map[locktable.SessionID]wantExit{}
 	s.m.expireAll(s.now, want)
-	s.checkExits(exits, want)
+	s.checkExits(exits, want, s.m.endGraceIfDue(s.now)...)
 	for id := range s.m.sessions {
 		in, ok := s.tb.Session(s.now, id)
 		if !ok || in.Silent >= in.Lease {
@@ -492,6 +625,65 @@ func (s *schedule) kick() {
 	s.checkExits(exits, map[locktable.SessionID]wantExit{id: {cause: locktable.CauseKicked}})
 }
 
+// restart drops the table, as a server that stops does, and starts a new
+// one: after a clean stop (every session was told) at once, after a crash
+// with a grace period of the longest lease noted. Then the clients of the
+// old sessions reconnect, in a random order, each with its old request.
+func (s *schedule) restart() {
+	m := s.m
+	crash := s.rng.IntN(2) == 0
+	// A clean stop before the store's grace period is over counts as a
+	// crash: the clients of the crashed run before were not told.
+	clean := !crash && !s.now.Before(m.storeGraceEnds)
+	var clients []*mSession
+	for _, sess := range m.sessions {
+		clients = append(clients, sess)
+	}
+	slices.SortFunc(clients, func(a, b *mSession) int { return int(a.id) - int(b.id) })
+	s.rng.Shuffle(len(clients), func(i, j int) { clients[i], clients[j] = clients[j], clients[i] })
+	var noGrant time.Time
+	if !clean {
+		// Holders of the crashed run were told nothing: each may believe
+		// in its lock until its last heartbeat plus its lease.
+		for name, id := range m.holder {
+			h := m.sessions[id]
+			if until := h.lastSeen.Add(h.lease); until.After(m.believedUntil[name]) {
+				m.believedUntil[name] = until
+			}
+		}
+		if m.maxLease > 0 {
+			noGrant = s.now.Add(m.maxLease)
+		}
+	} else {
+		m.maxLease = 0 // tokenstore drops the bound after a clean stop
+	}
+	m.storeGraceEnds = noGrant
+	s.stats.restarts++
+	if !noGrant.IsZero() {
+		s.stats.graceRestarts++
+	}
+	s.tok += 1 << 10 // a new epoch: the counter moves on
+	what := "clean stop"
+	switch {
+	case crash:
+		what = "crash"
+	case !clean:
+		what = "clean stop during the grace period"
+	}
+	s.logf("restart after a %s: grace %v; %d clients reconnect", what, max(noGrant.Sub(s.now), 0), len(clients))
+	m.sessions = map[locktable.SessionID]*mSession{}
+	m.holder = map[string]locktable.SessionID{}
+	m.queue = map[string][]locktable.SessionID{}
+	m.graceUntil = noGrant
+	s.tb = s.newTable(noGrant)
+	for _, c := range clients {
+		if s.rng.IntN(8) == 0 {
+			continue // this client gave up
+		}
+		s.acquireNew(locktable.Request{Name: c.name, Owner: c.owner, Lease: c.lease})
+	}
+}
+
 // check compares the whole table with the model.
 func (s *schedule) check() {
 	m := s.m
@@ -501,22 +693,35 @@ func (s *schedule) check() {
 	if got, want := s.tb.Sessions(), len(m.sessions); got != want {
 		s.fatalf("Sessions: got %d, want %d", got, want)
 	}
-	if got, want := s.tb.Locks(), len(m.holder); got != want {
+	inGrace := !m.graceUntil.IsZero()
+	if until, ok := s.tb.GraceUntil(); ok != inGrace || !until.Equal(m.graceUntil) {
+		s.fatalf("GraceUntil: got %v %v, want %v %v", until, ok, m.graceUntil, inGrace)
+	}
+	for _, name := range names {
+		_, held := m.holder[name]
+		if len(m.queue[name]) > 0 && !held && !inGrace {
+			s.fatalf("model: lock %q has waiters and no holder outside the grace period", name)
+		}
+	}
+	lockNames := m.names()
+	if got, want := s.tb.Locks(), len(lockNames); got != want {
 		s.fatalf("Locks: got %d, want %d", got, want)
 	}
 	snap := s.tb.Snapshot(s.now)
-	if len(snap) != len(m.holder) {
-		s.fatalf("Snapshot: got %d locks, want %d", len(snap), len(m.holder))
+	if len(snap) != len(lockNames) {
+		s.fatalf("Snapshot: got %d locks, want %d", len(snap), len(lockNames))
 	}
 	for i, li := range snap {
 		if i > 0 && snap[i-1].Name >= li.Name {
 			s.fatalf("Snapshot not sorted by name: %q before %q", snap[i-1].Name, li.Name)
 		}
 		hid, ok := m.holder[li.Name]
-		if !ok || li.Holder == nil || li.Holder.ID != hid {
+		if ok != (li.Holder != nil) || (ok && li.Holder.ID != hid) {
 			s.fatalf("lock %q: got holder %+v, want %d (held %v)", li.Name, li.Holder, hid, ok)
 		}
-		s.checkInfo(*li.Holder)
+		if li.Holder != nil {
+			s.checkInfo(*li.Holder)
+		}
 		var ids []locktable.SessionID
 		for j, w := range li.Waiters {
 			ids = append(ids, w.ID)
@@ -539,6 +744,9 @@ func (s *schedule) check() {
 		if d := sess.lastSeen.Add(sess.lease); min.IsZero() || d.Before(min) {
 			min = d
 		}
+	}
+	if inGrace && (min.IsZero() || m.graceUntil.Before(min)) {
+		min = m.graceUntil
 	}
 	d, ok := s.tb.NextDeadline()
 	if ok != !min.IsZero() || !d.Equal(min) {

@@ -1,7 +1,11 @@
 package server_test
 
 import (
+	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/wire"
@@ -79,4 +83,124 @@ func TestLimitWaiters(t *testing.T) {
 	h.Conn.Close()
 	expectPush(t, w1, frameWait)
 	queue(t, ts, "full", longLease, 2)
+}
+
+// TestLimitFlood: a connection flood beyond the session limit. With the
+// table full, 300 concurrent ACQUIREs are all refused with OVERLOADED, and
+// then 1100 connections that send nothing overrun the cap on open
+// connections (MaxSessions+1024) and the excess is closed at once. All the
+// while the holders and waiters in place keep their locks, places and
+// tokens, and every heartbeat of theirs is answered.
+//
+// Not parallel: the flood would starve the timing tests of the package.
+func TestLimitFlood(t *testing.T) {
+	const limit = 20
+	ts := batontest.StartServer(t, maxSessions(limit), ioTimeout(time.Second))
+	reg := ts.Srv.Registry()
+	type held struct {
+		c   *batontest.Conn
+		tok uint64
+	}
+	var holders []held
+	var waiters []*batontest.Conn
+	for i := range limit / 2 {
+		name := fmt.Sprintf("in-place-%d", i)
+		c, tok := hold(t, ts, name, longLease)
+		holders = append(holders, held{c, tok})
+		waiters = append(waiters, queue(t, ts, name, longLease, 1))
+	}
+	heartbeatAll := func() {
+		t.Helper()
+		for _, h := range holders {
+			expectHolds(t, h.c, h.tok)
+		}
+		for _, w := range waiters {
+			expectQueued(t, w, 1)
+		}
+	}
+
+	// flood runs f on n connections at once and heartbeats the sessions in
+	// place until every one of them is done.
+	flood := func(n int, f func(nc net.Conn) error) []error {
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				nc, err := net.DialTimeout("tcp", ts.Addr, frameWait)
+				if err != nil {
+					errs <- fmt.Errorf("flood connection %d: dial: %v", i, err)
+					return
+				}
+				defer nc.Close()
+				nc.SetDeadline(time.Now().Add(2 * frameWait))
+				errs <- f(nc)
+			}()
+		}
+		var failed []error
+		for done := 0; done < n; {
+			select {
+			case err := <-errs:
+				done++
+				if err != nil {
+					failed = append(failed, err)
+				}
+			case <-time.After(10 * time.Millisecond):
+				heartbeatAll()
+			}
+		}
+		return failed
+	}
+
+	// The ACQUIREs, of locks held and free: every one OVERLOADED.
+	errs := flood(300, func(nc net.Conn) error {
+		name := []string{"in-place-0", "flood"}[len(nc.LocalAddr().String())%2]
+		if _, err := nc.Write(acquireFrame(1, 0, 30000, name, "flood")); err != nil {
+			return err
+		}
+		c := &batontest.Conn{Conn: nc}
+		f, err := c.TryReadFrame(2 * frameWait)
+		if err != nil {
+			return err
+		}
+		if f.Type != wire.TypeError || f.Err.Code != wire.CodeOverloaded {
+			return fmt.Errorf("flood ACQUIRE of %q: got %v, want ERROR OVERLOADED", name, f)
+		}
+		return nil
+	})
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if got := metric(t, reg, "baton_limit_refusals_total", "limit=sessions"); got != 300 {
+		t.Errorf("limit_refusals{sessions} = %v, want 300", got)
+	}
+	seenCodes.Store(wire.CodeOverloaded, struct{}{})
+
+	// Silent connections past the cap on open connections: the excess is
+	// closed at once, the rest when their first frame is overdue.
+	var closedAtOnce atomic.Int64
+	errs = flood(limit+1024+80, func(nc net.Conn) error {
+		began := time.Now()
+		c := &batontest.Conn{Conn: nc}
+		f, err := c.TryReadFrame(2 * frameWait)
+		if err == nil && f.Type != wire.TypeError {
+			return fmt.Errorf("a silent connection got %v, want a close (or an ERROR at io-timeout)", f)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return fmt.Errorf("a silent connection is still open after %v: want it closed at once or at io-timeout", time.Since(began))
+		}
+		if time.Since(began) < 500*time.Millisecond {
+			closedAtOnce.Add(1)
+		}
+		return nil
+	})
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if got := metric(t, reg, "baton_limit_refusals_total", "limit=connections"); got == 0 {
+		t.Error("limit_refusals{connections} = 0, want the connections past the cap refused")
+	}
+	heartbeatAll()
+	if got := metric(t, reg, "baton_sessions_ended_total", "reason=lease_expired"); got != 0 {
+		t.Errorf("sessions_ended{lease_expired} = %v: a session in place was lost during the flood", got)
+	}
+	t.Logf("flood: 300 ACQUIREs refused with OVERLOADED; %d silent connections, %v closed at once past the cap, %d within 500ms",
+		limit+1024+80, metric(t, reg, "baton_limit_refusals_total", "limit=connections"), closedAtOnce.Load())
 }

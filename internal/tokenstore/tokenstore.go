@@ -54,6 +54,9 @@ type Store struct {
 	counter uint64
 	lease   time.Duration // the bound in leaseFile
 	grace   time.Duration // see Grace; set by Open
+	// graceEnds is Open's time plus grace: until then, clients of the
+	// crashed run may still believe in their locks (see MarkClean).
+	graceEnds time.Time
 }
 
 // Open opens (creating if needed) the data directory dir and starts a new
@@ -102,6 +105,7 @@ func Open(dir string) (*Store, error) {
 		}
 	case prev > 0:
 		s.lease, s.grace = bound, bound
+		s.graceEnds = time.Now().Add(bound)
 	}
 	return s, nil
 }
@@ -137,7 +141,18 @@ func (s *Store) NoteLease(d time.Duration) error {
 // MarkClean records durably that the run ended with a controlled shutdown:
 // every session was told, so the next Open needs no grace period. Call it
 // only after the last session has ended; the next Open removes it.
+//
+// Before this run's grace period has passed it records nothing: the
+// clients of the crashed run before it were told nothing by this shutdown
+// and may still believe in their locks, so the next start must wait as
+// after a crash (with the bound it keeps).
 func (s *Store) MarkClean() error {
+	s.mu.Lock()
+	ends := s.graceEnds
+	s.mu.Unlock()
+	if time.Now().Before(ends) {
+		return nil
+	}
 	return writeDurably(s.dir, cleanFile, nil)
 }
 
