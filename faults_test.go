@@ -206,8 +206,12 @@ func TestIntegrationHeartbeatFigures(t *testing.T) {
 				slack = slack * 4 / 5
 				worst = max(worst, got-want, want-got)
 			}
-			if last := intervals[len(intervals)-1]; last < tc.want-10*time.Millisecond || last > tc.want+10*time.Millisecond {
-				t.Errorf("settled interval %v, want about %v", last, tc.want)
+			// The nominal interval assumes the link's delay is the whole
+			// round trip; on a loaded machine the server and the proxy add
+			// to it, and the schedule shortens the interval by twice that.
+			extra := max(s.srtt-2*tc.oneWay, 0)
+			if last := intervals[len(intervals)-1]; last < tc.want-2*extra-10*time.Millisecond || last > tc.want+10*time.Millisecond {
+				t.Errorf("settled interval %v, want about %v (less twice the %v that the machine added to the round trip)", last, tc.want, extra)
 			}
 			t.Logf("one-way delay %v, lease %v: srtt %v, interval %v (nominal %v), worst deviation from the schedule %v (ACQUIRE timed within %v); intervals %v",
 				tc.oneWay, lease, s.srtt.Round(100*time.Microsecond), intervals[len(intervals)-1].Round(100*time.Microsecond),
