@@ -136,3 +136,77 @@ func benchHandover(b *testing.B, idle time.Duration, park bool) {
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/handover")
 }
+
+// BenchmarkLoopbackCloseNotify is the physical floor of a handover: a bare
+// TCP server that, when it reads EOF on one connection, writes 3 bytes to
+// another. Measured like BenchmarkHandover: from the client's close of the
+// first connection to its read of the 3 bytes on the second.
+func BenchmarkLoopbackCloseNotify(b *testing.B) { benchCloseNotify(b, 0) }
+
+// BenchmarkLoopbackCloseNotifyAfterIdle is the same after 20 ms of idle.
+func BenchmarkLoopbackCloseNotifyAfterIdle(b *testing.B) {
+	benchCloseNotify(b, 20*time.Millisecond)
+}
+
+func benchCloseNotify(b *testing.B, idle time.Duration) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	// The server pairs connections in accept order: each one, at its EOF,
+	// notifies the next. A byte on accept tells the client that the pair is
+	// ready (as WAITING does in BenchmarkHandover).
+	go func() {
+		var prev net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte{0})
+			if prev != nil {
+				go func(holder, next net.Conn) {
+					defer holder.Close()
+					var buf [16]byte
+					for {
+						if _, err := holder.Read(buf[:]); err != nil {
+							next.Write([]byte{1, 2, 3})
+							return
+						}
+					}
+				}(prev, c)
+			}
+			prev = c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ready [1]byte
+		if _, err := io.ReadFull(c, ready[:]); err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	holder := dial()
+	var total time.Duration
+	var buf [3]byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		waiter := dial()
+		time.Sleep(idle)
+		start := time.Now()
+		holder.Close()
+		if _, err := io.ReadFull(waiter, buf[:]); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(start)
+		holder = waiter
+	}
+	holder.Close()
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/handover")
+}
