@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -38,6 +39,19 @@ type Config struct {
 	NoteLease func(time.Duration) error
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// TLS, if not nil, makes every session speak TLS with this
+	// configuration (TLSReloader.Config for reloadable files). The
+	// handshake runs in the session's goroutine and must complete within
+	// IOTimeout; the first frame then has IOTimeout of its own.
+	TLS *tls.Config
+	// ACL, if not nil, is the access rules every ACQUIRE must pass, by the
+	// identities of the client's verified certificate; SetACL replaces it.
+	// A refused ACQUIRE gets ERROR UNAUTHORIZED.
+	ACL *ACL
+	// MaxConnsPerIP caps the open connections from one source IP address;
+	// more are closed at once. 0 means no cap.
+	MaxConnsPerIP int
 }
 
 // DefaultConfig returns the defaults of `baton serve`, without NextToken.
@@ -59,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max-sessions (%d) must be positive", c.MaxSessions)
 	case c.MaxWaitersPerLock <= 0:
 		return fmt.Errorf("max-waiters (%d) must be positive", c.MaxWaitersPerLock)
+	case c.MaxConnsPerIP < 0:
+		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
 	case c.NextToken == nil:
 		return fmt.Errorf("NextToken is nil: the server needs a token source")
 	}

@@ -60,6 +60,8 @@ type Server struct {
 	reaperOnce   sync.Once
 	shutdownOnce sync.Once
 	stopping     []*session // the sessions Shutdown ended; guarded by mu
+
+	sec security // TLS, access rules, per-address cap (security.go)
 }
 
 // New returns a server with cfg, after checking it.
@@ -91,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		done:       make(chan struct{}),
 	}
 	s.m.registerGrace(reg, cfg.NoGrantBefore)
+	s.sec.init(cfg)
 	if !cfg.NoGrantBefore.IsZero() {
 		log.Info("crash recovery: no grants until the grace period ends",
 			"until", cfg.NoGrantBefore.UTC().Format(time.RFC3339Nano),
@@ -159,7 +162,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		s.accept(conn)
+		if conn = s.admit(conn); conn != nil { // per-address cap, TLS (security.go)
+			s.accept(conn)
+		}
 	}
 }
 

@@ -76,7 +76,10 @@ func (c *session) serve() {
 // serveFrames runs the session until it ends, and says why.
 func (c *session) serveFrames() (EndReason, string) {
 	s := c.srv
-	// The first frame, whole, within io-timeout of accept.
+	if reason, msg, ok := c.handshake(); !ok { // TLS, if on (tls.go)
+		return reason, msg
+	}
+	// The first frame, whole, within io-timeout of accept (of the handshake with TLS).
 	c.conn.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
 	h, err := c.readHeader(true)
 	if err != nil {
@@ -142,6 +145,9 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	s := c.srv
 	now := time.Now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
+	if reason, msg, ok := c.authorize(req.Name); !ok { // access rules (security.go)
+		return reason, msg, false
+	}
 	// Before the table, outside mu: a lease that grows the recorded bound
 	// waits for its fsync, and must be durable before any grant with it.
 	if s.cfg.NoteLease != nil && !s.closing.Load() {
