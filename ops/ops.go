@@ -349,7 +349,7 @@ func (h *handler) mayAdmin(w http.ResponseWriter, r *http.Request, action, name 
 		who = "identity " + strings.Join(quoteAll(ids), ", ")
 	}
 	h.log.Warn("ops: admin action refused by the access rules", "action", action, "lock", name,
-		"identity", who, "client", r.RemoteAddr)
+		"identities", ids, "client", r.RemoteAddr)
 	writeError(w, http.StatusForbidden, fmt.Sprintf("client %s may not %s lock %q", who, action, name))
 	return false
 }

@@ -67,7 +67,7 @@ func (c *session) authorize(name string) (EndReason, string, bool) {
 	}
 	s.m.aclRefusals.Inc()
 	who := identityText(ids)
-	s.log.Warn("acquire refused by the access rules", "lock", name, "client", who, "remote", c.remote)
+	s.log.Warn("acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
 	return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
 }
 

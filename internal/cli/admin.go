@@ -476,6 +476,10 @@ type apiError struct {
 
 func (e *apiError) Error() string {
 	switch {
+	case e.status == http.StatusUnauthorized && strings.Contains(e.msg, "client certificate"):
+		return fmt.Sprintf("unauthorized: the ops API at %s requires a client certificate: give -tls-cert and -tls-key", e.addr)
+	case e.status == http.StatusBadRequest && strings.Contains(e.msg, "HTTPS server"):
+		return fmt.Sprintf("the ops API at %s speaks HTTPS: give -tls-ca (or an https:// -ops-addr)", e.addr)
 	case e.status == http.StatusUnauthorized && !e.withToken:
 		return "unauthorized: set BATON_ADMIN_TOKEN or -admin-token-file"
 	case e.status == http.StatusUnauthorized:
