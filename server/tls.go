@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -132,9 +133,11 @@ func (c *session) handshake() (EndReason, string, bool) {
 		return 0, "", true
 	}
 	s := c.srv
-	tc.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
-	err := tc.Handshake()
-	tc.SetDeadline(time.Time{})
+	// Bounded by io-timeout, and cut by Shutdown: until the handshake ends
+	// nothing can be written to the session, not even ERROR SHUTDOWN.
+	ctx, cancel := context.WithTimeout(doneContext{s.done}, s.cfg.IOTimeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
 	if err == nil {
 		return 0, "", true
 	}
@@ -144,6 +147,21 @@ func (c *session) handshake() (EndReason, string, bool) {
 	}
 	s.log.Debug("tls handshake failed", "session", uint64(c.id), "remote", c.remote, "err", err)
 	return ReasonTLSHandshake, "", false
+}
+
+// doneContext is a context that ends when done is closed.
+type doneContext struct{ done <-chan struct{} }
+
+func (doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c doneContext) Done() <-chan struct{}     { return c.done }
+func (doneContext) Value(any) any               { return nil }
+func (c doneContext) Err() error {
+	select {
+	case <-c.done:
+		return ErrServerClosed
+	default:
+		return nil
+	}
 }
 
 // refusePlain answers a plain-protocol client on a TLS listener, on the raw

@@ -386,3 +386,34 @@ func TestMaxConnsPerIPValidate(t *testing.T) {
 		t.Fatalf("New with MaxConnsPerIP -1: %v", err)
 	}
 }
+
+// TestTLSShutdownCutsHandshake: Shutdown does not wait for a handshake
+// that stalls (io-timeout is long here).
+func TestTLSShutdownCutsHandshake(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ca")
+	s := startTLS(t, ca, nil, ioTimeout(time.Minute))
+	c := batontest.Dial(t, s.ts.Addr)
+	c.Write([]byte{0x16, 0x03}) // half a record header, then silence
+	batontest.Eventually(t, frameWait, func() bool { return gaugeValue(s.ts, "baton_connections") == 1 },
+		"the server did not accept the connection")
+	start := time.Now()
+	s.ts.Stop(t)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Shutdown took %v with a stalled handshake, want it cut at once", d)
+	}
+	c.ExpectClosed(frameWait)
+}
+
+func gaugeValue(ts *batontest.Server, name string) float64 {
+	mfs, err := ts.Srv.Registry().Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
