@@ -149,7 +149,8 @@ func (c *session) handshake() (EndReason, string, bool) {
 	return ReasonTLSHandshake, "", false
 }
 
-// doneContext is a context that ends when done is closed.
+// doneContext is a context that is cancelled when done is closed (the
+// server's, at Shutdown).
 type doneContext struct{ done <-chan struct{} }
 
 func (doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -158,7 +159,7 @@ func (doneContext) Value(any) any               { return nil }
 func (c doneContext) Err() error {
 	select {
 	case <-c.done:
-		return ErrServerClosed
+		return context.Canceled
 	default:
 		return nil
 	}
