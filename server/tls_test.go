@@ -26,7 +26,7 @@ type tlsServer struct {
 
 // startTLS starts a TLS server whose certificate ca signs; clientCAs, if
 // any, make up its client CA bundle (mutual TLS).
-func startTLS(t *testing.T, ca *testcerts.CA, clientCAs []*testcerts.CA, mutate ...func(*server.Config)) *tlsServer {
+func startTLS(t testing.TB, ca *testcerts.CA, clientCAs []*testcerts.CA, mutate ...func(*server.Config)) *tlsServer {
 	t.Helper()
 	dir := t.TempDir()
 	sf := ca.Server(t).Write(t, dir, "server")
@@ -56,7 +56,7 @@ func (s *tlsServer) clientConfig(leaf *testcerts.Leaf) *tls.Config {
 
 // dialTLS connects with cfg and completes the client's side of the
 // handshake; the error is the handshake's.
-func dialTLS(t *testing.T, addr string, cfg *tls.Config) (*batontest.Conn, error) {
+func dialTLS(t testing.TB, addr string, cfg *tls.Config) (*batontest.Conn, error) {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
