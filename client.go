@@ -245,6 +245,9 @@ func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Con
 	tc := tls.Client(raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
+		if isRemoteAlert(err) {
+			return nil, nil, &tlsRefusedError{addr: addr, err: err}
+		}
 		return nil, nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 	}
 	// Closing raw, not tc, releases at once: tls.Conn.Close first tries to

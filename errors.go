@@ -3,6 +3,7 @@ package baton
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/batonlock/baton/wire"
 )
@@ -123,6 +124,38 @@ func (e *lostError) Error() string {
 }
 
 func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
+
+// brokenConn is the error of a connection to addr that failed with err: a
+// tlsRefusedError if the server sent a TLS alert (it refused this client in
+// the handshake), else a connError.
+func brokenConn(addr string, err error) error {
+	if isRemoteAlert(err) {
+		return &tlsRefusedError{addr: addr, err: err}
+	}
+	return &connError{addr: addr, err: err}
+}
+
+// isRemoteAlert reports whether err is a TLS alert the peer sent: crypto/tls
+// returns those as a *net.OpError with Op "remote error".
+func isRemoteAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
+}
+
+// tlsRefusedError is a server that refused this client's TLS handshake: no
+// client certificate, an expired one, or one of a CA it does not trust.
+// With TLS 1.3 the client learns it only on its first read. It matches
+// ErrUnauthorized, so it is not retried.
+type tlsRefusedError struct {
+	addr string
+	err  error
+}
+
+func (e *tlsRefusedError) Error() string {
+	return fmt.Sprintf("server %s refused the TLS handshake (check the client certificate): %v", e.addr, e.err)
+}
+
+func (e *tlsRefusedError) Unwrap() []error { return []error{ErrUnauthorized, e.err} }
 
 // connError is a connection that broke without an ERROR frame.
 type connError struct {

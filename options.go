@@ -62,6 +62,9 @@ func WithDialTimeout(d time.Duration) Option { return func(s *settings) { s.dial
 
 // WithTLSConfig makes the client speak TLS with cfg; nil means plain TCP
 // (the default). An empty ServerName is taken from the address dialled.
+// For mutual TLS, put the client certificate in cfg.Certificates. A server
+// that refuses the certificate fails Acquire with an error matching
+// ErrUnauthorized, not retried.
 func WithTLSConfig(cfg *tls.Config) Option { return func(s *settings) { s.tlsConfig = cfg } }
 
 // WithWaitingFunc has f called with the place in the queue (1 is next) on

@@ -228,7 +228,7 @@ func (s *session) run(acquire []byte) {
 				case <-s.closing:
 					s.end(ErrReleased)
 				default:
-					s.end(&connError{addr: s.addr, err: ev.err})
+					s.end(brokenConn(s.addr, ev.err))
 				}
 				return
 			}
@@ -301,7 +301,7 @@ func (s *session) write(b []byte, deadlineAt time.Time) error {
 		if !time.Now().Before(deadlineAt) {
 			return s.unconfirmed()
 		}
-		return &connError{addr: s.addr, err: err}
+		return brokenConn(s.addr, err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,15 @@ type Config struct {
 	AdminToken string
 	// Logger receives admin actions and failures. Nil means slog.Default().
 	Logger *slog.Logger
+	// RequireClientCert makes every /v1/ request need a client certificate
+	// that the listener's TLS handshake verified (mutual TLS), on top of the
+	// token. /healthz, /readyz and /metrics stay open.
+	RequireClientCert bool
+	// ACL, if not nil, returns the access rules in force (nil: none). Under
+	// rules, a force-release or kick needs a verified client certificate
+	// with an identity that an "admin" prefix allows for the lock; reads
+	// need no grant. It is a function so that a reload takes effect.
+	ACL func() *server.ACL
 }
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -62,7 +72,7 @@ func NewHandler(cfg Config) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &handler{b: cfg.Backend, log: log}
+	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL}
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
 		// token's length too, and keeps the token itself out of the struct.
@@ -87,6 +97,9 @@ type handler struct {
 	metrics http.Handler
 	auth    bool
 	digest  [sha256.Size]byte // of the admin token, if auth
+
+	requireCert bool
+	acl         func() *server.ACL
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
@@ -123,6 +136,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer tells which paths exist.
 func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	if h.auth && !h.authorized(w, r) {
+		return
+	}
+	if h.requireCert && server.VerifiedIdentities(r.TLS) == nil {
+		h.log.Warn("ops: request without a verified client certificate",
+			"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
+		writeError(w, http.StatusUnauthorized, "a verified client certificate is required")
 		return
 	}
 	segs, ok := splitPath(strings.TrimPrefix(p, "/v1/"))
@@ -244,6 +263,9 @@ func (h *handler) getLock(w http.ResponseWriter, name string) {
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
+	if !h.mayAdmin(w, r, "force-release", name) {
+		return
+	}
 	sv, err := h.b.ForceRelease(name)
 	switch {
 	case err == nil:
@@ -261,6 +283,13 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
+	if h.acl != nil && h.acl() != nil {
+		// The rules are per lock; the session's lock never changes, so the
+		// snapshot's answer holds. An unknown session is the kick's 404.
+		if name, ok := h.lockOf(id); ok && !h.mayAdmin(w, r, "kick a waiter of", name) {
+			return
+		}
+	}
 	sv, err := h.b.Kick(id)
 	switch {
 	case err == nil:
@@ -299,4 +328,51 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	h.log.Error("ops: admin action failed", "err", err, "client", r.RemoteAddr)
 	writeError(w, status, err.Error())
+}
+
+// mayAdmin checks the access rules for an admin action on lock name,
+// answering 403 if they refuse it.
+func (h *handler) mayAdmin(w http.ResponseWriter, r *http.Request, action, name string) bool {
+	if h.acl == nil {
+		return true
+	}
+	acl := h.acl()
+	if acl == nil {
+		return true
+	}
+	ids := server.VerifiedIdentities(r.TLS)
+	if acl.MayAdmin(ids, name) {
+		return true
+	}
+	who := "without a verified client certificate"
+	if len(ids) > 0 {
+		who = "identity " + strings.Join(quoteAll(ids), ", ")
+	}
+	h.log.Warn("ops: admin action refused by the access rules", "action", action, "lock", name,
+		"identities", ids, "client", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, fmt.Sprintf("client %s may not %s lock %q", who, action, name))
+	return false
+}
+
+// lockOf is the lock that session id holds or waits for.
+func (h *handler) lockOf(id string) (string, bool) {
+	for _, l := range h.b.Locks() {
+		if l.Holder != nil && l.Holder.ID == id {
+			return l.Name, true
+		}
+		for _, s := range l.Waiters {
+			if s.ID == id {
+				return l.Name, true
+			}
+		}
+	}
+	return "", false
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }

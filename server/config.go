@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -52,6 +53,19 @@ type Config struct {
 	SendBuffer int
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// TLS, if not nil, makes every session speak TLS with this
+	// configuration (TLSReloader.Config for reloadable files). The
+	// handshake runs in the session's goroutine and must complete within
+	// IOTimeout; the first frame then has IOTimeout of its own.
+	TLS *tls.Config
+	// ACL, if not nil, is the access rules every ACQUIRE must pass, by the
+	// identities of the client's verified certificate; SetACL replaces it.
+	// A refused ACQUIRE gets ERROR UNAUTHORIZED.
+	ACL *ACL
+	// MaxConnsPerIP caps the open connections from one source IP address;
+	// more are closed at once. 0 means no cap.
+	MaxConnsPerIP int
 }
 
 // DefaultConfig returns the defaults of `baton serve`, without NextToken.
@@ -77,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max-waiters (%d) must be positive", c.MaxWaitersPerLock)
 	case c.SendBuffer < 0:
 		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
+	case c.MaxConnsPerIP < 0:
+		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
 	case c.NextToken == nil:
 		return fmt.Errorf("NextToken is nil: the server needs a token source")
 	}

@@ -28,6 +28,8 @@ type metrics struct {
 	refusedSess    prometheus.Counter
 	refusedWaiters prometheus.Counter
 	refusedConns   prometheus.Counter
+	refusedPerAddr prometheus.Counter
+	aclRefusals    prometheus.Counter
 	ended          map[EndReason]prometheus.Counter
 }
 
@@ -83,7 +85,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		refusedSess:    refusals.WithLabelValues("sessions"),
 		refusedWaiters: refusals.WithLabelValues("waiters"),
 		refusedConns:   refusals.WithLabelValues("connections"),
-		ended:          map[EndReason]prometheus.Counter{},
+		refusedPerAddr: refusals.WithLabelValues("connections_per_ip"),
+		aclRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_acl_refusals_total", Help: "ACQUIREs refused by the access rules (-acl-file) with ERROR UNAUTHORIZED.",
+		}),
+		ended: map[EndReason]prometheus.Counter{},
 	}
 	for _, r := range allReasons {
 		m.ended[r] = ended.WithLabelValues(r.String())
@@ -93,7 +99,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
 	}
 	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, handovers, m.handoverTime,
-		expiries, m.heartbeats, protoErrs, refusals, ended,
+		expiries, m.heartbeats, protoErrs, refusals, ended, m.aclRefusals,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

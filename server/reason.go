@@ -37,6 +37,9 @@ const (
 	ReasonShutdown
 	// ReasonUnauthorized: not allowed.
 	ReasonUnauthorized
+	// ReasonTLSHandshake: the TLS handshake failed or did not complete
+	// within io-timeout (no ERROR: there is no channel to send it on).
+	ReasonTLSHandshake
 )
 
 var reasonNames = [...]string{
@@ -54,6 +57,7 @@ var reasonNames = [...]string{
 	ReasonOverloaded:    "overloaded",
 	ReasonShutdown:      "shutdown",
 	ReasonUnauthorized:  "unauthorized",
+	ReasonTLSHandshake:  "tls_handshake",
 }
 
 func (r EndReason) String() string {

@@ -63,6 +63,8 @@ type Server struct {
 	// poller watches parked sessions; nil when parking is off or not
 	// available. Set before the first session exists.
 	poller *idlePoller
+
+	sec security // TLS, access rules, per-address cap (security.go)
 }
 
 // New returns a server with cfg, after checking it.
@@ -94,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 		done:       make(chan struct{}),
 	}
 	s.m.registerGrace(reg, cfg.NoGrantBefore)
+	s.sec.init(cfg)
 	if !cfg.NoGrantBefore.IsZero() {
 		log.Info("crash recovery: no grants until the grace period ends",
 			"until", cfg.NoGrantBefore.UTC().Format(time.RFC3339Nano),
@@ -165,7 +168,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		s.accept(conn)
+		if tc, ok := conn.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+			tc.SetWriteBuffer(s.cfg.SendBuffer) // best effort: the default only costs memory
+		}
+		if conn = s.admit(conn); conn != nil { // per-address cap, TLS (security.go)
+			s.accept(conn)
+		}
 	}
 }
 
@@ -197,9 +205,6 @@ func (s *Server) accept(conn net.Conn) {
 		s.m.refusedConns.Inc()
 		conn.Close() // no ERROR: reading the ACQUIRE would cost a goroutine per flooding connection
 		return
-	}
-	if tc, ok := conn.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
-		tc.SetWriteBuffer(s.cfg.SendBuffer) // best effort: the default only costs memory
 	}
 	s.nextID++
 	c := newSession(s, s.nextID, conn)

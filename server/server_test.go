@@ -41,12 +41,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(codeCoverage{m})
 }
 
-// reachableCodes are the codes the server can send today. UNAUTHORIZED is
-// not among them: nothing in the server refuses a session for access yet.
+// reachableCodes are the codes the server can send.
 var reachableCodes = []wire.Code{
 	wire.CodeShutdown, wire.CodeOverloaded,
 	wire.CodeLeaseExpired, wire.CodeForceReleased, wire.CodeKicked, wire.CodeBusy,
-	wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion,
+	wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized,
 }
 
 // seenCodes records every ERROR code a test checked (expectError).

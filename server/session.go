@@ -107,7 +107,10 @@ func (c *session) end(reason EndReason, msg string) {
 // parks (parked is then true).
 func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	s := c.srv
-	// The first frame, whole, within io-timeout of accept.
+	if reason, msg, ok := c.handshake(); !ok { // TLS, if on (tls.go)
+		return reason, msg, false
+	}
+	// The first frame, whole, within io-timeout of accept (of the handshake with TLS).
 	c.conn.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
 	h, err := c.readHeader(true)
 	if err != nil {
@@ -188,6 +191,9 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	s := c.srv
 	now := time.Now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
+	if reason, msg, ok := c.authorize(req.Name); !ok { // access rules (security.go)
+		return reason, msg, false
+	}
 	// Before the table, outside mu: a lease that grows the recorded bound
 	// waits for its fsync, and must be durable before any grant with it.
 	if s.cfg.NoteLease != nil && !s.closing.Load() {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -62,6 +63,7 @@ type adminOptions struct {
 	opsAddr        string
 	adminTokenFile string
 	json           bool
+	tls            clientTLSOptions
 }
 
 func newAdminFlags(name string, o *adminOptions) *flag.FlagSet {
@@ -69,12 +71,17 @@ func newAdminFlags(name string, o *adminOptions) *flag.FlagSet {
 	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` (or http[s]://host:port) of the server's ops API")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the bearer token of the ops API (else $BATON_ADMIN_TOKEN)")
 	fs.BoolVar(&o.json, "json", false, "print the API's JSON answer instead of text")
+	o.tls.register(fs, "ops listener")
 	return fs
 }
 
 const adminHelp = `The admin token: the file of -admin-token-file (or $BATON_ADMIN_TOKEN_FILE)
 if given, else the token itself in $BATON_ADMIN_TOKEN. A server without
 -admin-token-file needs none.
+
+Any -tls-* flag, or an https:// -ops-addr, makes the request over HTTPS:
+-tls-ca is the CA of the ops listener's certificate, -tls-cert and -tls-key
+the client certificate a server with -ops-tls-client-ca requires.
 
 Exit status: 0 success, 1 an error (unauthorized, the ops API cannot be
 reached, a refused action), 2 usage error, 3 no such lock or session.
@@ -165,11 +172,21 @@ func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (
 	if err := checkOpsAddr(o.opsAddr); err != nil {
 		return o, "", nil, usageError(s, c.name, err.Error()), false
 	}
+	if err := o.tls.check(); err != nil {
+		return o, "", nil, usageError(s, c.name, err.Error()), false
+	}
+	if o.tls.enabled() && strings.HasPrefix(o.opsAddr, "http://") {
+		return o, "", nil, usageError(s, c.name, fmt.Sprintf("ops-addr %s is plain http, but -tls-* flags are given: use https:// or drop them", o.opsAddr)), false
+	}
 	token, err := adminToken(s, o.adminTokenFile)
 	if err != nil {
 		return o, "", nil, failure(s, c.name, err.Error()), false
 	}
-	return o, arg, newOpsClient(o.opsAddr, token), exitOK, true
+	tlsCfg, err := o.tls.config()
+	if err != nil {
+		return o, "", nil, failure(s, c.name, err.Error()), false
+	}
+	return o, arg, newOpsClient(o.opsAddr, token, tlsCfg), exitOK, true
 }
 
 func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
@@ -388,10 +405,15 @@ type opsClient struct {
 	hc    *http.Client
 }
 
-func newOpsClient(addr, token string) *opsClient {
+// newOpsClient talks to the ops API at addr; a host:port without a scheme
+// is https when tlsCfg is not nil, else http.
+func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
 	base := addr
 	if !strings.Contains(addr, "://") {
 		base = "http://" + addr
+		if tlsCfg != nil {
+			base = "https://" + addr
+		}
 	}
 	return &opsClient{
 		addr:  addr,
@@ -402,6 +424,7 @@ func newOpsClient(addr, token string) *opsClient {
 		hc: &http.Client{Timeout: opsRequestTimeout, Transport: &http.Transport{
 			Proxy:             http.ProxyFromEnvironment,
 			DisableKeepAlives: true,
+			TLSClientConfig:   tlsCfg,
 		}},
 	}
 }
@@ -453,6 +476,10 @@ type apiError struct {
 
 func (e *apiError) Error() string {
 	switch {
+	case e.status == http.StatusUnauthorized && strings.Contains(e.msg, "client certificate"):
+		return fmt.Sprintf("unauthorized: the ops API at %s requires a client certificate: give -tls-cert and -tls-key", e.addr)
+	case e.status == http.StatusBadRequest && strings.Contains(e.msg, "HTTPS server"):
+		return fmt.Sprintf("the ops API at %s speaks HTTPS: give -tls-ca (or an https:// -ops-addr)", e.addr)
 	case e.status == http.StatusUnauthorized && !e.withToken:
 		return "unauthorized: set BATON_ADMIN_TOKEN or -admin-token-file"
 	case e.status == http.StatusUnauthorized:

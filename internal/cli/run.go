@@ -47,6 +47,7 @@ type runOptions struct {
 	verbose        bool
 	opsAddr        string
 	adminTokenFile string
+	tls            clientTLSOptions
 
 	name    string   // the lock
 	command []string // the command and its arguments
@@ -71,6 +72,12 @@ The command gets the environment of baton run plus:
                it has seen.
 Its stdin, stdout and stderr are those of baton run. It runs in a process
 group of its own.
+
+Any -tls-* flag makes baton run speak TLS: -tls-ca is the CA of the
+server's certificate (else the system's roots), -tls-cert and -tls-key the
+client certificate of a server with -tls-client-ca, -tls-server-name the
+name to verify when it is not the host of -addr. A host:port -ops-addr is
+then reached over HTTPS with the same files (give http:// to keep it plain).
 
 A command never runs on without the lock. If ownership ends while it runs
 (the server stops confirming the lease, an operator force-releases the lock,
@@ -119,6 +126,9 @@ Examples:
   # fencing: the resource refuses writes with a token older than it has seen
   baton run jobs/sync -- sh -c 'curl -fsS -H "Fencing-Token: $BATON_TOKEN" -X PUT --data-binary @out.json https://store.internal/sync'
 
+  # mutual TLS: the server's CA, and this client's certificate
+  baton run -addr baton.internal:7070 -tls-ca ca.crt -tls-cert worker.crt -tls-key worker.key jobs/x -- ./x.sh
+
   # scripts: tell "busy" from a failure of the job
   baton run -nowait jobs/nightly -- ./nightly.sh; code=$?
   [ "$code" -eq 75 ] && echo "another run holds the lock; skipped"
@@ -139,6 +149,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
 	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API, to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
+	o.tls.register(fs, "server")
 	return fs
 }
 
@@ -265,6 +276,9 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		if err := checkOpsAddr(o.opsAddr); err != nil {
 			return fail(err.Error())
 		}
+	}
+	if err := o.tls.check(); err != nil {
+		return fail(err.Error())
 	}
 	return o, exitOK, true
 }

@@ -84,7 +84,12 @@ func (r *runner) run(ctx context.Context) int {
 	defer close(quit)
 	wg.Go(func() { relayStops(ctx, sigs, stops, quit) })
 
-	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner))
+	tlsCfg, err := o.tls.config()
+	if err != nil {
+		r.errorf("%v", err)
+		return exitFailure
+	}
+	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner), baton.WithTLSConfig(tlsCfg))
 	if err != nil {
 		return usageError(r.s, "run", err.Error())
 	}
@@ -95,7 +100,7 @@ func (r *runner) run(ctx context.Context) int {
 		if token, err := adminToken(r.s, o.adminTokenFile); err != nil {
 			r.errorf("no holder information: %v", err)
 		} else {
-			ops = newOpsClient(o.opsAddr, token)
+			ops = newOpsClient(o.opsAddr, token, tlsCfg)
 		}
 	}
 	lock, code := r.acquire(client, ops, stops)

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/batonlock/baton/internal/tokenstore"
@@ -52,6 +54,7 @@ type serveOptions struct {
 	crashGraceMax  time.Duration
 	logFormat      string
 	logLevel       string
+	sec            securityOptions
 }
 
 func serveCommand() *command {
@@ -79,14 +82,32 @@ session used before, capped by -crash-grace-max: a client of the dead
 server may still believe it holds its lock for up to 0.8 x its lease.
 Sessions queue meanwhile; NOWAIT ones get ERROR OVERLOADED.
 
+With -tls-cert and -tls-key the protocol listener speaks TLS; with
+-tls-client-ca too, only clients with a certificate signed by one of its
+CAs get past the handshake (mutual TLS). The ops listener speaks TLS with
+the same certificate unless -ops-tls-cert says otherwise (none: plain
+HTTP); with -ops-tls-client-ca, /v1/ needs a verified client certificate.
+-acl-file names JSON access rules: which certificate identities (subject
+CN, DNS, URI or email SAN) may acquire which lock-name prefixes, and take
+admin actions on which; a refused ACQUIRE gets ERROR UNAUTHORIZED. See
+docs/security.md.
+
+SIGHUP reloads the certificates, the client CA bundles and the access
+rules: new connections and new ACQUIREs see them, established sessions
+carry on. A file that fails to load is logged and the one in use kept.
+
 Exit status: 0 after a controlled shutdown, 1 when the server cannot start
-or fails (a listener cannot bind, the data directory or the token file is
-unusable), 2 for a usage error.
+or fails (a listener cannot bind, the data directory, the token file, a
+certificate, a CA bundle or the access rules file is unusable), 2 for a
+usage error.
 
 Examples:
   baton serve
   baton serve -addr :7070 -data-dir /var/lib/baton -log-format json
   baton serve -ops-addr 0.0.0.0:7071 -admin-token-file /etc/baton/admin-token
+  baton serve -addr 0.0.0.0:7070 -tls-cert server.crt -tls-key server.key \
+      -tls-client-ca clients-ca.crt -acl-file acl.json -admin-token-file token
+  kill -HUP $(pidof baton)    # reload certificates and access rules
   BATON_IO_TIMEOUT=1s BATON_LOG_LEVEL=debug baton serve
 `,
 		run: runServe,
@@ -109,6 +130,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
+	o.sec.register(fs)
 	return fs
 }
 
@@ -129,6 +151,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
+	}
+	if err := o.sec.check(); err != nil {
+		return err
 	}
 	// The server's own rules, with a stand-in for the token source that is
 	// only opened later, so that they are checked before anything starts.
@@ -153,6 +178,7 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.MaxWaitersPerLock = o.maxWaiters
 	cfg.ParkIdle = o.parkIdle
 	cfg.SendBuffer = o.sendBuffer
+	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
 	return cfg
 }
 
@@ -239,6 +265,8 @@ type running struct {
 	logger   *slog.Logger
 	store    *tokenstore.Store
 	srv      *server.Server
+	sec      *security
+	hup      chan os.Signal // SIGHUP: reload the certificates and the access rules
 	hs       *http.Server
 	serveErr chan error // Serve's result
 	opsErr   chan error // the ops server's result
@@ -258,6 +286,10 @@ func start(s *sys, o *serveOptions) (*running, int) {
 			return nil, failure(s, name, err.Error())
 		}
 	}
+	sec, err := loadSecurity(&o.sec)
+	if err != nil {
+		return nil, failure(s, name, err.Error())
+	}
 	logger := newLogger(s, o.logFormat, o.logLevel)
 	store, err := tokenstore.Open(o.dataDir)
 	if err != nil {
@@ -267,6 +299,10 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	cfg.NextToken = store.Next
 	cfg.NoteLease = store.NoteLease
 	cfg.Logger = logger
+	if sec.protoTLS != nil {
+		cfg.TLS = sec.protoTLS.Config()
+	}
+	cfg.ACL = sec.acl
 	// Counted from now, not from the crash: later is only safer.
 	grace := min(store.Grace(), o.crashGraceMax)
 	if grace > 0 {
@@ -289,17 +325,28 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
 	}
 
+	// Caught from here on: SIGHUP's default action would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	var opsACL func() *server.ACL
+	if o.sec.opsTLSClientCA != "" && o.sec.acl() {
+		opsACL = srv.ACL
+	}
 	r := &running{
 		o:      o,
 		logger: logger,
 		store:  store,
 		srv:    srv,
+		sec:    sec,
+		hup:    hup,
 		hs: &http.Server{
 			Handler: ops.NewHandler(ops.Config{
-				Backend:    srv,
-				Gatherer:   srv.Registry(),
-				AdminToken: token,
-				Logger:     logger,
+				Backend:           srv,
+				Gatherer:          srv.Registry(),
+				AdminToken:        token,
+				Logger:            logger,
+				RequireClientCert: o.sec.opsTLSClientCA != "",
+				ACL:               opsACL,
 			}),
 			ReadHeaderTimeout: opsReadHeaderTimeout,
 			ReadTimeout:       opsReadTimeout,
@@ -311,20 +358,20 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
 	}
-	go func() { r.opsErr <- r.hs.Serve(opsLn) }()
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(opsLn)) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
-	logger.Info("baton serving",
+	logger.Info("baton serving", append([]any{
 		"addr", ln.Addr().String(),
 		"ops_addr", opsLn.Addr().String(),
 		"data_dir", dataDir,
 		"epoch", store.Epoch(),
 		"crash_grace", grace.String(),
-		"admin_token", token != "")
+		"admin_token", token != ""}, sec.logAttrs()...)...)
 	return r, exitOK
 }
 
@@ -332,19 +379,27 @@ func start(s *sys, o *serveOptions) (*running, int) {
 // protocol server first, then, after the linger, the ops server. It
 // returns the exit code.
 func (r *running) run(ctx context.Context) int {
+	defer signal.Stop(r.hup)
 	code := exitOK
 	serveDone := false
-	select {
-	case <-ctx.Done():
-		r.logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "linger", r.o.shutdownLinger.String())
-	case err := <-r.serveErr:
-		serveDone = true
-		r.logger.Error("protocol server stopped", "err", err)
-		code = exitFailure
-	case err := <-r.opsErr:
-		r.opsErr <- err // for the close below
-		r.logger.Error("ops server stopped", "err", err)
-		code = exitFailure
+wait:
+	for {
+		select {
+		case <-r.hup:
+			r.sec.reload(r.logger, r.srv)
+			continue
+		case <-ctx.Done():
+			r.logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "linger", r.o.shutdownLinger.String())
+		case err := <-r.serveErr:
+			serveDone = true
+			r.logger.Error("protocol server stopped", "err", err)
+			code = exitFailure
+		case err := <-r.opsErr:
+			r.opsErr <- err // for the close below
+			r.logger.Error("ops server stopped", "err", err)
+			code = exitFailure
+		}
+		break wait
 	}
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), r.o.ioTimeout+shutdownSlack)

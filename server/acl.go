@@ -1,0 +1,165 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/batonlock/baton/wire"
+)
+
+// maxACLFile caps the access rules file: it is read whole.
+const maxACLFile = 1 << 20
+
+// AnyClient in a rule's clients matches every client with a verified
+// certificate.
+const AnyClient = "*"
+
+// ACL is a set of access rules: which client identities (see Identities)
+// may acquire which locks, and take which admin actions. What no rule
+// allows is refused. It is immutable once made; the server swaps a new one
+// in on reload (SetACL).
+//
+// The file is JSON:
+//
+//	{"rules": [
+//	  {"clients": ["deployer", "spiffe://example.org/deployer"],
+//	   "locks": ["deploy/"], "admin": ["deploy/"]},
+//	  {"clients": ["*"], "locks": ["shared/"]}
+//	]}
+//
+// A rule applies to a client if one of its identities equals one of the
+// rule's clients ("*": any verified client). "locks" lists the lock-name
+// prefixes the client may acquire, "admin" those it may force-release and
+// kick waiters of; "" is the prefix of every name.
+type ACL struct {
+	rules []aclRule
+}
+
+type aclRule struct {
+	Clients []string `json:"clients"`
+	Locks   []string `json:"locks"`
+	Admin   []string `json:"admin"`
+}
+
+// ParseACL reads access rules from JSON data. It refuses unknown fields,
+// rules without clients or without any grant, and prefixes longer than a
+// lock name can be.
+func ParseACL(data []byte) (*ACL, error) {
+	var f struct {
+		Rules *[]aclRule `json:"rules"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("not a JSON rules object: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("text after the JSON rules object")
+	}
+	if f.Rules == nil {
+		return nil, errors.New(`no "rules" list`)
+	}
+	for i, r := range *f.Rules {
+		n := i + 1
+		if len(r.Clients) == 0 {
+			return nil, fmt.Errorf("rule %d has no clients", n)
+		}
+		for _, c := range r.Clients {
+			if c == "" {
+				return nil, fmt.Errorf("rule %d has an empty client", n)
+			}
+		}
+		if len(r.Locks) == 0 && len(r.Admin) == 0 {
+			return nil, fmt.Errorf(`rule %d grants nothing: give "locks" or "admin"`, n)
+		}
+		for _, p := range append(append([]string(nil), r.Locks...), r.Admin...) {
+			if len(p) > wire.MaxName {
+				return nil, fmt.Errorf("rule %d: prefix of %d bytes is longer than any lock name (%d)", n, len(p), wire.MaxName)
+			}
+		}
+	}
+	return &ACL{rules: *f.Rules}, nil
+}
+
+// LoadACL reads the access rules file; errors name the file.
+func LoadACL(file string) (*ACL, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxACLFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxACLFile {
+		return nil, fmt.Errorf("%s: larger than %d bytes", file, maxACLFile)
+	}
+	a, err := ParseACL(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return a, nil
+}
+
+// MayAcquire reports whether a client with identities ids may acquire lock
+// name.
+func (a *ACL) MayAcquire(ids []string, name string) bool {
+	return a.allows(ids, name, func(r *aclRule) []string { return r.Locks })
+}
+
+// MayAdmin reports whether a client with identities ids may force-release
+// lock name or kick its waiters.
+func (a *ACL) MayAdmin(ids []string, name string) bool {
+	return a.allows(ids, name, func(r *aclRule) []string { return r.Admin })
+}
+
+// HasAdmin reports whether some rule grants admin actions.
+func (a *ACL) HasAdmin() bool {
+	for _, r := range a.rules {
+		if len(r.Admin) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Rules is the number of rules.
+func (a *ACL) Rules() int { return len(a.rules) }
+
+func (a *ACL) allows(ids []string, name string, prefixes func(*aclRule) []string) bool {
+	if len(ids) == 0 {
+		return false
+	}
+	for i := range a.rules {
+		r := &a.rules[i]
+		if !r.appliesTo(ids) {
+			continue
+		}
+		for _, p := range prefixes(r) {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (r *aclRule) appliesTo(ids []string) bool {
+	for _, c := range r.Clients {
+		if c == AnyClient {
+			return true
+		}
+		for _, id := range ids {
+			if id == c {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+)
+
+// security is the server's state for TLS, the access rules and the cap of
+// connections per source address. Its hooks into the session's life are
+// admit (accept loop), handshake (tls.go) and authorize (ACQUIRE).
+type security struct {
+	acl     atomic.Pointer[ACL]
+	perAddr *addrLimiter // nil: no cap
+}
+
+func (sec *security) init(cfg Config) {
+	if cfg.ACL != nil {
+		sec.acl.Store(cfg.ACL)
+	}
+	if cfg.MaxConnsPerIP > 0 {
+		sec.perAddr = &addrLimiter{max: cfg.MaxConnsPerIP, open: make(map[netip.Addr]int)}
+	}
+}
+
+// SetACL replaces the access rules for every ACQUIRE from now on; nil
+// lifts them. Sessions already in the table are not checked again.
+func (s *Server) SetACL(a *ACL) { s.sec.acl.Store(a) }
+
+// ACL returns the access rules in force, nil if none.
+func (s *Server) ACL() *ACL { return s.sec.acl.Load() }
+
+// admit is the accept loop's security hook: it applies the cap of
+// connections per source address, closing conn and returning nil past it,
+// and wraps conn in TLS when the server speaks it (the handshake itself
+// runs later, in the session's goroutine).
+func (s *Server) admit(conn net.Conn) net.Conn {
+	if l := s.sec.perAddr; l != nil {
+		c, ok := l.admit(conn)
+		if !ok {
+			s.m.refusedPerAddr.Inc()
+			conn.Close()
+			return nil
+		}
+		conn = c
+	}
+	if s.cfg.TLS != nil {
+		conn = tls.Server(conn, s.cfg.TLS)
+	}
+	return conn
+}
+
+// authorize checks the access rules for an ACQUIRE of lock name, before
+// the table is touched.
+func (c *session) authorize(name string) (EndReason, string, bool) {
+	s := c.srv
+	acl := s.sec.acl.Load()
+	if acl == nil {
+		return 0, "", true
+	}
+	ids := connIdentities(c.conn)
+	if acl.MayAcquire(ids, name) {
+		return 0, "", true
+	}
+	s.m.aclRefusals.Inc()
+	who := identityText(ids)
+	s.log.Warn("acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
+	return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
+}
+
+// addrLimiter counts open connections per source IP address.
+type addrLimiter struct {
+	max  int
+	mu   sync.Mutex
+	open map[netip.Addr]int
+}
+
+// admit counts conn against its address, false if that address is at the
+// cap. The returned connection gives the count back when closed.
+func (l *addrLimiter) admit(conn net.Conn) (net.Conn, bool) {
+	ap, err := netip.ParseAddrPort(conn.RemoteAddr().String())
+	if err != nil {
+		return conn, true // not an IP peer (a test pipe): nothing to count
+	}
+	addr := ap.Addr().Unmap()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[addr] >= l.max {
+		return nil, false
+	}
+	l.open[addr]++
+	return &countedConn{Conn: conn, release: func() { l.release(addr) }}, true
+}
+
+func (l *addrLimiter) release(addr netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[addr]--; l.open[addr] <= 0 {
+		delete(l.open, addr)
+	}
+}
+
+// countedConn gives its place back to the addrLimiter on its first Close.
+type countedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes when the connection can (the session's ERROR is
+// followed by a FIN, not a RST).
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
