@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/batonlock/baton/bench/internal/baseline"
+	"github.com/batonlock/baton/bench/internal/batonsys"
+	"github.com/batonlock/baton/bench/internal/loadgen"
+	"github.com/batonlock/baton/bench/internal/peers"
+	"github.com/batonlock/baton/bench/internal/proc"
+	"github.com/batonlock/baton/bench/internal/report"
+	"github.com/batonlock/baton/bench/internal/scenario"
+	"github.com/batonlock/baton/bench/internal/system"
+)
+
+// sizes are the scenario sizes of a full run or a smoke run.
+type sizes struct {
+	baseline      baseline.Sizes
+	waiters       []int // handover queue depths
+	holdWaiters   int   // queue depth of the run with a hold
+	hold          time.Duration
+	cycleClients  []int
+	detectLeases  []time.Duration
+	detectSamples []int
+	detectPar     int
+	scaleSettle   time.Duration
+	scaleWindow   time.Duration
+	scaleProbe    time.Duration
+}
+
+func sizesFor(o *options) sizes {
+	if o.smoke {
+		return sizes{
+			baseline:      baseline.Sizes{RoundTrips: 2000, IdleTrips: 20, Connects: 200},
+			waiters:       []int{8, 50},
+			holdWaiters:   8,
+			hold:          baseline.Idle,
+			cycleClients:  []int{4, 16},
+			detectLeases:  []time.Duration{50 * time.Millisecond},
+			detectSamples: []int{10},
+			detectPar:     5,
+			scaleSettle:   500 * time.Millisecond,
+			scaleWindow:   time.Second,
+			scaleProbe:    500 * time.Millisecond,
+		}
+	}
+	return sizes{
+		baseline:      baseline.Sizes{RoundTrips: 20000, IdleTrips: 250, Connects: 3000},
+		waiters:       []int{8, 1000},
+		holdWaiters:   8,
+		hold:          baseline.Idle,
+		cycleClients:  []int{16, 256},
+		detectLeases:  []time.Duration{100 * time.Millisecond, time.Second},
+		detectSamples: []int{200, 40},
+		detectPar:     10,
+		scaleSettle:   5 * time.Second,
+		scaleWindow:   10 * time.Second,
+		scaleProbe:    3 * time.Second,
+	}
+}
+
+func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
+	started := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	if _, err := loadgen.RaiseNoFile(); err != nil {
+		logf("warning: %v", err)
+	}
+	sz := sizesFor(o)
+	out := o.out
+	if out == "" {
+		out = filepath.Join(o.repo, "docs", "bench")
+		if o.smoke {
+			dir, err := os.MkdirTemp("", "baton-bench-smoke-")
+			if err != nil {
+				logf("%v", err)
+				return 1
+			}
+			out = dir
+		}
+	}
+	tmp, err := os.MkdirTemp("", "baton-bench-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	exe, err := proc.Executable()
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+
+	res := &report.Results{
+		Started:  started,
+		Command:  commandLine(),
+		Smoke:    o.smoke,
+		Machine:  report.ThisMachine(),
+		Versions: map[string]string{},
+	}
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		res.Failures = append(res.Failures, msg)
+		logf("FAILED: %s", msg)
+	}
+
+	logf("building %s/cmd/baton", o.repo)
+	bin, err := batonsys.Build(ctx, o.repo, tmp)
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+
+	// The baseline: an echo server in a process of its own.
+	echo, err := proc.Start(exe, "-role", "echo")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer echo.Stop(5 * time.Second)
+	lineCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	echoAddr, err := echo.ReadLine(lineCtx)
+	cancel()
+	if err != nil {
+		logf("echo server: %v", err)
+		return 1
+	}
+	logf("baseline against the echo server at %s (pid %d)", echoAddr, echo.PID())
+	bl, err := baseline.Measure(ctx, echoAddr, sz.baseline)
+	if err != nil {
+		fail("baseline: %v", err)
+	} else {
+		res.Baseline = &bl
+		logf("  loopback RTT p50 %s p99 %s; after 20 ms idle p50 %s p99 %s; connect+close p50 %s; connect+echo+close p50 %s",
+			report.Dur(bl.RTT.P50), report.Dur(bl.RTT.P99), report.Dur(bl.RTTAfterIdle.P50), report.Dur(bl.RTTAfterIdle.P99),
+			report.Dur(bl.ConnectClose.P50), report.Dur(bl.ConnectEchoClose.P50))
+	}
+	echo.Stop(5 * time.Second)
+
+	// Baton: the real server, a process of its own.
+	var systems []system.System
+	var srv *batonsys.Server
+	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"]
+	if want(o, "baton") && needServer {
+		srv, err = batonsys.StartServer(ctx, bin, tmp)
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer srv.Stop()
+		logf("baton serving at %s (pid %d)", srv.Addr, srv.PID())
+		systems = append(systems, batonsys.NewSystem(srv, bin, 10*time.Second))
+	}
+	if !o.smoke {
+		for _, p := range peers.Systems(peers.ConfigFromEnv()) {
+			if want(o, p.Name()) {
+				systems = append(systems, p)
+			} else {
+				p.Close()
+			}
+		}
+		for _, name := range []string{"redis", "postgres", "etcd", "zookeeper"} {
+			if want(o, name) && !has(systems, name) {
+				res.Skipped = append(res.Skipped, fmt.Sprintf("%s: not configured or not reachable (start it with bench/peers/start.sh and source peers/peers.env)", name))
+			}
+		}
+	}
+	var live []system.System
+	for _, s := range systems {
+		vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := s.Version(vctx)
+		cancel()
+		if err != nil {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s: %v", s.Name(), err))
+			logf("skipping %s: %v", s.Name(), err)
+			s.Close()
+			continue
+		}
+		res.Versions[s.Name()] = v
+		live = append(live, s)
+	}
+	defer func() {
+		for _, s := range live {
+			s.Close()
+		}
+	}()
+	for _, s := range res.Skipped {
+		logf("skipped: %s", s)
+	}
+
+	if o.scenarios["handover"] {
+		for _, s := range live {
+			runs := make([]scenario.HandoverConfig, 0, len(sz.waiters)+1)
+			for _, n := range sz.waiters {
+				runs = append(runs, scenario.HandoverConfig{Waiters: n, Duration: o.duration})
+			}
+			runs = append(runs, scenario.HandoverConfig{Waiters: sz.holdWaiters, Hold: sz.hold, Duration: o.duration})
+			for i, cfg := range runs {
+				if ctx.Err() != nil {
+					break
+				}
+				cfg.Name = fmt.Sprintf("handover-%d", i)
+				logf("handover: %s, %d waiters, hold %v, %v", s.Name(), cfg.Waiters, cfg.Hold, cfg.Duration)
+				h, err := scenario.Handover(ctx, s, cfg)
+				if err != nil {
+					fail("handover %s with %d waiters: %v", s.Name(), cfg.Waiters, err)
+					continue
+				}
+				logf("  p50 %s p99 %s max %s; %.0f handoffs/s; fairness %s; %d errors",
+					report.Dur(h.Latency.P50), report.Dur(h.Latency.P99), report.Dur(h.Latency.Max), h.HandoffsPerSec,
+					report.Fairness(h.GrantsMin, h.GrantsMax), h.Errors)
+				res.Handover = append(res.Handover, h)
+			}
+		}
+	}
+	if o.scenarios["cycles"] {
+		for _, s := range live {
+			for _, n := range sz.cycleClients {
+				if ctx.Err() != nil {
+					break
+				}
+				logf("cycles: %s, %d clients, %v", s.Name(), n, o.duration)
+				c, err := scenario.Cycles(ctx, s, n, o.duration)
+				if err != nil {
+					fail("cycles %s with %d clients: %v", s.Name(), n, err)
+					continue
+				}
+				logf("  p50 %s p99 %s max %s; %.0f cycles/s; %d errors", report.Dur(c.Latency.P50),
+					report.Dur(c.Latency.P99), report.Dur(c.Latency.Max), c.CyclesPerSec, c.Errors)
+				res.Cycles = append(res.Cycles, c)
+			}
+		}
+	}
+	if o.scenarios["detect"] && srv != nil {
+		for i, lease := range sz.detectLeases {
+			if ctx.Err() != nil {
+				break
+			}
+			logf("detect: baton, lease %v, %d samples", lease, sz.detectSamples[i])
+			d, err := scenario.Detect(ctx, srv.Addr, lease, sz.detectSamples[i], sz.detectPar)
+			if err != nil {
+				fail("detect with lease %v: %v", lease, err)
+				continue
+			}
+			logf("  error p50 %s p99 %s max %s; %d early", report.Dur(d.Error.P50), report.Dur(d.Error.P99), report.Dur(d.Error.Max), d.Early)
+			res.Detect = append(res.Detect, d)
+		}
+	}
+	if srv != nil {
+		srv.Stop() // the scale steps each start a fresh server
+	}
+	if o.scenarios["scale"] && want(o, "baton") {
+		for _, n := range o.scale {
+			if ctx.Err() != nil {
+				break
+			}
+			logf("scale: baton, %d sessions", n)
+			sc, err := scenario.Scale(ctx, scenario.ScaleConfig{
+				Sessions: n, ShortLease: time.Second, LongLease: 30 * time.Second,
+				Settle: sz.scaleSettle, Window: sz.scaleWindow, Probe: sz.scaleProbe,
+				BatonBin: bin, Dir: tmp,
+				LoadGen: func(cfg loadgen.Config) (string, []string) { return exe, scenario.LoadGenArgs(cfg) },
+			})
+			if err != nil {
+				fail("scale with %d sessions: %v", n, err)
+				continue
+			}
+			logf("  %d opened; RSS/session %.0f B, heap/session %.0f B, stacks/session %.0f B; %.0f heartbeats/s at %s CPU each; %d lost; handover p50 %s p99 %s",
+				sc.Opened, sc.RSSPerSession, sc.HeapPerSession, sc.StackPerSession, sc.HeartbeatsPerSec,
+				report.Dur(sc.CPUPerHeartbeat), sc.Lost, report.Dur(sc.Handover.Latency.P50), report.Dur(sc.Handover.Latency.P99))
+			res.Scale = append(res.Scale, sc)
+		}
+	}
+
+	res.Elapsed = time.Since(started)
+	if ctx.Err() != nil {
+		res.Failures = append(res.Failures, "interrupted: "+ctx.Err().Error())
+	}
+	if err := report.Write(out, res); err != nil {
+		logf("writing results to %s: %v", out, err)
+		return 1
+	}
+	fmt.Fprint(stdout, report.Markdown(res))
+	logf("results in %s", out)
+	if len(res.Failures) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func want(o *options, name string) bool { return len(o.systems) == 0 || o.systems[name] }
+
+func has(systems []system.System, name string) bool {
+	for _, s := range systems {
+		if s.Name() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// commandLine is how this run was invoked, for the results.
+func commandLine() string {
+	return strings.TrimSpace("go run . " + strings.Join(os.Args[1:], " "))
+}
