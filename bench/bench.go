@@ -280,6 +280,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	}
 
 	res.Elapsed = time.Since(started)
+	res.Machine.LoadEnd = report.LoadAvg()
 	if ctx.Err() != nil {
 		res.Failures = append(res.Failures, "interrupted: "+ctx.Err().Error())
 	}

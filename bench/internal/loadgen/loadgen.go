@@ -75,6 +75,7 @@ type generator struct {
 	conns      sync.Map // *rawwire.Conn -> struct{}
 	wg         sync.WaitGroup
 	stopping   atomic.Bool
+	stop       chan struct{} // closed by closeAll: beats end their sleep
 }
 
 // maxRTTSamples bounds the memory of one stats window.
@@ -89,7 +90,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g := &generator{cfg: cfg}
+	g := &generator{cfg: cfg, stop: make(chan struct{})}
 	ready := Ready{NoFile: nofile}
 	var (
 		failMu sync.Mutex
@@ -149,6 +150,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 
 func (g *generator) closeAll() {
 	g.stopping.Store(true)
+	close(g.stop)
 	g.conns.Range(func(k, _ any) bool {
 		k.(*rawwire.Conn).Close()
 		return true
@@ -219,7 +221,9 @@ func (g *generator) beat(c *rawwire.Conn, lease time.Duration) {
 	defer g.conns.Delete(c)
 	defer c.Close()
 	interval := lease / 4
-	time.Sleep(rand.N(interval))
+	if !g.sleep(rand.N(interval)) {
+		return
+	}
 	for {
 		sent := time.Now()
 		c.SetDeadline(sent.Add(lease))
@@ -250,7 +254,21 @@ func (g *generator) beat(c *rawwire.Conn, lease time.Duration) {
 			g.rtts = append(g.rtts, rtt)
 		}
 		g.mu.Unlock()
-		time.Sleep(time.Until(sent.Add(interval)))
+		if !g.sleep(time.Until(sent.Add(interval))) {
+			return
+		}
+	}
+}
+
+// sleep waits d; it reports false if the generator is stopping.
+func (g *generator) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-g.stop:
+		return false
 	}
 }
 

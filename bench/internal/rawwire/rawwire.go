@@ -23,10 +23,13 @@ type Frame struct {
 	Err      *wire.Error
 }
 
-// Conn is one session.
+// Conn is one session. Reads are buffered so that a reply costs one read
+// system call, not two (header, then payload).
 type Conn struct {
 	net.Conn
-	buf [wire.MaxFrame]byte
+	buf  [wire.MaxFrame]byte // for writes
+	rbuf [wire.MaxFrame]byte
+	r, w int // unread bytes are rbuf[r:w]
 }
 
 // Dial connects to addr, from the local address laddr if not nil.
@@ -65,18 +68,39 @@ func (c *Conn) Heartbeat() error {
 // ReadFrame reads the next frame; an ERROR frame is returned as a Frame
 // with Err set, not as an error.
 func (c *Conn) ReadFrame() (Frame, error) {
-	if _, err := io.ReadFull(c.Conn, c.buf[:wire.HeaderSize]); err != nil {
-		return Frame{}, err
+	for {
+		h, p, n, err := wire.Split(c.rbuf[c.r:c.w])
+		if err != nil {
+			return Frame{}, err
+		}
+		if n > 0 {
+			c.r += n
+			if c.r == c.w {
+				c.r, c.w = 0, 0
+			}
+			return decode(h, p)
+		}
+		if c.r > 0 { // keep the partial frame at the front
+			c.w = copy(c.rbuf[:], c.rbuf[c.r:c.w])
+			c.r = 0
+		}
+		m, err := c.Conn.Read(c.rbuf[c.w:])
+		if m == 0 && err == nil {
+			err = io.ErrNoProgress
+		}
+		c.w += m
+		if err != nil && m == 0 {
+			if err == io.EOF && c.w > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return Frame{}, err
+		}
 	}
-	h, err := wire.ParseHeader(c.buf[:wire.HeaderSize])
-	if err != nil {
-		return Frame{}, err
-	}
-	p := c.buf[wire.HeaderSize : wire.HeaderSize+int(h.Length)]
-	if _, err := io.ReadFull(c.Conn, p); err != nil {
-		return Frame{}, err
-	}
+}
+
+func decode(h wire.Header, p []byte) (Frame, error) {
 	f := Frame{Type: h.Type}
+	var err error
 	switch h.Type {
 	case wire.TypeAcquired:
 		f.Push, f.Token, err = wire.DecodeAcquired(p)

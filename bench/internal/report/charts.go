@@ -201,7 +201,7 @@ func memoryChart(file string, r *Results) error {
 	for k, l := range lines {
 		pts := make(plotter.XYs, len(r.Scale))
 		for i, s := range r.Scale {
-			pts[i].X, pts[i].Y = float64(s.Opened), l.get(i)
+			pts[i].X, pts[i].Y = float64(s.Live), l.get(i)
 			maxX = max(maxX, pts[i].X)
 		}
 		line, points, err := plotter.NewLinePoints(pts)

@@ -60,7 +60,7 @@ func Markdown(r *Results) string {
 		kind = "smoke run (tiny sizes: the figures prove the scenarios run, not the speed)"
 	}
 	w("Results of `%s` — %s, started %s, took %s.\n\n", r.Command, kind, r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second))
-	w("Machine: %s, %d cores, %s memory, %s, %s, open-file hard limit %s.\n\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Memory, r.Machine.Kernel, r.Machine.Go, r.Machine.NoFile)
+	w("Machine: %s, %d cores, %s memory, %s, %s, open-file hard limit %s. Load average (1, 5, 15 min) at the start %s, at the end %s: the machine is shared with other work.\n\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Memory, r.Machine.Kernel, r.Machine.Go, r.Machine.NoFile, r.Machine.LoadStart, r.Machine.LoadEnd)
 	if len(r.Versions) > 0 {
 		names := make([]string, 0, len(r.Versions))
 		for n := range r.Versions {
@@ -142,15 +142,15 @@ func Markdown(r *Results) string {
 
 	if len(r.Scale) > 0 {
 		w("### Sessions at scale (Baton)\n\n")
-		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / sessions.\n\n")
-		w("| sessions | opened | RSS / session | Go heap / session | stacks / session | heartbeats/s | server CPU / heartbeat | server CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
-		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / live sessions (the server's `baton_sessions` at the sample). Lost: sessions the server ended for a late heartbeat (LEASE_EXPIRED), whose load generator shares the 2 cores.\n\n")
+		w("| sessions | opened | live | RSS / session | Go heap / session | stacks / session | heartbeats/s | server CPU / heartbeat | server CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
+		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Scale {
 			cores := 0.0
 			if s.Window > 0 {
 				cores = float64(s.ServerCPU) / float64(s.Window)
 			}
-			w("| %d | %d | %s | %s | %s | %.0f | %s | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened,
+			w("| %d | %d | %d | %s | %s | %s | %.0f | %s | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened, s.Live,
 				bytes(s.RSSPerSession), bytes(s.HeapPerSession), bytes(s.StackPerSession), s.HeartbeatsPerSec,
 				Dur(s.CPUPerHeartbeat), cores, Dur(s.HeartbeatRTT.P50), Dur(s.HeartbeatRTT.P99), s.Lost,
 				Dur(s.Handover.Latency.P50), Dur(s.Handover.Latency.P99), ratio(s.Handover.Latency.P50, rtt), ratio(s.Handover.Latency.P99, rtt),
@@ -170,16 +170,14 @@ func Projection(r *Results) string {
 	}
 	s := r.Scale[len(r.Scale)-1]
 	for _, x := range r.Scale {
-		if x.Opened > s.Opened {
+		if x.Live > s.Live {
 			s = x
 		}
 	}
 	var b strings.Builder
-	beatsPerSession := 0.0
-	if s.Opened > 0 {
-		beatsPerSession = s.HeartbeatsPerSec / float64(s.Opened)
-	}
-	fmt.Fprintf(&b, "Projection from the %d-session step (linear: per-session figures × sessions; heartbeats at this mix of leases, %.2f per session per second):\n\n", s.Opened, beatsPerSession)
+	beatsPerSession := s.ScheduledBeatsPerSession()
+	fmt.Fprintf(&b, "Projection from the step with %d live sessions, linear: per-session figures × sessions; heartbeats on the schedule of this mix of leases, (4/%v + 4/%v) / 2 = %.3f per session per second, at the CPU per heartbeat measured:\n\n",
+		s.Live, s.ShortLease, s.LongLease, beatsPerSession)
 	fmt.Fprintf(&b, "| sessions | RSS | Go heap | heartbeats/s | server CPU for heartbeats |\n|---:|---:|---:|---:|---:|\n")
 	for _, n := range []float64{1e5, 1e6} {
 		beats := beatsPerSession * n

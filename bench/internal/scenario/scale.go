@@ -34,6 +34,8 @@ type ScaleResult struct {
 	Sessions int `json:"sessions"`
 	Opened   int `json:"opened"`
 	Failed   int `json:"failed"`
+	// Live is the server's baton_sessions when memory was sampled.
+	Live int `json:"live"`
 	// Server memory, idle and under load: RSS from /proc, Go heap in use
 	// and goroutine stacks in use from /metrics.
 	IdleRSS   int64 `json:"idle_rss_bytes"`
@@ -59,11 +61,22 @@ type ScaleResult struct {
 	Handover     HandoverResult `json:"handover"`
 	HandoverIdle HandoverResult `json:"handover_after_hold"`
 	Sources      int            `json:"source_addresses"`
+	ShortLease   time.Duration  `json:"short_lease_ns"`
+	LongLease    time.Duration  `json:"long_lease_ns"`
+}
+
+// ScheduledBeatsPerSession is the heartbeat rate of one session on the
+// schedule (every lease/4), averaged over the two leases in equal shares.
+func (r ScaleResult) ScheduledBeatsPerSession() float64 {
+	if r.ShortLease <= 0 || r.LongLease <= 0 {
+		return 0
+	}
+	return (4/r.ShortLease.Seconds() + 4/r.LongLease.Seconds()) / 2
 }
 
 // Scale runs one step of the scale scenario against a fresh Baton server.
 func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
-	res := ScaleResult{Sessions: cfg.Sessions}
+	res := ScaleResult{Sessions: cfg.Sessions, ShortLease: cfg.ShortLease, LongLease: cfg.LongLease}
 	srv, err := batonsys.StartServer(ctx, cfg.BatonBin, cfg.Dir)
 	if err != nil {
 		return res, err
@@ -77,11 +90,12 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	}
 	res.IdleRSS, res.IdleHeap, res.IdleStack = idle.RSS, int64(idleM["go_memstats_heap_inuse_bytes"]), int64(idleM["go_memstats_stack_inuse_bytes"])
 
-	// One source address per 20,000 sessions keeps each under the
-	// ephemeral port range (28,232 ports by default).
-	res.Sources = cfg.Sessions/20000 + 1
+	// One source address per 5,000 sessions keeps each well inside the
+	// ephemeral port range (28,232 ports by default), which other
+	// programs on the machine may be using too.
+	res.Sources = cfg.Sessions/5000 + 1
 	lc := loadgen.Config{Addr: srv.Addr, Sessions: cfg.Sessions, ShortLease: cfg.ShortLease,
-		LongLease: cfg.LongLease, Sources: res.Sources, DialPar: 64}
+		LongLease: cfg.LongLease, Sources: res.Sources, DialPar: 200}
 	name, args := cfg.LoadGen(lc)
 	gen, err := proc.Start(name, args...)
 	if err != nil {
@@ -143,7 +157,10 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 		res.CPUPerHeartbeat = time.Duration(float64(res.ServerCPU) / beats)
 	}
 	res.LoadRSS, res.LoadHeap, res.LoadStack = u1.RSS, int64(m1["go_memstats_heap_inuse_bytes"]), int64(m1["go_memstats_stack_inuse_bytes"])
-	n := float64(res.Opened)
+	// Divide by the sessions the server holds at the sample, not those
+	// opened: a session lost to a late heartbeat no longer costs memory.
+	res.Live = int(m1["baton_sessions"])
+	n := float64(max(1, res.Live))
 	res.RSSPerSession = float64(res.LoadRSS-res.IdleRSS) / n
 	res.HeapPerSession = float64(res.LoadHeap-res.IdleHeap) / n
 	res.StackPerSession = float64(res.LoadStack-res.IdleStack) / n
