@@ -152,7 +152,10 @@ func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (Hando
 	return res, nil
 }
 
+// newClients opens n clients, within a minute.
 func newClients(ctx context.Context, sys system.System, n int) ([]system.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	clients := make([]system.Client, 0, n)
 	for id := range n {
 		c, err := sys.NewClient(ctx, id)
