@@ -40,6 +40,9 @@ type Ready struct {
 	Failed     int    `json:"failed"`
 	FirstError string `json:"first_error,omitempty"`
 	NoFile     uint64 `json:"nofile"`
+	// Lost counts sessions already lost while the others were opening.
+	Lost     int64         `json:"lost"`
+	OpenTime time.Duration `json:"open_ns"`
 }
 
 // Stats answers "stats"; RTT covers the heartbeats since the last "stats".
@@ -97,6 +100,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		sem    = make(chan struct{}, max(1, cfg.DialPar))
 		open   sync.WaitGroup
 	)
+	opening := time.Now()
 	pairs := cfg.Sessions / 2
 	for k := range pairs {
 		sem <- struct{}{}
@@ -117,6 +121,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		}()
 	}
 	open.Wait()
+	ready.Lost, ready.OpenTime = g.lost.Load(), time.Since(opening)
 	enc := json.NewEncoder(out)
 	if err := enc.Encode(ready); err != nil {
 		return err

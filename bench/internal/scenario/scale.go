@@ -56,6 +56,8 @@ type ScaleResult struct {
 	// HeartbeatRTT is the load generator's heartbeat round trip in the window.
 	HeartbeatRTT stats.Summary `json:"heartbeat_rtt"`
 	Lost         int64         `json:"sessions_lost"`
+	LostOpening  int64         `json:"sessions_lost_while_opening"`
+	OpenTime     time.Duration `json:"open_ns"`
 	LastLoss     string        `json:"last_loss,omitempty"`
 	// Handover on a separate lock with 8 waiters while the load runs.
 	Handover     HandoverResult `json:"handover"`
@@ -120,6 +122,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 		return res, fmt.Errorf("load generator said %q: %w", line, err)
 	}
 	res.Opened, res.Failed = ready.Opened, ready.Failed
+	res.LostOpening, res.OpenTime = ready.Lost, ready.OpenTime
 	if ready.Opened == 0 {
 		return res, fmt.Errorf("load generator opened no session: %s", ready.FirstError)
 	}
