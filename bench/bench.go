@@ -114,7 +114,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	// connection limit, say) is skipped with the reason; Baton failing
 	// one is a failure of the run.
 	failOrSkip := func(sys string, format string, args ...any) {
-		if sys == "baton" {
+		if strings.HasPrefix(sys, "baton") {
 			fail(format, args...)
 			return
 		}
@@ -160,7 +160,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	var systems []system.System
 	var srv *batonsys.Server
 	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"]
-	if want(o, "baton") && needServer {
+	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
 		srv, err = batonsys.StartServer(ctx, bin, tmp)
 		if err != nil {
 			logf("%v", err)
@@ -168,7 +168,12 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 		defer srv.Stop()
 		logf("baton serving at %s (pid %d)", srv.Addr, srv.PID())
-		systems = append(systems, batonsys.NewSystem(srv, bin, 10*time.Second))
+		if want(o, "baton") {
+			systems = append(systems, batonsys.NewSystem(srv, bin, 10*time.Second))
+		}
+		if want(o, "baton-wire") {
+			systems = append(systems, batonsys.NewRawSystem(srv))
+		}
 	}
 	if !o.smoke {
 		for _, p := range peers.Systems(peers.ConfigFromEnv()) {

@@ -50,16 +50,16 @@ func TestSmoke(t *testing.T) {
 	if r.Baseline == nil || r.Baseline.RTT.N == 0 || r.Baseline.RTTAfterIdle.N == 0 || r.Baseline.ConnectClose.N == 0 {
 		t.Errorf("baseline missing figures: %+v", r.Baseline)
 	}
-	if len(r.Handover) != 3 {
-		t.Errorf("%d handover runs, want 3 (two queue depths and one with a hold)", len(r.Handover))
+	if len(r.Handover) != 6 {
+		t.Errorf("%d handover runs, want 6 (baton and baton-wire: two queue depths and one with a hold)", len(r.Handover))
 	}
 	for _, h := range r.Handover {
 		if h.Latency.N == 0 || h.HandoffsPerSec <= 0 || h.GrantsMax == 0 {
 			t.Errorf("handover run without figures: %+v", h)
 		}
 	}
-	if len(r.Cycles) != 2 {
-		t.Errorf("%d cycles runs, want 2", len(r.Cycles))
+	if len(r.Cycles) != 4 {
+		t.Errorf("%d cycles runs, want 4", len(r.Cycles))
 	}
 	if len(r.Detect) != 1 || r.Detect[0].Error.N == 0 || r.Detect[0].Early != 0 {
 		t.Errorf("detect: %+v, want samples and none early", r.Detect)
