@@ -142,17 +142,18 @@ func Markdown(r *Results) string {
 
 	if len(r.Scale) > 0 {
 		w("### Sessions at scale (Baton)\n\n")
-		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / live sessions (the server's `baton_sessions` at the sample). Lost: sessions the server ended for a late heartbeat (LEASE_EXPIRED), whose load generator shares the 2 cores.\n\n")
-		w("| sessions | opened | live | RSS / session | Go heap / session | stacks / session | heartbeats/s | server CPU / heartbeat | server CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
-		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / live sessions, sampled at the start of the measuring window (live: the server's `baton_sessions` then, and at the window's end). CPU: the server's over the window, divided by the heartbeats it counted (`baton_heartbeats_total`); the load generator's CPU is given beside it, since both share the cores. Lost: sessions the server ended for a late heartbeat (LEASE_EXPIRED).\n\n")
+		w("| sessions | opened | live (start → end) | RSS / session | Go heap / session | stacks / session | heartbeats/s | server CPU / heartbeat | server CPU (cores) | load generator CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
+		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Scale {
-			cores := 0.0
+			cores, genCores := 0.0, 0.0
 			if s.Window > 0 {
 				cores = float64(s.ServerCPU) / float64(s.Window)
+				genCores = float64(s.LoadGenCPU) / float64(s.Window)
 			}
-			w("| %d | %d | %d | %s | %s | %s | %.0f | %s | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened, s.Live,
+			w("| %d | %d | %d → %d | %s | %s | %s | %.0f | %s | %.2f | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened, s.Live, s.LiveEnd,
 				bytes(s.RSSPerSession), bytes(s.HeapPerSession), bytes(s.StackPerSession), s.HeartbeatsPerSec,
-				Dur(s.CPUPerHeartbeat), cores, Dur(s.HeartbeatRTT.P50), Dur(s.HeartbeatRTT.P99), s.Lost,
+				Dur(s.CPUPerHeartbeat), cores, genCores, Dur(s.HeartbeatRTT.P50), Dur(s.HeartbeatRTT.P99), s.Lost,
 				Dur(s.Handover.Latency.P50), Dur(s.Handover.Latency.P99), ratio(s.Handover.Latency.P50, rtt), ratio(s.Handover.Latency.P99, rtt),
 				Dur(s.HandoverIdle.Latency.P50), Dur(s.HandoverIdle.Latency.P99))
 		}

@@ -34,8 +34,10 @@ type ScaleResult struct {
 	Sessions int `json:"sessions"`
 	Opened   int `json:"opened"`
 	Failed   int `json:"failed"`
-	// Live is the server's baton_sessions when memory was sampled.
-	Live int `json:"live"`
+	// Live is the server's baton_sessions when memory was sampled, at
+	// the start of the window; LiveEnd at its end.
+	Live    int `json:"live"`
+	LiveEnd int `json:"live_end"`
 	// Server memory, idle and under load: RSS from /proc, Go heap in use
 	// and goroutine stacks in use from /metrics.
 	IdleRSS   int64 `json:"idle_rss_bytes"`
@@ -53,6 +55,9 @@ type ScaleResult struct {
 	ServerCPU        time.Duration `json:"server_cpu_ns"`
 	Window           time.Duration `json:"window_ns"`
 	CPUPerHeartbeat  time.Duration `json:"cpu_per_heartbeat_ns"`
+	// LoadGenCPU is the load generator's CPU time in the window: it
+	// shares the 2 cores with the server.
+	LoadGenCPU time.Duration `json:"loadgen_cpu_ns"`
 	// HeartbeatRTT is the load generator's heartbeat round trip in the window.
 	HeartbeatRTT stats.Summary `json:"heartbeat_rtt"`
 	Lost         int64         `json:"sessions_lost"`
@@ -138,12 +143,21 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	if err != nil {
 		return res, err
 	}
+	g0, err := batonsys.ReadUsage(gen.PID())
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	sleepCtx(ctx, cfg.Window)
 	u1, m1, err := sample(ctx, srv)
 	if err != nil {
 		return res, err
 	}
+	g1, err := batonsys.ReadUsage(gen.PID())
+	if err != nil {
+		return res, err
+	}
+	res.LoadGenCPU = g1.CPU - g0.CPU
 	res.Window = time.Since(start)
 	gs, err := genStats(ctx, gen)
 	if err != nil {
@@ -159,10 +173,13 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	if beats > 0 {
 		res.CPUPerHeartbeat = time.Duration(float64(res.ServerCPU) / beats)
 	}
-	res.LoadRSS, res.LoadHeap, res.LoadStack = u1.RSS, int64(m1["go_memstats_heap_inuse_bytes"]), int64(m1["go_memstats_stack_inuse_bytes"])
-	// Divide by the sessions the server holds at the sample, not those
-	// opened: a session lost to a late heartbeat no longer costs memory.
-	res.Live = int(m1["baton_sessions"])
+	// Memory is taken at the start of the window, when every session
+	// opened is still held (a machine too busy for the heartbeat schedule
+	// loses sessions later), and divided by the sessions the server holds
+	// then.
+	res.LoadRSS, res.LoadHeap, res.LoadStack = u0.RSS, int64(m0["go_memstats_heap_inuse_bytes"]), int64(m0["go_memstats_stack_inuse_bytes"])
+	res.Live = int(m0["baton_sessions"])
+	res.LiveEnd = int(m1["baton_sessions"])
 	n := float64(max(1, res.Live))
 	res.RSSPerSession = float64(res.LoadRSS-res.IdleRSS) / n
 	res.HeapPerSession = float64(res.LoadHeap-res.IdleHeap) / n
