@@ -74,7 +74,10 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		logf("warning: %v", err)
 	}
 	sz := sizesFor(o)
-	out := o.out
+	out, doc := o.out, o.doc
+	if out == "" && doc == "" && !o.smoke {
+		doc = filepath.Join(o.repo, "docs", "benchmarks.md")
+	}
 	if out == "" {
 		out = filepath.Join(o.repo, "docs", "bench")
 		if o.smoke {
@@ -225,7 +228,19 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 				}
 				cfg.Name = fmt.Sprintf("handover-%d", i)
 				logf("handover: %s, %d waiters, hold %v, %v", s.Name(), cfg.Waiters, cfg.Hold, cfg.Duration)
+				var m0 map[string]float64
+				if srv != nil && strings.HasPrefix(s.Name(), "baton") {
+					m0, _ = srv.Metrics(ctx)
+				}
 				h, err := scenario.Handover(ctx, s, cfg)
+				if m0 != nil {
+					if m1, err := srv.Metrics(ctx); err == nil {
+						if n := m1["baton_handover_latency_seconds_count"] - m0["baton_handover_latency_seconds_count"]; n > 0 {
+							sum := m1["baton_handover_latency_seconds_sum"] - m0["baton_handover_latency_seconds_sum"]
+							h.ServerMean = time.Duration(sum / n * 1e9)
+						}
+					}
+				}
 				if err != nil {
 					failOrSkip(s.Name(), "handover %s with %d waiters: %v", s.Name(), cfg.Waiters, err)
 					continue
@@ -305,7 +320,15 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		logf("writing results to %s: %v", out, err)
 		return 1
 	}
-	fmt.Fprint(stdout, report.Markdown(res))
+	md := report.Markdown(res)
+	if doc != "" {
+		if err := report.UpdateDoc(doc, md); err != nil {
+			logf("%v", err)
+			return 1
+		}
+		logf("tables written into %s", doc)
+	}
+	fmt.Fprint(stdout, md)
 	logf("results in %s", out)
 	if len(res.Failures) > 0 {
 		return 1

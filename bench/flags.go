@@ -17,6 +17,7 @@ type options struct {
 	duration  time.Duration
 	scale     []int
 	repo      string
+	doc       string
 
 	// Hidden: the roles the bench re-executes itself in.
 	role       string
@@ -41,6 +42,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")

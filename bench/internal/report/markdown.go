@@ -31,7 +31,7 @@ func ratio(a, b time.Duration) string {
 	return fmt.Sprintf("%.1f×", stats.Ratio(a, b))
 }
 
-func bytes(b float64) string {
+func byteSize(b float64) string {
 	switch {
 	case b >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", b/(1<<30))
@@ -100,9 +100,9 @@ func Markdown(r *Results) string {
 
 	if len(r.Handover) > 0 {
 		w("### Handover: one lock, N waiters, every client re-queues at once\n\n")
-		w("Latency: from the holder's Unlock call to the next holder's Lock return.\n\n")
-		w("| system | waiters | hold | n | p50 | p99 | max | p50 / RTT | p99 / RTT | handoffs/s | fairness max/min | errors |\n")
-		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		w("Latency: from the holder's Unlock call to the next holder's Lock return. Server mean: Baton's own `baton_handover_latency_seconds` over the run (end of the holder's session to the push written), the server's share of the latency.\n\n")
+		w("| system | waiters | hold | n | p50 | p99 | max | p50 / RTT | p99 / RTT | handoffs/s | fairness max/min | errors | server mean |\n")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, h := range r.Handover {
 			base := rtt
 			if h.Hold > 0 {
@@ -112,9 +112,13 @@ func Markdown(r *Results) string {
 			if h.Hold > 0 {
 				hold = Dur(h.Hold)
 			}
-			w("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %.0f | %s | %d |\n", h.System, h.Waiters, hold, h.Latency.N,
+			sm := "–"
+			if h.ServerMean > 0 {
+				sm = Dur(h.ServerMean)
+			}
+			w("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %.0f | %s | %d | %s |\n", h.System, h.Waiters, hold, h.Latency.N,
 				Dur(h.Latency.P50), Dur(h.Latency.P99), Dur(h.Latency.Max), ratio(h.Latency.P50, base), ratio(h.Latency.P99, base),
-				h.HandoffsPerSec, Fairness(h.GrantsMin, h.GrantsMax), h.Errors)
+				h.HandoffsPerSec, Fairness(h.GrantsMin, h.GrantsMax), h.Errors, sm)
 		}
 		w("\n")
 	}
@@ -152,7 +156,7 @@ func Markdown(r *Results) string {
 				genCores = float64(s.LoadGenCPU) / float64(s.Window)
 			}
 			w("| %d | %d | %d → %d | %s | %s | %s | %.0f | %s | %.2f | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened, s.Live, s.LiveEnd,
-				bytes(s.RSSPerSession), bytes(s.HeapPerSession), bytes(s.StackPerSession), s.HeartbeatsPerSec,
+				byteSize(s.RSSPerSession), byteSize(s.HeapPerSession), byteSize(s.StackPerSession), s.HeartbeatsPerSec,
 				Dur(s.CPUPerHeartbeat), cores, genCores, Dur(s.HeartbeatRTT.P50), Dur(s.HeartbeatRTT.P99), s.Lost,
 				Dur(s.Handover.Latency.P50), Dur(s.Handover.Latency.P99), ratio(s.Handover.Latency.P50, rtt), ratio(s.Handover.Latency.P99, rtt),
 				Dur(s.HandoverIdle.Latency.P50), Dur(s.HandoverIdle.Latency.P99))
@@ -184,7 +188,7 @@ func Projection(r *Results) string {
 		beats := beatsPerSession * n
 		cpu := beats * s.CPUPerHeartbeat.Seconds()
 		fmt.Fprintf(&b, "| %.0f | %s × %.0f = %s | %s × %.0f = %s | %.2f × %.0f = %.0f | %.0f × %s = %.2f cores |\n", n,
-			bytes(s.RSSPerSession), n, bytes(s.RSSPerSession*n), bytes(s.HeapPerSession), n, bytes(s.HeapPerSession*n),
+			byteSize(s.RSSPerSession), n, byteSize(s.RSSPerSession*n), byteSize(s.HeapPerSession), n, byteSize(s.HeapPerSession*n),
 			beatsPerSession, n, beats, beats, Dur(s.CPUPerHeartbeat), cpu)
 	}
 	return b.String()

@@ -37,6 +37,11 @@ type HandoverResult struct {
 	GrantsMax int    `json:"grants_max"`
 	Errors    int    `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
+	// ServerMean is, for Baton, the server's own mean handover time over
+	// the run (baton_handover_latency_seconds: from the end of the
+	// holder's session to the push written), to tell the server's part
+	// from the kernel's and the client's.
+	ServerMean time.Duration `json:"server_mean_ns,omitempty"`
 }
 
 // Handover queues cfg.Waiters clients behind a holder on one lock; every
