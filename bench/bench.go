@@ -188,7 +188,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 		for _, name := range []string{"redis", "postgres", "etcd", "zookeeper"} {
 			if want(o, name) && !has(systems, name) {
-				res.Skipped = append(res.Skipped, fmt.Sprintf("%s: not configured or not reachable (start it with bench/peers/start.sh and source peers/peers.env)", name))
+				res.Skipped = append(res.Skipped, fmt.Sprintf("%s: not configured: BENCH_* not set (start the peers with bench/peers/start.sh and source /tmp/baton-peers/peers.env)", name))
 			}
 		}
 	}

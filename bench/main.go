@@ -6,7 +6,7 @@
 // Run it from the bench directory:
 //
 //	go run . -smoke                 # CI: tiny sizes, ~1-2 s a scenario, no peers
-//	. peers/peers.env && go run .   # the full run, peers that peers/start.sh started
+//	go run .                        # the full run, Baton and the peers named by BENCH_* (bench/peers/start.sh)
 //
 // Results (results.json, results.md and PNG charts) go to -out.
 package main

@@ -83,6 +83,7 @@ func Markdown(r *Results) string {
 		w("\n")
 	}
 
+	w("%s", Goals(r))
 	var rtt, rttIdle, conn time.Duration
 	if bl := r.Baseline; bl != nil {
 		rtt, rttIdle, conn = bl.RTT.P50, bl.RTTAfterIdle.P50, bl.ConnectEchoClose.P50
