@@ -83,12 +83,7 @@ func Goals(r *Results) string {
 		}
 	}
 	if len(r.Scale) > 0 {
-		s := r.Scale[0]
-		for _, x := range r.Scale {
-			if x.Live > s.Live {
-				s = x
-			}
-		}
+		s := BestScale(r.Scale)
 		w("| memory per session | < 4 KiB | RSS %s, Go heap %s, stacks %s (%d sessions) | %s |\n", byteSize(s.RSSPerSession),
 			byteSize(s.HeapPerSession), byteSize(s.StackPerSession), s.Live, verdict(s.RSSPerSession, 4096))
 		cores := s.ScheduledBeatsPerSession() * 1e5 * s.CPUPerHeartbeat.Seconds()

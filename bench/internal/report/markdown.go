@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/stats"
 )
 
@@ -147,7 +148,7 @@ func Markdown(r *Results) string {
 
 	if len(r.Scale) > 0 {
 		w("### Sessions at scale (Baton)\n\n")
-		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / live sessions, sampled at the start of the measuring window (live: the server's `baton_sessions` then, and at the window's end). CPU: the server's over the window, divided by the heartbeats it counted (`baton_heartbeats_total`); the load generator's CPU is given beside it, since both share the cores. Lost: sessions the server ended for a late heartbeat (LEASE_EXPIRED).\n\n")
+		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / live sessions, sampled at the start of the measuring window (live: the server's `baton_sessions` then, and at the window's end). CPU: the server's over the window, divided by the heartbeats it counted (`baton_heartbeats_total`); the load generator's CPU is given beside it, since both share the cores. Lost: sessions the server ended for a late heartbeat (LEASE_EXPIRED): a step that lost sessions before the sample overstates memory per live session (what the lost ones held is not all returned), so the projection and the goals use the largest step that lost none.\n\n")
 		w("| sessions | opened | live (start → end) | RSS / session | Go heap / session | stacks / session | heartbeats/s | server CPU / heartbeat | server CPU (cores) | load generator CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
 		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Scale {
@@ -168,18 +169,33 @@ func Markdown(r *Results) string {
 	return b.String()
 }
 
+// BestScale is the step the per-session figures are taken from: the
+// largest whose sessions were all still held when memory was sampled (a
+// lost session's memory is not all returned at once, so a step with losses
+// overstates the cost of the live ones), else the largest.
+func BestScale(steps []scenario.ScaleResult) scenario.ScaleResult {
+	var best, clean scenario.ScaleResult
+	for _, s := range steps {
+		if s.Live > best.Live {
+			best = s
+		}
+		if s.Live == s.Opened && s.Live > clean.Live {
+			clean = s
+		}
+	}
+	if clean.Live > 0 {
+		return clean
+	}
+	return best
+}
+
 // Projection extrapolates the largest scale step to 100,000 and 1,000,000
 // sessions, showing its arithmetic.
 func Projection(r *Results) string {
 	if len(r.Scale) == 0 {
 		return ""
 	}
-	s := r.Scale[len(r.Scale)-1]
-	for _, x := range r.Scale {
-		if x.Live > s.Live {
-			s = x
-		}
-	}
+	s := BestScale(r.Scale)
 	var b strings.Builder
 	beatsPerSession := s.ScheduledBeatsPerSession()
 	fmt.Fprintf(&b, "Projection from the step with %d live sessions, linear: per-session figures × sessions; heartbeats on the schedule of this mix of leases, (4/%v + 4/%v) / 2 = %.3f per session per second, at the CPU per heartbeat measured:\n\n",
