@@ -149,7 +149,7 @@ func Markdown(r *Results) string {
 	if len(r.Scale) > 0 {
 		w("### Sessions at scale (Baton)\n\n")
 		w("Half holders, half waiters (one waiter per held lock); half the pairs with a 1 s lease, half with 30 s; each session heartbeats every lease/4 from a separate load-generator process. Memory per session = (under load − idle server) / live sessions, sampled at the start of the measuring window (live: the server's `baton_sessions` then, and at the window's end). CPU: the server's over the window, divided by the heartbeats it counted (`baton_heartbeats_total`); the load generator's CPU is given beside it, since both share the cores. Lost: sessions the server ended for a late heartbeat (LEASE_EXPIRED): a step that lost sessions before the sample overstates memory per live session (what the lost ones held is not all returned), so the projection and the goals use the largest step that lost none.\n\n")
-		w("| sessions | opened | live (start → end) | RSS / session | Go heap / session | stacks / session | heartbeats/s | server CPU / heartbeat | server CPU (cores) | load generator CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
+		w("| sessions | opened | live (start → end) | RSS / session | Go heap / session | stacks / session (goroutines) | heartbeats/s | server CPU / heartbeat | server CPU (cores) | load generator CPU (cores) | heartbeat RTT p50 / p99 | lost | handover p50 / p99 (×RTT) | after 20 ms hold p50 / p99 |\n")
 		w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Scale {
 			cores, genCores := 0.0, 0.0
@@ -157,8 +157,8 @@ func Markdown(r *Results) string {
 				cores = float64(s.ServerCPU) / float64(s.Window)
 				genCores = float64(s.LoadGenCPU) / float64(s.Window)
 			}
-			w("| %d | %d | %d → %d | %s | %s | %s | %.0f | %s | %.2f | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened, s.Live, s.LiveEnd,
-				byteSize(s.RSSPerSession), byteSize(s.HeapPerSession), byteSize(s.StackPerSession), s.HeartbeatsPerSec,
+			w("| %d | %d | %d → %d | %s | %s | %s (%.2f) | %.0f | %s | %.2f | %.2f | %s / %s | %d | %s / %s (%s / %s) | %s / %s |\n", s.Sessions, s.Opened, s.Live, s.LiveEnd,
+				byteSize(s.RSSPerSession), byteSize(s.HeapPerSession), byteSize(s.StackPerSession), s.GoroutinesPerSession, s.HeartbeatsPerSec,
 				Dur(s.CPUPerHeartbeat), cores, genCores, Dur(s.HeartbeatRTT.P50), Dur(s.HeartbeatRTT.P99), s.Lost,
 				Dur(s.Handover.Latency.P50), Dur(s.Handover.Latency.P99), ratio(s.Handover.Latency.P50, rtt), ratio(s.Handover.Latency.P99, rtt),
 				Dur(s.HandoverIdle.Latency.P50), Dur(s.HandoverIdle.Latency.P99))

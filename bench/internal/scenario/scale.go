@@ -50,6 +50,9 @@ type ScaleResult struct {
 	RSSPerSession   float64 `json:"rss_per_session_bytes"`
 	HeapPerSession  float64 `json:"heap_per_session_bytes"`
 	StackPerSession float64 `json:"stack_per_session_bytes"`
+	// GoroutinesPerSession is the server's goroutines over idle, per
+	// live session: what the stacks are made of.
+	GoroutinesPerSession float64 `json:"goroutines_per_session"`
 	// Heartbeats the server counted in the window, and its CPU time.
 	HeartbeatsPerSec float64       `json:"heartbeats_per_sec"`
 	ServerCPU        time.Duration `json:"server_cpu_ns"`
@@ -179,6 +182,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	// then.
 	res.LoadRSS, res.LoadHeap, res.LoadStack = u0.RSS, int64(m0["go_memstats_heap_inuse_bytes"]), int64(m0["go_memstats_stack_inuse_bytes"])
 	res.Live = int(m0["baton_sessions"])
+	res.GoroutinesPerSession = (m0["go_goroutines"] - idleM["go_goroutines"]) / float64(max(1, res.Live))
 	res.LiveEnd = int(m1["baton_sessions"])
 	n := float64(max(1, res.Live))
 	res.RSSPerSession = float64(res.LoadRSS-res.IdleRSS) / n
