@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -333,6 +334,37 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	if len(res.Failures) > 0 {
 		return 1
 	}
+	return 0
+}
+
+// runRender redraws the outputs of an earlier run from its results.json.
+func runRender(o *options, stdout, stderr io.Writer) int {
+	b, err := os.ReadFile(o.render)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	var res report.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		fmt.Fprintf(stderr, "bench: %s: %v\n", o.render, err)
+		return 1
+	}
+	out := o.out
+	if out == "" {
+		out = filepath.Dir(o.render)
+	}
+	if err := report.Write(out, &res); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	md := report.Markdown(&res)
+	if o.doc != "" {
+		if err := report.UpdateDoc(o.doc, md); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Fprint(stdout, md)
 	return 0
 }
 

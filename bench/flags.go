@@ -18,6 +18,7 @@ type options struct {
 	scale     []int
 	repo      string
 	doc       string
+	render    string
 
 	// Hidden: the roles the bench re-executes itself in.
 	role       string
@@ -44,6 +45,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
+	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
 	fs.IntVar(&o.sessions, "sessions", 0, "internal: load generator's session count")

@@ -48,5 +48,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "bench: unknown -role %q\n", o.role)
 		return 2
 	}
+	if o.render != "" {
+		return runRender(o, stdout, stderr)
+	}
 	return runBench(ctx, o, stdout, stderr)
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"image/color"
 	"path/filepath"
 	"time"
@@ -127,7 +128,7 @@ func throughputChart(file string, r *Results) error {
 	for _, c := range r.Cycles {
 		add(fmt.Sprintf("cycles/s, %d clients", c.Clients), idx[c.System], c.CyclesPerSec)
 	}
-	return barChart(file, "Throughput by system, log scale", "operations per second", names, ss, true)
+	return barChart(file, "Throughput by system", "operations per second", names, ss, false)
 }
 
 func barChart(file, title, ylabel string, names []string, ss []series, logY bool) error {
@@ -141,7 +142,11 @@ func barChart(file, title, ylabel string, names []string, ss []series, logY bool
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	width := vg.Points(float64(min(28, 220/len(ss))))
+	// Each category is one unit of X; its bars fill 80% of it, whatever
+	// the number of series, and the picture widens with the categories.
+	const barPt = 16.0
+	unitPt := barPt * float64(len(ss)) / 0.8
+	width := vg.Points(barPt)
 	for k, s := range ss {
 		b := &bars{values: s.values, width: width, color: plotutil.Color(k),
 			offset: width * vg.Length(float64(k)-float64(len(ss)-1)/2)}
@@ -150,16 +155,17 @@ func barChart(file, title, ylabel string, names []string, ss []series, logY bool
 	}
 	lo, hi := positiveRange(ss)
 	if logY {
-		p.Y.Min, p.Y.Max = lo/2, hi*40 // room for the legend
+		// Room above the bars for the legend.
+		p.Y.Min, p.Y.Max = lo/2, hi*math.Pow(10, 0.4*float64(len(ss)))
 	} else {
-		p.Y.Min, p.Y.Max = 0, hi*1.3
+		p.Y.Min, p.Y.Max = 0, hi*(1.2+0.1*float64(len(ss)))
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.NominalX(names...)
 	p.Add(plotter.NewGrid())
-	w := vg.Length(max(6, 2.2*float64(len(names)))) * vg.Inch
-	return p.Save(w, 4.5*vg.Inch, file)
+	w := vg.Points(max(6*72, unitPt*float64(len(names))+120))
+	return p.Save(w, 5*vg.Inch, file)
 }
 
 func positiveRange(ss []series) (lo, hi float64) {

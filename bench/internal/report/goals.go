@@ -90,9 +90,15 @@ func Goals(r *Results) string {
 		w("| 100,000 sessions with heartbeats on 2 cores | ≤ 2 cores | %.2f cores projected for the heartbeats alone (%s each) | %s |\n",
 			cores, Dur(s.CPUPerHeartbeat), verdict(cores, 2))
 	}
+	late := func(d time.Duration) string {
+		if d <= time.Millisecond {
+			return "met"
+		}
+		return "short by " + Dur(d-time.Millisecond)
+	}
 	for _, d := range r.Detect {
-		w("| failure detection, lease %s | within 1 ms of the lease | error p50 %s, p99 %s | p50 %s, p99 %s |\n", Dur(d.Lease),
-			Dur(d.Error.P50), Dur(d.Error.P99), verdict(float64(d.Error.P50), float64(time.Millisecond)), verdict(float64(d.Error.P99), float64(time.Millisecond)))
+		w("| failure detection, lease %s | within 1 ms of the lease | error p50 %s, p99 %s | p50 %s; p99 %s |\n", Dur(d.Lease),
+			Dur(d.Error.P50), Dur(d.Error.P99), late(d.Error.P50), late(d.Error.P99))
 	}
 	w("\n")
 	return b.String()
