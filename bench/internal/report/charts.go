@@ -2,8 +2,8 @@ package report
 
 import (
 	"fmt"
-	"math"
 	"image/color"
+	"math"
 	"path/filepath"
 	"time"
 
