@@ -290,8 +290,20 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		srv.Stop() // the scale steps each start a fresh server
 	}
 	if o.scenarios["scale"] && want(o, "baton") {
+		nofile, _ := loadgen.RaiseNoFile()
 		for _, n := range o.scale {
 			if ctx.Err() != nil {
+				break
+			}
+			// The server holds a descriptor per session, and so does the
+			// load generator: leave each some for everything else.
+			if most := int(nofile) - 1500; nofile > 0 && n > most {
+				msg := fmt.Sprintf("scale step of %d sessions: the open-file limit (%d) allows %d; measuring %d", n, nofile, most, most)
+				res.Skipped = append(res.Skipped, msg)
+				logf("%s", msg)
+				n = most
+			}
+			if n < 2 {
 				break
 			}
 			logf("scale: baton, %d sessions", n)
