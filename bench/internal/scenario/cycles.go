@@ -64,7 +64,12 @@ func Cycles(ctx context.Context, sys system.System, clients int, d time.Duration
 			}
 		}()
 	}
-	wg.Wait()
+	if !waitTimeout(&wg, d+40*time.Second) {
+		cancel()
+		if !waitTimeout(&wg, 10*time.Second) {
+			return res, fmt.Errorf("%s: clients still blocked 10s after their context ended", sys.Name())
+		}
+	}
 	window := time.Since(start)
 	res.Latency = rec.Summary()
 	res.CyclesPerSec = float64(res.Latency.N) / window.Seconds()

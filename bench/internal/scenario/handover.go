@@ -131,7 +131,11 @@ func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (Hando
 	// Let the queue drain in order; then cut whoever still waits.
 	if !waitTimeout(&wg, 10*time.Second) {
 		cancel()
-		wg.Wait()
+		if !waitTimeout(&wg, 10*time.Second) {
+			// A client that ignores its context: closing the clients
+			// (deferred) is all that is left to stop it.
+			return res, fmt.Errorf("%s: clients still blocked 10s after their context ended", sys.Name())
+		}
 	}
 
 	res.Latency = rec.Summary()
