@@ -59,3 +59,32 @@ func BenchmarkAppendWaiting(b *testing.B) {
 	}
 	sink = buf
 }
+
+// BenchmarkSplitReply is the client's side of a heartbeat: find the reply
+// frame in the read buffer and decode it.
+func BenchmarkSplitReply(b *testing.B) {
+	buf := wire.AppendAcquired(nil, false, 42)
+	b.ReportAllocs()
+	for b.Loop() {
+		h, p, n, err := wire.Split(buf)
+		if err != nil || n != len(buf) || h.Type != wire.TypeAcquired {
+			b.Fatal(h, n, err)
+		}
+		if _, tok, err := wire.DecodeAcquired(p); err != nil || tok != 42 {
+			b.Fatal(tok, err)
+		}
+	}
+}
+
+func BenchmarkAppendAcquire(b *testing.B) {
+	buf := make([]byte, 0, wire.MaxFrame)
+	a := wire.Acquire{Version: wire.Version, LeaseMs: 10000, Name: "jobs/nightly", Owner: "host:1234"}
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = wire.AppendAcquire(buf[:0], a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sink = buf
+}

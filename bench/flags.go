@@ -1,0 +1,125 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type options struct {
+	scenarios map[string]bool
+	systems   map[string]bool // empty: every system available
+	smoke     bool
+	out       string
+	duration  time.Duration
+	scale     []int
+	repo      string
+	doc       string
+	render    string
+
+	// Hidden: the roles the bench re-executes itself in.
+	role       string
+	addr       string
+	sessions   int
+	shortLease time.Duration
+	longLease  time.Duration
+	sources    int
+	dialPar    int
+}
+
+var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale"}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scen := fs.String("scenario", "all", "comma-separated scenarios: "+strings.Join(allScenarios, ",")+", or all (the baseline always runs)")
+	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, redis, postgres, etcd, zookeeper); empty: every one available")
+	fs.BoolVar(&o.smoke, "smoke", false, "tiny sizes, about a second a scenario, no peers (what CI runs)")
+	fs.StringVar(&o.out, "out", "", "directory for results.json, results.md and the charts (default ../docs/bench, or a temporary directory with -smoke)")
+	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
+	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
+	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
+
+	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
+	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
+	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
+	fs.IntVar(&o.sessions, "sessions", 0, "internal: load generator's session count")
+	fs.DurationVar(&o.shortLease, "short-lease", time.Second, "internal: the short lease of the scale scenario")
+	fs.DurationVar(&o.longLease, "long-lease", 30*time.Second, "internal: the long lease of the scale scenario")
+	fs.IntVar(&o.sources, "sources", 1, "internal: source addresses 127.0.0.1 .. 127.0.0.N")
+	fs.IntVar(&o.dialPar, "dial-par", 64, "internal: dials in flight")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument")
+	}
+	o.scenarios = map[string]bool{"baseline": true}
+	for _, s := range split(*scen) {
+		if s == "all" {
+			for _, a := range allScenarios {
+				o.scenarios[a] = true
+			}
+			continue
+		}
+		if !contains(allScenarios, s) {
+			fmt.Fprintf(stderr, "bench: unknown scenario %q (want %s or all)\n", s, strings.Join(allScenarios, ","))
+			return nil, fmt.Errorf("bad scenario")
+		}
+		o.scenarios[s] = true
+	}
+	o.systems = map[string]bool{}
+	for _, s := range split(*syss) {
+		o.systems[s] = true
+	}
+	if o.duration < 0 {
+		fmt.Fprintf(stderr, "bench: -duration %v must not be negative\n", o.duration)
+		return nil, fmt.Errorf("bad duration")
+	}
+	if o.duration == 0 {
+		o.duration = 5 * time.Second
+		if o.smoke {
+			o.duration = time.Second
+		}
+	}
+	for _, s := range split(*scale) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2 {
+			fmt.Fprintf(stderr, "bench: -scale-sessions: %q is not a session count of 2 or more\n", s)
+			return nil, fmt.Errorf("bad scale")
+		}
+		o.scale = append(o.scale, n)
+	}
+	if len(o.scale) == 0 {
+		o.scale = []int{10000, 18000}
+		if o.smoke {
+			o.scale = []int{200}
+		}
+	}
+	return o, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,175 @@
+// Package batonsys is Baton as a system under test: the real server binary
+// run as a separate process (stopped by its PID), its memory and CPU read
+// from /proc and /metrics, and the real Go client.
+package batonsys
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonlock/baton/bench/internal/proc"
+)
+
+// Build compiles ../cmd/baton from the repository at root into dir and
+// returns the binary's path.
+func Build(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "baton")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/baton")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build baton in %s: %w: %s", root, err, out)
+	}
+	return bin, nil
+}
+
+// Server is a running `baton serve`.
+type Server struct {
+	Addr    string // protocol address
+	OpsAddr string // ops HTTP address
+	p       *proc.Process
+	dataDir string
+}
+
+var servingLine = regexp.MustCompile(`msg="baton serving".* addr=(\S+) ops_addr=(\S+)`)
+
+// StartServer runs bin serve on 127.0.0.1 ports chosen by the kernel, with
+// a fresh data directory under dir, and waits for its "baton serving" line.
+func StartServer(ctx context.Context, bin, dir string, extra ...string) (*Server, error) {
+	dataDir, err := os.MkdirTemp(dir, "data-")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "-addr", "127.0.0.1:0", "-ops-addr", "127.0.0.1:0",
+		"-data-dir", dataDir, "-shutdown-linger", "0s"}, extra...)
+	p, err := proc.Start(bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{p: p, dataDir: dataDir}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if m := servingLine.FindStringSubmatch(p.Stderr()); m != nil {
+			s.Addr, s.OpsAddr = m[1], m[2]
+			return s, nil
+		}
+		select {
+		case <-p.Done():
+			return nil, fmt.Errorf("baton serve exited before serving: %s", p.Stderr())
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("baton serve (pid %d) did not report its addresses within 15s: %s", p.PID(), p.Stderr())
+		}
+	}
+}
+
+// PID is the server's process id.
+func (s *Server) PID() int { return s.p.PID() }
+
+// Stop sends SIGTERM to the server's PID (SIGKILL after 10 s) and removes
+// its data directory.
+func (s *Server) Stop() error {
+	err := s.p.Stop(10 * time.Second)
+	os.RemoveAll(s.dataDir)
+	return err
+}
+
+// Log is what the server wrote to stderr.
+func (s *Server) Log() string { return s.p.Stderr() }
+
+// Metrics fetches /metrics and sums each metric over its labels.
+func (s *Server) Metrics(ctx context.Context) (map[string]float64, error) {
+	return FetchMetrics(ctx, "http://"+s.OpsAddr+"/metrics")
+}
+
+// FetchMetrics reads a Prometheus text page and sums each metric over its
+// labels (histogram series keep their _bucket/_sum/_count suffix).
+func FetchMetrics(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch %s: status %s", url, resp.Status)
+	}
+	m := make(map[string]float64)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		name := line[:sp]
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name = name[:i]
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[name] += v
+	}
+	return m, sc.Err()
+}
+
+// Usage is the server process's resident memory and CPU time so far.
+type Usage struct {
+	RSS int64         // bytes, VmRSS of /proc/PID/status
+	CPU time.Duration // utime+stime of /proc/PID/stat
+}
+
+// ReadUsage reads /proc for pid.
+func ReadUsage(pid int) (Usage, error) {
+	var u Usage
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				u.RSS = kb << 10
+			}
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// The command name may hold spaces; fields resume after its ')'.
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return u, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	// USER_HZ is 100 on every Linux the Go runtime supports.
+	u.CPU = time.Duration(utime+stime) * 10 * time.Millisecond
+	return u, nil
+}

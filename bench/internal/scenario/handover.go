@@ -1,0 +1,210 @@
+// Package scenario holds the scenarios every system runs: handover,
+// uncontended cycles and (Baton only) failure detection. Each is bounded in
+// time and stops by itself.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonlock/baton/bench/internal/stats"
+	"github.com/batonlock/baton/bench/internal/system"
+)
+
+// HandoverConfig sizes one handover run.
+type HandoverConfig struct {
+	Waiters  int           // clients queued behind the holder
+	Hold     time.Duration // how long each holder keeps the lock; 0 is back to back
+	Duration time.Duration // the measured window
+	Name     string        // the lock
+}
+
+// HandoverResult is one handover run of one system.
+type HandoverResult struct {
+	System  string        `json:"system"`
+	Waiters int           `json:"waiters"`
+	Hold    time.Duration `json:"hold_ns"`
+	// Latency runs from the holder's Unlock call to the next holder's Lock
+	// return, both in this process on the monotonic clock.
+	Latency        stats.Summary `json:"latency"`
+	HandoffsPerSec float64       `json:"handoffs_per_sec"`
+	// GrantsMin and GrantsMax are the fewest and most grants one client got
+	// in the window: fairness is GrantsMax/GrantsMin.
+	GrantsMin int    `json:"grants_min"`
+	GrantsMax int    `json:"grants_max"`
+	Errors    int    `json:"errors"`
+	LastError string `json:"last_error,omitempty"`
+	// ServerMean is, for Baton, the server's own mean handover time over
+	// the run (baton_handover_latency_seconds: from the end of the
+	// holder's session to the push written), to tell the server's part
+	// from the kernel's and the client's.
+	ServerMean time.Duration `json:"server_mean_ns,omitempty"`
+}
+
+// Handover queues cfg.Waiters clients behind a holder on one lock; every
+// client re-queues as soon as it lets go, so the queue stays full. It
+// reports the handover latency, the handoffs per second and the grants per
+// client, counted over cfg.Duration once every client has asked once.
+func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (HandoverResult, error) {
+	res := HandoverResult{System: sys.Name(), Waiters: cfg.Waiters, Hold: cfg.Hold}
+	clients, err := newClients(ctx, sys, cfg.Waiters+1)
+	if err != nil {
+		return res, err
+	}
+	defer closeClients(clients)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		base      = time.Now()
+		unlockAt  atomic.Int64 // ns since base of the last measured Unlock call; 0: none
+		measuring atomic.Bool
+		stop      = make(chan struct{})
+		entered   atomic.Int64 // clients that have asked once
+		errs      atomic.Int64
+		lastErr   atomic.Value
+		grants    = make([]atomic.Int64, len(clients))
+		rec       stats.Recorder
+		wg        sync.WaitGroup
+	)
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	for id, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			for !stopped() {
+				if first {
+					entered.Add(1)
+					first = false
+				}
+				if err := c.Lock(runCtx, cfg.Name); err != nil {
+					if runCtx.Err() != nil {
+						return
+					}
+					errs.Add(1)
+					lastErr.Store(err.Error())
+					sleepUntil(stop, 10*time.Millisecond)
+					continue
+				}
+				now := int64(time.Since(base))
+				if at := unlockAt.Swap(0); at != 0 && measuring.Load() {
+					rec.Add(time.Duration(now - at))
+					grants[id].Add(1)
+				}
+				if cfg.Hold > 0 {
+					sleepUntil(stop, cfg.Hold)
+				}
+				if !stopped() {
+					unlockAt.Store(int64(time.Since(base)))
+				}
+				if err := c.Unlock(runCtx, cfg.Name); err != nil && runCtx.Err() == nil {
+					errs.Add(1)
+					lastErr.Store(err.Error())
+				}
+			}
+		}()
+	}
+
+	// The window opens once every client has asked (or after 10 s).
+	settle := time.Now().Add(10 * time.Second)
+	for entered.Load() < int64(len(clients)) && time.Now().Before(settle) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	sleepCtx(ctx, 100*time.Millisecond)
+	measuring.Store(true)
+	start := time.Now()
+	sleepCtx(ctx, cfg.Duration)
+	measuring.Store(false)
+	window := time.Since(start)
+	close(stop)
+	// Let the queue drain in order; then cut whoever still waits.
+	if !waitTimeout(&wg, 10*time.Second) {
+		cancel()
+		if !waitTimeout(&wg, 10*time.Second) {
+			// A client that ignores its context: closing the clients
+			// (deferred) is all that is left to stop it.
+			return res, fmt.Errorf("%s: clients still blocked 10s after their context ended", sys.Name())
+		}
+	}
+
+	res.Latency = rec.Summary()
+	res.HandoffsPerSec = float64(res.Latency.N) / window.Seconds()
+	res.GrantsMin, res.GrantsMax = -1, 0
+	for i := range grants {
+		g := int(grants[i].Load())
+		if res.GrantsMin < 0 || g < res.GrantsMin {
+			res.GrantsMin = g
+		}
+		res.GrantsMax = max(res.GrantsMax, g)
+	}
+	res.Errors = int(errs.Load())
+	if s, ok := lastErr.Load().(string); ok {
+		res.LastError = s
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if res.Latency.N == 0 {
+		return res, fmt.Errorf("%s: no handover in %v (%d errors, last: %s)", sys.Name(), window, res.Errors, res.LastError)
+	}
+	return res, nil
+}
+
+// newClients opens n clients, within a minute.
+func newClients(ctx context.Context, sys system.System, n int) ([]system.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	clients := make([]system.Client, 0, n)
+	for id := range n {
+		c, err := sys.NewClient(ctx, id)
+		if err != nil {
+			closeClients(clients)
+			return nil, fmt.Errorf("%s: client %d of %d: %w", sys.Name(), id, n, err)
+		}
+		clients = append(clients, c)
+	}
+	return clients, nil
+}
+
+func closeClients(clients []system.Client) {
+	for _, c := range clients {
+		c.Close()
+	}
+}
+
+// sleepUntil sleeps d or until stop is closed.
+func sleepUntil(stop <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	sleepUntil(ctx.Done(), d)
+}
+
+// waitTimeout waits for wg, at most d; it reports whether wg finished.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}

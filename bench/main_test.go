@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/batonlock/baton/bench/internal/report"
+)
+
+func TestMain(m *testing.M) {
+	// The smoke test re-executes this test binary as the echo server and
+	// the load generator, as the bench binary re-executes itself.
+	for _, a := range os.Args[1:] {
+		if a == "-role" {
+			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestSmoke runs every scenario at smoke size against the real server and
+// checks that each produced figures, tables and charts.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real server")
+	}
+	out := t.TempDir()
+	var stdout, stderr strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := run(ctx, []string{"-smoke", "-out", out, "-duration", "300ms", "-scale-sessions", "40"}, strings.NewReader(""), &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("bench -smoke exited %d; stderr:\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report.Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if r.Baseline == nil || r.Baseline.RTT.N == 0 || r.Baseline.RTTAfterIdle.N == 0 || r.Baseline.ConnectClose.N == 0 {
+		t.Errorf("baseline missing figures: %+v", r.Baseline)
+	}
+	if len(r.Handover) != 6 {
+		t.Errorf("%d handover runs, want 6 (baton and baton-wire: two queue depths and one with a hold)", len(r.Handover))
+	}
+	for _, h := range r.Handover {
+		if h.Latency.N == 0 || h.HandoffsPerSec <= 0 || h.GrantsMax == 0 {
+			t.Errorf("handover run without figures: %+v", h)
+		}
+	}
+	if len(r.Cycles) != 4 {
+		t.Errorf("%d cycles runs, want 4", len(r.Cycles))
+	}
+	if len(r.Detect) != 1 || r.Detect[0].Error.N == 0 || r.Detect[0].Early != 0 {
+		t.Errorf("detect: %+v, want samples and none early", r.Detect)
+	}
+	if len(r.Scale) != 1 || r.Scale[0].Opened != 40 || r.Scale[0].Live == 0 || r.Scale[0].HeartbeatsPerSec <= 0 {
+		t.Errorf("scale: %+v, want 40 sessions opened and heartbeats counted", r.Scale)
+	}
+	for _, f := range []string{"results.md", report.HandoverChart, report.ThroughputChart, report.MemoryChart} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v (size %v)", f, err, st)
+		}
+	}
+	if !strings.Contains(stdout.String(), "### Handover") {
+		t.Errorf("stdout lacks the handover table:\n%s", stdout.String())
+	}
+}
+
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-scenario", "nope"},
+		{"-duration", "-1s"},
+		{"-scale-sessions", "1"},
+		{"-scale-sessions", "ten"},
+		{"extra"},
+	} {
+		var stderr strings.Builder
+		if code := run(context.Background(), args, strings.NewReader(""), &strings.Builder{}, &stderr); code != 2 {
+			t.Errorf("bench %v exited %d, want 2", args, code)
+		}
+		if !strings.Contains(stderr.String(), "bench") && !strings.Contains(stderr.String(), "flag") {
+			t.Errorf("bench %v: no clear message, stderr %q", args, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/batonlock/baton/bench/internal/baseline"
+	"github.com/batonlock/baton/bench/internal/loadgen"
+)
+
+// runEcho is the baseline's echo server: a process of its own, like the
+// lock servers, so the baseline pays the same process boundary.
+func runEcho(ctx context.Context, stdout, stderr io.Writer) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(stderr, "bench echo: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, ln.Addr().String())
+	go func() { <-ctx.Done(); ln.Close() }()
+	if err := baseline.Serve(ln); err != nil {
+		fmt.Fprintf(stderr, "bench echo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runLoad is the scale scenario's load generator.
+func runLoad(ctx context.Context, o *options, stdin io.Reader, stdout, stderr io.Writer) int {
+	if o.addr == "" || o.sessions < 2 {
+		fmt.Fprintf(stderr, "bench load: need -addr and -sessions of 2 or more, got %q and %d\n", o.addr, o.sessions)
+		return 2
+	}
+	err := loadgen.Run(ctx, loadgen.Config{Addr: o.addr, Sessions: o.sessions, ShortLease: o.shortLease,
+		LongLease: o.longLease, Sources: o.sources, DialPar: o.dialPar}, stdin, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench load: %v\n", err)
+		return 1
+	}
+	return 0
+}
