@@ -214,7 +214,7 @@ start_postgres() {
 	fi
 	launch postgres "${run[@]}" "$pg_bin/postgres" -D "$pg/data" \
 		-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k "$pg" \
-		-c max_connections=$POSTGRES_MAX_CONNECTIONS -c fsync=off
+		-c max_connections=$POSTGRES_MAX_CONNECTIONS
 	wait_until postgres 30 postgres_ready || return 1
 	# runuser forks: the pidfile must name the postmaster itself.
 	head -1 "$pg/data/postmaster.pid" >"$dir/postgres.pid"
