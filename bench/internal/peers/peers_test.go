@@ -30,39 +30,45 @@ const waitLimit = 20 * time.Second
 type peerUnderTest struct {
 	sys system.System
 	// waiting reports how many clients wait for name.
-	waiting func(t *testing.T, name string) int
+	waiting func(t testing.TB, name string) int
 	// newClient opens a client of sys (for Redis, one that reports its
 	// retries to waiting).
-	newClient func(t *testing.T) system.Client
+	newClient func(t testing.TB) system.Client
 }
 
 // eachPeer runs f once per peer whose BENCH_ variable is set, skipping the
-// others with a message.
-func eachPeer(t *testing.T, f func(t *testing.T, p *peerUnderTest)) {
+// others with a message. X is *testing.T or *testing.B.
+func eachPeer[X interface {
+	testing.TB
+	Run(string, func(X)) bool
+}](x X, f func(t X, p *peerUnderTest)) {
 	cfg := ConfigFromEnv()
 	for _, c := range []struct {
 		name, variable, addr string
-		setup                func(t *testing.T, addr string) *peerUnderTest
+		setup                func(t testing.TB, addr string) *peerUnderTest
 	}{
-		{"redis", "BENCH_REDIS_ADDR", cfg.RedisAddr, redisUnderTest},
+		{"redis", "BENCH_REDIS_ADDR", cfg.RedisAddr, redisUnderTest(RedisOptions{})},
+		{"redis-1ms", "BENCH_REDIS_ADDR", cfg.RedisAddr, redisUnderTest(RedisOptions{
+			Name: "redis-1ms", MinRetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond,
+		})},
 		{"postgres", "BENCH_POSTGRES_DSN", cfg.PostgresDSN, postgresUnderTest},
 		{"etcd", "BENCH_ETCD_ENDPOINT", cfg.EtcdEndpoint, etcdUnderTest},
 		{"zookeeper", "BENCH_ZOOKEEPER", cfg.ZooKeeper, zookeeperUnderTest},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		x.Run(c.name, func(t X) {
 			if c.addr == "" {
 				t.Skipf("%s is not set: start the peers with bench/peers/start.sh and source its peers.env", c.variable)
 			}
 			p := c.setup(t, c.addr)
 			if p.newClient == nil {
-				p.newClient = func(t *testing.T) system.Client { return openClient(t, p.sys) }
+				p.newClient = func(t testing.TB) system.Client { return openClient(t, p.sys) }
 			}
 			f(t, p)
 		})
 	}
 }
 
-func openClient(t *testing.T, sys system.System) system.Client {
+func openClient(t testing.TB, sys system.System) system.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()
@@ -74,35 +80,43 @@ func openClient(t *testing.T, sys system.System) system.Client {
 	return c
 }
 
-func redisUnderTest(t *testing.T, addr string) *peerUnderTest {
-	sys := NewRedis(addr, RedisOptions{})
+func redisUnderTest(opts RedisOptions) func(t testing.TB, addr string) *peerUnderTest {
+	return func(t testing.TB, addr string) *peerUnderTest { return redisWithOptions(addr, opts) }
+}
+
+func redisWithOptions(addr string, opts RedisOptions) *peerUnderTest {
+	sys := NewRedis(addr, opts)
 	var mu sync.Mutex
-	retried := map[string]map[*redisClient]bool{}
+	waiters := map[string]map[*redisClient]bool{}
 	return &peerUnderTest{
 		sys: sys,
-		// Redis keeps no queue: a client waits once it has found the key
-		// held and gone to sleep before its next try.
-		waiting: func(t *testing.T, name string) int {
+		// Redis keeps no queue: a client waits from its first refused
+		// SET NX until its Lock returns.
+		waiting: func(t testing.TB, name string) int {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(retried[keyPrefix+name])
+			return len(waiters[keyPrefix+name])
 		},
-		newClient: func(t *testing.T) system.Client {
+		newClient: func(t testing.TB) system.Client {
 			c := openClient(t, sys).(*redisClient)
-			c.onRetry = func(key string) {
+			c.onWait = func(key string, waiting bool) {
 				mu.Lock()
 				defer mu.Unlock()
-				if retried[key] == nil {
-					retried[key] = map[*redisClient]bool{}
+				if waiters[key] == nil {
+					waiters[key] = map[*redisClient]bool{}
 				}
-				retried[key][c] = true
+				if waiting {
+					waiters[key][c] = true
+				} else {
+					delete(waiters[key], c)
+				}
 			}
 			return c
 		},
 	}
 }
 
-func postgresUnderTest(t *testing.T, dsn string) *peerUnderTest {
+func postgresUnderTest(t testing.TB, dsn string) *peerUnderTest {
 	admin, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
 		t.Fatalf("postgres admin connection: %v", err)
@@ -110,7 +124,7 @@ func postgresUnderTest(t *testing.T, dsn string) *peerUnderTest {
 	t.Cleanup(func() { admin.Close(context.Background()) })
 	return &peerUnderTest{
 		sys: NewPostgres(dsn),
-		waiting: func(t *testing.T, name string) int {
+		waiting: func(t testing.TB, name string) int {
 			// An advisory lock's 64-bit key shows as classid (high half)
 			// and objid (low half).
 			var n int
@@ -125,7 +139,7 @@ func postgresUnderTest(t *testing.T, dsn string) *peerUnderTest {
 	}
 }
 
-func etcdUnderTest(t *testing.T, endpoint string) *peerUnderTest {
+func etcdUnderTest(t testing.TB, endpoint string) *peerUnderTest {
 	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: waitLimit})
 	if err != nil {
 		t.Fatalf("etcd admin client: %v", err)
@@ -135,7 +149,7 @@ func etcdUnderTest(t *testing.T, endpoint string) *peerUnderTest {
 		sys: NewEtcd(endpoint),
 		// Every client in the lock's queue has a key under its prefix;
 		// the holder's is one of them.
-		waiting: func(t *testing.T, name string) int {
+		waiting: func(t testing.TB, name string) int {
 			resp, err := admin.Get(t.Context(), keyPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
 				t.Fatalf("etcd get prefix: %v", err)
@@ -145,13 +159,13 @@ func etcdUnderTest(t *testing.T, endpoint string) *peerUnderTest {
 	}
 }
 
-func zookeeperUnderTest(t *testing.T, addr string) *peerUnderTest {
+func zookeeperUnderTest(t testing.TB, addr string) *peerUnderTest {
 	sys := NewZooKeeper(addr)
 	admin := openClient(t, sys).(*zookeeperClient)
 	return &peerUnderTest{
 		sys: sys,
 		// Every client in the queue has a child node; the holder's is one.
-		waiting: func(t *testing.T, name string) int {
+		waiting: func(t testing.TB, name string) int {
 			children, _, err := admin.conn.Children(keyPrefix + name)
 			if errors.Is(err, zk.ErrNoNode) {
 				return 0
@@ -165,11 +179,11 @@ func zookeeperUnderTest(t *testing.T, addr string) *peerUnderTest {
 }
 
 // uniqueName keeps each test's lock apart from earlier runs' leftovers.
-func uniqueName(t *testing.T) string {
+func uniqueName(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 }
 
-func lockWithin(t *testing.T, c system.Client, name string) {
+func lockWithin(t testing.TB, c system.Client, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()
@@ -178,7 +192,7 @@ func lockWithin(t *testing.T, c system.Client, name string) {
 	}
 }
 
-func unlockWithin(t *testing.T, c system.Client, name string) {
+func unlockWithin(t testing.TB, c system.Client, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()
@@ -189,7 +203,7 @@ func unlockWithin(t *testing.T, c system.Client, name string) {
 
 // waitForWaiters polls the server until n clients wait for name: the
 // servers push no such event, so asking is the only way to know.
-func waitForWaiters(t *testing.T, p *peerUnderTest, name string, n int) {
+func waitForWaiters(t testing.TB, p *peerUnderTest, name string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for p.waiting(t, name) < n {
@@ -333,7 +347,7 @@ func TestUnlockLetsWaiterIn(t *testing.T) {
 
 func TestCloseReleases(t *testing.T) {
 	eachPeer(t, func(t *testing.T, p *peerUnderTest) {
-		if p.sys.Name() == "redis" {
+		if _, ok := p.sys.(*Redis); ok {
 			t.Skip("a Redis lock outlives its client until the lease runs out (10 s); that is Redis's nature, not tested here")
 		}
 		name := uniqueName(t)

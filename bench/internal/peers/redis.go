@@ -126,10 +126,10 @@ type redisClient struct {
 
 	heldKey, heldValue string
 
-	// onRetry, when set (tests), is called with the key each time Lock
-	// finds it held and is about to sleep: the moment a Redis client is
-	// waiting.
-	onRetry func(key string)
+	// onWait, when set (tests), hears when Lock first finds the key held
+	// (waiting true: from then on this client waits) and when that Lock
+	// returns (false).
+	onWait func(key string, waiting bool)
 }
 
 func (c *redisClient) Lock(ctx context.Context, name string) error {
@@ -140,6 +140,14 @@ func (c *redisClient) Lock(ctx context.Context, name string) error {
 	value, err := redisLockValue()
 	if err != nil {
 		return err
+	}
+	waited := false
+	if c.onWait != nil {
+		defer func() {
+			if waited {
+				c.onWait(key, false)
+			}
+		}()
 	}
 	for {
 		ok, err := c.rdb.SetNX(ctx, key, value, c.sys.opts.Lease).Result()
@@ -153,9 +161,10 @@ func (c *redisClient) Lock(ctx context.Context, name string) error {
 			c.heldKey, c.heldValue = key, value
 			return nil
 		}
-		if c.onRetry != nil {
-			c.onRetry(key)
+		if !waited && c.onWait != nil {
+			c.onWait(key, true)
 		}
+		waited = true
 		if err := sleepCtx(ctx, c.retryDelay()); err != nil {
 			return fmt.Errorf("redis lock %q: %w", name, err)
 		}
