@@ -12,15 +12,18 @@
 # cannot be installed or whose server does not come up is skipped with a
 # message and the others go on; the script fails only when none of the
 # peers asked for is running. A peer already running from DIR is kept.
+# Ports: 16379 (redis), 15432 (postgres), 12379 and 12380 (etcd), 12181
+# (zookeeper); BENCH_REDIS_PORT, BENCH_POSTGRES_PORT, BENCH_ETCD_PORT,
+# BENCH_ETCD_PEER_PORT and BENCH_ZOOKEEPER_PORT override them.
 # Stop them with bench/peers/stop.sh (same --dir).
 set -euo pipefail
 
 readonly ALL_PEERS=(redis postgres etcd zookeeper)
-readonly REDIS_PORT=16379
-readonly POSTGRES_PORT=15432
-readonly ETCD_CLIENT_PORT=12379
-readonly ETCD_PEER_PORT=12380
-readonly ZOOKEEPER_PORT=12181
+readonly REDIS_PORT=${BENCH_REDIS_PORT:-16379}
+readonly POSTGRES_PORT=${BENCH_POSTGRES_PORT:-15432}
+readonly ETCD_CLIENT_PORT=${BENCH_ETCD_PORT:-12379}
+readonly ETCD_PEER_PORT=${BENCH_ETCD_PEER_PORT:-12380}
+readonly ZOOKEEPER_PORT=${BENCH_ZOOKEEPER_PORT:-12181}
 # The scenarios hold up to ~1000 sessions at once; PostgreSQL's default of
 # 100 connections and ZooKeeper's 60 per address would refuse them.
 readonly POSTGRES_MAX_CONNECTIONS=1200
@@ -75,10 +78,11 @@ as_root() {
 }
 
 apt_updated=0
-# ensure_package PKG FILE: installs PKG with apt-get unless FILE exists.
+# ensure_package PKG GLOB: installs PKG with apt-get unless a file
+# matches GLOB.
 ensure_package() {
-	local pkg=$1 file=$2
-	[[ -e $file ]] && return 0
+	local pkg=$1 glob=$2
+	compgen -G "$glob" >/dev/null && return 0
 	say "installing $pkg"
 	if ((!apt_updated)); then
 		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$dir/apt.log" 2>&1 || {
@@ -91,7 +95,7 @@ ensure_package() {
 		say "apt-get install $pkg failed (see $dir/apt.log)"
 		return 1
 	}
-	[[ -e $file ]]
+	compgen -G "$glob" >/dev/null
 }
 
 # port_in_use PORT: something already accepts connections on 127.0.0.1:PORT.
@@ -156,7 +160,7 @@ start_etcd() {
 }
 
 start_zookeeper() {
-	ensure_package zookeeper /usr/share/java/zookeeper.jar || return 1
+	ensure_package zookeeper /usr/share/zookeeper/bin/zkServer.sh || return 1
 	command -v java >/dev/null || {
 		say "no java on PATH"
 		return 1
@@ -182,7 +186,7 @@ start_zookeeper() {
 }
 
 start_postgres() {
-	ensure_package postgresql /usr/share/postgresql-common/pg_wrapper || return 1
+	ensure_package postgresql '/usr/lib/postgresql/*/bin/postgres' || return 1
 	pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 	[[ -x $pg_bin/postgres ]] || {
 		say "no postgres binary under /usr/lib/postgresql"
