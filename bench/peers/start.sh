@@ -155,7 +155,8 @@ start_etcd() {
 	launch etcd /usr/bin/etcd --name baton-bench --data-dir "$dir/etcd/data" \
 		--listen-client-urls "$client" --advertise-client-urls "$client" \
 		--listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
-		--initial-cluster "baton-bench=$peer" --initial-cluster-state new
+		--initial-cluster "baton-bench=$peer" --initial-cluster-state new \
+		--logger zap --log-outputs stderr
 	wait_until etcd 30 etcd_ready
 }
 
