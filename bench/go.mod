@@ -3,6 +3,7 @@ module github.com/batonlock/baton/bench
 go 1.26.0
 
 require (
+	github.com/batonlock/baton v0.0.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
