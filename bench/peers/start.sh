@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317 # start_$peer and the *_ready checks are called by name
 # Starts the lock servers Baton is benchmarked against (Redis, PostgreSQL,
 # etcd, ZooKeeper) from Debian's packages, on 127.0.0.1 only and on ports
 # of their own, as plain background processes (no systemd), each with its
@@ -58,6 +59,12 @@ while (($#)); do
 	esac
 done
 ((${#peers[@]})) || peers=("${ALL_PEERS[@]}")
+for port in "$REDIS_PORT" "$POSTGRES_PORT" "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$ZOOKEEPER_PORT"; do
+	if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
+		echo "start.sh: port '$port' is not a number from 1 to 65535" >&2
+		exit 2
+	fi
+done
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
@@ -104,6 +111,7 @@ port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # ask PORT REQUEST: sends REQUEST to 127.0.0.1:PORT and prints the answer.
 ask() {
 	local port=$1 request=$2
+	# shellcheck disable=SC2016 # $0 and $1 are the inner shell's
 	timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" && printf "%b" "$1" >&3 && timeout 1 cat <&3' \
 		"$port" "$request" 2>/dev/null || true
 }
@@ -133,16 +141,16 @@ launch() {
 	echo $! >"$dir/$peer.pid"
 }
 
-redis_ready() { [[ $(ask $REDIS_PORT 'PING\r\nQUIT\r\n') == +PONG* ]]; }
-etcd_ready() { [[ $(ask $ETCD_CLIENT_PORT 'GET /health HTTP/1.0\r\n\r\n') == *'"health":"true"'* ]]; }
-zookeeper_ready() { [[ $(ask $ZOOKEEPER_PORT 'ruok') == imok ]]; }
-postgres_ready() { "$pg_bin/pg_isready" -q -h 127.0.0.1 -p $POSTGRES_PORT -U postgres -d postgres; }
+redis_ready() { [[ $(ask "$REDIS_PORT" 'PING\r\nQUIT\r\n') == +PONG* ]]; }
+etcd_ready() { [[ $(ask "$ETCD_CLIENT_PORT" 'GET /health HTTP/1.0\r\n\r\n') == *'"health":"true"'* ]]; }
+zookeeper_ready() { [[ $(ask "$ZOOKEEPER_PORT" 'ruok') == imok ]]; }
+postgres_ready() { "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$POSTGRES_PORT" -U postgres -d postgres; }
 
 start_redis() {
 	ensure_package redis-server /usr/bin/redis-server || return 1
 	mkdir -p "$dir/redis"
 	# No persistence: a lock service's keys live for seconds.
-	launch redis /usr/bin/redis-server --bind 127.0.0.1 --port $REDIS_PORT \
+	launch redis /usr/bin/redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
 		--dir "$dir/redis" --save '' --appendonly no --daemonize no \
 		--maxclients 10000
 	wait_until redis 20 redis_ready
@@ -172,7 +180,7 @@ start_zookeeper() {
 		tickTime=2000
 		dataDir=$zk/data
 		clientPortAddress=127.0.0.1
-		clientPort=$ZOOKEEPER_PORT
+		clientPort="$ZOOKEEPER_PORT"
 		maxClientCnxns=0
 		admin.enableServer=false
 		4lw.commands.whitelist=ruok,srvr,mntr
@@ -188,7 +196,7 @@ start_zookeeper() {
 
 start_postgres() {
 	ensure_package postgresql '/usr/lib/postgresql/*/bin/postgres' || return 1
-	pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	pg_bin=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
 	[[ -x $pg_bin/postgres ]] || {
 		say "no postgres binary under /usr/lib/postgresql"
 		return 1
@@ -218,8 +226,8 @@ start_postgres() {
 		}
 	fi
 	launch postgres "${run[@]}" "$pg_bin/postgres" -D "$pg/data" \
-		-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k "$pg" \
-		-c max_connections=$POSTGRES_MAX_CONNECTIONS
+		-c listen_addresses=127.0.0.1 -p "$POSTGRES_PORT" -k "$pg" \
+		-c max_connections="$POSTGRES_MAX_CONNECTIONS"
 	wait_until postgres 30 postgres_ready || return 1
 	# runuser forks: the pidfile must name the postmaster itself.
 	head -1 "$pg/data/postmaster.pid" >"$dir/postgres.pid"
@@ -227,14 +235,14 @@ start_postgres() {
 
 port_of() {
 	case $1 in
-	redis) echo $REDIS_PORT ;;
-	postgres) echo $POSTGRES_PORT ;;
-	etcd) echo $ETCD_CLIENT_PORT ;;
-	zookeeper) echo $ZOOKEEPER_PORT ;;
+	redis) echo "$REDIS_PORT" ;;
+	postgres) echo "$POSTGRES_PORT" ;;
+	etcd) echo "$ETCD_CLIENT_PORT" ;;
+	zookeeper) echo "$ZOOKEEPER_PORT" ;;
 	esac
 }
 
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+pg_bin= # set by start_postgres
 for peer in "${peers[@]}"; do
 	if alive "$peer"; then
 		say "$peer already running (pid $(cat "$dir/$peer.pid"))"
