@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"regexp"
 	"sync"
 	"time"
 
@@ -76,7 +78,7 @@ func Open(ctx context.Context, cfg Config) (systems []system.System, skipped []e
 			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			defer cancel()
 			if _, err := opened[i].Version(ctx); err != nil {
-				answers[i] = fmt.Errorf("%s: %w: no answer from %s: %v", c.name, system.ErrUnavailable, c.addr, err)
+				answers[i] = fmt.Errorf("%s: %w: no answer from %s: %v", c.name, system.ErrUnavailable, redactDSN(c.addr), err)
 			}
 		})
 	}
@@ -93,6 +95,17 @@ func Open(ctx context.Context, cfg Config) (systems []system.System, skipped []e
 	}
 	return systems, skipped
 }
+
+// redactDSN hides a password in a connection string, URL or key=value
+// form, before it goes into a message.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return passwordSetting.ReplaceAllString(dsn, "${1}xxxxx")
+}
+
+var passwordSetting = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)
 
 // ConfigFromEnv reads the addresses that bench/peers/start.sh writes to
 // its peers.env: BENCH_REDIS_ADDR, BENCH_POSTGRES_DSN,

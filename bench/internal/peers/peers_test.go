@@ -424,3 +424,17 @@ func TestOpenSkipsWithAMessage(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+func TestRedactDSN(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://u:secret@127.0.0.1:5432/db", "postgres://u:xxxxx@127.0.0.1:5432/db"},
+		{"postgres://u@127.0.0.1:5432/db", "postgres://u@127.0.0.1:5432/db"},
+		{"host=127.0.0.1 password=secret user=u", "host=127.0.0.1 password=xxxxx user=u"},
+		{"host=127.0.0.1 password = 'se cret' user=u", "host=127.0.0.1 password = xxxxx user=u"},
+		{"127.0.0.1:16379", "127.0.0.1:16379"},
+	} {
+		if got := redactDSN(tc.dsn); got != tc.want {
+			t.Errorf("redactDSN(%q) = %q, want %q", tc.dsn, got, tc.want)
+		}
+	}
+}
