@@ -21,7 +21,10 @@ import (
 // maxRetryDelayMilliSec = 250, expiry 8 s); release with a Lua script that
 // deletes the key only if it still holds our value. Unlike redsync, which
 // gives up after 32 tries (~5 s), a waiter here keeps trying until its ctx
-// ends, so that long queues measure waiting, not giving up.
+// ends, so that long queues measure waiting, not giving up. (bsm/redislock,
+// the other common one, does not retry unless the caller picks a
+// strategy, LinearBackoff or ExponentialBackoff from 16 ms, so redsync's
+// defaults are what a Go service gets without choosing.)
 const (
 	redisDefaultMinRetryDelay = 50 * time.Millisecond
 	redisDefaultMaxRetryDelay = 250 * time.Millisecond
