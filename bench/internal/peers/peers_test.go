@@ -301,6 +301,17 @@ func TestLockHonoursCancel(t *testing.T) {
 		unlockWithin(t, holder, name)
 		lockWithin(t, next, name)
 		unlockWithin(t, next, name)
+
+		// The quitter goes on as a client, except on ZooKeeper, whose
+		// recipe can only be stopped by ending the session.
+		if _, ok := p.sys.(*ZooKeeper); ok {
+			if err := quitter.Lock(t.Context(), name); !errors.Is(err, errZooKeeperClosed) {
+				t.Fatalf("lock after a cancelled one on zookeeper: %v, want errZooKeeperClosed", err)
+			}
+			return
+		}
+		lockWithin(t, quitter, name)
+		unlockWithin(t, quitter, name)
 	})
 }
 
