@@ -180,7 +180,7 @@ start_zookeeper() {
 		tickTime=2000
 		dataDir=$zk/data
 		clientPortAddress=127.0.0.1
-		clientPort="$ZOOKEEPER_PORT"
+		clientPort=$ZOOKEEPER_PORT
 		maxClientCnxns=0
 		admin.enableServer=false
 		4lw.commands.whitelist=ruok,srvr,mntr
