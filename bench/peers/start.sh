@@ -90,6 +90,10 @@ apt_updated=0
 ensure_package() {
 	local pkg=$1 glob=$2
 	compgen -G "$glob" >/dev/null && return 0
+	if ((EUID != 0)) && ! { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
+		say "cannot install $pkg: not root and no passwordless sudo"
+		return 1
+	fi
 	say "installing $pkg"
 	if ((!apt_updated)); then
 		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$dir/apt.log" 2>&1 || {

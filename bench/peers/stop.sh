@@ -101,7 +101,7 @@ for peer in "${peers[@]}"; do
 		fi
 		rm -f "$pidfile"
 	fi
-	if ((purge)); then
+	if ((purge)) && [[ -e $dir/$peer || -e $dir/$peer.log ]]; then
 		rm -rf "${dir:?}/$peer" "$dir/$peer.log"
 		say "$peer: removed $dir/$peer and its log"
 	fi
