@@ -268,6 +268,13 @@ func (s *Server) stop() {
 	close(s.done)
 }
 
+// timerSlack is how late a Go timer may fire: the runtime sleeps in
+// epoll_wait, whose timeout is in whole milliseconds, so a timer lands up to
+// a millisecond after its time. The reaper arms its timer this much early
+// and sleeps the rest with sleepPrecisely, so that a lease ends within
+// microseconds of its deadline, not up to a millisecond after it.
+const timerSlack = time.Millisecond
+
 // reap expires silent sessions. It sleeps until the table's next deadline;
 // a new session with an earlier deadline wakes it (heartbeats only move
 // deadlines later, so they never need to).
@@ -287,7 +294,14 @@ func (s *Server) reap() {
 		s.mu.Unlock()
 
 		if ok {
-			timer.Reset(time.Until(next))
+			wait := time.Until(next)
+			if wait <= timerSlack {
+				// Closer than a timer's resolution: sleep the rest with a
+				// precise clock, then expire.
+				sleepPrecisely(wait)
+				continue
+			}
+			timer.Reset(wait - timerSlack)
 		} else {
 			timer.Stop()
 		}
