@@ -187,7 +187,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 				p.Close()
 			}
 		}
-		for _, name := range []string{"redis", "postgres", "etcd", "zookeeper"} {
+		for _, name := range []string{"redis", "redis-1ms", "postgres", "etcd", "zookeeper"} {
 			if want(o, name) && !has(systems, name) {
 				res.Skipped = append(res.Skipped, fmt.Sprintf("%s: not configured: BENCH_* not set (start the peers with bench/peers/start.sh and source /tmp/baton-peers/peers.env)", name))
 			}

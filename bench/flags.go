@@ -37,7 +37,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scen := fs.String("scenario", "all", "comma-separated scenarios: "+strings.Join(allScenarios, ",")+", or all (the baseline always runs)")
-	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, redis, postgres, etcd, zookeeper); empty: every one available")
+	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, redis, redis-1ms: redis retrying every millisecond, postgres, etcd, zookeeper); empty: every one available")
 	fs.BoolVar(&o.smoke, "smoke", false, "tiny sizes, about a second a scenario, no peers (what CI runs)")
 	fs.StringVar(&o.out, "out", "", "directory for results.json, results.md and the charts (default ../docs/bench, or a temporary directory with -smoke)")
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")

@@ -1,12 +1,11 @@
 package server
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"runtime"
+	"os"
 	"sync"
 	"syscall"
 
@@ -24,20 +23,29 @@ import (
 // connection reported once is disarmed until it parks again, so a wake-up
 // and a park can never overlap. Go's own poller keeps the descriptor too;
 // the two do not interfere, since a parked session has no pending read.
+// The poller's goroutine waits for its epoll descriptor through Go's
+// runtime poller (an epoll descriptor is itself pollable), not in a
+// blocking epoll_wait: a wake-up then costs what any goroutine's read
+// costs, with no thread of its own to wake and no P to win back, which
+// would double the latency of a handover from a parked holder.
 //
 // Why not an event-loop library (gnet, nbio): they own every read and
 // write of every connection, which would replace net.Conn, crypto/tls and
 // the per-session code with theirs. Only "tell me when this idle socket is
 // readable" is needed here.
 type idlePoller struct {
-	epfd   int
-	wakefd int // an eventfd: written to stop the poller
-	srv    *Server
+	epfd    int
+	file    *os.File        // epfd, registered with Go's poller
+	ep      syscall.RawConn // waits for epfd through Go's poller
+	srv     *Server
+	events  []unix.EpollEvent
+	n       int                   // events ready, set by collect
+	collect func(fd uintptr) bool // bound once: epoll_wait without waiting
 
 	mu        sync.Mutex
 	parked    map[int32]*session // by file descriptor
 	stopping  bool               // no new parks
-	fdsClosed bool               // epfd and wakefd are closed
+	fdsClosed bool               // epfd is closed
 }
 
 func newIdlePoller(s *Server) (*idlePoller, error) {
@@ -45,18 +53,27 @@ func newIdlePoller(s *Server) (*idlePoller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idle poller: epoll_create1: %w", err)
 	}
-	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("idle poller: set non-blocking: %w", err)
+	}
+	file := os.NewFile(uintptr(epfd), "idle-poller")
+	ep, err := file.SyscallConn()
 	if err != nil {
-		unix.Close(epfd)
-		return nil, fmt.Errorf("idle poller: eventfd: %w", err)
+		file.Close()
+		return nil, fmt.Errorf("idle poller: %w", err)
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
-		unix.Close(epfd)
-		unix.Close(wakefd)
-		return nil, fmt.Errorf("idle poller: add eventfd: %w", err)
+	p := &idlePoller{epfd: epfd, file: file, ep: ep, srv: s,
+		events: make([]unix.EpollEvent, 256), parked: make(map[int32]*session)}
+	p.collect = func(fd uintptr) bool {
+		n, err := unix.EpollWait(int(fd), p.events, 0)
+		if err != nil { // EINTR: look again once Go's poller says so
+			n = 0
+		}
+		p.n = n
+		return n > 0 // false: Go's poller waits until epfd is readable
 	}
-	return &idlePoller{epfd: epfd, wakefd: wakefd, srv: s, parked: make(map[int32]*session)}, nil
+	return p, nil
 }
 
 // parkState is a session's part of the poller's bookkeeping; guarded by
@@ -69,16 +86,18 @@ type parkState struct {
 
 // park arms c's connection and reports true, after which the caller (c's
 // reader) must return without touching the connection. It reports false
-// when c cannot be parked (not a plain TCP connection, or the poller is
-// stopping); the reader then goes on reading. srv.mu must be held, so that
-// the session cannot end between the caller's check and the park.
+// when c cannot be parked (not a plain TCP connection, the session has
+// ended, or the poller is stopping); the reader then goes on reading.
+// Ending a session sets c.closing before it takes p.mu to unpark, and park
+// reads it under p.mu: so either the end finds the session parked and
+// wakes it, or the park sees the end; it never needs the server's mutex.
 func (p *idlePoller) park(c *session) bool {
 	if c.raw == nil {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopping {
+	if p.stopping || c.closing.Load() {
 		return false
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: c.rio.fd}
@@ -99,7 +118,7 @@ func (p *idlePoller) park(c *session) bool {
 // unparkLocked takes c out of the poller if it is parked, and reports
 // whether it was: the caller must then start c's reader. Its registration
 // is removed, so that the descriptor can be closed and reused safely.
-// srv.mu must be held.
+// c.closing must be set already. srv.mu must be held.
 func (p *idlePoller) unparkLocked(c *session) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -185,52 +204,37 @@ func (c *session) tryRead(b []byte) (int, error) {
 // run waits for parked connections to become readable and starts their
 // readers, until stop. It is one of the server's goroutines.
 func (p *idlePoller) run() {
-	defer func() {
-		p.mu.Lock()
-		p.stopping, p.fdsClosed = true, true
-		unix.Close(p.epfd)
-		unix.Close(p.wakefd)
-		p.mu.Unlock()
-	}()
-	events := make([]unix.EpollEvent, 256)
 	for {
-		n, err := unix.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if err == syscall.EINTR {
-				continue
+		if err := p.ep.Read(p.collect); err != nil {
+			if !p.isStopping() {
+				p.srv.log.Error("idle poller: waiting on epoll failed; parked sessions are now woken only when the server ends them", "err", err)
 			}
-			p.srv.log.Error("idle poller: epoll_wait failed; parked sessions will be woken by the reaper only", "err", err)
 			return
 		}
-		woke := false
-		for _, ev := range events[:n] {
-			if ev.Fd == int32(p.wakefd) {
-				return
-			}
-			p.mu.Lock()
+		p.mu.Lock()
+		for _, ev := range p.events[:p.n] {
 			c := p.parked[ev.Fd]
-			if c != nil {
-				// One-shot: the descriptor is disarmed already; it stays
-				// registered so the next park is a cheap MOD.
-				delete(p.parked, ev.Fd)
-				c.park.parked = false
-				p.srv.m.parked.Dec()
-				// The poller is one of the server's goroutines, so the
-				// WaitGroup is above zero and may grow without s.mu.
-				p.srv.wg.Add(1)
-				go p.resume(c)
-				woke = true
+			if c == nil {
+				continue
 			}
-			p.mu.Unlock()
+			// One-shot: the descriptor is disarmed already; it stays
+			// registered so the next park is a cheap MOD.
+			delete(p.parked, ev.Fd)
+			c.park.parked = false
+			p.srv.m.parked.Dec()
+			// The poller is one of the server's goroutines, so the
+			// WaitGroup is above zero and may grow without s.mu.
+			p.srv.wg.Add(1)
+			go p.resume(c)
 		}
-		if woke {
-			// Let the readers just started run on this P now, rather than
-			// wait for another thread to be woken to steal them while this
-			// one sits in epoll_wait: that wake-up would be on the path of
-			// every handover from a parked holder.
-			runtime.Gosched()
-		}
+		p.mu.Unlock()
 	}
+}
+
+func (p *idlePoller) isStopping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopping
 }
 
 // resume runs c's reader, counted in the server's WaitGroup by the caller.
@@ -240,15 +244,14 @@ func (p *idlePoller) resume(c *session) {
 }
 
 // stop makes run return and refuses new parks. Every session was unparked
-// before (Shutdown ends them all first).
+// before (Shutdown ends them all first). Closing the file wakes run; the
+// descriptor is closed once run's wait has let go of it.
 func (p *idlePoller) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping {
 		return
 	}
-	p.stopping = true
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(p.wakefd, one[:])
+	p.stopping, p.fdsClosed = true, true
+	p.file.Close()
 }

@@ -375,6 +375,7 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 	}
 	c.ended = true
 	c.reason = reason
+	c.closing.Store(true)
 	delete(s.conns, c)
 	if s.poller != nil && s.poller.unparkLocked(c) {
 		// Its reader delivers the ERROR's aftermath (drain, close).

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +27,9 @@ type session struct {
 	raw  syscall.RawConn
 	rio  rawIO     // the reader's state for non-blocking reads on raw
 	park parkState // guarded by the poller's mutex
+	// closing is set when the session ends, before the poller is asked to
+	// unpark it; park reads it (see idlePoller.park).
+	closing atomic.Bool
 
 	// Guarded by srv.mu.
 	ended   bool
@@ -261,15 +265,11 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	}
 	n, err := c.tryRead(c.hdr[:])
 	if err == errWouldBlock {
-		s.mu.Lock()
-		if c.ended {
-			s.mu.Unlock()
-			return h, false, errEnded
-		}
-		parked = s.poller.park(c)
-		s.mu.Unlock()
-		if parked {
+		if s.poller.park(c) {
 			return h, true, nil
+		}
+		if c.closing.Load() {
+			return h, false, errEnded
 		}
 		n, err = c.conn.Read(c.hdr[:])
 	}
