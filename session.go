@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonlock/baton/wire"
@@ -34,7 +35,15 @@ type session struct {
 	cancel context.CancelCauseFunc
 
 	events  chan event  // read -> run
-	granted chan uint64 // run -> Acquire: the token, sent once
+	granted chan uint64 // -> Acquire: the token, sent once (see grant)
+	// grantSent makes the send on granted happen once: by the reader, for a
+	// promotion push, so that Acquire returns after one goroutine hand-off
+	// instead of two (each one can cost a CPU's wake-up), or by run.
+	grantSent atomic.Bool
+	// base and deadline publish run's deadline to the reader: a push read
+	// at or after base+deadline confirms nothing (see run).
+	base     time.Time
+	deadline atomic.Int64 // nanoseconds after base
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by close: Release, or Acquire gave up
@@ -42,8 +51,9 @@ type session struct {
 	readDone  chan struct{}
 	done      chan struct{} // closed when both goroutines have ended
 
-	// Owned by run; read by others only after done is closed, or, for
-	// held and token, after a receive from granted.
+	// Owned by run; read by others only after done is closed (Acquire has
+	// the token from granted, which the reader may send before run sets
+	// held).
 	held     bool
 	token    uint64
 	replied  bool      // the server answered at least once
@@ -87,6 +97,7 @@ func startSession(parent context.Context, conn, raw net.Conn, addr, name string,
 		ctx:      lctx,
 		cancel:   cancel,
 		events:   make(chan event, 4),
+		base:     time.Now(),
 		granted:  make(chan uint64, 1),
 		closing:  make(chan struct{}),
 		quit:     make(chan struct{}),
@@ -114,6 +125,11 @@ func (s *session) read() {
 	var buf [wire.MaxFrame]byte
 	for {
 		ev := s.readFrame(br, &buf)
+		if ev.kind == evPush && ev.at.Sub(s.base) < time.Duration(s.deadline.Load()) {
+			// The promotion is confirmed (run checks the same deadline, and
+			// ends the session with a violation if a push comes twice).
+			s.sendGrant(ev.token)
+		}
 		select {
 		case s.events <- ev:
 		case <-s.quit:
@@ -193,6 +209,7 @@ func (s *session) run(acquire []byte) {
 
 	sentAt := time.Now() // the write of the request in flight, or of the last one
 	deadlineAt := sentAt.Add(timeout)
+	s.deadline.Store(int64(deadlineAt.Sub(s.base)))
 	pending := true
 
 	deadline := time.NewTimer(timeout)
@@ -261,6 +278,7 @@ func (s *session) run(acquire []byte) {
 			s.replied = true
 			s.sched.observe(ev.at.Sub(sentAt))
 			deadlineAt = sentAt.Add(timeout)
+			s.deadline.Store(int64(deadlineAt.Sub(s.base)))
 			now := time.Now()
 			deadline.Reset(deadlineAt.Sub(now))
 			beat.Reset(ev.at.Add(s.sched.interval()).Sub(now))
@@ -285,7 +303,14 @@ func (s *session) run(acquire []byte) {
 
 func (s *session) grant(token uint64) {
 	s.held, s.token = true, token
-	s.granted <- token // buffered; sent once
+	s.sendGrant(token)
+}
+
+// sendGrant hands the token to Acquire, unless it has been already.
+func (s *session) sendGrant(token uint64) {
+	if s.grantSent.CompareAndSwap(false, true) {
+		s.granted <- token // buffered: never blocks
+	}
 }
 
 // write writes one request; the deadline is the session's, so a write stuck

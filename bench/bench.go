@@ -142,21 +142,25 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	}
 	defer echo.Stop(5 * time.Second)
 	lineCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	echoAddr, err := echo.ReadLine(lineCtx)
+	line, err := echo.ReadLine(lineCtx)
 	cancel()
+	echoAddr, notifyAddr, ok := strings.Cut(strings.TrimSpace(line), " ")
+	if err == nil && !ok {
+		err = fmt.Errorf("first line %q, want two addresses", line)
+	}
 	if err != nil {
 		logf("echo server: %v", err)
 		return 1
 	}
-	logf("baseline against the echo server at %s (pid %d)", echoAddr, echo.PID())
-	bl, err := baseline.Measure(ctx, echoAddr, sz.baseline)
+	logf("baseline against the echo server at %s, close-notify at %s (pid %d)", echoAddr, notifyAddr, echo.PID())
+	bl, err := baseline.Measure(ctx, echoAddr, notifyAddr, sz.baseline)
 	if err != nil {
 		fail("baseline: %v", err)
 	} else {
 		res.Baseline = &bl
-		logf("  loopback RTT p50 %s p99 %s; after 20 ms idle p50 %s p99 %s; connect+close p50 %s; connect+echo+close p50 %s",
+		logf("  loopback RTT p50 %s p99 %s; after 20 ms idle p50 %s p99 %s; connect+close p50 %s; connect+echo+close p50 %s; close-notify p50 %s, after 20 ms idle %s",
 			report.Dur(bl.RTT.P50), report.Dur(bl.RTT.P99), report.Dur(bl.RTTAfterIdle.P50), report.Dur(bl.RTTAfterIdle.P99),
-			report.Dur(bl.ConnectClose.P50), report.Dur(bl.ConnectEchoClose.P50))
+			report.Dur(bl.ConnectClose.P50), report.Dur(bl.ConnectEchoClose.P50), report.Dur(bl.CloseNotify.P50), report.Dur(bl.CloseNotifyAfterIdle.P50))
 	}
 	echo.Stop(5 * time.Second)
 

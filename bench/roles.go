@@ -12,15 +12,30 @@ import (
 
 // runEcho is the baseline's echo server: a process of its own, like the
 // lock servers, so the baseline pays the same process boundary.
+// It also serves the close-notify baseline on a second port; its first
+// line of output is "ECHO_ADDR CLOSE_NOTIFY_ADDR".
 func runEcho(ctx context.Context, stdout, stderr io.Writer) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintf(stderr, "bench echo: %v\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, ln.Addr().String())
-	go func() { <-ctx.Done(); ln.Close() }()
-	if err := baseline.Serve(ln); err != nil {
+	cn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "bench echo: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, ln.Addr().String(), cn.Addr().String())
+	go func() { <-ctx.Done(); ln.Close(); cn.Close() }()
+	notified := make(chan error, 1)
+	go func() { notified <- baseline.ServeCloseNotify(cn) }()
+	err = baseline.Serve(ln)
+	cn.Close()
+	if nerr := <-notified; err == nil {
+		err = nerr
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "bench echo: %v\n", err)
 		return 1
 	}

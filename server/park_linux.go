@@ -204,6 +204,7 @@ func (c *session) tryRead(b []byte) (int, error) {
 // run waits for parked connections to become readable and starts their
 // readers, until stop. It is one of the server's goroutines.
 func (p *idlePoller) run() {
+	var woken []*session
 	for {
 		if err := p.ep.Read(p.collect); err != nil {
 			if !p.isStopping() {
@@ -211,6 +212,7 @@ func (p *idlePoller) run() {
 			}
 			return
 		}
+		woken = woken[:0]
 		p.mu.Lock()
 		for _, ev := range p.events[:p.n] {
 			c := p.parked[ev.Fd]
@@ -222,13 +224,33 @@ func (p *idlePoller) run() {
 			delete(p.parked, ev.Fd)
 			c.park.parked = false
 			p.srv.m.parked.Dec()
-			// The poller is one of the server's goroutines, so the
-			// WaitGroup is above zero and may grow without s.mu.
-			p.srv.wg.Add(1)
-			go p.resume(c)
+			woken = append(woken, c)
 		}
 		p.mu.Unlock()
+		if len(woken) == 0 {
+			continue
+		}
+		// This goroutine becomes the first woken session's reader, and a
+		// new one takes over the polling: the frame (often a close, a
+		// handover) is read without waiting for another goroutine to be
+		// scheduled, which after an idle spell can cost a CPU's wake-up.
+		// The poller is one of the server's goroutines, so the WaitGroup
+		// is above zero and may grow without s.mu.
+		p.srv.wg.Add(len(woken))
+		go p.runCounted()
+		for _, c := range woken[1:] {
+			go p.resume(c)
+		}
+		woken[0].resume()
+		return
 	}
+}
+
+// runCounted is run in a goroutine counted in the server's WaitGroup by
+// the caller.
+func (p *idlePoller) runCounted() {
+	defer p.srv.wg.Done()
+	p.run()
 }
 
 func (p *idlePoller) isStopping() bool {

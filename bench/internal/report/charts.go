@@ -38,6 +38,36 @@ type series struct {
 	values []float64
 }
 
+// barSet collects series over a fixed list of categories (systems).
+type barSet struct {
+	names []string
+	idx   map[string]int
+	ss    []series
+}
+
+func newBarSet(names []string) *barSet {
+	b := &barSet{names: names, idx: map[string]int{}}
+	for i, n := range names {
+		b.idx[n] = i
+	}
+	return b
+}
+
+// add sets the value of category name in the series label, adding the
+// series if it is new.
+func (b *barSet) add(label, name string, v float64) {
+	i := b.idx[name]
+	for k := range b.ss {
+		if b.ss[k].label == label {
+			b.ss[k].values[i] = v
+			return
+		}
+	}
+	s := series{label: label, values: make([]float64, len(b.names))}
+	s.values[i] = v
+	b.ss = append(b.ss, s)
+}
+
 // systems lists the systems in the order they were measured.
 func systems(r *Results) []string {
 	var names []string
@@ -58,77 +88,45 @@ func systems(r *Results) []string {
 }
 
 func handoverChart(file string, r *Results) error {
-	names := append([]string{"loopback RTT"}, systems(r)...)
-	idx := map[string]int{}
-	for i, n := range names {
-		idx[n] = i
-	}
+	bs := newBarSet(append([]string{"loopback RTT"}, systems(r)...))
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	var ss []series
-	add := func(label string, i int, v float64) {
-		for k := range ss {
-			if ss[k].label == label {
-				ss[k].values[i] = v
-				return
-			}
-		}
-		s := series{label: label, values: make([]float64, len(names))}
-		s.values[i] = v
-		ss = append(ss, s)
-	}
 	for _, h := range r.Handover {
 		mode := fmt.Sprintf("N=%d", h.Waiters)
 		if h.Hold > 0 {
 			mode += " after hold"
 		}
-		add(mode+" p50", idx[h.System], us(h.Latency.P50))
-		add(mode+" p99", idx[h.System], us(h.Latency.P99))
+		bs.add(mode+" p50", h.System, us(h.Latency.P50))
+		bs.add(mode+" p99", h.System, us(h.Latency.P99))
 	}
-	if bl := r.Baseline; bl != nil && len(ss) > 0 {
+	if bl := r.Baseline; bl != nil && len(bs.ss) > 0 {
 		// The baseline sits in the first group, under the matching modes.
-		for k := range ss {
-			switch ss[k].label {
+		for k := range bs.ss {
+			switch bs.ss[k].label {
 			case "N=8 p50":
-				ss[k].values[0] = us(bl.RTT.P50)
+				bs.ss[k].values[0] = us(bl.RTT.P50)
 			case "N=8 p99":
-				ss[k].values[0] = us(bl.RTT.P99)
+				bs.ss[k].values[0] = us(bl.RTT.P99)
 			case "N=8 after hold p50":
-				ss[k].values[0] = us(bl.RTTAfterIdle.P50)
+				bs.ss[k].values[0] = us(bl.RTTAfterIdle.P50)
 			case "N=8 after hold p99":
-				ss[k].values[0] = us(bl.RTTAfterIdle.P99)
+				bs.ss[k].values[0] = us(bl.RTTAfterIdle.P99)
 			}
 		}
 	}
-	return barChart(file, "Handover latency (holder's unlock → next holder's lock), log scale", "µs", names, ss, true)
+	return barChart(file, "Handover latency (holder's unlock → next holder's lock), log scale", "µs", bs.names, bs.ss, true)
 }
 
 func throughputChart(file string, r *Results) error {
-	names := systems(r)
-	idx := map[string]int{}
-	for i, n := range names {
-		idx[n] = i
-	}
-	var ss []series
-	add := func(label string, i int, v float64) {
-		for k := range ss {
-			if ss[k].label == label {
-				ss[k].values[i] = v
-				return
-			}
-		}
-		s := series{label: label, values: make([]float64, len(names))}
-		s.values[i] = v
-		ss = append(ss, s)
-	}
+	bs := newBarSet(systems(r))
 	for _, h := range r.Handover {
 		if h.Hold == 0 {
-			add(fmt.Sprintf("handoffs/s, one lock, N=%d", h.Waiters), idx[h.System], h.HandoffsPerSec)
+			bs.add(fmt.Sprintf("handoffs/s, one lock, N=%d", h.Waiters), h.System, h.HandoffsPerSec)
 		}
 	}
 	for _, c := range r.Cycles {
-		add(fmt.Sprintf("cycles/s, %d clients", c.Clients), idx[c.System], c.CyclesPerSec)
+		bs.add(fmt.Sprintf("cycles/s, %d clients", c.Clients), c.System, c.CyclesPerSec)
 	}
-	return barChart(file, "Throughput by system", "operations per second", names, ss, false)
+	return barChart(file, "Throughput by system", "operations per second", bs.names, bs.ss, false)
 }
 
 func barChart(file, title, ylabel string, names []string, ss []series, logY bool) error {

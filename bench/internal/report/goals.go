@@ -35,6 +35,11 @@ func Goals(r *Results) string {
 			p99 := float64(h.Latency.P99) / float64(bl.RTT.P50)
 			w("| handover p50, back to back (8 waiters) | ≤ 1.5× loopback RTT (%s) | %s = %.1f× | %s |\n", Dur(bl.RTT.P50), Dur(h.Latency.P50), p50, verdict(p50, 1.5))
 			w("| handover p99, back to back (8 waiters) | ≤ 3× loopback RTT p50 (the RTT's own p99: %s) | %s = %.1f× | %s |\n", Dur(bl.RTT.P99), Dur(h.Latency.P99), p99, verdict(p99, 3))
+			if bl.CloseNotify.N > 0 {
+				floor := float64(h.Latency.P50) / float64(bl.CloseNotify.P50)
+				w("| (context) handover p50 against the close-notify floor | – | %s = %.1f× the floor (%s = %.1f× RTT) | – |\n",
+					Dur(h.Latency.P50), floor, Dur(bl.CloseNotify.P50), float64(bl.CloseNotify.P50)/float64(bl.RTT.P50))
+			}
 		}
 		if h := find("baton", 8, true); h != nil {
 			p50 := float64(h.Latency.P50) / float64(bl.RTTAfterIdle.P50)

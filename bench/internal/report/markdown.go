@@ -97,6 +97,10 @@ func Markdown(r *Results) string {
 		row("TCP round trip after 20 ms idle", bl.RTTAfterIdle)
 		row("connect + close", bl.ConnectClose)
 		row("connect + 1-byte echo + close", bl.ConnectEchoClose)
+		if bl.CloseNotify.N > 0 {
+			row("close-notify: close one connection, a bare server writes 1 byte to the next (the floor of a close-based handover)", bl.CloseNotify)
+			row("close-notify after 20 ms idle", bl.CloseNotifyAfterIdle)
+		}
 		w("\nRatios below divide by the baseline's **p50**: handovers back to back by the back-to-back round trip (%s), handovers after a 20 ms hold by the after-idle round trip (%s), cycles by connect + echo + close (%s).\n\n", Dur(rtt), Dur(rttIdle), Dur(conn))
 	}
 
