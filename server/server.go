@@ -54,9 +54,13 @@ type Server struct {
 	// releaseExits is scratch for Release.
 	releaseExits []locktable.Exit
 
-	wg           sync.WaitGroup
-	reaperWake   chan struct{}
-	done         chan struct{}
+	wg         sync.WaitGroup
+	reaperWake chan struct{}
+	done       chan struct{}
+	// stopCtx is cancelled when done is closed, for what waits with a
+	// context (the TLS handshake).
+	stopCtx      context.Context
+	stopCancel   context.CancelFunc
 	reaperOnce   sync.Once
 	shutdownOnce sync.Once
 	stopping     []*session // the sessions Shutdown ended; guarded by mu
@@ -95,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 		reaperWake: make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
+	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.m.registerGrace(reg, cfg.NoGrantBefore)
 	s.sec.init(cfg)
 	if !cfg.NoGrantBefore.IsZero() {
@@ -266,6 +271,7 @@ func (s *Server) stop() {
 	s.mu.Unlock()
 	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
 	close(s.done)
+	s.stopCancel()
 }
 
 // timerSlack is how late a Go timer may fire: the runtime sleeps in

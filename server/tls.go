@@ -135,7 +135,7 @@ func (c *session) handshake() (EndReason, string, bool) {
 	s := c.srv
 	// Bounded by io-timeout, and cut by Shutdown: until the handshake ends
 	// nothing can be written to the session, not even ERROR SHUTDOWN.
-	ctx, cancel := context.WithTimeout(doneContext{s.done}, s.cfg.IOTimeout)
+	ctx, cancel := context.WithTimeout(s.stopCtx, s.cfg.IOTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err == nil {
@@ -147,22 +147,6 @@ func (c *session) handshake() (EndReason, string, bool) {
 	}
 	s.log.Debug("tls handshake failed", "session", uint64(c.id), "remote", c.remote, "err", err)
 	return ReasonTLSHandshake, "", false
-}
-
-// doneContext is a context that is cancelled when done is closed (the
-// server's, at Shutdown).
-type doneContext struct{ done <-chan struct{} }
-
-func (doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c doneContext) Done() <-chan struct{}     { return c.done }
-func (doneContext) Value(any) any               { return nil }
-func (c doneContext) Err() error {
-	select {
-	case <-c.done:
-		return context.Canceled
-	default:
-		return nil
-	}
 }
 
 // refusePlain answers a plain-protocol client on a TLS listener, on the raw

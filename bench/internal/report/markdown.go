@@ -142,7 +142,7 @@ func Markdown(r *Results) string {
 
 	if len(r.Detect) > 0 {
 		w("### Failure detection: a silent holder with lease L\n\n")
-		w("Error: (waiter receives the ACQUIRED push) − (holder writes its last frame) − L.\n\n")
+		w("Error: (waiter receives the ACQUIRED push) − (just before the holder writes its last frame) − L.\n\n")
 		w("| system | lease | n | p50 error | p99 error | max error | early |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, d := range r.Detect {
 			w("| %s | %s | %d | %s | %s | %s | %d |\n", d.System, Dur(d.Lease), d.Error.N, Dur(d.Error.P50), Dur(d.Error.P99), Dur(d.Error.Max), d.Early)

@@ -87,8 +87,8 @@ feed:
 	return res, nil
 }
 
-// detectOnce returns the time from the write of the silent holder's ACQUIRE
-// to the waiter's receipt of the push.
+// detectOnce returns the time from just before the write of the silent
+// holder's ACQUIRE to the waiter's receipt of the push.
 func detectOnce(ctx context.Context, addr, name string, lease time.Duration) (time.Duration, error) {
 	holder, err := rawwire.Dial(ctx, addr, nil)
 	if err != nil {
@@ -100,10 +100,13 @@ func detectOnce(ctx context.Context, addr, name string, lease time.Duration) (ti
 		return 0, err
 	}
 	defer waiter.Close()
+	// Before the write, not after: on loopback the server can read the
+	// frame (and start the lease) before the write call returns here, so
+	// a time taken after it could make a correct expiry look early.
+	silentFrom := time.Now()
 	if err := holder.Acquire(name, lease, "bench-silent-holder"); err != nil {
 		return 0, err
 	}
-	silentFrom := time.Now()
 	holder.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if f, err := holder.ReadFrame(); err != nil || f.Type != wire.TypeAcquired {
 		return 0, fmt.Errorf("detect %s: holder got %+v, %v; want ACQUIRED", name, f, err)
