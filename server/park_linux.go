@@ -67,8 +67,11 @@ func newIdlePoller(s *Server) (*idlePoller, error) {
 		events: make([]unix.EpollEvent, 256), parked: make(map[int32]*session)}
 	p.collect = func(fd uintptr) bool {
 		n, err := unix.EpollWait(int(fd), p.events, 0)
-		if err != nil { // EINTR: look again once Go's poller says so
-			n = 0
+		for err == unix.EINTR {
+			n, err = unix.EpollWait(int(fd), p.events, 0)
+		}
+		if err != nil {
+			n = 0 // not expected; wait for the next readiness, as with none
 		}
 		p.n = n
 		return n > 0 // false: Go's poller waits until epfd is readable
