@@ -137,3 +137,18 @@ func TestParkOff(t *testing.T) {
 	}
 	expectHolds(t, h, tok)
 }
+
+// TestParkWithConnsPerIPCap: the per-address cap wraps the connection; its
+// sessions park all the same.
+func TestParkWithConnsPerIPCap(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, parkIdle(true), func(c *server.Config) { c.MaxConnsPerIP = 10 })
+	h, tok := hold(t, ts, "cap", longLease)
+	w := queue(t, ts, "cap", longLease, 1)
+	waitParked(t, ts, 2)
+	expectHolds(t, h, tok)
+	h.Conn.Close()
+	if got := expectPush(t, w, frameWait); got <= tok {
+		t.Fatalf("push token %d, want > %d", got, tok)
+	}
+}

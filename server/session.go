@@ -51,8 +51,14 @@ type session struct {
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
 	c := &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr().String()}
-	if tc, ok := conn.(*net.TCPConn); ok && s.poller != nil {
-		c.initRaw(tc)
+	if s.poller != nil {
+		plain := conn
+		if cc, ok := conn.(*countedConn); ok { // -max-conns-per-ip: only Close differs
+			plain = cc.Conn
+		}
+		if tc, ok := plain.(*net.TCPConn); ok {
+			c.initRaw(tc)
+		}
 	}
 	return c
 }
