@@ -78,7 +78,6 @@ func (c *session) serve() {
 
 // resume is the reader of a session woken from its park.
 func (c *session) resume() {
-
 	reason, msg, parked := c.serveLoop()
 	if !parked {
 		c.end(reason, msg)
