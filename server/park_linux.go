@@ -8,9 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
-	"time"
 
-	"github.com/batonlock/baton/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -159,15 +157,6 @@ type rawIO struct {
 	buf   []byte
 	n     int
 	errno error
-	// The same for writes; used under the session's wmu.
-	write  func(fd uintptr) bool
-	wbuf   []byte
-	wn     int
-	werrno error
-	// What the poller read for the reader it starts (see answerHeartbeat):
-	// header bytes in c.hdr, or the read's error.
-	pendingN   int
-	pendingErr error
 }
 
 // initRaw readies c for parking, if its connection gives its descriptor.
@@ -185,14 +174,6 @@ func (c *session) initRaw(tc *net.TCPConn) {
 	// ended, and ended sessions do not park.
 	c.raw = raw
 	c.rio.fd = fd
-	c.rio.write = func(fd uintptr) bool {
-		for {
-			c.rio.wn, c.rio.werrno = unix.Write(int(fd), c.rio.wbuf)
-			if c.rio.werrno != unix.EINTR {
-				return true // never wait: a flusher goroutine does that
-			}
-		}
-	}
 	c.rio.read = func(fd uintptr) bool {
 		for {
 			c.rio.n, c.rio.errno = unix.Read(int(fd), c.rio.buf)
@@ -223,91 +204,6 @@ func (c *session) tryRead(b []byte) (int, error) {
 	return n, nil
 }
 
-// takePending returns what the poller read for this reader, once.
-func (c *session) takePending() (int, error) {
-	n, err := c.rio.pendingN, c.rio.pendingErr
-	c.rio.pendingN, c.rio.pendingErr = 0, nil
-	return n, err
-}
-
-// tryWriteLocked writes what the kernel takes of b now, without waiting,
-// and returns how much (0 on any error: a flusher's write reports it).
-// c.wmu must be held.
-func (c *session) tryWriteLocked(b []byte) int {
-	c.rio.wbuf = b
-	err := c.raw.Write(c.rio.write)
-	n, errno := c.rio.wn, c.rio.werrno
-	c.rio.wbuf, c.rio.werrno = nil, nil
-	if err != nil || errno != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-// answerHeartbeat serves a woken session on the poller's own goroutine when
-// what woke it is one HEARTBEAT, the usual case: it answers and parks it
-// again, with no reader goroutine started, and reports true. Anything else
-// (another frame, a close, a reset, a session ending) it leaves to a
-// reader, with what it read kept for it, and reports false; so does a
-// reply the kernel does not take at once (the reader writes it). It never
-// blocks: its reads and writes are non-blocking.
-func (p *idlePoller) answerHeartbeat(c *session) bool {
-	n, err := c.tryRead(c.hdr[:])
-	switch {
-	case err == errWouldBlock: // nothing after all: park again
-		return p.park(c)
-	case err != nil:
-		c.rio.pendingErr = err
-		return false
-	case n != len(c.hdr) || c.hdr != heartbeatHeader:
-		c.rio.pendingN = n
-		return false
-	}
-	s := p.srv
-	now := time.Now()
-	s.mu.Lock()
-	if c.ended {
-		s.mu.Unlock()
-		return false
-	}
-	st, ok := s.table.Seen(now, c.id)
-	if ok {
-		c.queueState(st)
-	} else {
-		// Late: the lease ran out before the reaper looked; expiring now
-		// ends this session, whose reader then finishes it.
-		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
-	}
-	s.mu.Unlock()
-	s.m.heartbeats.Inc()
-	if !ok || !c.flushNow() {
-		return false
-	}
-	return p.park(c)
-}
-
-// heartbeatHeader is the whole of a HEARTBEAT frame.
-var heartbeatHeader = [wire.HeaderSize]byte{byte(wire.TypeHeartbeat), 0, 0}
-
-// flushNow writes what is queued if the kernel takes all of it at once,
-// and reports whether it did (or there was nothing). Otherwise the caller
-// must hand the session to a reader, which writes the rest itself with a
-// deadline and reads no further frame meanwhile: a client that does not
-// read its replies must not make the server queue them without end.
-func (c *session) flushNow() bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	switch {
-	case c.flushing || c.dead || c.finish || !c.pushAt.IsZero():
-		return false
-	case len(c.out) == 0:
-		return true
-	}
-	n := c.tryWriteLocked(c.out)
-	c.out = c.out[:copy(c.out, c.out[n:])]
-	return len(c.out) == 0
-}
-
 // run waits for parked connections to become readable and starts their
 // readers, until stop. It is one of the server's goroutines.
 func (p *idlePoller) run() {
@@ -334,13 +230,6 @@ func (p *idlePoller) run() {
 			woken = append(woken, c)
 		}
 		p.mu.Unlock()
-		readers := woken[:0]
-		for _, c := range woken {
-			if !p.answerHeartbeat(c) {
-				readers = append(readers, c)
-			}
-		}
-		woken = readers
 		if len(woken) == 0 {
 			continue
 		}

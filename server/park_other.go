@@ -19,9 +19,6 @@ var errWouldBlock error
 // tryRead is never called: no session has a raw connection here.
 func (c *session) tryRead([]byte) (int, error) { return 0, errWouldBlock }
 
-// takePending is never called: no session has a raw connection here.
-func (c *session) takePending() (int, error) { return 0, nil }
-
 func newIdlePoller(*Server) (*idlePoller, error) { return nil, nil }
 
 func (p *idlePoller) park(*session) bool         { return false }

@@ -76,10 +76,8 @@ func (c *session) serve() {
 	}
 }
 
-// resume is the reader of a session woken from its park. It first writes
-// what the poller could not (see answerHeartbeat).
+// resume is the reader of a session woken from its park.
 func (c *session) resume() {
-	c.flush()
 	reason, msg, parked := c.serveLoop()
 	if !parked {
 		c.end(reason, msg)
@@ -270,10 +268,7 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		h, err = c.readHeader(false)
 		return h, false, err
 	}
-	n, err := c.takePending()
-	if n == 0 && err == nil {
-		n, err = c.tryRead(c.hdr[:])
-	}
+	n, err := c.tryRead(c.hdr[:])
 	if err == errWouldBlock {
 		if s.poller.park(c) {
 			return h, true, nil
