@@ -77,6 +77,11 @@ func BenchmarkHeartbeatNoPark(b *testing.B) { benchHeartbeat(b, false) }
 func benchHeartbeat(b *testing.B, park bool) {
 	srv := batontest.StartServer(b, func(c *server.Config) { c.ParkIdle = park })
 	c := batontest.Dial(b, srv.Addr)
+	heartbeatLoop(b, c)
+}
+
+// heartbeatLoop acquires on c and times back-to-back heartbeats on it.
+func heartbeatLoop(b *testing.B, c *batontest.Conn) {
 	c.Acquire("bench", time.Minute, false, "")
 	c.ReadFrame(time.Second)
 	// ReadFrame left a read deadline a second away; the loop runs longer.

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/testcerts"
@@ -26,20 +25,7 @@ func BenchmarkHeartbeatTLS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c.Acquire("bench", time.Minute, false, "")
-	c.ReadFrame(time.Second)
-	hb := wire.AppendHeartbeat(nil)
-	var buf [12]byte
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := c.Conn.Write(hb); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c.Conn, buf[:]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	heartbeatLoop(b, c)
 }
 
 // BenchmarkSessionPlain is a whole session: connect, ACQUIRE, the grant,

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,49 +73,8 @@ func TestBinaryServeSIGTERM(t *testing.T) {
 	t.Parallel()
 	cmd := batonCmd(t, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0", "-shutdown-linger=200ms")
 	cmd.Env = append(cmd.Env, "BATON_LOG_FORMAT=json")
-	// A pipe of our own rather than StderrPipe, so that Wait may run while
-	// the log is still being read.
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = pw
-	err = cmd.Start()
-	pw.Close()
-	if err != nil {
-		pr.Close()
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	logLines := make(chan string, 100)
-	go func() {
-		defer close(logLines)
-		defer pr.Close()
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			logLines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill() // an error if it has exited, as it should have
-		<-waited
-		for range logLines {
-		}
-	})
-	var logged []string
-	next := func() (string, bool) {
-		select {
-		case l, ok := <-logLines:
-			if ok {
-				logged = append(logged, l)
-			}
-			return l, ok
-		case <-time.After(10 * time.Second):
-			return "", false
-		}
-	}
-	sl := waitServing(t, next)
+	l := startLogged(t, cmd)
+	sl := waitServing(t, l.next)
 	if want := filepath.Join(cmd.Dir, "baton-data"); sl.DataDir != want {
 		t.Errorf("data_dir %q, want %q (the default, in the working directory)", sl.DataDir, want)
 	}
@@ -126,20 +86,94 @@ func TestBinaryServeSIGTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for _, ok := next(); ok; _, ok = next() {
-	}
+	logged := l.drain(t)
 	select {
-	case err := <-waited:
-		waited <- err // for the cleanup
+	case err := <-l.waited:
+		l.waited <- err // for the cleanup
 		if err != nil {
-			t.Errorf("baton serve after SIGTERM: %v, want exit 0; log:\n%s", err, strings.Join(logged, "\n"))
+			t.Errorf("baton serve after SIGTERM: %v, want exit 0; log:\n%s", err, logged)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("baton serve did not exit after SIGTERM")
 	}
-	if s := strings.Join(logged, "\n"); !strings.Contains(s, `"msg":"shutting down"`) || !strings.Contains(s, "terminated") {
-		t.Errorf("log lacks the shutdown line naming the signal:\n%s", s)
+	if !strings.Contains(logged, `"msg":"shutting down"`) || !strings.Contains(logged, "terminated") {
+		t.Errorf("log lacks the shutdown line naming the signal:\n%s", logged)
 	}
+}
+
+// loggedCmd is a started command whose JSON log lines (stderr) are read
+// in the background.
+type loggedCmd struct {
+	lines  chan string
+	seen   []string
+	waited chan error
+}
+
+func startLogged(t *testing.T, cmd *exec.Cmd) *loggedCmd {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		t.Fatal(err)
+	}
+	l := &loggedCmd{lines: make(chan string, 1000), waited: make(chan error, 1)}
+	go func() { l.waited <- cmd.Wait() }()
+	go func() {
+		defer close(l.lines)
+		defer pr.Close()
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			l.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-l.waited
+		for range l.lines {
+		}
+	})
+	return l
+}
+
+func (l *loggedCmd) next() (string, bool) {
+	select {
+	case s, ok := <-l.lines:
+		if ok {
+			l.seen = append(l.seen, s)
+		}
+		return s, ok
+	case <-time.After(10 * time.Second):
+		return "", false
+	}
+}
+
+// waitFor reads log lines until one has message msg.
+func (l *loggedCmd) waitFor(t *testing.T, msg string) {
+	t.Helper()
+	for {
+		s, ok := l.next()
+		if !ok {
+			t.Fatalf("no %q line in the log:\n%s", msg, strings.Join(l.seen, "\n"))
+		}
+		var m struct{ Msg string }
+		if json.Unmarshal([]byte(s), &m) == nil && m.Msg == msg {
+			return
+		}
+	}
+}
+
+// drain reads the log to its end (the process exits) and returns it all.
+func (l *loggedCmd) drain(t *testing.T) string {
+	t.Helper()
+	for _, ok := l.next(); ok; _, ok = l.next() {
+	}
+	return strings.Join(l.seen, "\n")
 }
 
 func TestBinaryUsageError(t *testing.T) {

@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -286,79 +284,4 @@ func TestBinaryTLS(t *testing.T) {
 	if s := logs.drain(t); strings.Contains(s, p.tokenText) {
 		t.Errorf("the log shows the admin token:\n%s", s)
 	}
-}
-
-// loggedCmd is a started command whose JSON log lines (stderr) are read
-// in the background.
-type loggedCmd struct {
-	lines  chan string
-	seen   []string
-	waited chan error
-}
-
-func startLogged(t *testing.T, cmd *exec.Cmd) *loggedCmd {
-	t.Helper()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = pw
-	err = cmd.Start()
-	pw.Close()
-	if err != nil {
-		pr.Close()
-		t.Fatal(err)
-	}
-	l := &loggedCmd{lines: make(chan string, 1000), waited: make(chan error, 1)}
-	go func() { l.waited <- cmd.Wait() }()
-	go func() {
-		defer close(l.lines)
-		defer pr.Close()
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			l.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-l.waited
-		for range l.lines {
-		}
-	})
-	return l
-}
-
-func (l *loggedCmd) next() (string, bool) {
-	select {
-	case s, ok := <-l.lines:
-		if ok {
-			l.seen = append(l.seen, s)
-		}
-		return s, ok
-	case <-time.After(10 * time.Second):
-		return "", false
-	}
-}
-
-// waitFor reads log lines until one has message msg.
-func (l *loggedCmd) waitFor(t *testing.T, msg string) {
-	t.Helper()
-	for {
-		s, ok := l.next()
-		if !ok {
-			t.Fatalf("no %q line in the log:\n%s", msg, strings.Join(l.seen, "\n"))
-		}
-		var m struct{ Msg string }
-		if json.Unmarshal([]byte(s), &m) == nil && m.Msg == msg {
-			return
-		}
-	}
-}
-
-// drain reads the log to its end (the process exits) and returns it all.
-func (l *loggedCmd) drain(t *testing.T) string {
-	t.Helper()
-	for _, ok := l.next(); ok; _, ok = l.next() {
-	}
-	return strings.Join(l.seen, "\n")
 }
