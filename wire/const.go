@@ -66,8 +66,12 @@ type Code uint8
 
 // Error codes.
 const (
-	CodeShutdown      Code = 0x01
-	CodeOverloaded    Code = 0x02
+	CodeShutdown   Code = 0x01
+	CodeOverloaded Code = 0x02
+	// CodeNotLeader: this node of a replicated cluster is not the leader (or
+	// just lost leadership); the message is the leader's client address, or
+	// empty while no leader is known.
+	CodeNotLeader     Code = 0x03
 	CodeLeaseExpired  Code = 0x10
 	CodeForceReleased Code = 0x11
 	CodeKicked        Code = 0x12
@@ -81,6 +85,7 @@ const (
 var codeNames = map[Code]string{
 	CodeShutdown:      "SHUTDOWN",
 	CodeOverloaded:    "OVERLOADED",
+	CodeNotLeader:     "NOT_LEADER",
 	CodeLeaseExpired:  "LEASE_EXPIRED",
 	CodeForceReleased: "FORCE_RELEASED",
 	CodeKicked:        "KICKED",

@@ -78,6 +78,13 @@ var vectors = []vector{
 		errMsg:  "bye",
 	},
 	{
+		what:    "ERROR NOT_LEADER 127.0.0.1:7170",
+		hex:     "80 00 0f 03 31 32 37 2e 30 2e 30 2e 31 3a 37 31 37 30",
+		typ:     wire.TypeError,
+		errCode: wire.CodeNotLeader,
+		errMsg:  "127.0.0.1:7170",
+	},
+	{
 		what:    "a header the server must refuse unread (length 1025)",
 		hex:     "02 04 01",
 		refused: true,
@@ -638,6 +645,7 @@ func TestCodeClass(t *testing.T) {
 		wire.CodeForceReleased: wire.ClassSession,
 		wire.CodeKicked:        wire.ClassSession,
 		wire.CodeBusy:          wire.ClassSession,
+		wire.CodeNotLeader:     wire.ClassServer,
 		wire.CodeProtocol:      wire.ClassClient,
 		wire.CodeBadRequest:    wire.ClassClient,
 		wire.CodeVersion:       wire.ClassClient,
@@ -665,7 +673,8 @@ func TestStrings(t *testing.T) {
 		{wire.CodeVersion.String(), "VERSION"},
 		{wire.CodeUnauthorized.String(), "UNAUTHORIZED"},
 		{wire.Code(0x00).String(), "0x00"},
-		{wire.Code(0x03).String(), "0x03"},
+		{wire.CodeNotLeader.String(), "NOT_LEADER"},
+		{wire.Code(0x04).String(), "0x04"},
 		{wire.Code(0x2f).String(), "0x2f"},
 		{wire.Code(0xff).String(), "0xff"},
 
