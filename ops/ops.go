@@ -57,6 +57,18 @@ type Config struct {
 	// with an identity that an "admin" prefix allows for the lock; reads
 	// need no grant. It is a function so that a reload takes effect.
 	ACL func() *server.ACL
+	// Cluster, if not nil, makes this the ops API of a replicated node:
+	// GET /v1/cluster describes it, /v1/cluster/members changes the
+	// membership, and a follower sends every other /v1/ request on to the
+	// leader's ops address (503 with no leader known).
+	Cluster Cluster
+	// NodeID names this node in the X-Baton-Forwarded-By header of what it
+	// sends on to the leader.
+	NodeID string
+	// ProxyTransport carries requests sent on to the leader; nil means
+	// http.DefaultTransport. ProxyTLS makes them https.
+	ProxyTransport http.RoundTripper
+	ProxyTLS       bool
 }
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -72,7 +84,11 @@ func NewHandler(cfg Config) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL}
+	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL,
+		cluster: cfg.Cluster, nodeID: cfg.NodeID, proxyTransport: cfg.ProxyTransport, proxyScheme: "http"}
+	if cfg.ProxyTLS {
+		h.proxyScheme = "https"
+	}
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
 		// token's length too, and keeps the token itself out of the struct.
@@ -100,6 +116,11 @@ type handler struct {
 
 	requireCert bool
 	acl         func() *server.ACL
+
+	cluster        Cluster
+	nodeID         string
+	proxyTransport http.RoundTripper
+	proxyScheme    string
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
@@ -149,6 +170,13 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad percent-encoding in path %s", p))
 		return
 	}
+	if len(segs) >= 1 && segs[0] == "cluster" {
+		h.serveCluster(w, r, p, segs)
+		return
+	}
+	if h.toLeader(w, r) {
+		return
+	}
 	var (
 		methods []string
 		serve   func()
@@ -174,6 +202,33 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		return
 	}
 	serve()
+}
+
+// serveCluster answers /v1/cluster (on any node) and /v1/cluster/members
+// (on the leader; a follower sends it on).
+func (h *handler) serveCluster(w http.ResponseWriter, r *http.Request, p string, segs []string) {
+	switch {
+	case len(segs) == 1:
+		if allow(w, r, methodsGet) && drainBody(w, r) {
+			h.clusterStatus(w)
+		}
+		return
+	case h.cluster == nil:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s: this server is standalone, not a cluster node", p))
+		return
+	case len(segs) == 2 && segs[1] == "members":
+		if !allow(w, r, methodsPost) || h.toLeader(w, r) {
+			return
+		}
+		h.addMember(w, r)
+	case len(segs) == 3 && segs[1] == "members" && segs[2] != "":
+		if !allow(w, r, []string{http.MethodDelete}) || h.toLeader(w, r) || !drainBody(w, r) {
+			return
+		}
+		h.removeMember(w, r, segs[2])
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
+	}
 }
 
 // splitPath splits an escaped path into unescaped segments; false if a

@@ -35,7 +35,8 @@ type Config struct {
 	// before it enters the table, outside the server's mutex; an error
 	// refuses the session with ERROR OVERLOADED. It is how the longest lease
 	// is made durable for the grace period after a crash
-	// (tokenstore.Store.NoteLease).
+	// (tokenstore.Store.NoteLease). In a cluster it raises the replicated
+	// lease bound; ErrNotLeader then refuses the session with NOT_LEADER.
 	NoteLease func(time.Duration) error
 	// ParkIdle makes a session that has nothing to read give up its reader
 	// goroutine while an epoll poller watches its connection (Linux, plain
@@ -51,6 +52,14 @@ type Config struct {
 	// client takes to hit the io-timeout of a blocked write. Zero leaves
 	// the system's default. Must not be negative.
 	SendBuffer int
+	// Replicated makes the server one node of a cluster (package cluster):
+	// it starts serving no session (every ACQUIRE is answered ERROR
+	// NOT_LEADER) until BeginTerm, a NOWAIT during the failover grace gets
+	// ERROR BUSY instead of OVERLOADED, and EndTerm ends every session.
+	Replicated bool
+	// LeaderHint, if not nil, gives the message of ERROR NOT_LEADER: the
+	// leader's client address, or "" while no leader is known.
+	LeaderHint func() string
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 

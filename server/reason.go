@@ -40,6 +40,9 @@ const (
 	// ReasonTLSHandshake: the TLS handshake failed or did not complete
 	// within io-timeout (no ERROR: there is no channel to send it on).
 	ReasonTLSHandshake
+	// ReasonNotLeader: this node of a replicated cluster does not lead (or
+	// just stopped leading); the message names the leader if known.
+	ReasonNotLeader
 )
 
 var reasonNames = [...]string{
@@ -58,6 +61,7 @@ var reasonNames = [...]string{
 	ReasonShutdown:      "shutdown",
 	ReasonUnauthorized:  "unauthorized",
 	ReasonTLSHandshake:  "tls_handshake",
+	ReasonNotLeader:     "not_leader",
 }
 
 func (r EndReason) String() string {
@@ -91,6 +95,8 @@ func (r EndReason) code() wire.Code {
 		return wire.CodeShutdown
 	case ReasonUnauthorized:
 		return wire.CodeUnauthorized
+	case ReasonNotLeader:
+		return wire.CodeNotLeader
 	}
 	return 0
 }

@@ -41,6 +41,9 @@ type Server struct {
 	linger time.Duration // how long a connection drains after its ERROR
 
 	closing atomic.Bool // set at the start of Shutdown
+	// serving is false while a replicated node does not lead (term.go);
+	// always true in a standalone server. Changed only under mu.
+	serving atomic.Bool
 
 	mu        sync.Mutex
 	table     *locktable.Table
@@ -100,6 +103,7 @@ func New(cfg Config) (*Server, error) {
 		done:       make(chan struct{}),
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
+	s.serving.Store(!cfg.Replicated)
 	s.m.registerGrace(reg, cfg.NoGrantBefore)
 	s.sec.init(cfg)
 	if !cfg.NoGrantBefore.IsZero() {
@@ -115,7 +119,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Ready reports whether the server accepts new sessions: false from the
 // start of Shutdown.
-func (s *Server) Ready() bool { return !s.closing.Load() }
+func (s *Server) Ready() bool { return !s.closing.Load() && s.serving.Load() }
 
 // goLocked starts f in a goroutine that Shutdown waits for. It reports false,
 // starting nothing, once Shutdown has stopped new goroutines. mu must be held.
@@ -466,7 +470,7 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 	s.m.waiting.Dec()
 	s.m.holding.Inc()
 	p := s.sessions[g.ID]
-	if p == nil || p.ended || s.closing.Load() {
+	if p == nil || p.ended || s.closing.Load() || !s.serving.Load() {
 		return // ending too (as in shutdown): it must not hear ACQUIRED
 	}
 	s.m.grantPromotion.Inc()

@@ -47,6 +47,9 @@ type session struct {
 	// lingerUntil is the read deadline halfClose set, zero before it; drain
 	// restores it (see there).
 	lingerUntil time.Time
+	// peerGone, if not nil, is closed when drain sees the client's close;
+	// set by EndTerm under srv.mu before the session ends.
+	peerGone chan struct{}
 }
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
@@ -207,6 +210,9 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	// waits for its fsync, and must be durable before any grant with it.
 	if s.cfg.NoteLease != nil && !s.closing.Load() {
 		if err := s.cfg.NoteLease(lease); err != nil {
+			if errors.Is(err, ErrNotLeader) {
+				return ReasonNotLeader, s.leaderHint(), false
+			}
 			s.log.Error("cannot record the lease bound; session refused", "lease", lease.String(), "err", err)
 			return ReasonOverloaded, "cannot record lease " + lease.String() + " for crash recovery", false
 		}
@@ -218,6 +224,9 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	}
 	if s.closing.Load() {
 		return ReasonShutdown, "server shutting down", false
+	}
+	if !s.serving.Load() {
+		return ReasonNotLeader, s.leaderHint(), false
 	}
 	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
 		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
@@ -235,6 +244,9 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false
 	case locktable.RefusedGrace:
 		until, _ := s.table.GraceUntil()
+		if s.cfg.Replicated {
+			return ReasonBusy, fmt.Sprintf("failover grace: no lock is granted for %v more", max(until.Sub(now), 0).Round(time.Millisecond)), false
+		}
 		return ReasonOverloaded, fmt.Sprintf("crash-recovery grace period: no lock is granted for %v more (until %s); retry after it",
 			max(until.Sub(now), 0).Round(time.Millisecond), until.UTC().Format(time.RFC3339Nano)), false
 	case locktable.RefusedWaiters:
@@ -459,6 +471,9 @@ func (c *session) drain() {
 	var buf [256]byte
 	for {
 		if _, err := c.conn.Read(buf[:]); err != nil {
+			if err == io.EOF && c.peerGone != nil {
+				close(c.peerGone) // see Server.EndTerm
+			}
 			return
 		}
 	}

@@ -35,3 +35,23 @@ var (
 	// ErrHolder: kick of a session that holds its lock (use release).
 	ErrHolder = errors.New("session holds the lock; use release")
 )
+
+// ClusterView is a replicated node's state for GET /v1/cluster.
+type ClusterView struct {
+	NodeID         string
+	Role           string // leader, follower, candidate (standalone: see ops)
+	Leader         *ClusterNode
+	Term, Epoch    uint64
+	LeaseBound     time.Duration
+	GraceRemaining time.Duration
+	Members        []ClusterMember
+}
+
+// ClusterNode is a node's advertised addresses.
+type ClusterNode struct{ ID, Addr, OpsAddr string }
+
+// ClusterMember is one member of the Raft configuration.
+type ClusterMember struct {
+	ID, RaftAddr string
+	Voter        bool
+}

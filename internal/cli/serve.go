@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batonlock/baton/cluster"
 	"github.com/batonlock/baton/internal/tokenstore"
 	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
@@ -55,6 +56,7 @@ type serveOptions struct {
 	logFormat      string
 	logLevel       string
 	sec            securityOptions
+	cl             clusterOptions
 }
 
 func serveCommand() *command {
@@ -131,6 +133,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
 	o.sec.register(fs)
+	o.cl.register(fs)
 	return fs
 }
 
@@ -154,6 +157,11 @@ func (o *serveOptions) check() error {
 	}
 	if err := o.sec.check(); err != nil {
 		return err
+	}
+	if o.cl.enabled() {
+		if _, err := o.cl.config(o.addr, o.opsAddr, o.dataDir); err != nil {
+			return err
+		}
 	}
 	// The server's own rules, with a stand-in for the token source that is
 	// only opened later, so that they are checked before anything starts.
@@ -263,7 +271,8 @@ func parseServe(s *sys, c *command, args []string) (o serveOptions, code int, ok
 type running struct {
 	o        *serveOptions
 	logger   *slog.Logger
-	store    *tokenstore.Store
+	store    *tokenstore.Store // nil in replicated mode
+	node     *cluster.Node     // nil in standalone mode
 	srv      *server.Server
 	sec      *security
 	hup      chan os.Signal // SIGHUP: reload the certificates and the access rules
@@ -291,25 +300,47 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, err.Error())
 	}
 	logger := newLogger(s, o.logFormat, o.logLevel)
-	store, err := tokenstore.Open(o.dataDir)
-	if err != nil {
-		return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
-	}
 	cfg := o.serverConfig()
-	cfg.NextToken = store.Next
-	cfg.NoteLease = store.NoteLease
 	cfg.Logger = logger
 	if sec.protoTLS != nil {
 		cfg.TLS = sec.protoTLS.Config()
 	}
 	cfg.ACL = sec.acl
-	// Counted from now, not from the crash: later is only safer.
-	grace := min(store.Grace(), o.crashGraceMax)
-	if grace > 0 {
-		cfg.NoGrantBefore = time.Now().Add(grace)
+	var (
+		store *tokenstore.Store
+		node  *cluster.Node
+		grace time.Duration
+	)
+	if o.cl.enabled() {
+		// Replicated mode: the tokens' epoch and the lease bound live in
+		// the Raft log under data-dir, not in the token store.
+		if node, err = openNode(o, logger); err != nil {
+			return nil, failure(s, name, err.Error())
+		}
+		cfg.Replicated = true
+		cfg.NextToken = node.NextToken
+		cfg.NoteLease = node.NoteLease
+		cfg.LeaderHint = node.LeaderHint
+	} else {
+		if store, err = tokenstore.Open(o.dataDir); err != nil {
+			return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
+		}
+		cfg.NextToken = store.Next
+		cfg.NoteLease = store.NoteLease
+		// Counted from now, not from the crash: later is only safer.
+		grace = min(store.Grace(), o.crashGraceMax)
+		if grace > 0 {
+			cfg.NoGrantBefore = time.Now().Add(grace)
+		}
+	}
+	closeNode := func() {
+		if node != nil {
+			node.Close()
+		}
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
+		closeNode()
 		return nil, failure(s, name, err.Error())
 	}
 
@@ -317,12 +348,21 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	// leaves nothing behind.
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
+		closeNode()
 		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
 	}
 	opsLn, err := net.Listen("tcp", o.opsAddr)
 	if err != nil {
 		ln.Close()
+		closeNode()
 		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
+	}
+	opsCfg := ops.Config{}
+	if node != nil {
+		node.RegisterMetrics(srv.Registry())
+		node.Start(srv)
+		opsCfg.Cluster, opsCfg.NodeID = node, o.cl.nodeID
+		opsCfg.ProxyTransport, opsCfg.ProxyTLS = sec.proxyTransport()
 	}
 
 	// Caught from here on: SIGHUP's default action would end the process.
@@ -336,6 +376,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		o:      o,
 		logger: logger,
 		store:  store,
+		node:   node,
 		srv:    srv,
 		sec:    sec,
 		hup:    hup,
@@ -347,6 +388,10 @@ func start(s *sys, o *serveOptions) (*running, int) {
 				Logger:            logger,
 				RequireClientCert: o.sec.opsTLSClientCA != "",
 				ACL:               opsACL,
+				Cluster:           opsCfg.Cluster,
+				NodeID:            opsCfg.NodeID,
+				ProxyTransport:    opsCfg.ProxyTransport,
+				ProxyTLS:          opsCfg.ProxyTLS,
 			}),
 			ReadHeaderTimeout: opsReadHeaderTimeout,
 			ReadTimeout:       opsReadTimeout,
@@ -365,13 +410,17 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
-	logger.Info("baton serving", append([]any{
+	attrs := []any{
 		"addr", ln.Addr().String(),
 		"ops_addr", opsLn.Addr().String(),
-		"data_dir", dataDir,
-		"epoch", store.Epoch(),
-		"crash_grace", grace.String(),
-		"admin_token", token != ""}, sec.logAttrs()...)...)
+		"data_dir", dataDir}
+	if node != nil {
+		attrs = append(attrs, "node_id", o.cl.nodeID, "raft_addr", o.cl.raftAddr)
+	} else {
+		attrs = append(attrs, "epoch", store.Epoch(), "crash_grace", grace.String())
+	}
+	attrs = append(attrs, "admin_token", token != "")
+	logger.Info("baton serving", append(attrs, sec.logAttrs()...)...)
 	return r, exitOK
 }
 
@@ -402,12 +451,26 @@ wait:
 		break wait
 	}
 
+	if r.node != nil {
+		// A leader hands over (SHUTDOWN to every session, a short drain,
+		// the handoff bound, the transfer); a follower has nothing to do.
+		if err := r.node.Handover(); err != nil {
+			r.logger.Warn("planned handover incomplete; the next leader waits the full grace", "err", err)
+		}
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), r.o.ioTimeout+shutdownSlack)
 	err := r.srv.Shutdown(shutdownCtx)
 	cancel()
+	if r.node != nil {
+		if err := r.node.Close(); err != nil {
+			r.logger.Warn("raft shutdown", "err", err)
+		}
+	}
 	if err != nil {
 		r.logger.Error("shutdown of the protocol server did not complete", "err", err)
 		code = exitFailure
+	} else if r.store == nil {
+		// Replicated mode: nothing to mark; the log is the record.
 	} else if err := r.store.MarkClean(); err != nil {
 		// Every session was told; the next start only waits needlessly.
 		r.logger.Warn("cannot record the controlled shutdown; the next start will wait as after a crash", "err", err)

@@ -23,7 +23,8 @@ var allowed = map[string][]string{
 	"internal/testcerts":   {},
 	"server":               {"wire", "locktable", "internal/tokenstore"},
 	"ops":                  {"server", "wire", "locktable", "internal/tokenstore"},
-	"":                     {"wire"}, // the client, package baton
+	"cluster":              {"server", "wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"":                     {"wire"},                                               // the client, package baton
 	"internal/cli":         {"*"},
 	"cmd/baton":            {"*"},
 	"internal/batontest":   {"*"},

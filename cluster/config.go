@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Peer is one founding member of the cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// Config is what Open needs. DefaultConfig gives the timers of `baton serve`.
+type Config struct {
+	// NodeID is this node's name, unique in the cluster. Required.
+	NodeID string
+	// RaftAddr is the Raft listener, host:port, reachable by the other
+	// nodes (and what they dial). Required.
+	RaftAddr string
+	// Peers are the founding members, this node included unless Join.
+	Peers []Peer
+	// Join makes a node that is not among Peers wait, with an empty data
+	// directory, until a member adds it (POST /v1/cluster/members).
+	Join bool
+	// DataDir holds the Raft log, stable store and snapshots.
+	DataDir string
+	// Addr and OpsAddr are the advertised client and ops addresses: what
+	// NOT_LEADER and /v1/cluster hand out.
+	Addr, OpsAddr string
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout are Raft's
+	// timers (see hashicorp/raft Config). LeaderLeaseTimeout is how long a
+	// leader cut off from a quorum keeps leading: it is in every failover
+	// grace (twice), so it trades failover time against false step-downs.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// HandoverDrain bounds how long a leader stopping on purpose waits for
+	// its holders to close after ERROR SHUTDOWN.
+	HandoverDrain time.Duration
+	// BoundLowerEvery is how often the leader looks at whether the lease
+	// bound can be lowered; it lowers it only after a whole period in which
+	// no session needed it.
+	BoundLowerEvery time.Duration
+	// TLS, if not nil, makes Raft speak mutual TLS: it must carry the
+	// node's certificate, RootCAs and ClientCAs of the cluster's CA, and
+	// ClientAuth RequireAndVerifyClientCert.
+	TLS *tls.Config
+	// Logger receives leadership changes; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the timers of `baton serve`, tuned for locks on a
+// LAN: with 1 s leases a new leader grants within about 2 s of a crash.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		HandoverDrain:      time.Second,
+		BoundLowerEvery:    10 * time.Second,
+	}
+}
+
+// Validate reports the first setting that cannot work, naming it.
+func (c Config) Validate() error {
+	if c.NodeID == "" {
+		return fmt.Errorf("node-id is empty")
+	}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		return fmt.Errorf("raft-addr %q: %v", c.RaftAddr, err)
+	}
+	if c.DataDir == "" {
+		return fmt.Errorf("data-dir is empty")
+	}
+	self := false
+	ids := map[string]bool{}
+	addrs := map[string]bool{}
+	for _, p := range c.Peers {
+		if p.ID == "" {
+			return fmt.Errorf("peers: a member has an empty id")
+		}
+		if ids[p.ID] {
+			return fmt.Errorf("peers: id %q appears twice", p.ID)
+		}
+		if addrs[p.RaftAddr] {
+			return fmt.Errorf("peers: raft address %q appears twice", p.RaftAddr)
+		}
+		ids[p.ID], addrs[p.RaftAddr] = true, true
+		if _, port, err := net.SplitHostPort(p.RaftAddr); err != nil || port == "" || port == "0" {
+			return fmt.Errorf("peers: member %q has a bad raft address %q", p.ID, p.RaftAddr)
+		}
+		if p.ID == c.NodeID {
+			self = true
+			if p.RaftAddr != c.RaftAddr {
+				return fmt.Errorf("peers: this node %q is listed at %q but -raft-addr is %q", p.ID, p.RaftAddr, c.RaftAddr)
+			}
+		}
+	}
+	switch {
+	case !self && !c.Join:
+		return fmt.Errorf("peers: this node %q is not in the list; start it with -join to wait to be added", c.NodeID)
+	case self && c.Join:
+		return fmt.Errorf("join: node %q is a founding member in -peers; -join is for a node added later", c.NodeID)
+	case c.HeartbeatTimeout < 20*time.Millisecond:
+		return fmt.Errorf("raft-heartbeat-timeout (%v) must be at least 20ms", c.HeartbeatTimeout)
+	case c.ElectionTimeout < c.HeartbeatTimeout:
+		return fmt.Errorf("raft-election-timeout (%v) must be at least raft-heartbeat-timeout (%v)", c.ElectionTimeout, c.HeartbeatTimeout)
+	case c.LeaderLeaseTimeout < 10*time.Millisecond:
+		return fmt.Errorf("raft-leader-lease-timeout (%v) must be at least 10ms", c.LeaderLeaseTimeout)
+	case c.LeaderLeaseTimeout > c.HeartbeatTimeout:
+		return fmt.Errorf("raft-leader-lease-timeout (%v) must not exceed raft-heartbeat-timeout (%v)", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	case c.HandoverDrain < 0:
+		return fmt.Errorf("handover drain (%v) must not be negative", c.HandoverDrain)
+	case c.BoundLowerEvery <= 0:
+		return fmt.Errorf("bound lowering period (%v) must be positive", c.BoundLowerEvery)
+	}
+	return nil
+}

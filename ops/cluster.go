@@ -1,0 +1,155 @@
+package ops
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/batonlock/baton/server"
+)
+
+// Cluster is what the ops API needs of a replicated node (package
+// cluster's *Node implements it); nil in a standalone server.
+type Cluster interface {
+	View() server.ClusterView
+	// LeaderOpsAddr is the leader's advertised ops address ("" if none is
+	// known) and whether this node is that leader, serving.
+	LeaderOpsAddr() (addr string, self bool)
+	AddMember(id, raftAddr string) error // server.ErrNotLeader, ErrMemberExists...
+	RemoveMember(id string) error        // server.ErrNotLeader, ErrNotMember...
+}
+
+// Errors a Cluster's membership calls return, matched with errors.Is by
+// message-independent sentinels the cluster package wraps.
+var (
+	errMemberExists = "already a member"
+	errNotMember    = "not a member"
+)
+
+type clusterJSON struct {
+	NodeID           string          `json:"node_id"`
+	Role             string          `json:"role"`
+	Leader           *clusterNode    `json:"leader"`
+	Term             uint64          `json:"term"`
+	Epoch            uint64          `json:"epoch"`
+	LeaseBoundMs     int64           `json:"lease_bound_ms"`
+	GraceRemainingMs int64           `json:"grace_remaining_ms"`
+	Members          []clusterMember `json:"members"`
+}
+
+type clusterNode struct {
+	ID      string `json:"id"`
+	Addr    string `json:"addr"`
+	OpsAddr string `json:"ops_addr"`
+}
+
+type clusterMember struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Voter    bool   `json:"voter"`
+}
+
+func (h *handler) clusterStatus(w http.ResponseWriter) {
+	if h.cluster == nil {
+		writeJSON(w, http.StatusOK, clusterJSON{Role: "standalone", Members: []clusterMember{}})
+		return
+	}
+	v := h.cluster.View()
+	out := clusterJSON{
+		NodeID: v.NodeID, Role: v.Role, Term: v.Term, Epoch: v.Epoch,
+		LeaseBoundMs:     v.LeaseBound.Milliseconds(),
+		GraceRemainingMs: v.GraceRemaining.Milliseconds(),
+		Members:          []clusterMember{},
+	}
+	if v.Leader != nil {
+		out.Leader = &clusterNode{ID: v.Leader.ID, Addr: v.Leader.Addr, OpsAddr: v.Leader.OpsAddr}
+	}
+	for _, m := range v.Members {
+		out.Members = append(out.Members, clusterMember{ID: m.ID, RaftAddr: m.RaftAddr, Voter: m.Voter})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) addMember(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf(`body must be {"id": "...", "raft_addr": "host:port"}: %v`, err))
+		return
+	}
+	if req.ID == "" || req.RaftAddr == "" {
+		writeError(w, http.StatusBadRequest, `body needs both "id" and "raft_addr"`)
+		return
+	}
+	if err := h.cluster.AddMember(req.ID, req.RaftAddr); err != nil {
+		h.memberFail(w, r, err)
+		return
+	}
+	h.log.Info("ops: member added", "id", req.ID, "raft_addr", req.RaftAddr, "client", r.RemoteAddr)
+	h.clusterStatus(w)
+}
+
+func (h *handler) removeMember(w http.ResponseWriter, r *http.Request, id string) {
+	if err := h.cluster.RemoveMember(id); err != nil {
+		h.memberFail(w, r, err)
+		return
+	}
+	h.log.Info("ops: member removed", "id", id, "client", r.RemoteAddr)
+	h.clusterStatus(w)
+}
+
+func (h *handler) memberFail(w http.ResponseWriter, r *http.Request, err error) {
+	switch msg := err.Error(); {
+	case errors.Is(err, server.ErrNotLeader):
+		writeError(w, http.StatusServiceUnavailable, "this node is not the leader: retry against the leader")
+	case strings.Contains(msg, errMemberExists):
+		writeError(w, http.StatusConflict, msg)
+	case strings.Contains(msg, errNotMember):
+		writeError(w, http.StatusNotFound, msg)
+	case strings.HasPrefix(msg, "member id") || strings.HasPrefix(msg, "raft address"):
+		writeError(w, http.StatusBadRequest, msg)
+	default:
+		h.fail(w, r, err)
+	}
+}
+
+// toLeader sends r on to the leader when this node is a follower, and
+// reports whether it did (or answered 503 for want of a leader). The
+// follower has checked the token already; the request keeps its
+// Authorization header, so the leader checks it too.
+func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
+	if h.cluster == nil {
+		return false
+	}
+	addr, self := h.cluster.LeaderOpsAddr()
+	if self {
+		return false
+	}
+	if addr == "" {
+		writeError(w, http.StatusServiceUnavailable, "no leader is known: the cluster is electing one, or has no quorum")
+		return true
+	}
+	target := &url.URL{Scheme: h.proxyScheme, Host: addr}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Baton-Forwarded-By", h.nodeID)
+		},
+		Transport: h.proxyTransport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			h.log.Warn("ops: cannot reach the leader", "leader_ops_addr", addr, "err", err)
+			writeError(w, http.StatusBadGateway, fmt.Sprintf("leader at %s did not answer: %v", addr, err))
+		},
+	}
+	p.ServeHTTP(w, r)
+	return true
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"github.com/batonlock/baton/locktable"
+)
+
+// ErrNotLeader is what Config.NoteLease returns when this node of a cluster
+// no longer leads: the session is refused with ERROR NOT_LEADER.
+var ErrNotLeader = errors.New("this node is not the leader")
+
+// BeginTerm makes a replicated server serve sessions, with a fresh lock
+// table that grants nothing before noGrantBefore (the failover grace; the
+// zero time for none). Tokens come from Config.NextToken, which the caller
+// has moved to the new epoch before this call.
+func (s *Server) BeginTerm(noGrantBefore time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return
+	}
+	// EndTerm left the table empty; a new one carries the new grace.
+	s.table = locktable.New(locktable.Config{
+		MaxSessions:       s.cfg.MaxSessions,
+		MaxWaitersPerLock: s.cfg.MaxWaitersPerLock,
+		NextToken:         s.cfg.NextToken,
+		NoGrantBefore:     noGrantBefore,
+	})
+	s.m.locks.Set(0)
+	s.serving.Store(true)
+	if !noGrantBefore.IsZero() {
+		s.wakeReaperLocked(noGrantBefore)
+	}
+}
+
+// EndTerm stops a replicated server from serving: every open session,
+// holder, waiter or not yet in the table, is ended with reason
+// (ReasonNotLeader on a lost leadership, ReasonShutdown on a planned
+// handover) and msg, and no waiter is promoted on the way. Until the next
+// BeginTerm every ACQUIRE is answered ERROR NOT_LEADER.
+//
+// It returns the number of holders ended and a channel closed once every
+// one of them has been seen to close its connection (the drain of a
+// planned handover); a holder that does not close within the linger time
+// never closes it.
+func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <-chan struct{}) {
+	s.mu.Lock()
+	s.serving.Store(false) // before the ends: no promotion on the way out
+	now := time.Now()
+	var gone []chan struct{}
+	var all []*session
+	for c := range s.conns {
+		all = append(all, c)
+	}
+	for _, c := range all {
+		if c.inTable {
+			if in, ok := s.table.Session(now, c.id); ok && in.Held {
+				c.peerGone = make(chan struct{})
+				gone = append(gone, c.peerGone)
+			}
+		}
+		s.endLocked(now, c, reason, msg, true)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	if len(gone) == 0 {
+		close(done)
+		return 0, done
+	}
+	go func() { // ends by the linger time at the latest: drain closes or returns
+		defer close(done)
+		for _, ch := range gone {
+			select {
+			case <-ch:
+			case <-s.done:
+				return
+			case <-time.After(s.linger + time.Second):
+				return
+			}
+		}
+	}()
+	return len(gone), done
+}
+
+// Serving reports whether the server serves sessions (a replicated node
+// between BeginTerm and EndTerm; a standalone server always).
+func (s *Server) Serving() bool { return s.serving.Load() }
+
+// MaxLease is the longest lease among the sessions in the table, 0 if none:
+// what a leader's lease bound must still cover.
+func (s *Server) MaxLease() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m time.Duration
+	now := time.Now()
+	for id := range s.sessions {
+		if in, ok := s.table.Session(now, id); ok && in.Lease > m {
+			m = in.Lease
+		}
+	}
+	return m
+}
+
+// GraceRemaining is how long the table still grants nothing, 0 if not in a
+// grace period.
+func (s *Server) GraceRemaining() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.table.GraceUntil()
+	if !ok {
+		return 0
+	}
+	return max(time.Until(until), 0)
+}
+
+func (s *Server) leaderHint() string {
+	if s.cfg.LeaderHint == nil {
+		return ""
+	}
+	return s.cfg.LeaderHint()
+}
