@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonlock/baton/wire"
+)
+
+// clusterProc is one `baton serve` node of a test cluster.
+type clusterProc struct {
+	id, addr, opsAddr, raftAddr, dataDir string
+	cmd                                  *exec.Cmd
+	log                                  *loggedCmd
+}
+
+// freeAddrs reserves n loopback ports by binding and closing them.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+func newClusterProcs(t *testing.T) []*clusterProc {
+	t.Helper()
+	a := freeAddrs(t, 9)
+	var procs []*clusterProc
+	var peers []string
+	for i := range 3 {
+		p := &clusterProc{id: fmt.Sprintf("n%d", i+1), addr: a[3*i], opsAddr: a[3*i+1], raftAddr: a[3*i+2], dataDir: filepath.Join(t.TempDir(), "data")}
+		procs = append(procs, p)
+		peers = append(peers, p.id+"="+p.raftAddr)
+	}
+	for _, p := range procs {
+		p.start(t, strings.Join(peers, ","))
+	}
+	return procs
+}
+
+func (p *clusterProc) start(t *testing.T, peers string) {
+	t.Helper()
+	p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-peers", peers,
+		"-addr", p.addr, "-ops-addr", p.opsAddr, "-data-dir", p.dataDir,
+		"-shutdown-linger=0s", "-log-format=json")
+	p.log = startLogged(t, p.cmd)
+}
+
+type clusterJSONView struct {
+	Role   string `json:"role"`
+	Epoch  uint64 `json:"epoch"`
+	Leader *struct {
+		ID, Addr string
+	} `json:"leader"`
+	Members []struct{ ID string } `json:"members"`
+}
+
+func getCluster(opsAddr string) (clusterJSONView, error) {
+	var v clusterJSONView
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + opsAddr + "/v1/cluster")
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+func readyz(opsAddr string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + opsAddr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitLeader waits for one of procs to be ready as leader.
+func waitLeader(t *testing.T, procs []*clusterProc) *clusterProc {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range procs {
+			if p != nil && readyz(p.opsAddr) == http.StatusOK {
+				return p
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no node became a ready leader")
+	return nil
+}
+
+func acquiredToken(t *testing.T, p []byte) uint64 {
+	t.Helper()
+	if len(p) != 9 {
+		t.Fatalf("ACQUIRED payload of %d bytes", len(p))
+	}
+	return binary.BigEndian.Uint64(p[1:])
+}
+
+// TestBinaryCluster: three real `baton serve` nodes on loopback elect a
+// leader; a follower answers NOT_LEADER with the leader's address; after
+// kill -9 of the leader a new one grants only after its grace, with a
+// higher token; SIGTERM on a leader hands over (exit 0) and the next
+// leader grants at once, with a higher token still.
+func TestBinaryCluster(t *testing.T) {
+	t.Parallel()
+	procs := newClusterProcs(t)
+	l := waitLeader(t, procs)
+	var f *clusterProc
+	for _, p := range procs {
+		if p != l {
+			f = p
+			break
+		}
+	}
+	// The follower's hint comes once it has applied the leader's epoch.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 1000, Name: "jobs"})
+		conn.Write(b)
+		h, p := readFrame(t, conn)
+		conn.Close()
+		if h.Type != wire.TypeError || wire.Code(p[0]) != wire.CodeNotLeader {
+			t.Fatalf("follower answered %v % x, want ERROR NOT_LEADER", h.Type, p)
+		}
+		if string(p[1:]) == l.addr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("follower's NOT_LEADER hint %q, want %q", p[1:], l.addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	holder := readGranted(t, l.addr, "jobs", time.Second)
+	first := holder.token
+
+	// kill -9 of the leader: the holder's lease (1s) bounds the new grace.
+	l.cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	var rest []*clusterProc
+	for _, p := range procs {
+		if p != l {
+			rest = append(rest, p)
+		}
+	}
+	l2 := waitLeader(t, rest)
+	g := readGranted(t, l2.addr, "jobs", 5*time.Second)
+	after := time.Since(killed)
+	t.Logf("kill -9 of the leader to the first grant on the new one: %v", after.Round(time.Millisecond))
+	if after < time.Second+500*time.Millisecond {
+		t.Fatalf("new leader granted %v after the kill, inside the grace (lease bound 1s + 2 x 250ms)", after)
+	}
+	if g.token <= first {
+		t.Fatalf("token after failover %#x, want above %#x", g.token, first)
+	}
+	g.conn.Close()
+
+	// Bring the killed node back with its data directory, then SIGTERM
+	// the leader: a planned handover.
+	var peers []string
+	for _, p := range procs {
+		peers = append(peers, p.id+"="+p.raftAddr)
+	}
+	l.start(t, strings.Join(peers, ","))
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		v, err := getCluster(l.opsAddr)
+		if err == nil && v.Role == "follower" && v.Leader != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted node did not rejoin: %+v %v", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h := readGranted(t, l2.addr, "jobs", 30*time.Second) // a long lease: only a clean handover skips it
+	closed := make(chan struct{})
+	go func() { // the client closes on SHUTDOWN, as every client does
+		defer close(closed)
+		buf := make([]byte, 64)
+		h.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		h.conn.Read(buf)
+		h.conn.Close()
+	}()
+	stopped := time.Now()
+	l2.cmd.Process.Signal(syscall.SIGTERM)
+	<-closed
+	if err := <-l2.log.waited; err != nil {
+		t.Fatalf("leader after SIGTERM: %v, want exit 0", err)
+	}
+	l2.log.waited <- nil // for the cleanup
+	var rest2 []*clusterProc
+	for _, p := range procs {
+		if p != l2 {
+			rest2 = append(rest2, p)
+		}
+	}
+	l3 := waitLeader(t, rest2)
+	g3 := readGranted(t, l3.addr, "jobs", time.Second)
+	t.Logf("SIGTERM of the leader to the first grant on the next: %v", time.Since(stopped).Round(time.Millisecond))
+	if time.Since(stopped) > 10*time.Second {
+		t.Fatalf("planned handover took %v: the 30s lease bound was waited", time.Since(stopped))
+	}
+	if g3.token <= g.token {
+		t.Fatalf("token after handover %#x, want above %#x", g3.token, g.token)
+	}
+}
+
+type granted struct {
+	conn  net.Conn
+	token uint64
+}
+
+// readGranted acquires name on addr and waits (heartbeating) for the grant.
+func readGranted(t *testing.T, addr, name string, lease time.Duration) granted {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	b, err := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: uint32(lease.Milliseconds()), Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write(b)
+	// Read with a deadline of a quarter lease and heartbeat when it passes,
+	// so the push is seen the moment it comes (timing is measured on it).
+	deadline := time.Now().Add(15 * time.Second)
+	hdr := make([]byte, wire.HeaderSize)
+	for time.Now().Before(deadline) {
+		conn.SetReadDeadline(time.Now().Add(lease / 4))
+		if _, err := io.ReadFull(conn, hdr); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				conn.Write(wire.AppendHeartbeat(nil))
+				continue
+			}
+			t.Fatalf("ACQUIRE %q on %s: %v", name, addr, err)
+		}
+		h, err := wire.ParseHeader(hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := make([]byte, h.Length)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(conn, p); err != nil {
+			t.Fatal(err)
+		}
+		switch h.Type {
+		case wire.TypeAcquired:
+			conn.SetReadDeadline(time.Time{})
+			return granted{conn: conn, token: acquiredToken(t, p)}
+		case wire.TypeWaiting:
+		default:
+			t.Fatalf("ACQUIRE %q on %s: got %v % x", name, addr, h.Type, p)
+		}
+	}
+	t.Fatalf("ACQUIRE %q on %s: no grant", name, addr)
+	return granted{}
+}
