@@ -433,9 +433,21 @@ func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
 // answer. Other answers are an *apiError; a failure to talk to the API is
 // a *reachError.
 func (c *opsClient) do(ctx context.Context, method, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	return c.send(ctx, method, path, nil)
+}
+
+// send is do with a JSON request body (nil for none).
+func (c *opsClient) send(ctx context.Context, method, path string, reqBody []byte) ([]byte, error) {
+	var rd io.Reader
+	if reqBody != nil {
+		rd = bytes.NewReader(reqBody)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("ops API request %s %s: %v", method, path, err)
+	}
+	if reqBody != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)

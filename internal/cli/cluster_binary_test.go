@@ -287,3 +287,105 @@ func readGranted(t *testing.T, addr, name string, lease time.Duration) granted {
 	t.Fatalf("ACQUIRE %q on %s: no grant", name, addr)
 	return granted{}
 }
+
+// batonOut runs a baton command to its end and returns its exit code and
+// output.
+func batonOut(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	out, err := batonCmd(t, args...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	} else if err != nil {
+		t.Fatalf("baton %v: %v", args, err)
+	}
+	return 0, string(out)
+}
+
+// TestBinaryClusterReplaceAndRestart: the documented procedure to replace
+// a dead node, run against a follower (which sends it on to the leader),
+// then kill -9 of every node and a restart: tokens still rise.
+func TestBinaryClusterReplaceAndRestart(t *testing.T) {
+	t.Parallel()
+	procs := newClusterProcs(t)
+	l := waitLeader(t, procs)
+	g := readGranted(t, l.addr, "jobs", time.Second)
+	first := g.token
+	g.conn.Close()
+	var dead, f *clusterProc
+	for _, p := range procs {
+		if p != l && dead == nil {
+			dead = p
+		} else if p != l {
+			f = p
+		}
+	}
+	dead.cmd.Process.Signal(syscall.SIGKILL)
+	<-dead.log.waited
+	dead.log.waited <- nil
+
+	if code, out := batonOut(t, "cluster", "remove", dead.id, "-ops-addr", f.opsAddr); code != 0 || !strings.Contains(out, "removed "+dead.id) {
+		t.Fatalf("baton cluster remove via a follower: exit %d\n%s", code, out)
+	}
+	if code, out := batonOut(t, "cluster", "remove", "nobody", "-ops-addr", l.opsAddr); code != exitNotFound {
+		t.Fatalf("remove of an unknown member: exit %d, want %d\n%s", code, exitNotFound, out)
+	}
+	// The replacement: a new id, an empty data dir, -join.
+	a := freeAddrs(t, 3)
+	n4 := &clusterProc{id: "n4", addr: a[0], opsAddr: a[1], raftAddr: a[2], dataDir: filepath.Join(t.TempDir(), "data")}
+	n4.cmd = batonCmd(t, "serve", "-node-id", "n4", "-raft-addr", n4.raftAddr, "-join",
+		"-addr", n4.addr, "-ops-addr", n4.opsAddr, "-data-dir", n4.dataDir, "-shutdown-linger=0s", "-log-format=json")
+	n4.log = startLogged(t, n4.cmd)
+	if code, out := batonOut(t, "cluster", "add", "n4", n4.raftAddr, "-ops-addr", f.opsAddr); code != 0 || !strings.Contains(out, "added n4") {
+		t.Fatalf("baton cluster add via a follower: exit %d\n%s", code, out)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		v, err := getCluster(n4.opsAddr)
+		if err == nil && v.Role == "follower" && len(v.Members) == 3 && v.Leader != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n4 did not join: %+v %v", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out := batonOut(t, "cluster", "-ops-addr", n4.opsAddr)
+	if code != 0 || !strings.Contains(out, "node n4: follower") || !strings.Contains(out, "n4  ") || strings.Contains(out, dead.id+"  ") {
+		t.Fatalf("baton cluster on n4: exit %d\n%s", code, out)
+	}
+	// Lock state through a follower is the leader's.
+	g = readGranted(t, l.addr, "jobs", time.Second)
+	if code, out := batonOut(t, "locks", "-ops-addr", n4.opsAddr); code != 0 || !strings.Contains(out, "jobs") {
+		t.Fatalf("baton locks via a follower: exit %d\n%s", code, out)
+	}
+	second := g.token
+	if second <= first {
+		t.Fatalf("token %#x, want above %#x", second, first)
+	}
+
+	// kill -9 of every node, then a restart of all: tokens still rise.
+	live := []*clusterProc{l, f, n4}
+	for _, p := range live {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.log.waited
+		p.log.waited <- nil
+	}
+	for _, p := range live {
+		// n4 restarts with the command line it joined with.
+		p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-join", "-addr", p.addr, "-ops-addr", p.opsAddr, "-data-dir", p.dataDir, "-shutdown-linger=0s", "-log-format=json")
+		if p.id != "n4" { // founders restart as they started; the log holds the membership
+			var peers []string
+			for _, q := range procs {
+				peers = append(peers, q.id+"="+q.raftAddr)
+			}
+			p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-peers", strings.Join(peers, ","),
+				"-addr", p.addr, "-ops-addr", p.opsAddr, "-data-dir", p.dataDir, "-shutdown-linger=0s", "-log-format=json")
+		}
+		p.log = startLogged(t, p.cmd)
+	}
+	l2 := waitLeader(t, live)
+	g2 := readGranted(t, l2.addr, "jobs", time.Second)
+	if g2.token <= second {
+		t.Fatalf("token after a full-cluster kill -9 and restart %#x, want above %#x", g2.token, second)
+	}
+}

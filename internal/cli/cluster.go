@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"text/tabwriter"
+)
+
+// opsCluster is GET /v1/cluster (OPS.md, CLUSTER).
+type opsCluster struct {
+	NodeID string `json:"node_id"`
+	Role   string `json:"role"`
+	Leader *struct {
+		ID      string `json:"id"`
+		Addr    string `json:"addr"`
+		OpsAddr string `json:"ops_addr"`
+	} `json:"leader"`
+	Term             uint64 `json:"term"`
+	Epoch            uint64 `json:"epoch"`
+	LeaseBoundMS     int64  `json:"lease_bound_ms"`
+	GraceRemainingMS int64  `json:"grace_remaining_ms"`
+	Members          []struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+		Voter    bool   `json:"voter"`
+	} `json:"members"`
+}
+
+func clusterCommand() *command {
+	return &command{
+		name:    "cluster",
+		summary: "show a replicated cluster, add or remove a member",
+		usage:   "baton cluster [flags] [add ID RAFT-HOST:PORT | remove ID]",
+		flags:   func() *flag.FlagSet { return newAdminFlags("cluster", new(adminOptions)) },
+		help: `Without arguments, the cluster as the node at -ops-addr sees it: its role,
+the leader, the term and epoch, the lease bound and the grace remaining, then
+one line per member. 'add' makes a node a voting member (start it first with
+-join and an empty -data-dir); 'remove' takes a member out (a dead node, or
+one to retire). Both go to the leader, from any node.
+
+To replace a dead node n3: 'baton cluster remove n3', then start the new node
+with a new -node-id (say n4), an empty -data-dir, -join and the -peers of the
+founders, then 'baton cluster add n4 HOST:RAFTPORT' (docs/operations.md).
+` + adminHelp + `
+Examples:
+  baton cluster -ops-addr 127.0.0.1:7171
+  baton cluster add n4 10.0.0.4:7072
+  baton cluster remove n3
+`,
+		run: runCluster,
+	}
+}
+
+func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
+	var o adminOptions
+	fs := newAdminFlags(c.name, &o)
+	pos, code, ok := parseInterspersed(s, c, fs, args)
+	if !ok {
+		return code
+	}
+	var method, path string
+	var body []byte
+	switch {
+	case len(pos) == 0:
+		method, path = http.MethodGet, "/v1/cluster"
+	case pos[0] == "add" && len(pos) == 3:
+		if pos[1] == "" {
+			return usageError(s, c.name, "member id is empty")
+		}
+		if _, port, err := net.SplitHostPort(pos[2]); err != nil || port == "" {
+			return usageError(s, c.name, fmt.Sprintf("raft address %q is not host:port", pos[2]))
+		}
+		method, path = http.MethodPost, "/v1/cluster/members"
+		body, _ = json.Marshal(map[string]string{"id": pos[1], "raft_addr": pos[2]})
+	case pos[0] == "remove" && len(pos) == 2:
+		if pos[1] == "" {
+			return usageError(s, c.name, "member id is empty")
+		}
+		method, path = http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(pos[1])
+	case pos[0] == "add":
+		return usageError(s, c.name, "add needs ID and RAFT-HOST:PORT")
+	case pos[0] == "remove":
+		return usageError(s, c.name, "remove needs ID")
+	default:
+		return usageError(s, c.name, fmt.Sprintf("unknown argument %q: give nothing, add or remove", pos[0]))
+	}
+	if err := checkOpsAddr(o.opsAddr); err != nil {
+		return usageError(s, c.name, err.Error())
+	}
+	if err := o.tls.check(); err != nil {
+		return usageError(s, c.name, err.Error())
+	}
+	token, err := adminToken(s, o.adminTokenFile)
+	if err != nil {
+		return failure(s, c.name, err.Error())
+	}
+	tlsCfg, err := o.tls.config()
+	if err != nil {
+		return failure(s, c.name, err.Error())
+	}
+	ops := newOpsClient(o.opsAddr, token, tlsCfg)
+	answer, err := ops.send(ctx, method, path, body)
+	if err != nil {
+		return adminFailed(s, c.name, err)
+	}
+	if o.json {
+		s.stdout.Write(answer)
+		if len(answer) > 0 && answer[len(answer)-1] != '\n' {
+			fmt.Fprintln(s.stdout)
+		}
+		return exitOK
+	}
+	var v opsCluster
+	if err := json.Unmarshal(answer, &v); err != nil {
+		return failure(s, c.name, fmt.Sprintf("unexpected answer from %s: %v", o.opsAddr, err))
+	}
+	switch {
+	case len(pos) > 0 && pos[0] == "add":
+		fmt.Fprintf(s.stdout, "added %s at %s: the cluster has %d members\n", pos[1], pos[2], len(v.Members))
+	case len(pos) > 0:
+		fmt.Fprintf(s.stdout, "removed %s: the cluster has %d members\n", pos[1], len(v.Members))
+	}
+	printCluster(s, v)
+	return exitOK
+}
+
+func printCluster(s *sys, v opsCluster) {
+	if v.Role == "standalone" {
+		fmt.Fprintln(s.stdout, "standalone server: not a cluster node")
+		return
+	}
+	leader := "none known"
+	if v.Leader != nil {
+		leader = fmt.Sprintf("%s (client %s, ops %s)", v.Leader.ID, v.Leader.Addr, v.Leader.OpsAddr)
+	}
+	fmt.Fprintf(s.stdout, "node %s: %s; leader %s; term %d, epoch %d, lease bound %s, grace remaining %s\n",
+		v.NodeID, v.Role, leader, v.Term, v.Epoch, msDuration(v.LeaseBoundMS), msDuration(v.GraceRemainingMS))
+	tw := tabwriter.NewWriter(s.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tVOTER\tROLE")
+	for _, m := range v.Members {
+		role := ""
+		if v.Leader != nil && m.ID == v.Leader.ID {
+			role = "leader"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.ID, m.RaftAddr, m.Voter, role)
+	}
+	tw.Flush()
+}
