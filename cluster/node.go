@@ -392,11 +392,11 @@ func (n *Node) Close() error {
 	return err
 }
 
-// ErrNotMember: the id is not a member of the cluster.
-var ErrNotMember = errors.New("not a member")
-
-// ErrMemberExists: the id (or raft address) is already a member.
-var ErrMemberExists = errors.New("already a member")
+// Membership errors, shared with the ops API through package server.
+var (
+	ErrNotMember    = server.ErrNotMember
+	ErrMemberExists = server.ErrMemberExists
+)
 
 // AddMember adds a voter (on the leader only: server.ErrNotLeader).
 func (n *Node) AddMember(id, raftAddr string) error {

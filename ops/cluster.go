@@ -23,13 +23,6 @@ type Cluster interface {
 	RemoveMember(id string) error        // server.ErrNotLeader, ErrNotMember...
 }
 
-// Errors a Cluster's membership calls return, matched with errors.Is by
-// message-independent sentinels the cluster package wraps.
-var (
-	errMemberExists = "already a member"
-	errNotMember    = "not a member"
-)
-
 type clusterJSON struct {
 	NodeID           string          `json:"node_id"`
 	Role             string          `json:"role"`
@@ -110,9 +103,9 @@ func (h *handler) memberFail(w http.ResponseWriter, r *http.Request, err error) 
 	switch msg := err.Error(); {
 	case errors.Is(err, server.ErrNotLeader):
 		writeError(w, http.StatusServiceUnavailable, "this node is not the leader: retry against the leader")
-	case strings.Contains(msg, errMemberExists):
+	case errors.Is(err, server.ErrMemberExists):
 		writeError(w, http.StatusConflict, msg)
-	case strings.Contains(msg, errNotMember):
+	case errors.Is(err, server.ErrNotMember):
 		writeError(w, http.StatusNotFound, msg)
 	case strings.HasPrefix(msg, "member id") || strings.HasPrefix(msg, "raft address"):
 		writeError(w, http.StatusBadRequest, msg)

@@ -36,6 +36,14 @@ var (
 	ErrHolder = errors.New("session holds the lock; use release")
 )
 
+// Errors of a replicated node's membership calls (package cluster).
+var (
+	// ErrMemberExists: the id or Raft address is already a member.
+	ErrMemberExists = errors.New("already a member")
+	// ErrNotMember: the id is not a member.
+	ErrNotMember = errors.New("not a member")
+)
+
 // ClusterView is a replicated node's state for GET /v1/cluster.
 type ClusterView struct {
 	NodeID         string

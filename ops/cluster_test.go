@@ -1,0 +1,173 @@
+package ops_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonlock/baton/ops"
+	"github.com/batonlock/baton/server"
+)
+
+// fakeCluster is a replicated node as the ops API sees it.
+type fakeCluster struct {
+	mu        sync.Mutex
+	leading   bool
+	leaderOps string
+	members   []server.ClusterMember
+	addErr    error
+}
+
+func (c *fakeCluster) View() server.ClusterView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	role := "follower"
+	if c.leading {
+		role = "leader"
+	}
+	return server.ClusterView{NodeID: "n1", Role: role, Leader: &server.ClusterNode{ID: "n2", Addr: "h:1", OpsAddr: c.leaderOps},
+		Term: 7, Epoch: 12, LeaseBound: 30 * time.Second, GraceRemaining: 1500 * time.Millisecond, Members: append([]server.ClusterMember(nil), c.members...)}
+}
+
+func (c *fakeCluster) LeaderOpsAddr() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaderOps, c.leading
+}
+
+func (c *fakeCluster) AddMember(id, addr string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.addErr != nil {
+		return c.addErr
+	}
+	for _, m := range c.members {
+		if m.ID == id {
+			return fmt.Errorf("%w: %s", server.ErrMemberExists, id)
+		}
+	}
+	c.members = append(c.members, server.ClusterMember{ID: id, RaftAddr: addr, Voter: true})
+	return nil
+}
+
+func (c *fakeCluster) RemoveMember(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.members {
+		if m.ID == id {
+			c.members = append(c.members[:i], c.members[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q", server.ErrNotMember, id)
+}
+
+func TestClusterStandalone(t *testing.T) {
+	srv, _ := setup(t, ops.Config{})
+	m := object(t, do(t, srv, "GET", "/v1/cluster", "", ""))
+	if m["role"] != "standalone" || m["node_id"] != "" || m["leader"] != nil {
+		t.Fatalf("standalone /v1/cluster: got %v", m)
+	}
+	if r := do(t, srv, "POST", "/v1/cluster/members", "", `{"id":"n4","raft_addr":"h:4"}`); r.status != http.StatusNotFound {
+		t.Fatalf("members on a standalone server: got %d, want 404", r.status)
+	}
+}
+
+func TestClusterView(t *testing.T) {
+	c := &fakeCluster{leading: true, members: []server.ClusterMember{{ID: "n1", RaftAddr: "h:7", Voter: true}}}
+	srv, _ := setup(t, ops.Config{Cluster: c})
+	m := object(t, do(t, srv, "GET", "/v1/cluster", "", ""))
+	want := map[string]string{"node_id": "n1", "role": "leader", "term": "7", "epoch": "12", "lease_bound_ms": "30000", "grace_remaining_ms": "1500"}
+	for k, v := range want {
+		if got := fmt.Sprint(m[k]); got != v {
+			t.Errorf("%s: got %s, want %s", k, got, v)
+		}
+	}
+	if got := fmt.Sprint(m["members"]); got != "[map[id:n1 raft_addr:h:7 voter:true]]" {
+		t.Errorf("members: got %s", got)
+	}
+	if got := fmt.Sprint(m["leader"]); got != "map[addr:h:1 id:n2 ops_addr:]" {
+		t.Errorf("leader: got %s", got)
+	}
+}
+
+func TestClusterMembers(t *testing.T) {
+	c := &fakeCluster{leading: true, members: []server.ClusterMember{{ID: "n1", RaftAddr: "h:1", Voter: true}}}
+	srv, _ := setup(t, ops.Config{Cluster: c, AdminToken: "s3cret"})
+	const auth = "Bearer s3cret"
+	if r := do(t, srv, "POST", "/v1/cluster/members", "", `{"id":"n4","raft_addr":"h:4"}`); r.status != http.StatusUnauthorized {
+		t.Fatalf("add without the token: got %d, want 401", r.status)
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/v1/cluster/members", `{"id":"n4","raft_addr":"h:4"}`, 200},
+		{"POST", "/v1/cluster/members", `{"id":"n4","raft_addr":"h:5"}`, 409},
+		{"POST", "/v1/cluster/members", `{"id":"n5"}`, 400},
+		{"POST", "/v1/cluster/members", `{"id":"n5","raft_addr":"h:5","x":1}`, 400},
+		{"POST", "/v1/cluster/members", `not json`, 400},
+		{"GET", "/v1/cluster/members", ``, 405},
+		{"DELETE", "/v1/cluster/members/n9", ``, 404},
+		{"DELETE", "/v1/cluster/members/n4", ``, 200},
+		{"DELETE", "/v1/cluster/nope", ``, 404},
+	} {
+		if r := do(t, srv, tc.method, tc.path, auth, tc.body); r.status != tc.want {
+			t.Errorf("%s %s %s: got %d %s, want %d", tc.method, tc.path, tc.body, r.status, r.body, tc.want)
+		}
+	}
+	c.addErr = fmt.Errorf("raft: %w", server.ErrNotLeader)
+	if r := do(t, srv, "POST", "/v1/cluster/members", auth, `{"id":"n6","raft_addr":"h:6"}`); r.status != http.StatusServiceUnavailable {
+		t.Errorf("add after losing leadership: got %d, want 503", r.status)
+	}
+}
+
+// TestFollowerProxies: a follower sends /v1/ lock requests and membership
+// changes on to the leader's ops API, with the Authorization header, and
+// answers 503 with no leader known; /v1/cluster it answers itself.
+func TestFollowerProxies(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.EscapedPath()+" "+r.Header.Get("Authorization")+" "+r.Header.Get("X-Baton-Forwarded-By"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"locks":[]}`))
+	}))
+	defer leader.Close()
+	c := &fakeCluster{leaderOps: strings.TrimPrefix(leader.URL, "http://")}
+	srv, _ := setup(t, ops.Config{Cluster: c, AdminToken: "s3cret", NodeID: "n1"})
+	const auth = "Bearer s3cret"
+	if r := do(t, srv, "GET", "/v1/locks", "", ""); r.status != http.StatusUnauthorized {
+		t.Fatalf("without the token the follower answers 401 itself: got %d", r.status)
+	}
+	for _, p := range []string{"/v1/locks", "/v1/locks/a%2Fb/release", "/v1/cluster/members"} {
+		method := "GET"
+		if p != "/v1/locks" {
+			method = "POST"
+		}
+		if r := do(t, srv, method, p, auth, ""); r.status != 200 || string(r.body) != `{"locks":[]}` {
+			t.Errorf("%s %s via the follower: got %d %s", method, p, r.status, r.body)
+		}
+	}
+	mu.Lock()
+	want := []string{"GET /v1/locks Bearer s3cret n1", "POST /v1/locks/a%2Fb/release Bearer s3cret n1", "POST /v1/cluster/members Bearer s3cret n1"}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("the leader saw %q, want %q", seen, want)
+	}
+	mu.Unlock()
+	if m := object(t, do(t, srv, "GET", "/v1/cluster", auth, "")); m["role"] != "follower" {
+		t.Errorf("/v1/cluster on a follower: got %v", m)
+	}
+	c.mu.Lock()
+	c.leaderOps = ""
+	c.mu.Unlock()
+	if r := do(t, srv, "GET", "/v1/locks", auth, ""); r.status != http.StatusServiceUnavailable {
+		t.Errorf("no leader known: got %d, want 503", r.status)
+	}
+}
