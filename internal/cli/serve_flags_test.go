@@ -80,6 +80,8 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		addr: "127.0.0.1:7070", opsAddr: "127.0.0.1:7071", ioTimeout: 5 * time.Second,
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
 		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
+		cl: clusterOptions{heartbeatTimeout: 500 * time.Millisecond, electionTimeout: 500 * time.Millisecond,
+			leaderLeaseTimeout: 250 * time.Millisecond, handoverDrain: time.Second},
 	}
 	tests := []struct {
 		name string
@@ -118,6 +120,14 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			func(o *serveOptions) { o.ioTimeout = 2 * time.Second }},
 		{"other variables are ignored", nil, map[string]string{"IO_TIMEOUT": "1s", "BATON_IOTIMEOUT": "1s", "baton_io_timeout": "1s"},
 			func(o *serveOptions) {}},
+		{"cluster flags and variables", []string{"-node-id=n1", "-raft-leader-lease-timeout=100ms", "-join"},
+			map[string]string{"BATON_RAFT_ADDR": "127.0.0.1:7301", "BATON_PEERS": "n2=127.0.0.1:7302", "BATON_ADVERTISE_ADDR": "10.0.0.1:7070",
+				"BATON_ADVERTISE_OPS_ADDR": "10.0.0.1:7071", "BATON_RAFT_HEARTBEAT_TIMEOUT": "1s", "BATON_RAFT_ELECTION_TIMEOUT": "2s", "BATON_HANDOVER_DRAIN": "3s"},
+			func(o *serveOptions) {
+				o.cl = clusterOptions{nodeID: "n1", raftAddr: "127.0.0.1:7301", peers: "n2=127.0.0.1:7302", join: true,
+					advertiseAddr: "10.0.0.1:7070", advertiseOpsAddr: "10.0.0.1:7071", heartbeatTimeout: time.Second,
+					electionTimeout: 2 * time.Second, leaderLeaseTimeout: 100 * time.Millisecond, handoverDrain: 3 * time.Second}
+			}},
 		{"non-loopback ops-addr with a token", []string{"-ops-addr=0.0.0.0:7071"}, map[string]string{"BATON_ADMIN_TOKEN_FILE": "/t"},
 			func(o *serveOptions) { o.opsAddr, o.adminTokenFile = "0.0.0.0:7071", "/t" }},
 	}
@@ -132,6 +142,9 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			}
 			want := defaults
 			tt.want(&want)
+			if want.cl == (clusterOptions{}) { // the cases that set *o whole leave the cluster defaults
+				want.cl = defaults.cl
+			}
 			if got != want {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
