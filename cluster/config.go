@@ -54,12 +54,14 @@ type Config struct {
 }
 
 // DefaultConfig returns the timers of `baton serve`, tuned for locks on a
-// LAN: with 1 s leases a new leader grants within about 2 s of a crash.
+// LAN: with 1 s leases a new leader grants within 2.5 s of a crash (the
+// detection takes up to 2 x HeartbeatTimeout, a failed first election up to
+// 2 x ElectionTimeout more, and the grace is the bound + 2 x 150 ms).
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
 		HandoverDrain:      time.Second,
 		BoundLowerEvery:    10 * time.Second,
 	}
