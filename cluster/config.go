@@ -46,8 +46,8 @@ type Config struct {
 	// no session needed it.
 	BoundLowerEvery time.Duration
 	// TLS, if not nil, makes Raft speak mutual TLS: it must carry the
-	// node's certificate, RootCAs and ClientCAs of the cluster's CA, and
-	// ClientAuth RequireAndVerifyClientCert.
+	// node's certificate (which must name its Raft host) and RootCAs, the
+	// cluster's CA, against which both sides verify the other.
 	TLS *tls.Config
 	// Logger receives leadership changes; nil means slog.Default().
 	Logger *slog.Logger
