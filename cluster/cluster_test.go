@@ -57,6 +57,7 @@ func testConfig(id string) Config {
 	cfg.NodeID, cfg.RaftAddr, cfg.DataDir = id, "127.0.0.1:1", "unused"
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = testHeartbeat, testHeartbeat, testLeaderLease
 	cfg.HandoverDrain = time.Second
+	cfg.BoundLowerEvery = 200 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return cfg
 }
@@ -418,6 +419,25 @@ func TestBoundRaisedBeforeQueued(t *testing.T) {
 	if got := l.node.raft.LastIndex() - before; got != 1 {
 		t.Fatalf("%d log entries for the two leases, want 1 (the shorter one needs none)", got)
 	}
+}
+
+// TestBoundLoweredLazily: once no session needs the lease bound for two
+// looks in a row, the leader commits a lower one, and replicates it.
+func TestBoundLoweredLazily(t *testing.T) {
+	c := newTestCluster(t, 3)
+	l := c.leader()
+	// Leases long enough that neither session expires unbeaten meanwhile.
+	long, _ := acquire(t, l.addr, "long", 40*time.Second, false)
+	short, _ := acquire(t, l.addr, "short", 20*time.Second, false)
+	if b := l.node.bound(); b != 40*time.Second {
+		t.Fatalf("bound %v, want 40s", b)
+	}
+	long.Conn.Close()
+	batontest.Eventually(t, settle, func() bool { return l.node.bound() == 20*time.Second }, "bound %v, want lowered to 20s (the short lease still open)", l.node.bound())
+	f := c.other(l)
+	batontest.Eventually(t, settle, func() bool { return f.node.bound() == 20*time.Second }, "follower's bound %v, want 20s", f.node.bound())
+	short.Conn.Close()
+	batontest.Eventually(t, settle, func() bool { return l.node.bound() == 0 }, "bound %v, want 0 with no session", l.node.bound())
 }
 
 // TestLeaderCutOffStepsDown: a leader whose Raft links are all cut ends

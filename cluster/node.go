@@ -273,8 +273,10 @@ func (n *Node) establish() {
 				grace = 0
 			}
 			n.tok.setEpoch(res.Epoch)
-			n.srv.BeginTerm(time.Now().Add(grace))
+			// leading first: a session admitted by BeginTerm must find
+			// NoteLease willing.
 			n.leading.Store(true)
+			n.srv.BeginTerm(time.Now().Add(grace))
 			n.leaderChanges.Add(1)
 			n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(),
 				"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.HasHandoff)
