@@ -54,6 +54,8 @@ func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <
 	for c := range s.conns {
 		all = append(all, c)
 	}
+	// The holders are picked before anything ends: ending one promotes
+	// its waiter in the table (silently: serving is off).
 	for _, c := range all {
 		if c.inTable {
 			if in, ok := s.table.Session(now, c.id); ok && in.Held {
@@ -61,6 +63,8 @@ func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <
 				gone = append(gone, c.peerGone)
 			}
 		}
+	}
+	for _, c := range all {
 		s.endLocked(now, c, reason, msg, true)
 	}
 	s.mu.Unlock()

@@ -1,0 +1,81 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/server"
+	"github.com/batonlock/baton/wire"
+)
+
+// TestReplicatedTerms: a replicated server answers NOT_LEADER (with the
+// hint) until BeginTerm; EndTerm ends holder and waiter with NOT_LEADER at
+// once and promotes nobody on the way out; a new term starts empty.
+func TestReplicatedTerms(t *testing.T) {
+	t.Parallel()
+	hint := "10.0.0.2:7070"
+	ts := batontest.StartServer(t, func(c *server.Config) {
+		c.Replicated = true
+		c.LeaderHint = func() string { return hint }
+	})
+	if ts.Srv.Ready() || ts.Srv.Serving() {
+		t.Fatal("a replicated server is ready before its first term")
+	}
+	c := batontest.Dial(t, ts.Addr)
+	c.Acquire("jobs", longLease, false, "")
+	if f := c.ReadFrame(5 * time.Second); f.Type != wire.TypeError || f.Err.Code != wire.CodeNotLeader || f.Err.Msg != hint {
+		t.Fatalf("before BeginTerm: got %v, want ERROR NOT_LEADER %q", f, hint)
+	}
+
+	ts.Srv.BeginTerm(time.Time{})
+	if !ts.Srv.Ready() {
+		t.Fatal("not ready after BeginTerm")
+	}
+	h := batontest.Dial(t, ts.Addr)
+	h.Acquire("jobs", longLease, false, "")
+	if f := h.ReadFrame(5 * time.Second); f.Type != wire.TypeAcquired {
+		t.Fatalf("holder: got %v", f)
+	}
+	w := batontest.Dial(t, ts.Addr)
+	w.Acquire("jobs", longLease, false, "")
+	if f := w.ReadFrame(5 * time.Second); f.Type != wire.TypeWaiting {
+		t.Fatalf("waiter: got %v", f)
+	}
+	hint = ""
+	holders, closed := ts.Srv.EndTerm(server.ReasonNotLeader, "")
+	if holders != 1 {
+		t.Fatalf("EndTerm: %d holders, want 1", holders)
+	}
+	for name, conn := range map[string]*batontest.Conn{"holder": h, "waiter": w} {
+		if f := conn.ReadFrame(5 * time.Second); f.Type != wire.TypeError || f.Err.Code != wire.CodeNotLeader {
+			t.Fatalf("%s after EndTerm: got %v, want ERROR NOT_LEADER (and no promotion)", name, f)
+		}
+		conn.ExpectClosed(5 * time.Second)
+	}
+	h.Conn.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder's close was not seen")
+	}
+	if ts.Srv.Ready() {
+		t.Fatal("ready after EndTerm")
+	}
+
+	// A new term with a grace: WAITING, NOWAIT gets BUSY, then the push.
+	ts.Srv.BeginTerm(time.Now().Add(300 * time.Millisecond))
+	n := batontest.Dial(t, ts.Addr)
+	n.Acquire("jobs", longLease, false, "")
+	if f := n.ReadFrame(5 * time.Second); f.Type != wire.TypeWaiting || f.Position != 1 {
+		t.Fatalf("during the grace: got %v, want WAITING 1 (a fresh table)", f)
+	}
+	nw := batontest.Dial(t, ts.Addr)
+	nw.Acquire("other", longLease, true, "")
+	if f := nw.ReadFrame(5 * time.Second); f.Type != wire.TypeError || f.Err.Code != wire.CodeBusy {
+		t.Fatalf("NOWAIT during the failover grace: got %v, want ERROR BUSY", f)
+	}
+	if f := n.ReadFrame(5 * time.Second); f.Type != wire.TypeAcquired || !f.Push {
+		t.Fatalf("after the grace: got %v, want the ACQUIRED push", f)
+	}
+}
