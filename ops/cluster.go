@@ -114,6 +114,9 @@ func (h *handler) memberFail(w http.ResponseWriter, r *http.Request, err error) 
 	}
 }
 
+// forwardedBy names the follower that sent a request on to the leader.
+const forwardedBy = "X-Baton-Forwarded-By"
+
 // toLeader sends r on to the leader when this node is a follower, and
 // reports whether it did (or answered 503 for want of a leader). The
 // follower has checked the token already; the request keeps its
@@ -130,12 +133,18 @@ func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusServiceUnavailable, "no leader is known: the cluster is electing one, or has no quorum")
 		return true
 	}
+	if by := r.Header.Get(forwardedBy); by != "" {
+		// Two nodes that each believe the other leads would bounce the
+		// request between them: one hop only.
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("leadership is changing: node %s sent this on to %s, which does not lead either; retry", by, h.nodeID))
+		return true
+	}
 	target := &url.URL{Scheme: h.proxyScheme, Host: addr}
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
-			pr.Out.Header.Set("X-Baton-Forwarded-By", h.nodeID)
+			pr.Out.Header.Set(forwardedBy, h.nodeID)
 		},
 		Transport: h.proxyTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

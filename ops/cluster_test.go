@@ -161,6 +161,18 @@ func TestFollowerProxies(t *testing.T) {
 		t.Errorf("the leader saw %q, want %q", seen, want)
 	}
 	mu.Unlock()
+	// A request another follower already sent on is not sent on again.
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/locks", nil)
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("X-Baton-Forwarded-By", "n3")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a second hop: got %d, want 503", resp.StatusCode)
+	}
 	if m := object(t, do(t, srv, "GET", "/v1/cluster", auth, "")); m["role"] != "follower" {
 		t.Errorf("/v1/cluster on a follower: got %v", m)
 	}
