@@ -270,6 +270,7 @@ func (n *Node) establish() {
 		if err == nil {
 			grace := graceFor(res, n.cfg.LeaderLeaseTimeout)
 			if graceDisabled() {
+				n.log.Warn("failover grace switched off by BATON_TEST_DISABLE_GRACE (faultinject test build): grants may overlap the old leader's")
 				grace = 0
 			}
 			n.tok.setEpoch(res.Epoch)
