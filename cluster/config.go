@@ -3,6 +3,7 @@ package cluster
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -51,6 +52,10 @@ type Config struct {
 	TLS *tls.Config
 	// Logger receives leadership changes; nil means slog.Default().
 	Logger *slog.Logger
+	// RaftLog receives Raft's own warnings and errors (elections, failed
+	// heartbeats), as JSON lines if RaftLogJSON; nil means os.Stderr.
+	RaftLog     io.Writer
+	RaftLogJSON bool
 }
 
 // DefaultConfig returns the timers of `baton serve`, tuned for locks on a

@@ -99,7 +99,11 @@ func Open(cfg Config) (*Node, error) {
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr})
+	out := cfg.RaftLog
+	if out == nil {
+		out = os.Stderr
+	}
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: out, JSONFormat: cfg.RaftLogJSON})
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

@@ -314,7 +314,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	if o.cl.enabled() {
 		// Replicated mode: the tokens' epoch and the lease bound live in
 		// the Raft log under data-dir, not in the token store.
-		if node, err = openNode(o, logger); err != nil {
+		if node, err = openNode(o, logger, s.stderr); err != nil {
 			return nil, failure(s, name, err.Error())
 		}
 		cfg.Replicated = true

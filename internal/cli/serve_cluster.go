@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -150,7 +151,7 @@ func raftTLS(o *securityOptions) (*tls.Config, error) {
 }
 
 // openNode starts this node's Raft from the options.
-func openNode(o *serveOptions, logger *slog.Logger) (*cluster.Node, error) {
+func openNode(o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.Node, error) {
 	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir)
 	if err != nil {
 		return nil, err
@@ -159,6 +160,7 @@ func openNode(o *serveOptions, logger *slog.Logger) (*cluster.Node, error) {
 		return nil, err
 	}
 	cfg.Logger = logger
+	cfg.RaftLog, cfg.RaftLogJSON = stderr, o.logFormat == "json"
 	return cluster.Open(cfg)
 }
 
