@@ -374,7 +374,7 @@ func (n *Node) Handover() error {
 	if err := n.raft.LeadershipTransfer().Error(); err != nil {
 		return fmt.Errorf("leadership transfer: %w", err)
 	}
-	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "holders", holders,
+	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", n.fsm.get().Epoch, "holders", holders,
 		"handoff_bound", bound.String(), "transfer", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
