@@ -291,8 +291,22 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, err.Error())
 	}
 	logger := newLogger(s, o.logFormat, o.logLevel)
+	// Both listeners are bound before the data directory is touched: a port
+	// in use must leave nothing behind, and opening the token store spends
+	// an epoch (and may start a crash grace) that a failed start would waste.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
+	}
+	opsLn, err := net.Listen("tcp", o.opsAddr)
+	if err != nil {
+		ln.Close()
+		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
+	}
+	unbind := func() { ln.Close(); opsLn.Close() }
 	store, err := tokenstore.Open(o.dataDir)
 	if err != nil {
+		unbind()
 		return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
 	}
 	cfg := o.serverConfig()
@@ -310,20 +324,10 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
+		unbind()
 		return nil, failure(s, name, err.Error())
 	}
 
-	// Both listeners are bound before anything is served, so a port in use
-	// leaves nothing behind.
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
-	}
-	opsLn, err := net.Listen("tcp", o.opsAddr)
-	if err != nil {
-		ln.Close()
-		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
-	}
 
 	// Caught from here on: SIGHUP's default action would end the process.
 	hup := make(chan os.Signal, 1)
