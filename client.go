@@ -166,6 +166,12 @@ func (c *Client) await(ctx context.Context, s *session, lastErr error) (*Lock, e
 			<-s.done
 			return nil, acquireCtxError(ctx, s.name, lastErr, 0)
 		}
+		if s.ctx.Err() != nil {
+			// Lost as it was granted (a push read just before the deadline
+			// ran out): never hand over a Lock that is dead already.
+			<-s.done
+			return nil, s.err
+		}
 		return &Lock{name: s.name, token: token, s: s}, nil
 	case <-s.done:
 		if s.held {

@@ -337,8 +337,12 @@ func (s *session) unconfirmed() error {
 
 // end records why the session ended and cancels the Lock's context at once,
 // before the connection is closed.
+//
+// A grant already handed to Acquire counts as held even if run has not seen
+// it yet (the reader hands a push over directly): Acquire may have returned
+// that Lock, so its end must read as a loss.
 func (s *session) end(err error) {
-	if s.held && err != ErrReleased {
+	if (s.held || s.grantSent.Load()) && err != ErrReleased {
 		err = &lostError{name: s.name, cause: err}
 	}
 	s.err, s.endedAt = err, time.Now()
