@@ -328,7 +328,6 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, err.Error())
 	}
 
-
 	// Caught from here on: SIGHUP's default action would end the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
