@@ -21,6 +21,11 @@
 // that cannot use a callback, to be released with Release. WithNoWait(true)
 // makes either a try-lock that fails with ErrBusy.
 //
+// Locks are not re-entrant. Acquire or Do for a name that the same Client
+// already holds or waits for would queue behind its own caller, so it fails
+// at once with ErrAlreadyHeld; WithQueueBehindSelf(true) lets it queue, to
+// hand a lock on between goroutines of one process.
+//
 // # Ownership ends, work must stop
 //
 // A lock can end without Release: an operator force-releases it, the server

@@ -45,6 +45,9 @@ type session struct {
 	base     time.Time
 	deadline atomic.Int64 // nanoseconds after base
 
+	// ended is run once after done is closed (see onEnd).
+	ended atomic.Pointer[func()]
+
 	closeOnce sync.Once
 	closing   chan struct{} // closed by close: Release, or Acquire gave up
 	quit      chan struct{} // closed when run ends: read stops sending
@@ -355,4 +358,21 @@ func (s *session) finish() {
 	s.raw.Close()
 	<-s.readDone
 	close(s.done)
+	if f := s.ended.Swap(nil); f != nil {
+		(*f)()
+	}
+}
+
+// onEnd runs f once the session has ended: at once if it has, else when it
+// does. Whichever of finish and onEnd takes f from ended runs it.
+func (s *session) onEnd(f func()) {
+	p := &f
+	s.ended.Store(p)
+	select {
+	case <-s.done:
+		if s.ended.CompareAndSwap(p, nil) {
+			f()
+		}
+	default:
+	}
 }
