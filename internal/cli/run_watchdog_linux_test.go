@@ -109,7 +109,6 @@ func TestRunLockLostStopsEscapedProcesses(t *testing.T) {
 	}
 }
 
-
 // TestRunStopsBeforeTheLockMoves: a holder cut off from the server learns
 // of the loss at 0.8 × lease, and the default kill grace (lease/10) has a
 // command that ignores SIGTERM dead by 0.9 × lease (a 2 s lease: 200 ms to
