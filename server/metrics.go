@@ -24,9 +24,9 @@ type metrics struct {
 	handoverTime   prometheus.Histogram
 	// waitTime and holdTime are per lock name, for dashboards; names past
 	// maxLockLabels share the label otherLocks (see lockLabel).
-	waitTime   *prometheus.HistogramVec
-	holdTime   *prometheus.HistogramVec
-	lockLabels map[string]struct{} // guarded by Server.mu
+	waitTime       *prometheus.HistogramVec
+	holdTime       *prometheus.HistogramVec
+	lockLabels     map[string]struct{} // guarded by Server.mu
 	expiredHolding prometheus.Counter
 	expiredWaiting prometheus.Counter
 	heartbeats     prometheus.Counter
