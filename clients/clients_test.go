@@ -1,0 +1,59 @@
+// Package clients holds the clients in other languages (python/, and
+// typescript/ to come). Its Go tests run their suites against the real
+// server, so the README's `go test ./...` covers them.
+package clients
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildBaton builds the real binary into a temporary directory.
+func buildBaton(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary and runs another language's suite; skipped in -short mode")
+	}
+	out := filepath.Join(t.TempDir(), "baton")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/batonlock/baton/cmd/baton")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/baton: %v\n%s", err, b)
+	}
+	return out
+}
+
+// need finds tool on PATH. Missing, it fails the test in CI (a missing
+// install step must not pass as a skip) and skips it, visibly, elsewhere.
+func need(t *testing.T, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not installed: the other-language client suite cannot run (CI=%s)", tool, os.Getenv("CI"))
+	}
+	t.Skipf("SKIPPED: %s is not installed, so its client suite did not run", tool)
+	return ""
+}
+
+// TestPythonClient runs the Python client's unittest suite against the real
+// server.
+func TestPythonClient(t *testing.T) {
+	py := need(t, "python3")
+	bin := buildBaton(t)
+	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-v")
+	cmd.Dir = "python"
+	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("python3 -m unittest (clients/python):\n%s", out)
+	if err != nil {
+		t.Fatalf("the Python client's suite failed: %v", err)
+	}
+	if !strings.Contains(string(out), "\nOK") {
+		t.Fatalf("the Python client's suite did not end with OK")
+	}
+}
