@@ -10,7 +10,7 @@ import time
 from typing import Callable, List, Optional
 
 from . import wire
-from .errors import ConnectionBroken, Error, LockLost, Unconfirmed, error_for_code
+from .errors import ConnectionBroken, Error, LockLost, Unauthorized, Unconfirmed, error_for_code
 
 # The floor of the heartbeat interval: it only stops a slow link from
 # driving the interval to zero (see the Go client's heartbeat.go).
@@ -190,6 +190,14 @@ class Session:
                 data = self.sock.recv(4096)
             except (socket.timeout, ssl.SSLWantReadError):
                 continue  # part of a TLS record; the deadline check decides
+            except ssl.SSLError as e:
+                if "CERTIFICATE" in str(e).upper():
+                    # The server refused our certificate (or its absence):
+                    # a configuration error that no retry will fix.
+                    self._end(Unauthorized(f"TLS: {self.addr} refused this client: {e.reason or e}"))
+                else:
+                    self._end(ConnectionBroken(f"read from {self.addr}: {e}"))
+                return
             except (OSError, ValueError) as e:
                 self._end(ConnectionBroken(f"read from {self.addr}: {e}"))
                 return
