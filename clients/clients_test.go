@@ -11,16 +11,16 @@ import (
 	"testing"
 )
 
-// buildBaton builds the real binary into a temporary directory.
-func buildBaton(t *testing.T) string {
+// build builds the command pkg into a temporary directory.
+func build(t *testing.T, pkg string) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("builds the binary and runs another language's suite; skipped in -short mode")
+		t.Skip("builds binaries and runs another language's suite; skipped in -short mode")
 	}
-	out := filepath.Join(t.TempDir(), "baton")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/batonlock/baton/cmd/baton")
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/baton: %v\n%s", err, b)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
 }
@@ -44,10 +44,11 @@ func need(t *testing.T, tool string) string {
 // server.
 func TestPythonClient(t *testing.T) {
 	py := need(t, "python3")
-	bin := buildBaton(t)
+	bin := build(t, "github.com/batonlock/baton/cmd/baton")
+	proxy := build(t, "github.com/batonlock/baton/internal/faultproxy/cmd/faultproxy")
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-v")
 	cmd.Dir = "python"
-	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "BATON_FAULTPROXY_BIN="+proxy, "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("python3 -m unittest (clients/python):\n%s", out)
 	if err != nil {

@@ -371,6 +371,116 @@ class TestTLS(unittest.TestCase):
             baton.Client([addr], lease=2, ssl_context=bare).acquire("py/tls", timeout=5)
 
 
+_proxy_bin: "str | None" = None
+
+
+def faultproxy_bin() -> str:
+    global _proxy_bin
+    if os.environ.get("BATON_FAULTPROXY_BIN"):
+        return os.environ["BATON_FAULTPROXY_BIN"]
+    if _proxy_bin is None:
+        out = os.path.join(tempfile.mkdtemp(prefix="baton-py-"), "faultproxy")
+        subprocess.run(["go", "build", "-o", out, "./internal/faultproxy/cmd/faultproxy"], cwd=REPO, check=True)
+        _proxy_bin = out
+    return _proxy_bin
+
+
+class Proxy:
+    """The project's fault proxy, as a process, in front of a server."""
+
+    def __init__(self, target: str, delay: str = "0s") -> None:
+        self.log = os.path.join(tempfile.mkdtemp(prefix="baton-py-proxy-"), "frames.jsonl")
+        self.proc = subprocess.Popen([faultproxy_bin(), "-target", target, "-delay", delay, "-log", self.log],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline().split()
+        assert first[:1] == ["listening"], first
+        self.addr = first[1]
+
+    def command(self, line: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if answer != "ok":
+            raise RuntimeError(f"faultproxy {line!r}: {answer}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def chunks(self) -> "list[dict]":
+        with open(self.log, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+class TestThroughFaultProxy(ServerCase):
+    def test_heartbeat_interval_under_delay(self) -> None:
+        """With 20 ms added each way, each heartbeat leaves clamp(lease/4 -
+        2 x srtt, 1 ms, lease/4) after the reply to the previous request, as
+        the proxy's frame log shows (srtt computed from the same log)."""
+        lease = 0.4
+        proxy = Proxy(self.srv.addr, "20ms")
+        self.addCleanup(proxy.stop)
+        held = baton.Client([proxy.addr], lease=lease).acquire("py/beat")
+        time.sleep(2.0)
+        held.release()
+        time.sleep(0.1)
+        up = [c for c in proxy.chunks() if c["dir"] == "up" and c["link"] == 1]
+        down = [c for c in proxy.chunks() if c["dir"] == "down" and c["link"] == 1]
+        # One request, one reply, in order: pair them.
+        n = min(len(up), len(down))
+        self.assertGreater(n, 8, f"only {n} round trips in 2 s")
+        srtt, gaps = 0.0, []
+        for i in range(n):
+            rtt = (down[i]["sent_ns"] - up[i]["read_ns"]) / 1e9
+            srtt = rtt if i == 0 else (4 * srtt + rtt) / 5
+            if i + 1 < len(up) and up[i + 1]["hex"] == "020000":
+                want = min(max(lease / 4 - 2 * srtt, 0.001), lease / 4)
+                got = (up[i + 1]["read_ns"] - down[i]["sent_ns"]) / 1e9
+                gaps.append((got, want))
+        settled = gaps[3:]
+        errs = sorted(abs(g - w) for g, w in settled)
+        median_err = errs[len(errs) // 2]
+        print(f"\n  heartbeat after reply: got {[round(g * 1000, 1) for g, _ in settled[:5]]} ms, "
+              f"formula {[round(w * 1000, 1) for _, w in settled[:5]]} ms; median error {median_err * 1000:.2f} ms",
+              file=sys.stderr)
+        self.assertLess(median_err, 0.010)
+
+    def test_frozen_link_ends_ownership_before_the_server_moves_the_lock(self) -> None:
+        lease = 1.0
+        proxy = Proxy(self.srv.addr)
+        self.addCleanup(proxy.stop)
+        held = baton.Client([proxy.addr], lease=lease).acquire("py/frozen")
+        granted = {}
+
+        def next_holder() -> None:
+            h = baton.Client([self.srv.addr], lease=lease).acquire("py/frozen", timeout=20)
+            granted["at"] = time.monotonic()
+            h.release()
+
+        t = threading.Thread(target=next_holder)
+        t.start()
+        time.sleep(0.3)
+        stalled_at = time.monotonic()
+        proxy.command("stall both")
+        self.assertTrue(held.lost.wait(5))
+        lost_at = time.monotonic()
+        t.join(20)
+        self.assertIsInstance(held.cause, baton.Unconfirmed)
+        print(f"\n  frozen link: lost {(lost_at - stalled_at) * 1000:.0f} ms after the stall; "
+              f"next holder granted {(granted['at'] - lost_at) * 1000:.0f} ms after that", file=sys.stderr)
+        # The last confirmed send came before the stall: 0.8 x lease after it
+        # at the latest (plus a loaded machine's timer slack).
+        self.assertLess(lost_at - stalled_at, 0.8 * lease + 0.1)
+        self.assertLess(lost_at, granted["at"], "the old holder still believed in the lock after the next grant")
+        held.release()
+
+
 class TestUnreachable(unittest.TestCase):
     def test_no_server(self) -> None:
         c = baton.Client(["127.0.0.1:1"], lease=1)
