@@ -1,5 +1,5 @@
-// Package clients holds the clients in other languages (python/, and
-// typescript/ to come). Its Go tests run their suites against the real
+// Package clients holds the clients in other languages (python/ and
+// typescript/). Its Go tests run their suites against the real
 // server, so the README's `go test ./...` covers them.
 package clients
 
@@ -56,5 +56,33 @@ func TestPythonClient(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "\nOK") {
 		t.Fatalf("the Python client's suite did not end with OK")
+	}
+}
+
+// TestTypeScriptClient runs the TypeScript client's node --test suite
+// against the real server, after `npm ci` when its dependencies (the
+// compiler) are not installed yet.
+func TestTypeScriptClient(t *testing.T) {
+	need(t, "node")
+	npm := need(t, "npm")
+	bin := build(t, "github.com/batonlock/baton/cmd/baton")
+	proxy := build(t, "github.com/batonlock/baton/internal/faultproxy/cmd/faultproxy")
+	if _, err := os.Stat(filepath.Join("typescript", "node_modules", "typescript")); err != nil {
+		ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+		ci.Dir = "typescript"
+		if out, err := ci.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci (clients/typescript): %v\n%s", err, out)
+		}
+	}
+	cmd := exec.Command(npm, "test")
+	cmd.Dir = "typescript"
+	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "BATON_FAULTPROXY_BIN="+proxy)
+	out, err := cmd.CombinedOutput()
+	t.Logf("npm test (clients/typescript):\n%s", out)
+	if err != nil {
+		t.Fatalf("the TypeScript client's suite failed: %v", err)
+	}
+	if !strings.Contains(string(out), "# fail 0") {
+		t.Fatalf("the TypeScript client's suite did not report 0 failures")
 	}
 }
