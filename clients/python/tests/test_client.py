@@ -481,6 +481,63 @@ class TestThroughFaultProxy(ServerCase):
         held.release()
 
 
+class Follower:
+    """A fake follower: answers every connection's first frame with ERROR
+    NOT_LEADER carrying hint, and counts the connections."""
+
+    def __init__(self, hint: str) -> None:
+        import socket
+
+        self.hint = hint
+        self.accepted = 0
+        self.ln = socket.socket()
+        self.ln.bind(("127.0.0.1", 0))
+        self.ln.listen(16)
+        self.addr = "127.0.0.1:%d" % self.ln.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.ln.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.recv(1024)
+                msg = self.hint.encode()
+                conn.sendall(wire.encode_frame(wire.T_ERROR, bytes([0x03]) + msg))
+
+    def close(self) -> None:
+        self.ln.close()
+
+
+class TestNotLeader(ServerCase):
+    def test_follows_the_hint_on_the_list(self) -> None:
+        f = Follower(self.srv.addr)
+        self.addCleanup(f.close)
+        c = baton.Client([f.addr, self.srv.addr], lease=2)
+        with c.lock("py/leader", timeout=10) as held:
+            self.assertGreater(held.token, 0)
+        self.assertEqual(f.accepted, 1, "the hint should have been followed at once")
+
+    def test_hint_off_the_list_is_not_followed(self) -> None:
+        f = Follower("203.0.113.9:7070")  # not on the list: never dialled
+        self.addCleanup(f.close)
+        c = baton.Client([f.addr, self.srv.addr], lease=2)
+        with c.lock("py/leader2", timeout=10) as held:
+            self.assertGreater(held.token, 0)
+
+    def test_only_followers(self) -> None:
+        f = Follower("")
+        self.addCleanup(f.close)
+        c = baton.Client([f.addr], lease=2)
+        with self.assertRaises(TimeoutError) as cm:
+            c.acquire("py/leader3", timeout=1.0)
+        self.assertIn("NOT_LEADER", str(cm.exception))
+        self.assertLess(f.accepted, 40, "rotation must back off, not spin")
+
+
 class TestUnreachable(unittest.TestCase):
     def test_no_server(self) -> None:
         c = baton.Client(["127.0.0.1:1"], lease=1)
