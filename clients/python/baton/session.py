@@ -128,9 +128,10 @@ class Session:
                 err_out = err
             self.error = err_out
             self.state = ENDED
-            callbacks = self._on_loss if held and err_out is not None else []
+            lost = held and err_out is not None
+            callbacks = self._on_loss if lost else []
             self._on_loss = []
-            if callbacks or (held and err_out is not None):
+            if lost:
                 self.lost.set()
             self.cond.notify_all()
         for f in callbacks:
