@@ -80,3 +80,23 @@ func TestNotReentrant(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseFreesTheNameAtOnce: after Release returns, the same Client may
+// take the name again at once (the name is freed before Release returns,
+// not some time after).
+func TestReleaseFreesTheNameAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, pn := newPipeClient(t, []string{"pipe:1"})
+		for i := range 200 {
+			ch := goAcquire(context.Background(), c, "jobs")
+			p := pn.accept(t)
+			p.next(t, wire.TypeAcquire)
+			p.acquired(t, uint64(i+1))
+			r := result(t, ch)
+			if r.err != nil {
+				t.Fatalf("Acquire #%d right after a Release: %v", i+1, r.err)
+			}
+			r.l.Release()
+		}
+	})
+}

@@ -45,8 +45,10 @@ type session struct {
 	base     time.Time
 	deadline atomic.Int64 // nanoseconds after base
 
-	// ended is run once after done is closed (see onEnd).
-	ended atomic.Pointer[func()]
+	// endMu guards finished and onEnded (see onEnd).
+	endMu    sync.Mutex
+	finished bool
+	onEnded  func()
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by close: Release, or Acquire gave up
@@ -357,22 +359,25 @@ func (s *session) finish() {
 	close(s.quit)
 	s.raw.Close()
 	<-s.readDone
-	close(s.done)
-	if f := s.ended.Swap(nil); f != nil {
-		(*f)()
+	s.endMu.Lock()
+	s.finished = true
+	f := s.onEnded
+	s.endMu.Unlock()
+	if f != nil {
+		f() // before done is closed: Release returns only after it ran
 	}
+	close(s.done)
 }
 
-// onEnd runs f once the session has ended: at once if it has, else when it
-// does. Whichever of finish and onEnd takes f from ended runs it.
+// onEnd runs f once the session has ended, before done is closed: at once
+// if it has ended already, else when it does.
 func (s *session) onEnd(f func()) {
-	p := &f
-	s.ended.Store(p)
-	select {
-	case <-s.done:
-		if s.ended.CompareAndSwap(p, nil) {
-			f()
-		}
-	default:
+	s.endMu.Lock()
+	if s.finished {
+		s.endMu.Unlock()
+		f()
+		return
 	}
+	s.onEnded = f
+	s.endMu.Unlock()
 }
