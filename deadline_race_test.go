@@ -122,3 +122,50 @@ func pushNearDeadline(conn net.Conn, timeout time.Duration) {
 		}
 	}
 }
+
+// TestPushFollowedByErrorIsNoGrant: a promotion push that arrives together
+// with the ERROR that ended the session right after it (a force-release
+// just after the promotion, delivered at once by a slow link) never gives
+// Acquire a Lock: the grant was over before the client saw it, and a Lock
+// returned then would overlap the next holder's.
+func TestPushFollowedByErrorIsNoGrant(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serving sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); serving.Wait() })
+	serving.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			serving.Go(func() {
+				defer conn.Close()
+				var h [wire.HeaderSize + wire.MaxFrame]byte
+				if _, err := conn.Read(h[:]); err != nil {
+					return
+				}
+				both := wire.AppendAcquired(nil, true, 9)
+				both = wire.AppendError(both, wire.CodeForceReleased, "taken away")
+				conn.Write(both) // one write: read together
+				io.Copy(io.Discard, conn)
+			})
+		}
+	})
+	c, err := New([]string{ln.Addr().String()}, WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		l, err := c.Acquire(context.Background(), "pushed-and-taken")
+		if err == nil {
+			l.Release()
+			t.Fatalf("try %d: Acquire returned a Lock (token %d) whose grant had already ended", i, l.Token())
+		}
+		if !errors.Is(err, ErrForceReleased) {
+			t.Fatalf("try %d: %v, want ErrForceReleased", i, err)
+		}
+	}
+}

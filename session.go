@@ -130,19 +130,40 @@ func (s *session) read() {
 	var buf [wire.MaxFrame]byte
 	for {
 		ev := s.readFrame(br, &buf)
-		if ev.kind == evPush && ev.at.Sub(s.base) < time.Duration(s.deadline.Load()) {
-			// The promotion is confirmed (run checks the same deadline, and
-			// ends the session with a violation if a push comes twice).
-			s.sendGrant(ev.token)
+		if ev.kind == evPush && br.Buffered() > 0 {
+			// Bytes came in behind the push. If they end the session (the
+			// ERROR of a force-release or a shutdown that followed the
+			// promotion at once, delivered together by a slow link), the
+			// grant is never handed over: it was over before we saw it.
+			next := s.readFrame(br, &buf)
+			if next.kind >= evError {
+				ev = next
+			} else {
+				if !s.emit(ev) {
+					return
+				}
+				ev = next
+			}
 		}
-		select {
-		case s.events <- ev:
-		case <-s.quit:
+		if !s.emit(ev) || ev.kind >= evError {
 			return
 		}
-		if ev.kind >= evError {
-			return
-		}
+	}
+}
+
+// emit hands ev to run, and a confirmed promotion straight to Acquire. It
+// reports false once run has ended.
+func (s *session) emit(ev event) bool {
+	if ev.kind == evPush && ev.at.Sub(s.base) < time.Duration(s.deadline.Load()) {
+		// The promotion is confirmed (run checks the same deadline, and
+		// ends the session with a violation if a push comes twice).
+		s.sendGrant(ev.token)
+	}
+	select {
+	case s.events <- ev:
+		return true
+	case <-s.quit:
+		return false
 	}
 }
 
