@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 type Client struct {
 	addrs []string
 	set   settings
+	// inUse counts, per lock name, the Acquire calls under way and the
+	// Locks not yet ended, to refuse re-entrant use (ErrAlreadyHeld).
+	inUseMu sync.Mutex
+	inUse   map[string]int
 	// last is the index of the address that last answered: new sessions
 	// start there, so after a failover they go straight to the survivor.
 	last atomic.Uint32
@@ -103,6 +108,47 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 	if err != nil {
 		return nil, &opError{op: "acquire", name: name, err: err}
 	}
+	// A NOWAIT call cannot wait on itself: the server answers it BUSY.
+	if !c.claim(name, set.queueBehindSelf || set.noWait) {
+		return nil, &opError{op: "acquire", name: name, err: ErrAlreadyHeld}
+	}
+	l, err := c.acquireLoop(ctx, name, parent, &set, frame, lease)
+	if err != nil {
+		c.unclaim(name)
+		return nil, err
+	}
+	l.s.onEnd(func() { c.unclaim(name) })
+	return l, nil
+}
+
+// claim counts one more use of name, unless it is in use already and
+// queueing behind itself was not asked for.
+func (c *Client) claim(name string, queueBehindSelf bool) bool {
+	c.inUseMu.Lock()
+	defer c.inUseMu.Unlock()
+	if c.inUse[name] > 0 && !queueBehindSelf {
+		return false
+	}
+	if c.inUse == nil {
+		c.inUse = make(map[string]int)
+	}
+	c.inUse[name]++
+	return true
+}
+
+// unclaim ends one use of name: an Acquire that failed, or a Lock's session
+// that ended.
+func (c *Client) unclaim(name string) {
+	c.inUseMu.Lock()
+	defer c.inUseMu.Unlock()
+	if c.inUse[name]--; c.inUse[name] <= 0 {
+		delete(c.inUse, name)
+	}
+}
+
+// acquireLoop connects, waits and reconnects until the lock is granted, the
+// session fails for good, or ctx ends.
+func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Context, set *settings, frame []byte, lease time.Duration) (*Lock, error) {
 	var (
 		idx      = int(c.last.Load()) % len(c.addrs)
 		reached  bool  // some server was reached during this call
@@ -113,7 +159,7 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 		if ctx.Err() != nil {
 			return nil, acquireCtxError(ctx, name, lastErr, 0)
 		}
-		s, err := c.connect(ctx, parent, &set, &idx, name, lease, frame)
+		s, err := c.connect(ctx, parent, set, &idx, name, lease, frame)
 		if err != nil {
 			if ctxEnded(ctx) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
@@ -165,6 +211,12 @@ func (c *Client) await(ctx context.Context, s *session, lastErr error) (*Lock, e
 			s.close()
 			<-s.done
 			return nil, acquireCtxError(ctx, s.name, lastErr, 0)
+		}
+		if s.ctx.Err() != nil {
+			// Lost as it was granted (a push read just before the deadline
+			// ran out): never hand over a Lock that is dead already.
+			<-s.done
+			return nil, s.err
 		}
 		return &Lock{name: s.name, token: token, s: s}, nil
 	case <-s.done:

@@ -21,6 +21,11 @@
 // that cannot use a callback, to be released with Release. WithNoWait(true)
 // makes either a try-lock that fails with ErrBusy.
 //
+// Locks are not re-entrant. Acquire or Do for a name that the same Client
+// already holds or waits for would queue behind its own caller, so it fails
+// at once with ErrAlreadyHeld; WithQueueBehindSelf(true) lets it queue, to
+// hand a lock on between goroutines of one process.
+//
 // # Ownership ends, work must stop
 //
 // A lock can end without Release: an operator force-releases it, the server
@@ -45,8 +50,12 @@
 //	safeRTT       = 2 * smoothedRTT  // EWMA of reply round trips, alpha 0.2
 //	interval      = clamp(baseInterval - safeRTT, 1ms, baseInterval)
 //
-// The interval runs from one reply to the next heartbeat, and at most one
-// heartbeat is in flight, so each reply answers the one request outstanding.
+// The interval runs from the arrival of one reply to the send of the next
+// heartbeat (not from send to send), and at most one heartbeat is in flight,
+// so each reply answers the one request outstanding. Send to send, the gap
+// is therefore the round trip plus the interval, about lease/4 − RTT: with a
+// 400ms lease and a 30ms round trip, 40ms after each reply, 70ms between
+// sends, and a confirmed request about every 100ms.
 // The first round trip (that of ACQUIRE) seeds the average whole. The floor
 // of 1ms only stops a slow link from driving the interval to zero; where
 // lease/4 is below it, lease/4 wins. With a 10s lease on a 100ms round trip,

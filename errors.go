@@ -29,6 +29,14 @@ var (
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("lock released")
 
+	// ErrAlreadyHeld: Acquire or Do was called for a name that the same
+	// Client already holds or waits for. Locks are not re-entrant: such a
+	// call would queue behind its own caller and, if the caller waits for
+	// it, never be granted. It is refused at once, without dialling, unless
+	// WithQueueBehindSelf(true) asks for exactly that. A WithNoWait(true)
+	// call is not refused: it cannot wait, and the server answers ErrBusy.
+	ErrAlreadyHeld = errors.New("lock already held or awaited through this client (locks are not re-entrant)")
+
 	// Server conditions (0x01-0x0F). While waiting, the client handles these
 	// itself by reconnecting; callers see them only once the lock was held
 	// (wrapped with ErrLockLost) or in the last error when ctx ends.

@@ -36,6 +36,8 @@ type settings struct {
 	dialTimeout time.Duration
 	tlsConfig   *tls.Config
 	waiting     func(position int)
+	// queueBehindSelf: WithQueueBehindSelf.
+	queueBehindSelf bool
 }
 
 // WithLease sets the lease: how long the server waits in silence before it
@@ -74,6 +76,15 @@ func WithTLSConfig(cfg *tls.Config) Option { return func(s *settings) { s.tlsCon
 // must return at once (hand the value on without blocking); nil, the
 // default, reports nothing. For progress displays such as baton run's.
 func WithWaitingFunc(f func(position int)) Option { return func(s *settings) { s.waiting = f } }
+
+// WithQueueBehindSelf lets Acquire and Do take a place in the queue of a
+// name that the same Client already holds or waits for; it is then granted
+// only after that other Lock is released. Without it such a call fails at
+// once with ErrAlreadyHeld (a WithNoWait call gets ErrBusy from the
+// server instead): locks are not re-entrant, and a caller that waits for
+// itself waits forever. Give it to hand a lock on between
+// goroutines of one process.
+func WithQueueBehindSelf(ok bool) Option { return func(s *settings) { s.queueBehindSelf = ok } }
 
 func defaultSettings() settings {
 	return settings{

@@ -45,6 +45,11 @@ type session struct {
 	base     time.Time
 	deadline atomic.Int64 // nanoseconds after base
 
+	// endMu guards finished and onEnded (see onEnd).
+	endMu    sync.Mutex
+	finished bool
+	onEnded  func()
+
 	closeOnce sync.Once
 	closing   chan struct{} // closed by close: Release, or Acquire gave up
 	quit      chan struct{} // closed when run ends: read stops sending
@@ -125,19 +130,40 @@ func (s *session) read() {
 	var buf [wire.MaxFrame]byte
 	for {
 		ev := s.readFrame(br, &buf)
-		if ev.kind == evPush && ev.at.Sub(s.base) < time.Duration(s.deadline.Load()) {
-			// The promotion is confirmed (run checks the same deadline, and
-			// ends the session with a violation if a push comes twice).
-			s.sendGrant(ev.token)
+		if ev.kind == evPush && br.Buffered() > 0 {
+			// Bytes came in behind the push. If they end the session (the
+			// ERROR of a force-release or a shutdown that followed the
+			// promotion at once, delivered together by a slow link), the
+			// grant is never handed over: it was over before we saw it.
+			next := s.readFrame(br, &buf)
+			if next.kind >= evError {
+				ev = next
+			} else {
+				if !s.emit(ev) {
+					return
+				}
+				ev = next
+			}
 		}
-		select {
-		case s.events <- ev:
-		case <-s.quit:
+		if !s.emit(ev) || ev.kind >= evError {
 			return
 		}
-		if ev.kind >= evError {
-			return
-		}
+	}
+}
+
+// emit hands ev to run, and a confirmed promotion straight to Acquire. It
+// reports false once run has ended.
+func (s *session) emit(ev event) bool {
+	if ev.kind == evPush && ev.at.Sub(s.base) < time.Duration(s.deadline.Load()) {
+		// The promotion is confirmed (run checks the same deadline, and
+		// ends the session with a violation if a push comes twice).
+		s.sendGrant(ev.token)
+	}
+	select {
+	case s.events <- ev:
+		return true
+	case <-s.quit:
+		return false
 	}
 }
 
@@ -337,8 +363,12 @@ func (s *session) unconfirmed() error {
 
 // end records why the session ended and cancels the Lock's context at once,
 // before the connection is closed.
+//
+// A grant already handed to Acquire counts as held even if run has not seen
+// it yet (the reader hands a push over directly): Acquire may have returned
+// that Lock, so its end must read as a loss.
 func (s *session) end(err error) {
-	if s.held && err != ErrReleased {
+	if (s.held || s.grantSent.Load()) && err != ErrReleased {
 		err = &lostError{name: s.name, cause: err}
 	}
 	s.err, s.endedAt = err, time.Now()
@@ -350,5 +380,25 @@ func (s *session) finish() {
 	close(s.quit)
 	s.raw.Close()
 	<-s.readDone
+	s.endMu.Lock()
+	s.finished = true
+	f := s.onEnded
+	s.endMu.Unlock()
+	if f != nil {
+		f() // before done is closed: Release returns only after it ran
+	}
 	close(s.done)
+}
+
+// onEnd runs f once the session has ended, before done is closed: at once
+// if it has ended already, else when it does.
+func (s *session) onEnd(f func()) {
+	s.endMu.Lock()
+	if s.finished {
+		s.endMu.Unlock()
+		f()
+		return
+	}
+	s.onEnded = f
+	s.endMu.Unlock()
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/batonlock/baton/wire"
@@ -21,6 +22,11 @@ type metrics struct {
 	grantPromotion prometheus.Counter
 	handovers      map[EndReason]prometheus.Counter
 	handoverTime   prometheus.Histogram
+	// waitTime and holdTime are per lock name, for dashboards; names past
+	// maxLockLabels share the label otherLocks (see lockLabel).
+	waitTime       *prometheus.HistogramVec
+	holdTime       *prometheus.HistogramVec
+	lockLabels     map[string]struct{} // guarded by Server.mu
 	expiredHolding prometheus.Counter
 	expiredWaiting prometheus.Counter
 	heartbeats     prometheus.Counter
@@ -98,6 +104,18 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized} {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
 	}
+	m.waitTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "baton_wait_seconds",
+		Help:    "Time from ACQUIRE to grant (0 for a lock granted at once), per lock; locks past the first " + itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
+		Buckets: lockTimeBuckets,
+	}, []string{"lock"})
+	m.holdTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "baton_hold_seconds",
+		Help:    "Time from grant to the end of the holder's session, per lock; locks past the first " + itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
+		Buckets: lockTimeBuckets,
+	}, []string{"lock"})
+	m.lockLabels = make(map[string]struct{})
+	reg.MustRegister(m.waitTime, m.holdTime)
 	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, handovers, m.handoverTime,
 		expiries, m.heartbeats, protoErrs, refusals, ended, m.aclRefusals,
 		collectors.NewGoCollector(),
@@ -118,3 +136,30 @@ func (m *metrics) registerGrace(reg *prometheus.Registry, until time.Time) {
 		return max(time.Until(until).Seconds(), 0)
 	}))
 }
+
+// maxLockLabels bounds the lock names that get series of their own in
+// baton_wait_seconds and baton_hold_seconds: names are chosen by clients,
+// and a series per name without a bound would let them grow the server's
+// memory and every scrape without end.
+const maxLockLabels = 1000
+
+// otherLocks is the label of the locks past maxLockLabels.
+const otherLocks = "_other"
+
+// lockTimeBuckets span a fast handover to a long batch job: 1 ms to ~4.6 h.
+var lockTimeBuckets = prometheus.ExponentialBuckets(0.001, 4, 12)
+
+// lockLabel is the lock label of name: the name itself for the first
+// maxLockLabels names seen, otherLocks after. Server.mu must be held.
+func (m *metrics) lockLabel(name string) string {
+	if _, ok := m.lockLabels[name]; ok {
+		return name
+	}
+	if len(m.lockLabels) >= maxLockLabels {
+		return otherLocks
+	}
+	m.lockLabels[name] = struct{}{}
+	return name
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -290,8 +290,10 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 	// A client that stalls after its ClientHello is cut too.
 	t.Run("after the ClientHello", func(t *testing.T) {
 		t.Parallel()
-		nc := batontest.Dial(t, s.ts.Addr).Conn
+		// Before the dial: the server may accept, and start its clock,
+		// before Dial returns here.
 		start := time.Now()
+		nc := batontest.Dial(t, s.ts.Addr).Conn
 		stall := &stallAfterFirstWrite{Conn: nc}
 		tc := tls.Client(stall, s.clientConfig(ca.Client(t, "slow")))
 		tc.SetDeadline(time.Now().Add(io + 2*time.Second))

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -211,5 +212,30 @@ func TestBinaryVersion(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(out), "baton ") {
 		t.Errorf("baton version: %q, want \"baton VERSION ...\"", out)
+	}
+}
+
+// TestBinaryBindFailureLeavesDataDir: a serve that cannot bind its port
+// exits 1 without touching the data directory, so no epoch is spent and no
+// crash grace is started by a start that never served.
+func TestBinaryBindFailureLeavesDataDir(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for flag, other := range map[string]string{"-addr": "-ops-addr", "-ops-addr": "-addr"} {
+		cmd := batonCmd(t, "serve", flag, taken.Addr().String(), other, "127.0.0.1:0")
+		dataDir := filepath.Join(cmd.Dir, "baton-data")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			t.Errorf("serve %s %s (in use): exit code %d, want 1; stderr %q", flag, taken.Addr(), code, stderr.String())
+		}
+		if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+			t.Errorf("serve %s on a port in use: data dir %s exists (stat: %v), want untouched", flag, dataDir, err)
+		}
 	}
 }

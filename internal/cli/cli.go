@@ -31,6 +31,11 @@ const (
 // returns the process's exit status. Cancelling ctx (main does so on SIGTERM
 // or SIGINT) starts a controlled shutdown of a long-running command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == WatchdogArg {
+		// Not a subcommand: baton run starting itself as its command's
+		// watchdog (run_watchdog_linux.go).
+		return RunWatchdog(args[1:])
+	}
 	return run(ctx, args, &sys{stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv})
 }
 
@@ -89,6 +94,9 @@ func run(ctx context.Context, args []string, s *sys) int {
 	case "-h", "-help", "--help":
 		printUsage(s.stdout)
 		return exitOK
+	case "-version", "--version":
+		c := versionCommand()
+		return c.run(ctx, s, c, args[1:])
 	}
 	if strings.HasPrefix(name, "-") {
 		return usageError(s, "", fmt.Sprintf("unknown flag %s (flags go after the command)", name))
@@ -191,12 +199,15 @@ func versionCommand() *command {
 	return &command{
 		name:    "version",
 		summary: "print the version of baton",
-		usage:   "baton version",
-		help: `Prints the version of the main module baton was built from ("(devel)" for
-a build from a work tree) and the Go version.
+		usage:   "baton version  (or baton -version)",
+		help: `Prints the version, the commit and the Go version baton was built with. A
+release build (scripts/dist.sh) sets the version and the commit; other builds
+take them from the Go tool's build information ("(devel)" for a build from a
+work tree).
 
 Example:
   baton version
+  (prints: baton v1.4.0 (commit 3f2a9c1d0e4b) go1.26.8 linux/amd64)
 `,
 		run: runVersion,
 	}
@@ -210,14 +221,54 @@ func runVersion(_ context.Context, s *sys, c *command, args []string) int {
 	if fs.NArg() > 0 {
 		return usageError(s, "version", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
-	fmt.Fprintf(s.stdout, "baton %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(s.stdout, "baton %s (commit %s) %s %s/%s\n", version(), commit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return exitOK
 }
 
-// version is the main module's version from the build information.
+// Set at build time by the release build (scripts/dist.sh):
+//
+//	-ldflags "-X github.com/batonlock/baton/internal/cli.buildVersion=v1.2.3
+//	          -X github.com/batonlock/baton/internal/cli.buildCommit=abc1234"
+//
+// Empty in other builds, which fall back to the build information.
+var (
+	buildVersion string
+	buildCommit  string
+)
+
+// version is the release version set at build time, else the main
+// module's version from the build information ("(devel)" in a work tree).
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// commit is the commit set at build time, else the VCS revision the Go tool
+// recorded (with "-dirty" for a modified tree), else "unknown".
+func commit() string {
+	if buildCommit != "" {
+		return buildCommit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				rev = st.Value
+			case "vcs.modified":
+				if st.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if rev != "" {
+			return rev[:min(len(rev), 12)] + dirty
+		}
+	}
+	return "unknown"
 }

@@ -45,12 +45,14 @@ func TestHelp(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	code, stdout, stderr := runCLI(t, nil, "version")
-	if code != 0 || stderr != "" {
-		t.Fatalf("exit code %d, stderr %q; want 0 and nothing", code, stderr)
-	}
-	if l := lines(stdout); len(l) != 1 || !strings.HasPrefix(l[0], "baton ") || !strings.Contains(l[0], " go1.") {
-		t.Errorf("stdout %q, want one line \"baton VERSION goX ...\"", stdout)
+	for _, args := range [][]string{{"version"}, {"-version"}, {"--version"}} {
+		code, stdout, stderr := runCLI(t, nil, args...)
+		if code != 0 || stderr != "" {
+			t.Fatalf("baton %q: exit code %d, stderr %q; want 0 and nothing", args, code, stderr)
+		}
+		if l := lines(stdout); len(l) != 1 || !strings.HasPrefix(l[0], "baton ") || !strings.Contains(l[0], " (commit ") || !strings.Contains(l[0], " go1.") {
+			t.Errorf("baton %q: stdout %q, want one line \"baton VERSION (commit C) goX ...\"", args, stdout)
+		}
 	}
 }
 
@@ -65,7 +67,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, "baton: no command given; run 'baton help'"},
 		{[]string{"nope"}, `baton: unknown command "nope"; run 'baton help'`},
 		{[]string{"-x"}, "baton: unknown flag -x"},
-		{[]string{"--version"}, "baton: unknown flag --version"},
+		{[]string{"--frobnicate"}, "baton: unknown flag --frobnicate"},
 		{[]string{"help", "nope"}, `baton: unknown command "nope"; run 'baton help'`},
 		{[]string{"help", "serve", "x"}, `baton help: unexpected argument "x"; run 'baton help help'`},
 		{[]string{"version", "x"}, `baton version: unexpected argument "x"; run 'baton help version'`},

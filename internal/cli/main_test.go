@@ -14,6 +14,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A baton run started in-process starts this binary as its watchdog.
+	if len(os.Args) > 1 && os.Args[1] == WatchdogArg {
+		os.Exit(RunWatchdog(os.Args[2:]))
+	}
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))

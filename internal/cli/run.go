@@ -29,8 +29,13 @@ const (
 
 // Defaults of baton run.
 const (
-	defaultRunAddr   = "127.0.0.1:7070"
-	defaultKillGrace = 10 * time.Second
+	defaultRunAddr = "127.0.0.1:7070"
+	// killGraceShare is the default -kill-grace as a share of the lease:
+	// 1/10. A holder that stops hearing from the server gives up at
+	// 0.8 × lease, and the server cannot move the lock before 1 × lease, so
+	// SIGKILL at 0.9 × lease leaves the command dead with 0.1 × lease to
+	// spare before anyone else can hold the lock.
+	killGraceShare = 10
 )
 
 // errWaitTimedOut is the cause of the wait's context when -wait runs out.
@@ -43,7 +48,8 @@ type runOptions struct {
 	noWait         bool
 	wait           time.Duration
 	owner          ownerValue
-	killGrace      time.Duration
+	killGrace      time.Duration // set from killGraceFlag once the lease is known
+	killGraceFlag  optionalDuration
 	verbose        bool
 	opsAddr        string
 	adminTokenFile string
@@ -81,16 +87,28 @@ then reached over HTTPS with the same files (give http:// to keep it plain).
 
 A command never runs on without the lock. If ownership ends while it runs
 (the server stops confirming the lease, an operator force-releases the lock,
-the server shuts down), its whole process group gets SIGTERM at once and
-SIGKILL after -kill-grace, and baton run exits 77. When the command exits,
-whatever it left running in its process group is stopped the same way
+the server shuts down), everything the command started gets SIGTERM at once
+and SIGKILL after -kill-grace, and baton run exits 77. The default grace is
+lease/10: the client gives up at 0.8 × lease without confirmation and the
+server cannot move the lock before 1 × lease of silence, so the command is
+gone by 0.9 × lease, before anyone else can hold the lock. A longer grace
+is warned about. A force-release or an expired lease moves the lock at
+once: then only the fencing token protects the resource for the grace.
+When the command exits, whatever it left running is stopped the same way
 before the lock is released.
 
+On Linux "everything the command started" is the whole process tree: baton
+run starts the command under a small watchdog (baton itself) that is a
+child subreaper, so processes that leave the process group (setsid) or
+double-fork stay in reach, and if baton run itself is killed, even with
+SIGKILL, the watchdog kills the whole tree at once. Elsewhere it is the
+command's process group, and a baton run killed with SIGKILL leaves the
+command running without the lock.
+
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton run are passed on to the
-command's process group; the lock is released once the command has exited.
+command's tree; the lock is released once the command has exited.
 SIGTSTP (Ctrl-Z) is refused: a suspended baton run could not keep the lock
-while the command runs on. On Linux, if baton run itself is killed with
-SIGKILL, the command gets SIGKILL too: the lock is gone with baton run.
+while the command runs on.
 The command is not in the terminal's foreground process group, so one that
 reads from the terminal is stopped (SIGTTIN): give it its input another way.
 
@@ -145,7 +163,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.noWait, "nowait", false, "exit 75 at once if the lock is held instead of waiting")
 	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
 	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
-	fs.DurationVar(&o.killGrace, "kill-grace", defaultKillGrace, "time between SIGTERM and SIGKILL when the command must stop")
+	o.killGraceFlag.unset = "lease/10"
+	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
 	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API, to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
@@ -269,8 +288,12 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail(fmt.Sprintf("wait (%v) must not be negative", o.wait))
 	case o.noWait && o.wait > 0:
 		return fail("-nowait and -wait exclude each other")
-	case o.killGrace < 0:
-		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGrace))
+	case o.killGraceFlag.d < 0:
+		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGraceFlag.d))
+	}
+	o.killGrace = o.lease / killGraceShare
+	if o.killGraceFlag.set {
+		o.killGrace = o.killGraceFlag.d
 	}
 	if o.opsAddr != "" {
 		if err := checkOpsAddr(o.opsAddr); err != nil {
@@ -311,4 +334,31 @@ func parseInterspersed(s *sys, c *command, fs *flag.FlagSet, args []string) (pos
 		return nil, usageError(s, c.name, err.Error()), false
 	}
 	return pos, exitOK, true
+}
+
+// optionalDuration is a duration flag whose default depends on other flags:
+// set tells whether it was given, and unset is what the help shows.
+type optionalDuration struct {
+	d     time.Duration
+	set   bool
+	unset string
+}
+
+func (v *optionalDuration) String() string {
+	if v == nil || !v.set {
+		if v != nil {
+			return v.unset
+		}
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v *optionalDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	v.d, v.set = d, true
+	return nil
 }

@@ -78,7 +78,7 @@ func TestParseRun(t *testing.T) {
 	}{
 		{"defaults", nil, []string{"jobs/x", "--", "echo", "hi"}, func(t *testing.T, o runOptions) {
 			if !slices.Equal(o.addrs.addrs, []string{"127.0.0.1:7070"}) || o.lease != 10*time.Second || o.noWait ||
-				o.wait != 0 || o.killGrace != 10*time.Second || o.verbose || o.opsAddr != "" || o.owner.set {
+				o.wait != 0 || o.killGrace != time.Second || o.killGraceFlag.set || o.verbose || o.opsAddr != "" || o.owner.set {
 				t.Errorf("options %+v, want the defaults", o)
 			}
 			if o.name != "jobs/x" || !slices.Equal(o.command, []string{"echo", "hi"}) {
@@ -107,6 +107,16 @@ func TestParseRun(t *testing.T) {
 			if !slices.Equal(o.addrs.addrs, []string{"e:1", "f:2"}) || o.lease != 3*time.Second || o.wait != time.Minute ||
 				o.owner.get() != "cron@web1" || o.killGrace != 2*time.Second || !o.verbose || o.opsAddr != "127.0.0.1:7071" {
 				t.Errorf("options %+v, want those of the environment", o)
+			}
+		}},
+		{"kill-grace follows the lease", nil, []string{"-lease", "400ms", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if o.killGrace != 40*time.Millisecond {
+				t.Errorf("kill-grace %v with a 400ms lease, want 40ms (lease/10)", o.killGrace)
+			}
+		}},
+		{"kill-grace given", nil, []string{"-lease", "400ms", "-kill-grace", "0s", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if o.killGrace != 0 {
+				t.Errorf("kill-grace %v, want 0s as given", o.killGrace)
 			}
 		}},
 		{"command line wins", map[string]string{"BATON_ADDR": "e:1", "BATON_LEASE": "3s"},

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // setParentDeathSignal has the kernel kill the command if baton run dies
@@ -44,4 +48,72 @@ func groupHasLiveMember(pgid int) bool {
 		return true
 	}
 	return false
+}
+
+// startChild starts the command under a watchdog (run_watchdog_linux.go)
+// that keeps the lock's promise for the command's whole process tree, even
+// if baton run is killed with SIGKILL. It returns once the command runs.
+func startChild(cmd *exec.Cmd, grace time.Duration, verbose bool) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find baton's own binary for the watchdog: %w", err)
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		lifeR.Close()
+		lifeW.Close()
+		return nil, err
+	}
+	v := "0"
+	if verbose {
+		v = "1"
+	}
+	w := exec.Command(self, append([]string{WatchdogArg, grace.String(), v, cmd.Path}, cmd.Args...)...)
+	w.Env = cmd.Env
+	w.Stdin, w.Stdout, w.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	w.ExtraFiles = []*os.File{lifeR, statusW} // fds 3 and 4
+	// A group of its own: signals meant for baton run's group (the
+	// terminal's Ctrl-C) do not reach it; baton run passes them on.
+	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	w.WaitDelay = commandWaitDelay
+	err = w.Start()
+	lifeR.Close()
+	statusW.Close()
+	if err != nil {
+		statusR.Close()
+		lifeW.Close()
+		return nil, err
+	}
+	line, _ := bufio.NewReader(statusR).ReadString('\n')
+	statusR.Close()
+	var pid, errno int
+	switch {
+	case scan(line, "ok %d\n", &pid):
+	case scan(line, "err %d\n", &errno):
+		lifeW.Close()
+		w.Wait()
+		return nil, &os.PathError{Op: "fork/exec", Path: cmd.Path, Err: syscall.Errno(errno)}
+	default:
+		lifeW.Close()
+		w.Wait()
+		return nil, fmt.Errorf("the watchdog did not start the command (it said %q)", line)
+	}
+	ch := &child{pid: pid, watchdog: w.Process.Pid, lifeline: lifeW, exited: make(chan struct{})}
+	go func() {
+		w.Wait() // the status is in ProcessState; ErrWaitDelay only cut copying short
+		ch.state = w.ProcessState
+		ch.lifelineOnce.Do(func() { lifeW.Close() })
+		close(ch.exited)
+	}()
+	return ch, nil
+}
+
+// scan is fmt.Sscanf that says only whether all of format matched.
+func scan(s, format string, args ...any) bool {
+	n, err := fmt.Sscanf(s, format, args...)
+	return err == nil && n == len(args)
 }

@@ -25,7 +25,7 @@ type child struct {
 	exited chan struct{}
 }
 
-func startChild(*exec.Cmd) (*child, error) {
+func startChild(*exec.Cmd, time.Duration, bool) (*child, error) {
 	return nil, errors.New("process groups are not supported on this platform")
 }
 
@@ -33,3 +33,9 @@ func (c *child) signal(os.Signal)          {}
 func (c *child) exitCode() int             { return exitFailure }
 func (c *child) groupAlive() bool          { return false }
 func (c *child) awaitGroup(time.Time) bool { return true }
+
+// WatchdogArg names the watchdog, which exists only on Linux.
+const WatchdogArg = "__baton-run-watchdog"
+
+// RunWatchdog refuses: there is no watchdog here.
+func RunWatchdog([]string) int { return exitFailure }

@@ -103,6 +103,11 @@ func (r *runner) run(ctx context.Context) int {
 			ops = newOpsClient(o.opsAddr, token, tlsCfg)
 		}
 	}
+	if margin := o.lease / 5; o.killGrace > margin {
+		// Said before the wait, when a person can still change it.
+		r.errorf("warning: -kill-grace %v is longer than the 0.2 × lease margin (%v): if the server stops confirming the lock, a command that ignores SIGTERM may run on beside the next holder for up to %v",
+			o.killGrace, margin, o.killGrace-margin)
+	}
 	lock, code := r.acquire(client, ops, stops)
 	if lock == nil {
 		return code
@@ -348,7 +353,7 @@ func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal
 		r.errorf("%v; not running the command", err)
 		return exitLockLost
 	}
-	ch, err := startChild(cmd)
+	ch, err := startChild(cmd, o.killGrace, o.verbose)
 	if err != nil {
 		lock.Release()
 		r.errorf("%s: %v", o.command[0], unwrapExecError(err))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -40,16 +41,24 @@ const commandWaitDelay = time.Second
 // empty: there is no event to wait for.
 const groupPoll = 20 * time.Millisecond
 
-// child is the command, the leader of a process group of its own.
+// child is the command, the leader of a process group of its own, or, on
+// Linux, the watchdog that runs it (run_watchdog_linux.go).
 type child struct {
-	pid    int           // also the group's id
-	exited chan struct{} // closed once the command has been waited for
+	pid    int           // the command's; also its group's id
+	exited chan struct{} // closed once the command (or its watchdog) has been waited for
 	state  *os.ProcessState
+
+	// With a watchdog: its pid, to which signals go (it passes them on to
+	// the whole tree), and the write end of its lifeline, closed for
+	// SIGKILL. Nil lifeline: no watchdog.
+	watchdog     int
+	lifeline     *os.File
+	lifelineOnce sync.Once
 }
 
-// startChild starts cmd as the leader of a new process group, so that one
-// signal reaches everything it starts, and returns once it runs.
-func startChild(cmd *exec.Cmd) (*child, error) {
+// startGroupChild starts cmd as the leader of a new process group, so that
+// one signal reaches everything it starts, and returns once it runs.
+func startGroupChild(cmd *exec.Cmd) (*child, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	setParentDeathSignal(cmd.SysProcAttr)
 	cmd.WaitDelay = commandWaitDelay
@@ -76,9 +85,18 @@ func startChild(cmd *exec.Cmd) (*child, error) {
 	return ch, nil
 }
 
-// signal sends sig to the command's whole process group.
+// signal sends sig to the command's whole process group, or with a
+// watchdog to its whole tree: SIGKILL by cutting the lifeline, any other
+// signal through the watchdog, which passes it on.
 func (c *child) signal(sig os.Signal) {
-	if s, ok := sig.(syscall.Signal); ok {
+	s, ok := sig.(syscall.Signal)
+	switch {
+	case !ok:
+	case c.lifeline != nil && s == syscall.SIGKILL:
+		c.lifelineOnce.Do(func() { c.lifeline.Close() })
+	case c.lifeline != nil:
+		syscall.Kill(c.watchdog, s) // ESRCH: it is gone already, and the tree with it
+	default:
 		syscall.Kill(-c.pid, s) // ESRCH: the group is gone already
 	}
 }
@@ -95,6 +113,15 @@ func (c *child) exitCode() int {
 // groupAlive reports whether a process of the command's group still runs.
 // Zombies do not count: where PID 1 does not reap orphans, they stay.
 func (c *child) groupAlive() bool {
+	if c.lifeline != nil {
+		// The watchdog exits only once the whole tree is gone.
+		select {
+		case <-c.exited:
+			return false
+		default:
+			return true
+		}
+	}
 	if err := syscall.Kill(-c.pid, 0); errors.Is(err, syscall.ESRCH) {
 		return false
 	}

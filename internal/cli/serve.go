@@ -300,6 +300,20 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, err.Error())
 	}
 	logger := newLogger(s, o.logFormat, o.logLevel)
+	// Both listeners are bound before the data directory is touched: a port
+	// in use must leave nothing behind, and opening the token store spends
+	// an epoch (and may start a crash grace) that a failed start would waste;
+	// in a cluster, Raft would start taking part in elections.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
+	}
+	opsLn, err := net.Listen("tcp", o.opsAddr)
+	if err != nil {
+		ln.Close()
+		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
+	}
+	unbind := func() { ln.Close(); opsLn.Close() }
 	cfg := o.serverConfig()
 	cfg.Logger = logger
 	if sec.protoTLS != nil {
@@ -315,6 +329,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		// Replicated mode: the tokens' epoch and the lease bound live in
 		// the Raft log under data-dir, not in the token store.
 		if node, err = openNode(o, logger, s.stderr); err != nil {
+			unbind()
 			return nil, failure(s, name, err.Error())
 		}
 		cfg.Replicated = true
@@ -323,6 +338,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		cfg.LeaderHint = node.LeaderHint
 	} else {
 		if store, err = tokenstore.Open(o.dataDir); err != nil {
+			unbind()
 			return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
 		}
 		cfg.NextToken = store.Next
@@ -340,22 +356,9 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
+		unbind()
 		closeNode()
 		return nil, failure(s, name, err.Error())
-	}
-
-	// Both listeners are bound before anything is served, so a port in use
-	// leaves nothing behind.
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		closeNode()
-		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
-	}
-	opsLn, err := net.Listen("tcp", o.opsAddr)
-	if err != nil {
-		ln.Close()
-		closeNode()
-		return nil, failure(s, name, fmt.Sprintf("ops-addr: %v", err))
 	}
 	opsCfg := ops.Config{}
 	if node != nil {

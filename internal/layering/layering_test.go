@@ -30,6 +30,10 @@ var allowed = map[string][]string{
 	"internal/batontest":   {"*"},
 	"internal/reliability": {}, // its tests use every package; the package itself none
 	"internal/layering":    {},
+	// Only tests: they run the other-language clients' suites.
+	"clients": {},
+	// The fault proxy as a process, for those suites.
+	"internal/faultproxy/cmd/faultproxy": {"internal/faultproxy"},
 }
 
 // stdOnly lists the packages that may not depend on any other module.

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# CI checks of the repository's hygiene and packaging (called by .ci/run):
+# no build output tracked in git, a release archive that builds and runs,
+# and a systemd unit that systemd itself accepts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "--- tracked files: no executable binaries, nothing over 1 MiB"
+bad=0
+while IFS= read -r -d '' f; do
+  [ -f "$f" ] || continue
+  size=$(stat -c %s "$f")
+  if [ "$size" -gt 1048576 ]; then
+    echo "tracked file $f is $size bytes (over 1 MiB): build outputs and data dumps stay out of git" >&2
+    bad=1
+  fi
+  magic=$(head -c 4 "$f" | od -An -tx1 | tr -d ' \n')
+  case "$magic" in
+    7f454c46|cffaedfe|cefaedfe|feedfacf|feedface|cafebabe|4d5a*)
+      echo "tracked file $f is an executable binary (magic $magic)" >&2
+      bad=1 ;;
+  esac
+  if [ -x "$f" ] && [ "$(head -c 2 "$f")" != "#!" ]; then
+    echo "tracked file $f is executable but not a script with a #! line" >&2
+    bad=1
+  fi
+done < <(git ls-files -z)
+[ "$bad" -eq 0 ] || exit 1
+
+echo "--- release archive: build linux/amd64, check its sum, run its baton version"
+scripts/dist.sh -v ci-check linux/amd64
+(cd dist && sha256sum -c SHA256SUMS)
+unpack=$(mktemp -d)
+trap 'rm -rf "$unpack"' EXIT
+tar -xzf dist/baton-ci-check-linux-amd64.tar.gz -C "$unpack"
+out=$("$unpack"/baton-ci-check-linux-amd64/baton version)
+echo "$out"
+case "$out" in
+  "baton ci-check (commit "*) ;;
+  *) echo "baton version of the release build says \"$out\", want \"baton ci-check (commit ...)\"" >&2; exit 1 ;;
+esac
+rm -rf dist
+
+echo "--- systemd unit: systemd-analyze verify, with no complaint at all"
+if ! command -v systemd-analyze >/dev/null; then
+  apt-get update && apt-get install -y --no-install-recommends systemd
+fi
+# The unit names /usr/local/bin/baton; verify a copy that names the binary
+# just built, since verify checks that ExecStart is executable.
+sed "s#/usr/local/bin/baton#$unpack/baton-ci-check-linux-amd64/baton#" deploy/systemd/baton.service >"$unpack/baton.service"
+if ! complaints=$(systemd-analyze verify "$unpack/baton.service" 2>&1) || [ -n "$complaints" ]; then
+  echo "systemd-analyze verify deploy/systemd/baton.service:" >&2
+  echo "$complaints" >&2
+  exit 1
+fi
+echo "baton.service: verified"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The TypeScript client (called by .ci/run): Node.js 20 or later with npm,
+# and its locked dev dependencies (the compiler); its suite runs in
+# go test ./clients.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$major" -lt 20 ] || ! command -v npm >/dev/null; then
+  apt-get update && apt-get install -y --no-install-recommends nodejs npm
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  [ "$major" -ge 20 ] || { echo "Node.js $major is too old: the client needs 20 or later" >&2; exit 1; }
+fi
+node --version
+(cd clients/typescript && npm ci --no-audit --no-fund)
+# dist/ is committed so that `npm install ./clients/typescript` works where
+# npm does not run install scripts; it must be what the sources build.
+(cd clients/typescript && npm run --silent build)
+if ! git diff --quiet -- clients/typescript/dist || [ -n "$(git ls-files --others --exclude-standard clients/typescript/dist)" ]; then
+  echo "clients/typescript/dist is not what the sources build: run 'npm run build' in clients/typescript and commit it" >&2
+  git status --short clients/typescript/dist >&2
+  exit 1
+fi

@@ -1,0 +1,88 @@
+// Package clients holds the clients in other languages (python/ and
+// typescript/). Its Go tests run their suites against the real
+// server, so the README's `go test ./...` covers them.
+package clients
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// build builds the command pkg into a temporary directory.
+func build(t *testing.T, pkg string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds binaries and runs another language's suite; skipped in -short mode")
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// need finds tool on PATH. Missing, it fails the test in CI (a missing
+// install step must not pass as a skip) and skips it, visibly, elsewhere.
+func need(t *testing.T, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not installed: the other-language client suite cannot run (CI=%s)", tool, os.Getenv("CI"))
+	}
+	t.Skipf("SKIPPED: %s is not installed, so its client suite did not run", tool)
+	return ""
+}
+
+// TestPythonClient runs the Python client's unittest suite against the real
+// server.
+func TestPythonClient(t *testing.T) {
+	py := need(t, "python3")
+	bin := build(t, "github.com/batonlock/baton/cmd/baton")
+	proxy := build(t, "github.com/batonlock/baton/internal/faultproxy/cmd/faultproxy")
+	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-v")
+	cmd.Dir = "python"
+	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "BATON_FAULTPROXY_BIN="+proxy, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("python3 -m unittest (clients/python):\n%s", out)
+	if err != nil {
+		t.Fatalf("the Python client's suite failed: %v", err)
+	}
+	if !strings.Contains(string(out), "\nOK") {
+		t.Fatalf("the Python client's suite did not end with OK")
+	}
+}
+
+// TestTypeScriptClient runs the TypeScript client's node --test suite
+// against the real server, after `npm ci` when its dependencies (the
+// compiler) are not installed yet.
+func TestTypeScriptClient(t *testing.T) {
+	need(t, "node")
+	npm := need(t, "npm")
+	bin := build(t, "github.com/batonlock/baton/cmd/baton")
+	proxy := build(t, "github.com/batonlock/baton/internal/faultproxy/cmd/faultproxy")
+	if _, err := os.Stat(filepath.Join("typescript", "node_modules", "typescript")); err != nil {
+		ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+		ci.Dir = "typescript"
+		if out, err := ci.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci (clients/typescript): %v\n%s", err, out)
+		}
+	}
+	cmd := exec.Command(npm, "test")
+	cmd.Dir = "typescript"
+	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "BATON_FAULTPROXY_BIN="+proxy)
+	out, err := cmd.CombinedOutput()
+	t.Logf("npm test (clients/typescript):\n%s", out)
+	if err != nil {
+		t.Fatalf("the TypeScript client's suite failed: %v", err)
+	}
+	if !strings.Contains(string(out), "# fail 0") {
+		t.Fatalf("the TypeScript client's suite did not report 0 failures")
+	}
+}

@@ -1,0 +1,189 @@
+"""Baton's exceptions: one root, loss, and one class per wire error code."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+__all__ = [
+    "Error",
+    "LockLost",
+    "Unconfirmed",
+    "ConnectionBroken",
+    "ServerError",
+    "Shutdown",
+    "Overloaded",
+    "NotLeader",
+    "LeaseExpired",
+    "ForceReleased",
+    "Kicked",
+    "Busy",
+    "ProtocolError",
+    "BadRequest",
+    "VersionError",
+    "Unauthorized",
+    "error_for_code",
+]
+
+
+class Error(Exception):
+    """The root of every error this package raises (except TimeoutError)."""
+
+
+class LockLost(Error):
+    """Ownership ended while the lock was held, for a reason other than release.
+
+    ``cause`` is the error that ended it (``Unconfirmed``, ``ForceReleased``,
+    ``LeaseExpired``, ``Shutdown``, ``NotLeader``, ``ConnectionBroken``...).
+    The work the lock guarded must stop.
+    """
+
+    def __init__(self, name: str, cause: BaseException) -> None:
+        super().__init__(f"lock {name!r} lost: {cause}")
+        self.name = name
+        self.cause = cause
+
+
+class Unconfirmed(Error):
+    """The server confirmed nothing for 0.8 x lease, so the client ended the
+    session itself, before the server could give the lock to another."""
+
+
+class ConnectionBroken(Error):
+    """The connection to the server failed (reset, closed, unreadable)."""
+
+
+class ServerError(Error):
+    """An ERROR frame from the server. ``code`` is its wire code, ``message``
+    the server's text. Subclasses name each known code."""
+
+    code: int = 0
+
+    def __init__(self, message: str = "", code: Optional[int] = None) -> None:
+        if code is not None:
+            self.code = code
+        self.message = message
+        name = _NAMES.get(self.code, f"0x{self.code:02x}")
+        super().__init__(f"{name}: {message}" if message else name)
+
+    @property
+    def server_condition(self) -> bool:
+        """True for codes 0x01-0x0F: the server's state, not the client's fault."""
+        return 0x01 <= self.code <= 0x0F
+
+    @property
+    def client_error(self) -> bool:
+        """True for codes 0x20-0x2F: a bug or misconfiguration; never retried."""
+        return 0x20 <= self.code <= 0x2F
+
+
+class Shutdown(ServerError):
+    """SHUTDOWN (0x01): the server is going away."""
+
+    code = 0x01
+
+
+class Overloaded(ServerError):
+    """OVERLOADED (0x02): a server limit refused the session."""
+
+    code = 0x02
+
+
+class NotLeader(ServerError):
+    """NOT_LEADER (0x03): this node is not the cluster's leader. ``message`` is
+    the leader's client address, or empty while none is known."""
+
+    code = 0x03
+
+
+class LeaseExpired(ServerError):
+    """LEASE_EXPIRED (0x10): the server heard nothing for a whole lease."""
+
+    code = 0x10
+
+
+class ForceReleased(ServerError):
+    """FORCE_RELEASED (0x11): an operator took the lock away."""
+
+    code = 0x11
+
+
+class Kicked(ServerError):
+    """KICKED (0x12): an operator removed this waiter from the queue."""
+
+    code = 0x12
+
+
+class Busy(ServerError):
+    """BUSY (0x13): nowait was asked for and the lock is held."""
+
+    code = 0x13
+
+
+class ProtocolError(ServerError):
+    """PROTOCOL (0x20): the server saw a malformed frame."""
+
+    code = 0x20
+
+
+class BadRequest(ServerError):
+    """BAD_REQUEST (0x21): a bad name, lease or owner (also raised before
+    dialling, for inputs the client can check itself)."""
+
+    code = 0x21
+
+
+class VersionError(ServerError):
+    """VERSION (0x22): the server does not speak protocol version 1."""
+
+    code = 0x22
+
+
+class Unauthorized(ServerError):
+    """UNAUTHORIZED (0x23): the server refused this client."""
+
+    code = 0x23
+
+
+_CLASSES: Dict[int, Type[ServerError]] = {
+    c.code: c
+    for c in (
+        Shutdown,
+        Overloaded,
+        NotLeader,
+        LeaseExpired,
+        ForceReleased,
+        Kicked,
+        Busy,
+        ProtocolError,
+        BadRequest,
+        VersionError,
+        Unauthorized,
+    )
+}
+
+_NAMES = {
+    0x01: "SHUTDOWN",
+    0x02: "OVERLOADED",
+    0x03: "NOT_LEADER",
+    0x10: "LEASE_EXPIRED",
+    0x11: "FORCE_RELEASED",
+    0x12: "KICKED",
+    0x13: "BUSY",
+    0x20: "PROTOCOL",
+    0x21: "BAD_REQUEST",
+    0x22: "VERSION",
+    0x23: "UNAUTHORIZED",
+}
+
+
+def code_name(code: int) -> str:
+    """The spec's name of an error code, or ``0xNN`` for an unknown one."""
+    return _NAMES.get(code, f"0x{code:02x}")
+
+
+def error_for_code(code: int, message: str = "") -> ServerError:
+    """The exception for an ERROR frame: its class if known, else ServerError."""
+    cls = _CLASSES.get(code)
+    if cls is None:
+        return ServerError(message, code=code)
+    return cls(message)

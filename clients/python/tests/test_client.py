@@ -1,0 +1,549 @@
+"""The Python client against the real `baton serve` (BATON_BIN, else built
+with `go build`), on loopback ports the kernel picks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))
+
+import baton  # noqa: E402
+from baton import wire  # noqa: E402
+
+_built: "str | None" = None
+
+
+def baton_bin() -> str:
+    global _built
+    if os.environ.get("BATON_BIN"):
+        return os.environ["BATON_BIN"]
+    if _built is None:
+        out = os.path.join(tempfile.mkdtemp(prefix="baton-py-"), "baton")
+        subprocess.run(["go", "build", "-o", out, "./cmd/baton"], cwd=REPO, check=True)
+        _built = out
+    return _built
+
+
+class Server:
+    """A real baton serve, started and stopped by its PID."""
+
+    def __init__(self, data_dir: "str | None" = None, addr: str = "127.0.0.1:0", ops_addr: str = "127.0.0.1:0") -> None:
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="baton-py-data-")
+        self.proc = subprocess.Popen(
+            [baton_bin(), "serve", "-addr", addr, "-ops-addr", ops_addr, "-data-dir", self.data_dir,
+             "-log-format", "json", "-shutdown-linger", "0s"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.addr = self.ops = ""
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("msg") == "baton serving":
+                self.addr, self.ops = rec["addr"], rec["ops_addr"]
+                break
+        if not self.addr:
+            raise RuntimeError("baton serve did not report its addresses")
+        # Keep draining the log so the server never blocks on it.
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for _ in self.proc.stderr:
+            pass
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(15)
+        self._drainer.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    def force_release(self, name: str) -> None:
+        req = urllib.request.Request(f"http://{self.ops}/v1/locks/{urllib.request.quote(name, safe='')}/release", method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            resp.read()
+
+
+class ServerCase(unittest.TestCase):
+    def setUp(self) -> None:
+        self.srv = Server()
+        self.addCleanup(self.srv.stop)
+
+    def client(self, lease: float = 2.0, **kw) -> baton.Client:
+        return baton.Client([self.srv.addr], lease=lease, **kw)
+
+
+class TestVectors(unittest.TestCase):
+    """The shared wire vectors (wire/testdata/vectors.json), both ways."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        with open(os.path.join(REPO, "wire", "testdata", "vectors.json"), encoding="utf-8") as f:
+            cls.v = json.load(f)
+
+    def test_frames(self) -> None:
+        for f in self.v["frames"]:
+            raw = bytes.fromhex(f["hex"])
+            fields = f["fields"]
+            with self.subTest(f["what"]):
+                if f["type"] == "ACQUIRE":
+                    got = wire.encode_acquire(fields["name"], fields["lease_ms"], fields["owner"], fields["nowait"])
+                    self.assertEqual(got.hex(), f["hex"])
+                    continue
+                if f["type"] == "HEARTBEAT":
+                    self.assertEqual(wire.HEARTBEAT.hex(), f["hex"])
+                    continue
+                buf = bytearray(raw)
+                frames, err = wire.split(buf)
+                self.assertIsNone(err)
+                self.assertEqual(len(frames), 1)
+                fr = wire.decode(*frames[0])
+                if f["type"] == "WAITING":
+                    self.assertEqual(fr.position, fields["position"])
+                elif f["type"] == "ACQUIRED":
+                    self.assertEqual((fr.push, fr.token), (fields["push"], int(fields["token"])))
+                elif f["type"] == "ERROR":
+                    self.assertEqual((fr.code, fr.message), (fields["code"], fields["message"]))
+                    e = baton.errors.error_for_code(fr.code, fr.message)
+                    self.assertEqual(e.code, fields["code"])
+                    self.assertEqual(baton.errors.code_name(e.code), fields["code_name"])
+
+    def test_refused_headers(self) -> None:
+        for r in self.v["refused_headers"]:
+            _, err = wire.split(bytearray(bytes.fromhex(r["hex"])))
+            self.assertIsNotNone(err, r["what"])
+
+    def test_bad_acquire_refused_before_dialling(self) -> None:
+        for b in self.v["bad_acquire"]:
+            name = bytes.fromhex(b["name_hex"]).decode("utf-8", "surrogateescape") if "name_hex" in b else b["name"]
+            owner = bytes.fromhex(b["owner_hex"]).decode("utf-8", "surrogateescape") if "owner_hex" in b else b["owner"]
+            with self.subTest(b["what"]):
+                with self.assertRaises(baton.BadRequest):
+                    # Port 1: a dial would fail with ConnectionBroken instead.
+                    c = baton.Client(["127.0.0.1:1"], lease=max(b["lease_ms"], 0) / 1000.0 or 0.0, owner=owner)
+                    c.acquire(name)
+
+    def test_error_codes(self) -> None:
+        for c in self.v["error_codes"]:
+            e = baton.errors.error_for_code(c["code"])
+            self.assertEqual(e.code, c["code"])
+            self.assertEqual(e.server_condition, c["class"] == "server")
+            self.assertEqual(e.client_error, c["class"] == "client")
+            self.assertNotEqual(type(e), baton.ServerError, f"no class for {c['name']}")
+
+
+class TestLocks(ServerCase):
+    def test_grant_and_release(self) -> None:
+        c = self.client()
+        with c.lock("py/grant") as held:
+            self.assertGreater(held.token, 0)
+            self.assertFalse(held.lost.is_set())
+            held.check()
+        with c.lock("py/grant") as again:
+            self.assertGreater(again.token, held.token)
+
+    def test_fifo_with_push(self) -> None:
+        c = self.client()
+        first = c.acquire("py/fifo")
+        order = []
+        granted_at = {}
+
+        def wait(tag: str) -> None:
+            h = c.acquire("py/fifo", timeout=20)
+            granted_at[tag] = time.monotonic()
+            order.append((tag, h.token))
+            time.sleep(0.05)
+            h.release()
+
+        b = threading.Thread(target=wait, args=("b",))
+        b.start()
+        self._await_waiters("py/fifo", 1)
+        w = threading.Thread(target=wait, args=("c",))
+        w.start()
+        self._await_waiters("py/fifo", 2)
+        released_at = time.monotonic()
+        first.release()
+        b.join(20)
+        w.join(20)
+        self.assertEqual([t for t, _ in order], ["b", "c"])
+        self.assertLess(order[0][1], order[1][1])
+        handover = granted_at["b"] - released_at
+        print(f"\n  handover, release to the next waiter's grant: {handover * 1000:.2f} ms", file=sys.stderr)
+        self.assertLess(handover, 0.5, "the next waiter must be pushed at once, not at its next heartbeat")
+
+    def _await_waiters(self, name: str, n: int) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{self.srv.ops}/v1/locks/{urllib.request.quote(name, safe='')}", timeout=5) as r:
+                    if len(json.load(r)["waiters"]) >= n:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.01)
+        self.fail(f"{name}: fewer than {n} waiters after 10 s")
+
+    def test_nowait_busy(self) -> None:
+        c = self.client()
+        with c.lock("py/busy"):
+            with self.assertRaises(baton.Busy) as cm:
+                with c.lock("py/busy", nowait=True):
+                    pass
+            self.assertEqual(cm.exception.code, 0x13)
+
+    def test_wait_timeout(self) -> None:
+        c = self.client()
+        with c.lock("py/timeout"):
+            start = time.monotonic()
+            with self.assertRaises(TimeoutError):
+                c.acquire("py/timeout", timeout=0.3)
+            self.assertGreaterEqual(time.monotonic() - start, 0.3)
+        with c.lock("py/timeout", timeout=5):  # the abandoned place is gone
+            pass
+
+    def test_force_release_is_loss(self) -> None:
+        c = self.client(lease=10)
+        with self.assertRaises(baton.LockLost) as cm:
+            with c.lock("py/force") as held:
+                start = time.monotonic()
+                self.srv.force_release("py/force")
+                self.assertTrue(held.lost.wait(5))
+                seen = time.monotonic() - start
+                print(f"\n  force-release seen as loss after {seen * 1000:.2f} ms", file=sys.stderr)
+                self.assertLess(seen, 0.1)
+                self.assertIsInstance(held.cause, baton.ForceReleased)
+                with self.assertRaises(baton.LockLost):
+                    held.check()
+        self.assertIsInstance(cm.exception.cause, baton.ForceReleased)
+
+    def test_server_kill9_is_loss(self) -> None:
+        c = self.client(lease=10)
+        held = c.acquire("py/kill")
+        self.srv.stop(signal.SIGKILL)
+        self.assertTrue(held.lost.wait(5), "kill -9 of the server not seen as loss")
+        self.assertIsInstance(held.cause, baton.ConnectionBroken)
+        held.release()
+
+    def test_shutdown_while_waiting_requeues(self) -> None:
+        c = self.client()
+        held = c.acquire("py/shut")
+        result = {}
+
+        def wait() -> None:
+            try:
+                result["held"] = c.acquire("py/shut", timeout=30)
+            except BaseException as e:  # reported below
+                result["err"] = e
+
+        t = threading.Thread(target=wait)
+        t.start()
+        self._await_waiters("py/shut", 1)
+        addr, ops, data = self.srv.addr, self.srv.ops, self.srv.data_dir
+        self.srv.stop(signal.SIGTERM)
+        self.assertTrue(held.lost.wait(5))
+        self.assertIsInstance(held.cause, baton.Shutdown)
+        held.release()
+        self.srv = Server(data_dir=data, addr=addr, ops_addr=ops)
+        self.addCleanup(self.srv.stop)
+        t.join(30)
+        self.assertNotIn("err", result, result.get("err"))
+        self.assertGreater(result["held"].token, held.token, "tokens rise across the restart")
+        result["held"].release()
+
+    def test_release_reaches_server_at_once_and_is_no_loss(self) -> None:
+        c = self.client(lease=30)
+        held = c.acquire("py/rel")
+        start = time.monotonic()
+        held.release()
+        with c.lock("py/rel", nowait=True):
+            pass
+        self.assertLess(time.monotonic() - start, 1.0)
+        self.assertFalse(held.lost.is_set())
+        held.check()
+
+    def test_async_loss_cancels_the_block(self) -> None:
+        c = self.client(lease=10)
+
+        async def main() -> str:
+            try:
+                async with c.alock("py/async") as held:
+                    self.assertGreater(held.token, 0)
+                    loop = asyncio.get_running_loop()
+                    await loop.run_in_executor(None, self.srv.force_release, "py/async")
+                    await asyncio.sleep(30)  # cancelled at once by the loss
+                    return "ran on"
+            except baton.LockLost as e:
+                self.assertIsInstance(e.cause, baton.ForceReleased)
+                return "lost"
+
+        start = time.monotonic()
+        self.assertEqual(asyncio.run(main()), "lost")
+        self.assertLess(time.monotonic() - start, 5)
+
+    def test_async_grant_and_release(self) -> None:
+        c = self.client()
+
+        async def main() -> int:
+            async with c.alock("py/async2") as held:
+                return held.token
+
+        self.assertGreater(asyncio.run(main()), 0)
+
+
+def make_certs(d: str) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, with
+    the openssl command line."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    ext = os.path.join(d, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write("[srv]\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+                "[cli]\nextendedKeyUsage=clientAuth\n")
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=baton test CA")
+    for who, section in (("server", "srv"), ("client", "cli")):
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", f"/CN={who}")
+        run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{who}.crt", "-days", "2", "-extfile", ext, "-extensions", section)
+
+
+@unittest.skipIf(shutil.which("openssl") is None, "SKIPPED: no openssl command to make certificates")
+class TestTLS(unittest.TestCase):
+    def test_client_certificate(self) -> None:
+        import ssl
+
+        d = tempfile.mkdtemp(prefix="baton-py-tls-")
+        make_certs(d)
+        data = tempfile.mkdtemp(prefix="baton-py-data-")
+        proc = subprocess.Popen(
+            [baton_bin(), "serve", "-addr", "127.0.0.1:0", "-ops-addr", "127.0.0.1:0", "-data-dir", data,
+             "-log-format", "json", "-shutdown-linger", "0s",
+             "-tls-cert", os.path.join(d, "server.crt"), "-tls-key", os.path.join(d, "server.key"),
+             "-tls-client-ca", os.path.join(d, "ca.crt")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.addCleanup(lambda: (proc.terminate(), proc.wait(15), proc.stderr and proc.stderr.close()))
+        addr = ""
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("msg") == "baton serving":
+                addr = rec["addr"]
+                break
+        self.assertTrue(addr, "baton serve did not start with TLS")
+        threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+
+        ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(d, "client.crt"), os.path.join(d, "client.key"))
+        with baton.Client([addr], lease=2, ssl_context=ctx).lock("py/tls") as held:
+            self.assertGreater(held.token, 0)
+            time.sleep(0.8)  # heartbeats over TLS keep it
+            held.check()
+
+        # Without a client certificate the server refuses the handshake: an
+        # error at once, not retried until the timeout.
+        bare = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
+        with self.assertRaises(baton.Unauthorized):
+            baton.Client([addr], lease=2, ssl_context=bare).acquire("py/tls", timeout=5)
+
+
+_proxy_bin: "str | None" = None
+
+
+def faultproxy_bin() -> str:
+    global _proxy_bin
+    if os.environ.get("BATON_FAULTPROXY_BIN"):
+        return os.environ["BATON_FAULTPROXY_BIN"]
+    if _proxy_bin is None:
+        out = os.path.join(tempfile.mkdtemp(prefix="baton-py-"), "faultproxy")
+        subprocess.run(["go", "build", "-o", out, "./internal/faultproxy/cmd/faultproxy"], cwd=REPO, check=True)
+        _proxy_bin = out
+    return _proxy_bin
+
+
+class Proxy:
+    """The project's fault proxy, as a process, in front of a server."""
+
+    def __init__(self, target: str, delay: str = "0s") -> None:
+        self.log = os.path.join(tempfile.mkdtemp(prefix="baton-py-proxy-"), "frames.jsonl")
+        self.proc = subprocess.Popen([faultproxy_bin(), "-target", target, "-delay", delay, "-log", self.log],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline().split()
+        assert first[:1] == ["listening"], first
+        self.addr = first[1]
+
+    def command(self, line: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if answer != "ok":
+            raise RuntimeError(f"faultproxy {line!r}: {answer}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def chunks(self) -> "list[dict]":
+        with open(self.log, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+class TestThroughFaultProxy(ServerCase):
+    def test_heartbeat_interval_under_delay(self) -> None:
+        """With 20 ms added each way, each heartbeat leaves clamp(lease/4 -
+        2 x srtt, 1 ms, lease/4) after the reply to the previous request, as
+        the proxy's frame log shows (srtt computed from the same log)."""
+        lease = 0.4
+        proxy = Proxy(self.srv.addr, "20ms")
+        self.addCleanup(proxy.stop)
+        held = baton.Client([proxy.addr], lease=lease).acquire("py/beat")
+        time.sleep(2.0)
+        held.release()
+        time.sleep(0.1)
+        up = [c for c in proxy.chunks() if c["dir"] == "up" and c["link"] == 1]
+        down = [c for c in proxy.chunks() if c["dir"] == "down" and c["link"] == 1]
+        # One request, one reply, in order: pair them.
+        n = min(len(up), len(down))
+        self.assertGreater(n, 8, f"only {n} round trips in 2 s")
+        srtt, gaps = 0.0, []
+        for i in range(n):
+            rtt = (down[i]["sent_ns"] - up[i]["read_ns"]) / 1e9
+            srtt = rtt if i == 0 else (4 * srtt + rtt) / 5
+            if i + 1 < len(up) and up[i + 1]["hex"] == "020000":
+                want = min(max(lease / 4 - 2 * srtt, 0.001), lease / 4)
+                got = (up[i + 1]["read_ns"] - down[i]["sent_ns"]) / 1e9
+                gaps.append((got, want))
+        settled = gaps[3:]
+        errs = sorted(abs(g - w) for g, w in settled)
+        median_err = errs[len(errs) // 2]
+        print(f"\n  heartbeat after reply: got {[round(g * 1000, 1) for g, _ in settled[:5]]} ms, "
+              f"formula {[round(w * 1000, 1) for _, w in settled[:5]]} ms; median error {median_err * 1000:.2f} ms",
+              file=sys.stderr)
+        self.assertLess(median_err, 0.010)
+
+    def test_frozen_link_ends_ownership_before_the_server_moves_the_lock(self) -> None:
+        lease = 1.0
+        proxy = Proxy(self.srv.addr)
+        self.addCleanup(proxy.stop)
+        held = baton.Client([proxy.addr], lease=lease).acquire("py/frozen")
+        granted = {}
+
+        def next_holder() -> None:
+            h = baton.Client([self.srv.addr], lease=lease).acquire("py/frozen", timeout=20)
+            granted["at"] = time.monotonic()
+            h.release()
+
+        t = threading.Thread(target=next_holder)
+        t.start()
+        time.sleep(0.3)
+        stalled_at = time.monotonic()
+        proxy.command("stall both")
+        self.assertTrue(held.lost.wait(5))
+        lost_at = time.monotonic()
+        t.join(20)
+        self.assertIsInstance(held.cause, baton.Unconfirmed)
+        print(f"\n  frozen link: lost {(lost_at - stalled_at) * 1000:.0f} ms after the stall; "
+              f"next holder granted {(granted['at'] - lost_at) * 1000:.0f} ms after that", file=sys.stderr)
+        # The last confirmed send came before the stall: 0.8 x lease after it
+        # at the latest (plus a loaded machine's timer slack).
+        self.assertLess(lost_at - stalled_at, 0.8 * lease + 0.1)
+        self.assertLess(lost_at, granted["at"], "the old holder still believed in the lock after the next grant")
+        held.release()
+
+
+class Follower:
+    """A fake follower: answers every connection's first frame with ERROR
+    NOT_LEADER carrying hint, and counts the connections."""
+
+    def __init__(self, hint: str) -> None:
+        import socket
+
+        self.hint = hint
+        self.accepted = 0
+        self.ln = socket.socket()
+        self.ln.bind(("127.0.0.1", 0))
+        self.ln.listen(16)
+        self.addr = "127.0.0.1:%d" % self.ln.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.ln.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.recv(1024)
+                msg = self.hint.encode()
+                conn.sendall(wire.encode_frame(wire.T_ERROR, bytes([0x03]) + msg))
+
+    def close(self) -> None:
+        self.ln.close()
+
+
+class TestNotLeader(ServerCase):
+    def test_follows_the_hint_on_the_list(self) -> None:
+        f = Follower(self.srv.addr)
+        self.addCleanup(f.close)
+        c = baton.Client([f.addr, self.srv.addr], lease=2)
+        with c.lock("py/leader", timeout=10) as held:
+            self.assertGreater(held.token, 0)
+        self.assertEqual(f.accepted, 1, "the hint should have been followed at once")
+
+    def test_hint_off_the_list_is_not_followed(self) -> None:
+        f = Follower("203.0.113.9:7070")  # not on the list: never dialled
+        self.addCleanup(f.close)
+        c = baton.Client([f.addr, self.srv.addr], lease=2)
+        with c.lock("py/leader2", timeout=10) as held:
+            self.assertGreater(held.token, 0)
+
+    def test_only_followers(self) -> None:
+        f = Follower("")
+        self.addCleanup(f.close)
+        c = baton.Client([f.addr], lease=2)
+        with self.assertRaises(TimeoutError) as cm:
+            c.acquire("py/leader3", timeout=1.0)
+        self.assertIn("NOT_LEADER", str(cm.exception))
+        self.assertLess(f.accepted, 40, "rotation must back off, not spin")
+
+
+class TestUnreachable(unittest.TestCase):
+    def test_no_server(self) -> None:
+        c = baton.Client(["127.0.0.1:1"], lease=1)
+        with self.assertRaises(baton.ConnectionBroken):
+            c.acquire("x")
+
+
+if __name__ == "__main__":
+    unittest.main()

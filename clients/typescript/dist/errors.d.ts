@@ -1,0 +1,94 @@
+/** Baton's errors: one root, loss, and one class per wire error code. */
+/** The spec's name of an error code, or `0xNN` for an unknown one. */
+export declare function codeName(code: number): string;
+/** The root of every error this package throws. */
+export declare class BatonError extends Error {
+    name: string;
+}
+/**
+ * Ownership ended while the lock was held, for a reason other than release.
+ * `cause` is the error that ended it; the guarded work must stop.
+ */
+export declare class LockLost extends BatonError {
+    name: string;
+    /** The lock's name. */
+    readonly lock: string;
+    constructor(lock: string, cause: Error);
+}
+/** The server confirmed nothing for 0.8 × lease: the client ended the session itself. */
+export declare class Unconfirmed extends BatonError {
+    name: string;
+}
+/** The connection to the server failed (reset, closed, unreachable). */
+export declare class ConnectionBroken extends BatonError {
+    name: string;
+}
+/** An ERROR frame from the server; `code` is its wire code. */
+export declare class ServerError extends BatonError {
+    name: string;
+    readonly code: number;
+    /** The server's text (for NOT_LEADER: the leader's address, or empty). */
+    readonly serverMessage: string;
+    constructor(code: number, message?: string);
+    /** Codes 0x01-0x0F: the server's condition, not the client's fault. */
+    get serverCondition(): boolean;
+    /** Codes 0x20-0x2F: a bug or misconfiguration; never retried. */
+    get clientError(): boolean;
+}
+/** SHUTDOWN (0x01): the server is going away. */
+export declare class ShutdownError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** OVERLOADED (0x02): a server limit refused the session. */
+export declare class OverloadedError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** NOT_LEADER (0x03): this node is not the cluster's leader. */
+export declare class NotLeaderError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** LEASE_EXPIRED (0x10): the server heard nothing for a whole lease. */
+export declare class LeaseExpiredError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** FORCE_RELEASED (0x11): an operator took the lock away. */
+export declare class ForceReleasedError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** KICKED (0x12): an operator removed this waiter from the queue. */
+export declare class KickedError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** BUSY (0x13): nowait was asked for and the lock is held. */
+export declare class BusyError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** PROTOCOL (0x20): the server saw a malformed frame. */
+export declare class ProtocolError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** BAD_REQUEST (0x21): a bad name, lease or owner (also thrown before dialling). */
+export declare class BadRequestError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** VERSION (0x22): the server does not speak protocol version 1. */
+export declare class VersionError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** UNAUTHORIZED (0x23): the server refused this client. */
+export declare class UnauthorizedError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/** The error for an ERROR frame: its class if the code is known. */
+export declare function errorForCode(code: number, message?: string): ServerError;

@@ -1,0 +1,66 @@
+/** One session: one connection, one claim on one lock (internal). */
+import type { Socket } from "node:net";
+import { BatonError } from "./errors.js";
+/** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
+export declare const MIN_HEARTBEAT_INTERVAL_MS = 1;
+/** The server sent a frame that no server may send. */
+export declare class Violation extends BatonError {
+    name: string;
+}
+/**
+ * The heartbeat schedule of PROTOCOL.md: base = lease/4; timeout = 0.8 ×
+ * lease; srtt an EWMA (alpha 0.2) of reply round trips, the first sample
+ * taken whole; interval = clamp(base − 2 × srtt, min, base), from the reply.
+ */
+export declare class Schedule {
+    readonly leaseMs: number;
+    srtt: number;
+    samples: number;
+    constructor(leaseMs: number);
+    observe(rtt: number): void;
+    get timeout(): number;
+    interval(): number;
+}
+export type State = "waiting" | "held" | "ended";
+/**
+ * The session's socket 'data' handler is its permanent reader, so a
+ * promotion push is seen the moment it arrives; two timers are its clock:
+ * the next heartbeat (at most one in flight) and the 0.8 × lease deadline,
+ * counted from the send of the last request the server answered.
+ */
+export declare class Session {
+    private readonly sock;
+    readonly addr: string;
+    readonly name: string;
+    state: State;
+    token: bigint;
+    position: number;
+    replied: boolean;
+    /** Why it ended; undefined after a release. */
+    error?: Error;
+    /** The loss's cause, once held and lost. */
+    cause?: Error;
+    readonly controller: AbortController;
+    readonly sched: Schedule;
+    private sentAt;
+    private deadline;
+    private pending;
+    private buf;
+    private closing;
+    private beatTimer?;
+    private deadlineTimer?;
+    private listeners;
+    private closed;
+    constructor(sock: Socket, addr: string, name: string, leaseMs: number, acquire: Buffer);
+    /** Calls f at every change of state (held, ended). */
+    onChange(f: () => void): () => void;
+    /** Ends the session from outside: the release, or giving up the place in the queue. */
+    close(): Promise<void>;
+    private notify;
+    private armDeadline;
+    private unconfirmed;
+    private end;
+    private beat;
+    private onData;
+    private grant;
+}

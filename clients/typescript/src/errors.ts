@@ -1,0 +1,146 @@
+/** Baton's errors: one root, loss, and one class per wire error code. */
+
+const NAMES: Record<number, string> = {
+  0x01: "SHUTDOWN",
+  0x02: "OVERLOADED",
+  0x03: "NOT_LEADER",
+  0x10: "LEASE_EXPIRED",
+  0x11: "FORCE_RELEASED",
+  0x12: "KICKED",
+  0x13: "BUSY",
+  0x20: "PROTOCOL",
+  0x21: "BAD_REQUEST",
+  0x22: "VERSION",
+  0x23: "UNAUTHORIZED",
+};
+
+/** The spec's name of an error code, or `0xNN` for an unknown one. */
+export function codeName(code: number): string {
+  return NAMES[code] ?? `0x${code.toString(16).padStart(2, "0")}`;
+}
+
+/** The root of every error this package throws. */
+export class BatonError extends Error {
+  override name = "BatonError";
+}
+
+/**
+ * Ownership ended while the lock was held, for a reason other than release.
+ * `cause` is the error that ended it; the guarded work must stop.
+ */
+export class LockLost extends BatonError {
+  override name = "LockLost";
+  /** The lock's name. */
+  readonly lock: string;
+  constructor(lock: string, cause: Error) {
+    super(`lock ${JSON.stringify(lock)} lost: ${cause.message}`, { cause });
+    this.lock = lock;
+  }
+}
+
+/** The server confirmed nothing for 0.8 × lease: the client ended the session itself. */
+export class Unconfirmed extends BatonError {
+  override name = "Unconfirmed";
+}
+
+/** The connection to the server failed (reset, closed, unreachable). */
+export class ConnectionBroken extends BatonError {
+  override name = "ConnectionBroken";
+}
+
+/** An ERROR frame from the server; `code` is its wire code. */
+export class ServerError extends BatonError {
+  override name = "ServerError";
+  readonly code: number;
+  /** The server's text (for NOT_LEADER: the leader's address, or empty). */
+  readonly serverMessage: string;
+  constructor(code: number, message = "") {
+    super(message ? `${codeName(code)}: ${message}` : codeName(code));
+    this.code = code;
+    this.serverMessage = message;
+  }
+  /** Codes 0x01-0x0F: the server's condition, not the client's fault. */
+  get serverCondition(): boolean {
+    return this.code >= 0x01 && this.code <= 0x0f;
+  }
+  /** Codes 0x20-0x2F: a bug or misconfiguration; never retried. */
+  get clientError(): boolean {
+    return this.code >= 0x20 && this.code <= 0x2f;
+  }
+}
+
+/** SHUTDOWN (0x01): the server is going away. */
+export class ShutdownError extends ServerError {
+  override name = "ShutdownError";
+  constructor(message = "") { super(0x01, message); }
+}
+/** OVERLOADED (0x02): a server limit refused the session. */
+export class OverloadedError extends ServerError {
+  override name = "OverloadedError";
+  constructor(message = "") { super(0x02, message); }
+}
+/** NOT_LEADER (0x03): this node is not the cluster's leader. */
+export class NotLeaderError extends ServerError {
+  override name = "NotLeaderError";
+  constructor(message = "") { super(0x03, message); }
+}
+/** LEASE_EXPIRED (0x10): the server heard nothing for a whole lease. */
+export class LeaseExpiredError extends ServerError {
+  override name = "LeaseExpiredError";
+  constructor(message = "") { super(0x10, message); }
+}
+/** FORCE_RELEASED (0x11): an operator took the lock away. */
+export class ForceReleasedError extends ServerError {
+  override name = "ForceReleasedError";
+  constructor(message = "") { super(0x11, message); }
+}
+/** KICKED (0x12): an operator removed this waiter from the queue. */
+export class KickedError extends ServerError {
+  override name = "KickedError";
+  constructor(message = "") { super(0x12, message); }
+}
+/** BUSY (0x13): nowait was asked for and the lock is held. */
+export class BusyError extends ServerError {
+  override name = "BusyError";
+  constructor(message = "") { super(0x13, message); }
+}
+/** PROTOCOL (0x20): the server saw a malformed frame. */
+export class ProtocolError extends ServerError {
+  override name = "ProtocolError";
+  constructor(message = "") { super(0x20, message); }
+}
+/** BAD_REQUEST (0x21): a bad name, lease or owner (also thrown before dialling). */
+export class BadRequestError extends ServerError {
+  override name = "BadRequestError";
+  constructor(message = "") { super(0x21, message); }
+}
+/** VERSION (0x22): the server does not speak protocol version 1. */
+export class VersionError extends ServerError {
+  override name = "VersionError";
+  constructor(message = "") { super(0x22, message); }
+}
+/** UNAUTHORIZED (0x23): the server refused this client. */
+export class UnauthorizedError extends ServerError {
+  override name = "UnauthorizedError";
+  constructor(message = "") { super(0x23, message); }
+}
+
+const CLASSES: Record<number, new (message?: string) => ServerError> = {
+  0x01: ShutdownError,
+  0x02: OverloadedError,
+  0x03: NotLeaderError,
+  0x10: LeaseExpiredError,
+  0x11: ForceReleasedError,
+  0x12: KickedError,
+  0x13: BusyError,
+  0x20: ProtocolError,
+  0x21: BadRequestError,
+  0x22: VersionError,
+  0x23: UnauthorizedError,
+};
+
+/** The error for an ERROR frame: its class if the code is known. */
+export function errorForCode(code: number, message = ""): ServerError {
+  const C = CLASSES[code];
+  return C ? new C(message) : new ServerError(code, message);
+}

@@ -1,0 +1,25 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestLockLabelBound: the first maxLockLabels names get series of their
+// own, later ones share otherLocks, and a name seen before keeps its own.
+func TestLockLabelBound(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	for i := range maxLockLabels {
+		if got, want := m.lockLabel(fmt.Sprint("lock-", i)), fmt.Sprint("lock-", i); got != want {
+			t.Fatalf("lockLabel #%d: got %q, want %q", i, got, want)
+		}
+	}
+	if got := m.lockLabel("one-too-many"); got != otherLocks {
+		t.Errorf("lockLabel past the bound: got %q, want %q", got, otherLocks)
+	}
+	if got := m.lockLabel("lock-7"); got != "lock-7" {
+		t.Errorf("lockLabel of a name seen before: got %q, want lock-7", got)
+	}
+}
