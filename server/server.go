@@ -69,6 +69,8 @@ type Server struct {
 	poller *idlePoller
 
 	sec security // TLS, access rules, per-address cap (security.go)
+
+	events eventLog // history and subscribers of the event stream (events.go); guarded by mu
 }
 
 // New returns a server with cfg, after checking it.
@@ -266,6 +268,7 @@ func (s *Server) stop() {
 	if s.poller != nil {
 		s.poller.stop() // every session was unparked by its end above
 	}
+	s.events.closeAllLocked()
 	s.stopped = true
 	s.stopping = all
 	s.mu.Unlock()
@@ -421,8 +424,13 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
 		if e.Cause == locktable.CauseGraceEnded {
+			s.grantEventLocked(now, e.Promoted)
 			s.promoteLocked(now, e.Promoted, 0, fx) // nobody left
 			continue
+		}
+		s.exitEventLocked(now, e)
+		if e.HasPromoted {
+			s.grantEventLocked(now, e.Promoted)
 		}
 		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)
