@@ -57,6 +57,11 @@ type Config struct {
 	// with an identity that an "admin" prefix allows for the lock; reads
 	// need no grant. It is a function so that a reload takes effect.
 	ACL func() *server.ACL
+	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
+	Events EventSource
+	// EventBuffer is how many events may wait for one /v1/events client
+	// before it is cut off with an overflow event. Zero means 1024.
+	EventBuffer int
 }
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -72,7 +77,14 @@ func NewHandler(cfg Config) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL}
+	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL, events: cfg.Events}
+	if h.events == nil {
+		h.events, _ = cfg.Backend.(EventSource)
+	}
+	h.eventBuffer = cfg.EventBuffer
+	if h.eventBuffer <= 0 {
+		h.eventBuffer = defaultEventBuffer
+	}
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
 		// token's length too, and keeps the token itself out of the struct.
@@ -100,6 +112,10 @@ type handler struct {
 
 	requireCert bool
 	acl         func() *server.ACL
+
+	events      EventSource
+	eventBuffer int
+	ui          uiSessions // dashboard logins (ui.go)
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
@@ -127,6 +143,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case p == "/v1" || strings.HasPrefix(p, "/v1/"):
 		h.serveV1(w, r, p)
+	case p == "/" || strings.HasPrefix(p, "/ui/"):
+		h.serveUI(w, r, p)
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
 	}
@@ -135,8 +153,31 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveV1 checks the token before anything else, so that without it no
 // answer tells which paths exist.
 func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
-	if h.auth && !h.authorized(w, r) {
+	// A request carries the bearer token (tools) or the dashboard's login
+	// cookie; a cookie alone never authorizes a state change without the
+	// session's CSRF token.
+	var cookie *uiSession
+	if h.auth && r.Header.Get("Authorization") == "" {
+		if _, s, ok := h.cookieSession(r); ok {
+			cookie = &s
+		}
+	}
+	if h.auth && cookie == nil && !h.authorized(w, r) {
 		return
+	}
+	if !h.auth && rebound(r) {
+		h.refuseForgery(w, r, fmt.Sprintf("host %q is not an address or localhost: a browser may use the API without a token only by address", r.Host))
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if why := crossSite(r); why != "" {
+			h.refuseForgery(w, r, why)
+			return
+		}
+		if cookie != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get(csrfHeader)), []byte(cookie.csrf)) != 1 {
+			h.refuseForgery(w, r, "missing or wrong "+csrfHeader+" header")
+			return
+		}
 	}
 	if h.requireCert && server.VerifiedIdentities(r.TLS) == nil {
 		h.log.Warn("ops: request without a verified client certificate",
@@ -154,6 +195,8 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		serve   func()
 	)
 	switch {
+	case len(segs) == 1 && segs[0] == "events":
+		methods, serve = methodsGet, func() { h.streamEvents(w, r) }
 	case len(segs) == 1 && segs[0] == "locks":
 		methods, serve = methodsGet, func() { h.listLocks(w) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":

@@ -1,0 +1,206 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/batonlock/baton/server"
+)
+
+// EventSource is what /v1/events needs of the lock server (*server.Server
+// implements it).
+type EventSource interface {
+	Subscribe(server.SubscribeRequest) server.SubscribeResult
+}
+
+var _ EventSource = (*server.Server)(nil)
+
+const (
+	// eventKeepalive is how often an idle stream gets a comment line, so
+	// that proxies and clients see it alive.
+	eventKeepalive = 15 * time.Second
+	// eventWriteTimeout bounds one write to a subscriber: a client that
+	// stops reading loses its stream instead of holding a goroutine.
+	eventWriteTimeout = 10 * time.Second
+	// defaultEventBuffer is how many events may wait for a subscriber
+	// before it is cut off with an overflow event.
+	defaultEventBuffer = 1024
+	// eventRetryMS is the reconnection delay EventSource is told to use.
+	eventRetryMS = 1000
+)
+
+// The JSON of an EVENT (OPS.md) and of the stream's own events.
+type (
+	eventJSON struct {
+		Seq     uint64      `json:"seq"`
+		At      string      `json:"at"`
+		Type    string      `json:"type"`
+		Lock    string      `json:"lock"`
+		Session sessionJSON `json:"session"`
+	}
+	// stateJSON is the data of a snapshot or resync event: the locks as
+	// they were after event Seq, from which the stream goes on.
+	stateJSON struct {
+		Seq    uint64     `json:"seq"`
+		Reason string     `json:"reason,omitempty"` // resync only
+		Locks  []lockJSON `json:"locks"`
+	}
+	// overflowJSON is the data of the overflow event that ends the stream
+	// of a subscriber that fell behind; it may resume after Seq.
+	overflowJSON struct {
+		Seq     uint64 `json:"seq"`
+		Message string `json:"message"`
+	}
+)
+
+func toEvent(e server.Event) eventJSON {
+	return eventJSON{
+		Seq:     e.Seq,
+		At:      e.At.UTC().Format(time.RFC3339Nano),
+		Type:    e.Type,
+		Lock:    e.Lock,
+		Session: toSession(e.Session, e.Session.Held),
+	}
+}
+
+// events serves GET /v1/events: a Server-Sent Events stream.
+func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request) {
+	if h.events == nil {
+		writeError(w, http.StatusNotImplemented, "this server has no event stream")
+		return
+	}
+	q := r.URL.Query()
+	req := server.SubscribeRequest{Lock: q.Get("lock"), Buffer: h.eventBuffer}
+	if q.Has("lock") && req.Lock == "" {
+		writeError(w, http.StatusBadRequest, "lock is empty: give ?lock=NAME or leave it out")
+		return
+	}
+	switch v := q.Get("snapshot"); v {
+	case "", "0", "false":
+	case "1", "true":
+		req.Snapshot = true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("snapshot %q: want 1 or 0", v))
+		return
+	}
+	// Last-Event-ID is what EventSource sends on reconnecting; ?since= is
+	// the same for tools that cannot set a header.
+	for _, from := range []struct{ what, v string }{{"since", q.Get("since")}, {"Last-Event-ID", r.Header.Get("Last-Event-ID")}} {
+		if from.v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(from.v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not an event sequence number", from.what, from.v))
+			return
+		}
+		req.Resume, req.After = true, n
+	}
+	if req.Resume {
+		req.Snapshot = false // the client has its state; it wants what it missed
+	}
+
+	res := h.events.Subscribe(req)
+	defer res.Sub.Close()
+	rc := http.NewResponseController(w)
+	// The listener's read timeout would end the stream's request context
+	// (Go's HTTP server reads in the background); a stream reads nothing.
+	rc.SetReadDeadline(time.Time{})
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream; charset=utf-8")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Accel-Buffering", "no") // proxies: do not hold events back
+	w.WriteHeader(http.StatusOK)
+
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "retry: %d\n\n", eventRetryMS)
+	last := res.Seq
+	switch {
+	case res.Resync:
+		writeSSE(&buf, "resync", last, stateJSON{Seq: last, Locks: toLocks(res.Locks),
+			Reason: fmt.Sprintf("the history no longer holds the events after %d: start again from these locks", req.After)})
+	case req.Snapshot:
+		writeSSE(&buf, "snapshot", last, stateJSON{Seq: last, Locks: toLocks(res.Locks)})
+	}
+	for _, e := range res.Backlog {
+		writeSSE(&buf, e.Type, e.Seq, toEvent(e))
+	}
+	if !h.sendSSE(rc, w, &buf) {
+		return
+	}
+
+	keepalive := time.NewTicker(eventKeepalive)
+	defer keepalive.Stop()
+	events := res.Sub.Events()
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				if res.Sub.Overflowed() {
+					writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
+						Message: fmt.Sprintf("more than %d events waited for this client; resume after %d", h.eventBuffer, last)})
+					h.sendSSE(rc, w, &buf)
+					h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
+				}
+				return // overflow, or the server shut down
+			}
+			writeSSE(&buf, e.Type, e.Seq, toEvent(e))
+			last = e.Seq
+			// Take what else is queued, so a burst costs one write.
+			for more := true; more && buf.Len() < 64<<10; {
+				select {
+				case e, ok := <-events:
+					if !ok {
+						more = false
+						break
+					}
+					writeSSE(&buf, e.Type, e.Seq, toEvent(e))
+					last = e.Seq
+				default:
+					more = false
+				}
+			}
+		case <-keepalive.C:
+			buf.WriteString(": keepalive\n\n")
+		case <-r.Context().Done():
+			return
+		}
+		if !h.sendSSE(rc, w, &buf) {
+			return
+		}
+	}
+}
+
+// writeSSE appends one event to buf. The JSON has no newline inside, so it
+// is one data line.
+func writeSSE(buf *bytes.Buffer, typ string, id uint64, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		data = []byte(`{"error":"encoding the event failed"}`)
+	}
+	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", id, typ, data)
+}
+
+// sendSSE writes and flushes buf under a write deadline; false if the
+// client is gone or too slow.
+func (h *handler) sendSSE(rc *http.ResponseController, w http.ResponseWriter, buf *bytes.Buffer) bool {
+	defer buf.Reset()
+	rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout)) // best effort: not every writer has deadlines
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+func toLocks(views []server.LockView) []lockJSON {
+	out := make([]lockJSON, 0, len(views))
+	for _, v := range views {
+		out = append(out, toLock(v))
+	}
+	return out
+}
