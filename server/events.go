@@ -27,7 +27,9 @@ type Event struct {
 	At      time.Time
 	Type    string
 	Lock    string
-	Session SessionView // as it was at the change
+	// Session is the session as it was at the change; for a grant, Since
+	// is how long it waited in the queue (zero for a grant at once).
+	Session SessionView
 }
 
 // Subscription is a live feed of events. It never slows the lock table:
@@ -234,9 +236,12 @@ func (s *Server) exitEventLocked(now time.Time, e locktable.Exit) {
 	s.eventLocked(now, typ, e.Session)
 }
 
-// grantEventLocked records the promotion g. mu must be held.
+// grantEventLocked records the promotion g. At a grant the time held is
+// zero, so the event's Since tells how long the session waited for it. mu
+// must be held.
 func (s *Server) grantEventLocked(now time.Time, g locktable.Grant) {
 	if in, ok := s.table.Session(now, g.ID); ok {
+		in.Since = g.Waited
 		s.eventLocked(now, EventGranted, in)
 	}
 }
