@@ -23,10 +23,10 @@ const EventHistory = 10000
 
 // Event is one change of the lock table, as OPS.md's EVENT describes it.
 type Event struct {
-	Seq     uint64 // rises by one per event, from 1, for the life of the process
-	At      time.Time
-	Type    string
-	Lock    string
+	Seq  uint64 // rises by one per event, from 1, for the life of the process
+	At   time.Time
+	Type string
+	Lock string
 	// Session is the session as it was at the change; for a grant, Since
 	// is how long it waited in the queue (zero for a grant at once).
 	Session SessionView
