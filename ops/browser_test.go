@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -106,6 +108,18 @@ func (p *page) eval(js string) string {
 	return v
 }
 
+// fetchStatus is the status of a GET of path made by the page itself.
+func (p *page) fetchStatus(path string) string {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`fetch(%q).then(r => String(r.status))`, path), chromedp.EvalAwaitPromise))
+	if err != nil {
+		p.t.Fatalf("fetch %s from the page: %v", path, err)
+	}
+	return got
+}
+
 // waitJS waits until the expression is true, up to within.
 func (p *page) waitJS(js string, within time.Duration, what string) time.Duration {
 	p.t.Helper()
@@ -140,6 +154,12 @@ func (p *page) consoleErrors() []string {
 		out = append(out, m.String())
 	}
 	return out
+}
+
+func (p *page) clearLog() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.log = nil
 }
 
 func (p *page) expectNoConsoleErrors() {
@@ -291,4 +311,173 @@ func waitQueue(t *testing.T, ts *batontest.Server, name string, n int) {
 		l, ok := ts.Srv.Lock(name)
 		return ok && len(l.Waiters) == n
 	}, "queue of %q not %d long", name, n)
+}
+
+// postLog records the status of every POST the ops API answers.
+type postLog struct {
+	mu  sync.Mutex
+	got []string // "path status"
+}
+
+func (l *postLog) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusWriter{ResponseWriter: w, status: 200}
+		h.ServeHTTP(rec, r)
+		l.mu.Lock()
+		l.got = append(l.got, fmt.Sprintf("%s %d", r.URL.EscapedPath(), rec.status))
+		l.mu.Unlock()
+	})
+}
+
+func (l *postLog) has(entry string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, g := range l.got {
+		if g == entry {
+			return true
+		}
+	}
+	return false
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+func TestBrowserLoginAndForgery(t *testing.T) {
+	posts := &postLog{}
+	ts, hs := startEvents(t, ops.Config{AdminToken: "s3cret-token"}, posts.wrap)
+	holdWith(t, ts.Addr, "secret/lock", "dave@db-1")
+	p := openBrowser(t)
+
+	// Without the token the page shows nothing of /v1/.
+	p.do("open", chromedp.Navigate(hs.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if txt := p.eval(`document.body.innerText`); strings.Contains(txt, "secret/lock") || strings.Contains(txt, "dave") {
+		t.Fatalf("the page shows lock data before login: %q", txt)
+	}
+	if got := p.fetchStatus("/v1/locks"); got != "401" {
+		t.Fatalf("GET /v1/locks before login from the page: %s, want 401", got)
+	}
+
+	// A wrong token is refused with a message; the right one logs in.
+	p.do("wrong token", chromedp.SendKeys(chromedp.CSS("#token"), "nope"), chromedp.Click(chromedp.CSS("#login-form button")))
+	p.waitJS(`document.getElementById("login-error").textContent.includes("wrong")`, 3*time.Second, "login error shown")
+	p.do("log in", chromedp.SendKeys(chromedp.CSS("#token"), "s3cret-token\r"))
+	p.waitJS(`!!document.querySelector('tr[data-lock="secret/lock"]')`, 3*time.Second, "lock shown after login")
+	cookies := p.eval(`document.cookie`)
+	if strings.Contains(cookies, "baton_session") {
+		t.Fatalf("the session cookie is readable by scripts: %q", cookies)
+	}
+
+	// A forged cross-site POST from another origin, which the browser sends
+	// with the login cookie (127.0.0.1 on another port is the same site), is
+	// refused and the lock stays held.
+	target := hs.URL + "/v1/locks/secret%2Flock/release"
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="POST" action="%s"></form>
+<script>fetch(%q, {method: "POST", mode: "no-cors", credentials: "include"}).finally(() => document.getElementById("f").submit())</script>`, target, target)
+	}))
+	defer evil.Close()
+	p.do("visit the forging page", chromedp.Navigate(evil.URL+"/"))
+	batontest.Eventually(t, 5*time.Second, func() bool {
+		posts.mu.Lock()
+		defer posts.mu.Unlock()
+		return len(posts.got) >= 3 // login x2 + forged fetch (+ form)
+	}, "the forged POST never reached the server")
+	time.Sleep(300 * time.Millisecond) // the form's POST after the fetch
+	if posts.has("/v1/locks/secret%2Flock/release 200") || !posts.has("/v1/locks/secret%2Flock/release 403") {
+		t.Fatalf("forged POSTs: got %q, want 403s only", posts.got)
+	}
+	if _, ok := ts.Srv.Lock("secret/lock"); !ok {
+		t.Fatal("a forged request released the lock")
+	}
+
+	// Back on the dashboard, logging out ends the session.
+	p.clearLog() // the forging page's own errors (its 403s) are not the dashboard's
+	p.do("back", chromedp.Navigate(hs.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-lock="secret/lock"]`)))
+	p.do("log out", chromedp.Click(chromedp.CSS("#logout")), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if txt := p.eval(`document.body.innerText`); strings.Contains(txt, "secret/lock") {
+		t.Fatal("lock data still shown after logout")
+	}
+	p.expectNoConsoleErrors()
+	if got := p.fetchStatus("/v1/locks"); got != "401" { // the browser logs this 401 itself
+		t.Fatalf("GET /v1/locks after logout: %s, want 401", got)
+	}
+}
+
+// TestBrowserUnderLoad keeps locks changing while the page is open, checks
+// that the page agrees with the server, and with BATON_UPDATE_SCREENSHOT=1
+// writes docs/dashboard.png.
+func TestBrowserUnderLoad(t *testing.T) {
+	ts, hs := startEvents(t, ops.Config{}, nil)
+	p := openBrowser(t)
+	steady := []struct{ name, owner string }{
+		{"billing/invoices", "cron@billing-2"}, {"deploy/api", "ci@runner-7"}, {"deploy/web", "ci@runner-3"},
+		{"etl/nightly", "airflow@etl-1"}, {"reports/daily", "reports@worker-4"}, {"search/reindex", "indexer@search-2"},
+	}
+	for _, s := range steady {
+		holdWith(t, ts.Addr, s.name, s.owner)
+	}
+	for i, owner := range []string{"ci@runner-9", "ci@runner-12", "ci@runner-4"} {
+		waitFor(t, ts.Addr, "deploy/web", owner)
+		waitQueue(t, ts, "deploy/web", i+1)
+	}
+	waitFor(t, ts.Addr, "etl/nightly", "airflow@etl-3")
+	waitQueue(t, ts, "etl/nightly", 1)
+
+	// Churn: jobs take and give back their locks, some with waiters.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _ := baton.New([]string{ts.Addr}, baton.WithOwner(fmt.Sprintf("job@worker-%d", i)), baton.WithLease(2*time.Second))
+			for ctx.Err() == nil {
+				c.Do(ctx, fmt.Sprintf("jobs/shard-%d", i%2), func(ctx context.Context, l *baton.Lock) error {
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Duration(50+i*30) * time.Millisecond):
+					}
+					return nil
+				})
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	p.do("open", chromedp.Navigate(hs.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-lock="deploy/web"]`)))
+	time.Sleep(1500 * time.Millisecond) // let the churn run and the bars fill
+	// The page agrees with the server on the steady locks and their queues.
+	p.waitJS(`document.querySelector('tr[data-lock="deploy/web"] td:last-child').textContent === "3"`, time.Second, "3 waiters on deploy/web")
+	p.waitJS(`document.querySelectorAll('#locks-body tr').length >= 7`, time.Second, "every steady lock listed")
+	if os.Getenv("BATON_UPDATE_SCREENSHOT") == "1" {
+		sctx, scancel := context.WithTimeout(p.ctx, 10*time.Second)
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(90))
+		scancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("../docs/dashboard.png", png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("wrote docs/dashboard.png")
+	}
+	// Sorting by waiters puts deploy/web first.
+	p.do("sort by waiters", chromedp.Click(chromedp.CSS(`th[data-key="waiters"] button`)), chromedp.Click(chromedp.CSS(`th[data-key="waiters"] button`)))
+	p.waitJS(`document.querySelector('#locks-body tr').dataset.lock === "deploy/web"`, time.Second, "sorted by waiters, descending")
+	// Filtering by prefix.
+	p.do("filter", chromedp.SendKeys(chromedp.CSS("#filter"), "deploy/"))
+	p.waitJS(`[...document.querySelectorAll('#locks-body tr')].every(r => r.dataset.lock.startsWith("deploy/")) && document.querySelectorAll('#locks-body tr').length === 2`, time.Second, "filtered to deploy/")
+	p.do("server page", chromedp.Navigate(hs.URL+"/#/server"), chromedp.WaitVisible(chromedp.CSS("#stats .stat")))
+	p.waitJS(`document.getElementById("cluster").textContent.includes("Standalone")`, 5*time.Second, "cluster: standalone")
+	p.expectNoConsoleErrors()
 }

@@ -68,7 +68,9 @@ func toEvent(e server.Event) eventJSON {
 }
 
 // events serves GET /v1/events: a Server-Sent Events stream.
-func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request) {
+// stillAuthorized is checked at every keepalive: a stream opened with a
+// dashboard login ends within eventKeepalive of its logout or expiry.
+func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuthorized func() bool) {
 	if h.events == nil {
 		writeError(w, http.StatusNotImplemented, "this server has no event stream")
 		return
@@ -166,6 +168,9 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		case <-keepalive.C:
+			if !stillAuthorized() {
+				return
+			}
 			buf.WriteString(": keepalive\n\n")
 		case <-r.Context().Done():
 			return

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -156,10 +157,13 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	// A request carries the bearer token (tools) or the dashboard's login
 	// cookie; a cookie alone never authorizes a state change without the
 	// session's CSRF token.
-	var cookie *uiSession
+	var (
+		cookie   *uiSession
+		cookieID string
+	)
 	if h.auth && r.Header.Get("Authorization") == "" {
-		if _, s, ok := h.cookieSession(r); ok {
-			cookie = &s
+		if id, s, ok := h.cookieSession(r); ok {
+			cookie, cookieID = &s, id
 		}
 	}
 	if h.auth && cookie == nil && !h.authorized(w, r) {
@@ -196,7 +200,14 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	)
 	switch {
 	case len(segs) == 1 && segs[0] == "events":
-		methods, serve = methodsGet, func() { h.streamEvents(w, r) }
+		methods, serve = methodsGet, func() {
+			// A stream outlives its request: a logout must end it too.
+			still := func() bool { return true }
+			if cookie != nil {
+				still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+			}
+			h.streamEvents(w, r, still)
+		}
 	case len(segs) == 1 && segs[0] == "locks":
 		methods, serve = methodsGet, func() { h.listLocks(w) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":
