@@ -461,7 +461,7 @@ func TestBrowserUnderLoad(t *testing.T) {
 	p.waitJS(`document.querySelectorAll('#locks-body tr').length >= 7`, time.Second, "every steady lock listed")
 	if os.Getenv("BATON_UPDATE_SCREENSHOT") == "1" {
 		sctx, scancel := context.WithTimeout(p.ctx, 10*time.Second)
-		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)) // 100: PNG; less is JPEG
 		scancel()
 		if err != nil {
 			t.Fatal(err)
