@@ -65,6 +65,7 @@ func init() {
 		locksCommand(),
 		releaseCommand(),
 		kickCommand(),
+		watchCommand(),
 		versionCommand(),
 		helpCommand(),
 	}
