@@ -87,7 +87,9 @@ func startWatch(t *testing.T, env map[string]string, args ...string) (stdout, st
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = new(syncBuffer), new(syncBuffer)
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, append([]string{"watch"}, args...), &sys{stdout: stdout, stderr: stderr, lookupEnv: fakeEnv(env)}) }()
+	go func() {
+		done <- run(ctx, append([]string{"watch"}, args...), &sys{stdout: stdout, stderr: stderr, lookupEnv: fakeEnv(env)})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != exitOK {
@@ -101,7 +103,7 @@ func TestWatchJSONResumesAfterADrop(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
 	addr, cut := startCuttableOps(t, srv, "tok")
-	stdout, _ := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-json", "-ops-addr", addr, "jobs/a")
+	stdout, stderr := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-json", "-ops-addr", addr, "jobs/a")
 	batontest.Eventually(t, 5*time.Second, func() bool { return len(cut.streams()) == 1 }, "watch did not connect")
 
 	l := holdLock(t, srv.Addr, "jobs/a", "first")
@@ -109,8 +111,9 @@ func TestWatchJSONResumesAfterADrop(t *testing.T) {
 	batontest.Eventually(t, 5*time.Second, func() bool { return len(lines(stdout.String())) == 1 }, "no granted line")
 	cut.cut()
 	l.Release() // while the stream is down, or just back: either way it must show once
+	batontest.Eventually(t, 5*time.Second, func() bool { _, held := srv.Srv.Lock("jobs/a"); return !held }, "jobs/a still held")
 	holdLock(t, srv.Addr, "jobs/a", "second")
-	batontest.Eventually(t, 5*time.Second, func() bool { return len(lines(stdout.String())) == 3 }, "want 3 events, got %q", stdout.String())
+	batontest.Eventually(t, 5*time.Second, func() bool { return len(lines(stdout.String())) == 3 }, "want 3 events, got %q (stderr %q, streams %q)", stdout.String(), stderr.String(), cut.streams())
 
 	var got []string
 	var prev uint64
