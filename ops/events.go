@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/batonlock/baton/server"
@@ -29,6 +30,10 @@ const (
 	// defaultEventBuffer is how many events may wait for a subscriber
 	// before it is cut off with an overflow event.
 	defaultEventBuffer = 1024
+	// eventBatchWindow is how long a subscriber's events gather before they
+	// are written: the dashboard does not need them sooner, and it keeps the
+	// cost of many subscribers to a wake-up per window each.
+	eventBatchWindow = 10 * time.Millisecond
 	// eventRetryMS is the reconnection delay EventSource is told to use.
 	eventRetryMS = 1000
 )
@@ -130,7 +135,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		writeSSE(&buf, "snapshot", last, stateJSON{Seq: last, Locks: toLocks(res.Locks)})
 	}
 	for _, e := range res.Backlog {
-		writeSSE(&buf, e.Type, e.Seq, toEvent(e))
+		h.encoded.write(&buf, e)
 	}
 	if !h.sendSSE(rc, w, &buf) {
 		return
@@ -138,30 +143,37 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 
 	keepalive := time.NewTicker(eventKeepalive)
 	defer keepalive.Stop()
+	batch := time.NewTimer(0)
+	<-batch.C
+	defer batch.Stop()
 	events := res.Sub.Events()
-	for {
+	closed := false
+	for !closed {
 		select {
 		case e, ok := <-events:
 			if !ok {
-				if res.Sub.Overflowed() {
-					writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
-						Message: fmt.Sprintf("more than %d events waited for this client; resume after %d", h.eventBuffer, last)})
-					h.sendSSE(rc, w, &buf)
-					h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
-				}
-				return // overflow, or the server shut down
+				closed = true
+				break
 			}
-			writeSSE(&buf, e.Type, e.Seq, toEvent(e))
+			h.encoded.write(&buf, e)
 			last = e.Seq
-			// Take what else is queued, so a burst costs one write.
-			for more := true; more && buf.Len() < 64<<10; {
+			// Let a burst gather for a moment and send it in one write: one
+			// wake-up and one syscall per window instead of per event, for
+			// each subscriber. Events wait in the subscriber's buffer.
+			batch.Reset(eventBatchWindow)
+			select {
+			case <-batch.C:
+			case <-r.Context().Done():
+				return
+			}
+			for more := true; more; {
 				select {
 				case e, ok := <-events:
 					if !ok {
-						more = false
+						closed, more = true, false
 						break
 					}
-					writeSSE(&buf, e.Type, e.Seq, toEvent(e))
+					h.encoded.write(&buf, e)
 					last = e.Seq
 				default:
 					more = false
@@ -175,10 +187,46 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		case <-r.Context().Done():
 			return
 		}
-		if !h.sendSSE(rc, w, &buf) {
+		if closed && res.Sub.Overflowed() {
+			writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
+				Message: fmt.Sprintf("more than %d events waited for this client; resume after %d", h.eventBuffer, last)})
+			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
+		}
+		if buf.Len() > 0 && !h.sendSSE(rc, w, &buf) {
 			return
 		}
 	}
+	// The feed ended: overflow (told above), or the server shut down.
+}
+
+// encodedEvents caches the SSE text of recent events, so that many
+// subscribers cost one JSON encoding per event, not one each.
+type encodedEvents struct {
+	mu   sync.Mutex
+	ring [512]struct {
+		seq  uint64
+		text []byte
+	}
+}
+
+// write appends event e's SSE text to buf.
+func (c *encodedEvents) write(buf *bytes.Buffer, e server.Event) {
+	slot := &c.ring[e.Seq%uint64(len(c.ring))]
+	c.mu.Lock()
+	if slot.seq == e.Seq && slot.text != nil {
+		text := slot.text
+		c.mu.Unlock()
+		buf.Write(text)
+		return
+	}
+	c.mu.Unlock()
+	var b bytes.Buffer
+	writeSSE(&b, e.Type, e.Seq, toEvent(e))
+	text := b.Bytes()
+	c.mu.Lock()
+	slot.seq, slot.text = e.Seq, text
+	c.mu.Unlock()
+	buf.Write(text)
 }
 
 // writeSSE appends one event to buf. The JSON has no newline inside, so it

@@ -116,7 +116,8 @@ type handler struct {
 
 	events      EventSource
 	eventBuffer int
-	ui          uiSessions // dashboard logins (ui.go)
+	encoded     encodedEvents // the SSE text of recent events (events.go)
+	ui          uiSessions    // dashboard logins (ui.go)
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
