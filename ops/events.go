@@ -3,6 +3,7 @@ package ops
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -27,9 +28,8 @@ const (
 	// eventWriteTimeout bounds one write to a subscriber: a client that
 	// stops reading loses its stream instead of holding a goroutine.
 	eventWriteTimeout = 10 * time.Second
-	// defaultEventBuffer is how many events may wait for a subscriber
-	// before it is cut off with an overflow event.
-	defaultEventBuffer = 1024
+	// eventBatch is how many events one write takes at most.
+	eventBatch = 256
 	// eventBatchWindow is how long a subscriber's events gather before they
 	// are written: the dashboard does not need them sooner, and it keeps the
 	// cost of many subscribers to a wake-up per window each.
@@ -81,7 +81,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		return
 	}
 	q := r.URL.Query()
-	req := server.SubscribeRequest{Lock: q.Get("lock"), Buffer: h.eventBuffer}
+	req := server.SubscribeRequest{Lock: q.Get("lock")}
 	if q.Has("lock") && req.Lock == "" {
 		writeError(w, http.StatusBadRequest, "lock is empty: give ?lock=NAME or leave it out")
 		return
@@ -134,8 +134,8 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 	case req.Snapshot:
 		writeSSE(&buf, "snapshot", last, stateJSON{Seq: last, Locks: toLocks(res.Locks)})
 	}
-	for _, e := range res.Backlog {
-		h.encoded.write(&buf, e)
+	if req.Resume && !res.Resync {
+		last = req.After
 	}
 	if !h.sendSSE(rc, w, &buf) {
 		return
@@ -143,60 +143,54 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 
 	keepalive := time.NewTicker(eventKeepalive)
 	defer keepalive.Stop()
-	batch := time.NewTimer(0)
-	<-batch.C
-	defer batch.Stop()
-	events := res.Sub.Events()
-	closed := false
-	for !closed {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				closed = true
-				break
+	window := time.NewTimer(0)
+	<-window.C
+	defer window.Stop()
+	batch := make([]server.Event, 0, eventBatch)
+	for {
+		evs, more, err := res.Sub.Read(batch[:0], eventBatch)
+		switch {
+		case errors.Is(err, server.ErrFellBehind):
+			writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
+				Message: fmt.Sprintf("this client fell more than %d events behind; resume after %d", server.EventHistory, last)})
+			h.sendSSE(rc, w, &buf)
+			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
+			return
+		case err != nil:
+			return // the server shut down
+		}
+		if len(evs) > 0 {
+			for _, e := range evs {
+				h.encoded.write(&buf, e)
+				last = e.Seq
 			}
-			h.encoded.write(&buf, e)
-			last = e.Seq
-			// Let a burst gather for a moment and send it in one write: one
-			// wake-up and one syscall per window instead of per event, for
-			// each subscriber. Events wait in the subscriber's buffer.
-			batch.Reset(eventBatchWindow)
-			select {
-			case <-batch.C:
-			case <-r.Context().Done():
+			if !h.sendSSE(rc, w, &buf) {
 				return
 			}
-			for more := true; more; {
-				select {
-				case e, ok := <-events:
-					if !ok {
-						closed, more = true, false
-						break
-					}
-					h.encoded.write(&buf, e)
-					last = e.Seq
-				default:
-					more = false
-				}
+			continue // read on: Read says when there is nothing left
+		}
+		select {
+		case <-more:
+			// Let a burst gather for a moment and send it in one write:
+			// one wake-up and one syscall per window for each subscriber.
+			window.Reset(eventBatchWindow)
+			select {
+			case <-window.C:
+			case <-r.Context().Done():
+				return
 			}
 		case <-keepalive.C:
 			if !stillAuthorized() {
 				return
 			}
 			buf.WriteString(": keepalive\n\n")
+			if !h.sendSSE(rc, w, &buf) {
+				return
+			}
 		case <-r.Context().Done():
 			return
 		}
-		if closed && res.Sub.Overflowed() {
-			writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
-				Message: fmt.Sprintf("more than %d events waited for this client; resume after %d", h.eventBuffer, last)})
-			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
-		}
-		if buf.Len() > 0 && !h.sendSSE(rc, w, &buf) {
-			return
-		}
 	}
-	// The feed ended: overflow (told above), or the server shut down.
 }
 
 // encodedEvents caches the SSE text of recent events, so that many

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
+	"github.com/batonlock/baton/server"
 )
 
 // sseEvent is one event of a Server-Sent Events stream.
@@ -253,34 +255,50 @@ func TestEventStreamCutsSlowConsumer(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	ts, hs := startEvents(t, ops.Config{EventBuffer: 4}, wrap)
+	ts, hs := startEvents(t, ops.Config{}, wrap)
 	slow := openStream(t, hs.URL+"/v1/events?stall=1", nil)
 	fast := openStream(t, hs.URL+"/v1/events", nil)
 
-	// The first event's write stalls; the next events fill the buffer of 4
-	// and the one after cuts the slow client off. The lock table and the
-	// fast client never wait for it.
-	start := time.Now()
-	for i := range 8 {
-		c := holdLock(t, ts, "slow")
-		fast.expect(t, "granted", "slow")
-		if i == 0 {
-			<-sw.stalled
-		}
-		c.Conn.Close()
-		fast.expect(t, "released", "slow")
-	}
-	if d := time.Since(start); d > 4*time.Second {
-		t.Fatalf("16 grants and releases took %v with a stalled subscriber", d)
+	// The first event's write stalls; the server goes on past a whole
+	// history of events, which the fast client gets in full.
+	c := holdLock(t, ts, "first")
+	fast.expect(t, "granted", "first")
+	<-sw.stalled
+	c.Conn.Close()
+	fast.expect(t, "released", "first")
+	sessions := churn(t, ts, server.EventHistory/2+10)
+	for range 2 * sessions {
+		fast.next(t)
 	}
 	close(sw.release)
 	var types []string
 	for e := range slow.events {
 		types = append(types, e.Type)
 	}
-	if len(types) == 0 || types[len(types)-1] != "overflow" || len(types) > 7 {
-		t.Fatalf("slow client got %q, want a few events and then overflow", types)
+	if len(types) == 0 || types[len(types)-1] != "overflow" || len(types) > server.EventHistory {
+		t.Fatalf("slow client got %d events ending with %q, want some and then overflow", len(types), types[len(types)-1:])
 	}
+}
+
+// churn makes at least n sessions, each a grant and a release, 500 at a
+// time on 500 locks; it returns how many it made.
+func churn(t *testing.T, ts *batontest.Server, n int) int {
+	t.Helper()
+	made := 0
+	for made < n {
+		conns := make([]*batontest.Conn, 500)
+		for i := range conns {
+			conns[i] = batontest.Dial(t, ts.Addr)
+			conns[i].Acquire(fmt.Sprintf("churn-%d", i), time.Minute, false, "")
+		}
+		for _, c := range conns {
+			c.ReadFrame(5 * time.Second)
+			c.Conn.Close()
+		}
+		made += len(conns)
+		batontest.Eventually(t, 10*time.Second, func() bool { return len(ts.Srv.Locks()) == 0 }, "churn locks still held")
+	}
+	return made
 }
 
 func TestEventStreamAuth(t *testing.T) {

@@ -60,9 +60,6 @@ type Config struct {
 	ACL func() *server.ACL
 	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
 	Events EventSource
-	// EventBuffer is how many events may wait for one /v1/events client
-	// before it is cut off with an overflow event. Zero means 1024.
-	EventBuffer int
 }
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -81,10 +78,6 @@ func NewHandler(cfg Config) http.Handler {
 	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL, events: cfg.Events}
 	if h.events == nil {
 		h.events, _ = cfg.Backend.(EventSource)
-	}
-	h.eventBuffer = cfg.EventBuffer
-	if h.eventBuffer <= 0 {
-		h.eventBuffer = defaultEventBuffer
 	}
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
@@ -114,10 +107,9 @@ type handler struct {
 	requireCert bool
 	acl         func() *server.ACL
 
-	events      EventSource
-	eventBuffer int
-	encoded     encodedEvents // the SSE text of recent events (events.go)
-	ui          uiSessions    // dashboard logins (ui.go)
+	events  EventSource
+	encoded encodedEvents // the SSE text of recent events (events.go)
+	ui      uiSessions    // dashboard logins (ui.go)
 }
 
 // ServeHTTP routes on the escaped path itself rather than through

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"time"
 
 	"github.com/batonlock/baton/locktable"
@@ -32,35 +33,65 @@ type Event struct {
 	Session SessionView
 }
 
-// Subscription is a live feed of events. It never slows the lock table:
-// events are handed over without blocking, and a subscriber whose buffer
-// is full is cut off (its channel closed, Overflowed true).
+// Subscription is a reader of the event history with its own cursor. It
+// never slows the lock table: publishing an event costs the same with any
+// number of subscribers (the ring and one wake-up), and a subscriber that
+// falls a whole history behind gets ErrFellBehind instead of events.
 type Subscription struct {
 	srv  *Server
 	lock string // "" for every lock
-	ch   chan Event
 	// Guarded by srv.mu.
-	overflowed bool
-	closed     bool
+	cursor uint64 // the seq of the last event this subscriber has passed
+	closed bool
 }
 
-// Events delivers the events after the backlog, in order. It is closed when
-// the subscriber fell behind, when Close is called, or at Shutdown.
-func (sub *Subscription) Events() <-chan Event { return sub.ch }
+// Errors of Subscription.Read.
+var (
+	// ErrFellBehind: the history no longer holds the events after the
+	// subscriber's cursor; it must start again from a snapshot.
+	ErrFellBehind = errors.New("event subscriber fell behind the history")
+	// ErrSubscriptionClosed: Close was called, or the server shut down.
+	ErrSubscriptionClosed = errors.New("event subscription closed")
+)
 
-// Overflowed reports whether the feed was closed because the subscriber
-// fell behind (its buffer was full when an event came).
-func (sub *Subscription) Overflowed() bool {
-	sub.srv.mu.Lock()
-	defer sub.srv.mu.Unlock()
-	return sub.overflowed
+// Read appends to dst up to max events after the cursor (of the
+// subscription's lock, if set) and moves the cursor past them. When there
+// are none it returns a channel that is closed when the next event comes.
+func (sub *Subscription) Read(dst []Event, max int) ([]Event, <-chan struct{}, error) {
+	s := sub.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &s.events
+	if sub.closed || s.stopped {
+		return dst, nil, ErrSubscriptionClosed
+	}
+	if sub.cursor > l.last || sub.cursor+1 < l.oldestLocked() {
+		return dst, nil, ErrFellBehind
+	}
+	n := len(l.ring)
+	oldest := l.oldestLocked()
+	for seq := sub.cursor + 1; seq <= l.last && max > 0; seq++ {
+		e := l.ring[(l.head+int(seq-oldest))%n]
+		sub.cursor = seq
+		if sub.lock == "" || e.Lock == sub.lock {
+			dst = append(dst, e)
+			max--
+		}
+	}
+	if len(dst) > 0 {
+		return dst, nil, nil
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return dst, l.wake, nil
 }
 
 // Close ends the subscription. It may be called more than once.
 func (sub *Subscription) Close() {
 	sub.srv.mu.Lock()
 	defer sub.srv.mu.Unlock()
-	sub.srv.events.dropLocked(sub)
+	sub.closed = true
 }
 
 // SubscribeRequest says what a subscriber wants.
@@ -73,42 +104,38 @@ type SubscribeRequest struct {
 	// Snapshot asks for the state of the locks at the instant the feed
 	// starts (always given when a resume cannot be served).
 	Snapshot bool
-	// Buffer is how many events may wait for the subscriber before it is
-	// cut off. Zero means 1024.
-	Buffer int
 }
 
 // SubscribeResult is the start of a feed, taken at one instant under the
-// server's mutex, so that nothing falls between it and the live events.
+// server's mutex, so that nothing falls between it and the events read.
 type SubscribeResult struct {
 	Sub *Subscription
-	// Backlog holds the history after the requested sequence number.
-	Backlog []Event
 	// Resync is true when the history no longer holds the events after the
 	// requested sequence number (or the number is from another run of the
-	// server): Locks then holds the state to start again from.
+	// server): Locks then holds the state to start again from, and the
+	// feed starts after Seq.
 	Resync bool
 	// Locks is the state of the locks (only Lock's, if set) when Snapshot
 	// was asked for or Resync is true.
 	Locks []LockView
-	// Seq is the sequence number of the last event before the live ones.
+	// Seq is the sequence number of the last event when the feed started.
 	Seq uint64
 }
 
-// Subscribe starts a feed of events. The caller must Close the subscription.
+// Subscribe starts a feed of events: after req.After when resuming and the
+// history allows it, else after the last event. The caller must Close it.
 func (s *Server) Subscribe(req SubscribeRequest) SubscribeResult {
-	if req.Buffer <= 0 {
-		req.Buffer = 1024
-	}
-	sub := &Subscription{srv: s, lock: req.Lock, ch: make(chan Event, req.Buffer)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ev := &s.events
-	res := SubscribeResult{Sub: sub, Seq: ev.last}
+	l := &s.events
+	sub := &Subscription{srv: s, lock: req.Lock, cursor: l.last}
+	res := SubscribeResult{Sub: sub, Seq: l.last}
 	if req.Resume {
-		var ok bool
-		res.Backlog, ok = ev.sinceLocked(req.After, req.Lock)
-		res.Resync = !ok
+		if req.After <= l.last && req.After+1 >= l.oldestLocked() {
+			sub.cursor = req.After
+		} else {
+			res.Resync = true
+		}
 	}
 	if req.Snapshot || res.Resync {
 		now := time.Now()
@@ -122,28 +149,21 @@ func (s *Server) Subscribe(req SubscribeRequest) SubscribeResult {
 			}
 		}
 	}
-	if s.stopped {
-		sub.closed = true
-		close(sub.ch)
-		return res
-	}
-	if ev.subs == nil {
-		ev.subs = make(map[*Subscription]struct{})
-	}
-	ev.subs[sub] = struct{}{}
 	return res
 }
 
-// eventLog is the history ring and the live subscribers. Guarded by Server.mu.
+// eventLog is the history ring. Guarded by Server.mu.
 type eventLog struct {
 	ring []Event // grows to EventHistory, then overwrites the oldest
 	head int     // index of the oldest event once the ring is full
 	last uint64  // seq of the newest event; 0 before the first
-	subs map[*Subscription]struct{}
+	// wake is closed at the next event, for the subscribers waiting for
+	// it; nil when none waits.
+	wake chan struct{}
 }
 
-// publishLocked records an event and hands it to each subscriber without
-// blocking. mu must be held.
+// publishLocked records an event and wakes the waiting subscribers: one
+// channel close, whatever their number. mu must be held.
 func (l *eventLog) publishLocked(e Event) {
 	l.last++
 	e.Seq = l.last
@@ -153,60 +173,20 @@ func (l *eventLog) publishLocked(e Event) {
 		l.ring[l.head] = e
 		l.head = (l.head + 1) % EventHistory
 	}
-	for sub := range l.subs {
-		if sub.lock != "" && sub.lock != e.Lock {
-			continue
-		}
-		select {
-		case sub.ch <- e:
-		default: // fell behind: cut it off rather than wait for it
-			sub.overflowed = true
-			l.dropLocked(sub)
-		}
+	l.wakeLocked()
+}
+
+// wakeLocked wakes every waiting subscriber. mu must be held.
+func (l *eventLog) wakeLocked() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
 	}
 }
 
-// sinceLocked returns the events after seq (of lock, if not ""); false if
-// the history no longer holds them all or seq is in the future. mu must be
-// held.
-func (l *eventLog) sinceLocked(seq uint64, lock string) ([]Event, bool) {
-	if seq > l.last {
-		return nil, false // from another run of the server
-	}
-	if seq == l.last {
-		return nil, true
-	}
-	oldest := l.last - uint64(len(l.ring)) + 1
-	if seq+1 < oldest {
-		return nil, false
-	}
-	var out []Event
-	n := len(l.ring)
-	for i := int(seq + 1 - oldest); i < n; i++ {
-		e := l.ring[(l.head+i)%n]
-		if lock == "" || e.Lock == lock {
-			out = append(out, e)
-		}
-	}
-	return out, true
-}
-
-// dropLocked removes sub and closes its channel. mu must be held.
-func (l *eventLog) dropLocked(sub *Subscription) {
-	if sub.closed {
-		return
-	}
-	sub.closed = true
-	delete(l.subs, sub)
-	close(sub.ch)
-}
-
-// closeAllLocked ends every subscription (at Shutdown). mu must be held.
-func (l *eventLog) closeAllLocked() {
-	for sub := range l.subs {
-		l.dropLocked(sub)
-	}
-}
+// oldestLocked is the seq of the oldest event kept (last+1 when none). mu
+// must be held.
+func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) + 1 }
 
 // eventLocked records what happened to session in of lock at now. mu must be held.
 func (s *Server) eventLocked(now time.Time, typ string, in locktable.Info) {

@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,16 +14,31 @@ import (
 // nextEvent waits for the subscription's next event.
 func nextEvent(t *testing.T, sub *server.Subscription) server.Event {
 	t.Helper()
-	select {
-	case e, ok := <-sub.Events():
-		if !ok {
-			t.Fatalf("event feed closed (overflowed %v), want an event", sub.Overflowed())
+	deadline := time.After(5 * time.Second)
+	for {
+		evs, more, err := sub.Read(nil, 1)
+		if err != nil {
+			t.Fatalf("read events: %v", err)
 		}
-		return e
-	case <-time.After(5 * time.Second):
-		t.Fatal("no event within 5s")
+		if len(evs) == 1 {
+			return evs[0]
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatal("no event within 5s")
+		}
 	}
-	panic("unreachable")
+}
+
+// readAll reads what the subscription has now.
+func readAll(t *testing.T, sub *server.Subscription) []server.Event {
+	t.Helper()
+	evs, _, err := sub.Read(nil, 1<<30)
+	if err != nil {
+		t.Fatalf("read events: %v", err)
+	}
+	return evs
 }
 
 func expectEvent(t *testing.T, sub *server.Subscription, typ, lock, owner string) server.Event {
@@ -109,14 +126,18 @@ func TestEventsResumeFilterAndResync(t *testing.T) {
 
 	// 3 grants and 3 releases of r1, then a grant of r2: seq 1..7.
 	res := ts.Srv.Subscribe(server.SubscribeRequest{Resume: true, After: 2, Lock: "r1"})
+	evs := readAll(t, res.Sub)
 	res.Sub.Close()
-	if res.Resync || res.Seq != 7 || len(res.Backlog) != 4 || res.Backlog[0].Seq != 3 || res.Backlog[3].Seq != 6 {
-		t.Fatalf("resume after 2 of r1: resync %v seq %d backlog %+v, want seq 7 and events 3..6", res.Resync, res.Seq, res.Backlog)
+	if res.Resync || res.Seq != 7 || len(evs) != 4 || evs[0].Seq != 3 || evs[3].Seq != 6 {
+		t.Fatalf("resume after 2 of r1: resync %v seq %d events %+v, want seq 7 and events 3..6", res.Resync, res.Seq, evs)
 	}
 	res = ts.Srv.Subscribe(server.SubscribeRequest{Resume: true, After: 7})
+	if evs := readAll(t, res.Sub); res.Resync || len(evs) != 0 || res.Locks != nil {
+		t.Fatalf("resume at the head: %+v %v, want nothing", res, evs)
+	}
 	res.Sub.Close()
-	if res.Resync || len(res.Backlog) != 0 || res.Locks != nil {
-		t.Fatalf("resume at the head: %+v, want nothing", res)
+	if _, _, err := res.Sub.Read(nil, 1); !errors.Is(err, server.ErrSubscriptionClosed) {
+		t.Fatalf("read after close: %v, want ErrSubscriptionClosed", err)
 	}
 	// A seq from the future (another run of the server) needs a resync.
 	res = ts.Srv.Subscribe(server.SubscribeRequest{Resume: true, After: 99})
@@ -133,23 +154,24 @@ func TestEventsResumeFilterAndResync(t *testing.T) {
 
 func TestEventsHistoryIsBounded(t *testing.T) {
 	ts := batontest.StartServer(t)
-	sub := ts.Srv.Subscribe(server.SubscribeRequest{Buffer: 1}).Sub
-	// Two grants on two connections: the second overflows the buffer of 1.
-	a, _ := hold(t, ts, "h1", time.Minute)
-	defer a.Conn.Close()
-	b, _ := hold(t, ts, "h2", time.Minute)
-	defer b.Conn.Close()
-	<-sub.Events()
-	if _, ok := <-sub.Events(); ok || !sub.Overflowed() {
-		t.Fatalf("a subscriber with a full buffer was not cut off (overflowed %v)", sub.Overflowed())
+	stuck := ts.Srv.Subscribe(server.SubscribeRequest{}).Sub // never reads
+	defer stuck.Close()
+	// Rounds of 500 sessions on 500 locks, each a grant and a release, past
+	// the history's size.
+	for round := range server.EventHistory/1000 + 1 {
+		conns := make([]*batontest.Conn, 500)
+		for i := range conns {
+			conns[i] = batontest.Dial(t, ts.Addr)
+			conns[i].Acquire(fmt.Sprintf("h-%d", i), time.Minute, false, "")
+		}
+		for _, c := range conns {
+			expectAcquired(t, c)
+			c.Conn.Close()
+		}
+		batontest.Eventually(t, 10*time.Second, func() bool { return len(ts.Srv.Locks()) == 0 }, "locks still held (round %d)", round)
 	}
-	sub.Close() // a second close is harmless
-
-	n := server.EventHistory + 10
-	for i := range n / 2 { // each connection is a grant and a release
-		c, _ := hold(t, ts, "h3", time.Minute)
-		c.Conn.Close()
-		batontest.Eventually(t, 5*time.Second, func() bool { _, ok := ts.Srv.Lock("h3"); return !ok }, "h3 still held (round %d)", i)
+	if _, _, err := stuck.Read(nil, 1); !errors.Is(err, server.ErrFellBehind) {
+		t.Fatalf("a subscriber a whole history behind: got %v, want ErrFellBehind", err)
 	}
 	res := ts.Srv.Subscribe(server.SubscribeRequest{Resume: true, After: 1})
 	res.Sub.Close()
@@ -157,20 +179,27 @@ func TestEventsHistoryIsBounded(t *testing.T) {
 		t.Fatalf("resume after seq 1 of %d events: no resync", res.Seq)
 	}
 	res = ts.Srv.Subscribe(server.SubscribeRequest{Resume: true, After: res.Seq - server.EventHistory})
+	evs := readAll(t, res.Sub)
 	res.Sub.Close()
-	if res.Resync || len(res.Backlog) != server.EventHistory {
-		t.Fatalf("resume from the oldest kept event: resync %v, %d events, want %d", res.Resync, len(res.Backlog), server.EventHistory)
+	if res.Resync || len(evs) != server.EventHistory {
+		t.Fatalf("resume from the oldest kept event: resync %v, %d events, want %d", res.Resync, len(evs), server.EventHistory)
 	}
 }
 
 func TestEventsEndAtShutdown(t *testing.T) {
 	ts := batontest.StartServer(t)
 	sub := ts.Srv.Subscribe(server.SubscribeRequest{}).Sub
-	ts.Stop(t)
-	if _, ok := <-sub.Events(); ok {
-		t.Fatal("event feed open after Shutdown")
+	_, more, err := sub.Read(nil, 1)
+	if err != nil || more == nil {
+		t.Fatalf("read of an empty feed: %v %v", more, err)
 	}
-	if sub.Overflowed() {
-		t.Fatal("shutdown reported as overflow")
+	ts.Stop(t)
+	select {
+	case <-more:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting subscriber was not woken by Shutdown")
+	}
+	if _, _, err := sub.Read(nil, 1); !errors.Is(err, server.ErrSubscriptionClosed) {
+		t.Fatalf("read after Shutdown: %v, want ErrSubscriptionClosed", err)
 	}
 }

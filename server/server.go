@@ -268,8 +268,8 @@ func (s *Server) stop() {
 	if s.poller != nil {
 		s.poller.stop() // every session was unparked by its end above
 	}
-	s.events.closeAllLocked()
 	s.stopped = true
+	s.events.wakeLocked() // readers then see ErrSubscriptionClosed
 	s.stopping = all
 	s.mu.Unlock()
 	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
