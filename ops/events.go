@@ -54,6 +54,11 @@ type (
 		Reason string     `json:"reason,omitempty"` // resync only
 		Locks  []lockJSON `json:"locks"`
 	}
+	// historyJSON is the data of a history event: the latest events before
+	// the stream's start, oldest first.
+	historyJSON struct {
+		Events []eventJSON `json:"events"`
+	}
 	// overflowJSON is the data of the overflow event that ends the stream
 	// of a subscriber that fell behind; it may resume after Seq.
 	overflowJSON struct {
@@ -94,6 +99,14 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("snapshot %q: want 1 or 0", v))
 		return
 	}
+	if v := q.Get("history"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > server.EventHistory {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("history %q: want a count from 0 to %d", v, server.EventHistory))
+			return
+		}
+		req.History = n
+	}
 	// Last-Event-ID is what EventSource sends on reconnecting; ?since= is
 	// the same for tools that cannot set a header.
 	for _, from := range []struct{ what, v string }{{"since", q.Get("since")}, {"Last-Event-ID", r.Header.Get("Last-Event-ID")}} {
@@ -108,7 +121,8 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		req.Resume, req.After = true, n
 	}
 	if req.Resume {
-		req.Snapshot = false // the client has its state; it wants what it missed
+		// The client has its state and its history; it wants what it missed.
+		req.Snapshot, req.History = false, 0
 	}
 
 	res := h.events.Subscribe(req)
@@ -133,6 +147,13 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 			Reason: fmt.Sprintf("the history no longer holds the events after %d: start again from these locks", req.After)})
 	case req.Snapshot:
 		writeSSE(&buf, "snapshot", last, stateJSON{Seq: last, Locks: toLocks(res.Locks)})
+	}
+	if len(res.History) > 0 {
+		hist := historyJSON{Events: make([]eventJSON, len(res.History))}
+		for i, e := range res.History {
+			hist.Events[i] = toEvent(e)
+		}
+		writeSSE(&buf, "history", last, hist)
 	}
 	if req.Resume && !res.Resync {
 		last = req.After

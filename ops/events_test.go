@@ -128,6 +128,7 @@ func startEvents(t *testing.T, cfg ops.Config, wrap func(http.Handler) http.Hand
 	t.Helper()
 	ts := batontest.StartServer(t)
 	cfg.Backend = ts.Srv
+	cfg.Gatherer = ts.Srv.Registry()
 	var h http.Handler = ops.NewHandler(cfg)
 	if wrap != nil {
 		h = wrap(h)
@@ -197,6 +198,12 @@ func TestEventStreamResumeSnapshotResync(t *testing.T) {
 	if snap.Seq != 3 || len(snap.Locks) != 1 || snap.Locks[0].Name != "s" {
 		t.Fatalf("snapshot %+v, want seq 3 with lock s", snap)
 	}
+	// With the latest events before it, for a view of what just happened.
+	s = openStream(t, hs.URL+"/v1/events?snapshot=1&history=2", nil)
+	s.expect(t, "snapshot", "")
+	if h := s.next(t); h.Type != "history" || !strings.Contains(h.Data, `"seq":2,`) || !strings.Contains(h.Data, `"seq":3,`) || strings.Contains(h.Data, `"seq":1,`) {
+		t.Fatalf("history event %+v, want events 2 and 3", h)
+	}
 	// A seq the history does not hold: resync with the state.
 	s = openStream(t, hs.URL+"/v1/events?since=999", nil)
 	if rs := s.expect(t, "resync", ""); rs.Seq != 3 || len(rs.Locks) != 1 {
@@ -205,7 +212,7 @@ func TestEventStreamResumeSnapshotResync(t *testing.T) {
 	holdLock(t, ts, "t")
 	s.expect(t, "granted", "t")
 
-	for _, bad := range []string{"?since=x", "?lock=", "?snapshot=maybe"} {
+	for _, bad := range []string{"?since=x", "?lock=", "?snapshot=maybe", "?history=-1", "?history=10001", "?history=x"} {
 		resp, err := http.Get(hs.URL + "/v1/events" + bad)
 		if err != nil {
 			t.Fatal(err)

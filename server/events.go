@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/batonlock/baton/locktable"
@@ -104,6 +105,9 @@ type SubscribeRequest struct {
 	// Snapshot asks for the state of the locks at the instant the feed
 	// starts (always given when a resume cannot be served).
 	Snapshot bool
+	// History asks for up to this many of the latest events (of Lock, if
+	// set) before the feed's start, for a view of what just happened.
+	History int
 }
 
 // SubscribeResult is the start of a feed, taken at one instant under the
@@ -120,6 +124,8 @@ type SubscribeResult struct {
 	Locks []LockView
 	// Seq is the sequence number of the last event when the feed started.
 	Seq uint64
+	// History holds the latest events up to Seq, oldest first, when asked for.
+	History []Event
 }
 
 // Subscribe starts a feed of events: after req.After when resuming and the
@@ -136,6 +142,15 @@ func (s *Server) Subscribe(req SubscribeRequest) SubscribeResult {
 		} else {
 			res.Resync = true
 		}
+	}
+	if req.History > 0 {
+		n := len(l.ring)
+		for i := n - 1; i >= 0 && len(res.History) < req.History; i-- {
+			if e := l.ring[(l.head+i)%n]; req.Lock == "" || e.Lock == req.Lock {
+				res.History = append(res.History, e)
+			}
+		}
+		slices.Reverse(res.History)
 	}
 	if req.Snapshot || res.Resync {
 		now := time.Now()

@@ -6,6 +6,7 @@ import { barChart, lineChart, parseMetrics, histogramQuantile } from "./charts.j
 const $ = (id) => document.getElementById(id);
 const EXIT_TYPES = ["released", "expired", "force_released", "kicked", "left"];
 const HISTORY_PER_LOCK = 100;
+const HISTORY_PRELOAD = 2000; // events asked for at the start, across all locks
 
 const state = {
   csrf: "",              // the login session's CSRF token, if logged in
@@ -58,23 +59,30 @@ function applyEvent(ev) {
   const now = Date.now();
   const l = lockOf(ev.lock);
   const s = ev.session;
-  l.history.unshift({ at: ev.at, type: ev.type, session: s });
-  if (l.history.length > HISTORY_PER_LOCK) l.history.length = HISTORY_PER_LOCK;
+  recordHistory(l, ev);
   if (ev.type === "queued") {
     l.waiters.push(local(s, now));
   } else if (ev.type === "granted") {
     l.waiters = l.waiters.filter((w) => w.id !== s.id);
     l.holder = local({ ...s, since_ms: 0, silent_ms: 0 }, now);
-    if (s.since_ms > 0) pushBounded(l.waits, s.since_ms); // a promotion: how long it waited
   } else if (EXIT_TYPES.includes(ev.type)) {
     if (l.holder && l.holder.id === s.id) {
       l.holder = null;
-      pushBounded(l.holds, s.since_ms);
     } else {
       l.waiters = l.waiters.filter((w) => w.id !== s.id);
     }
   }
   scheduleRender();
+}
+
+// recordHistory adds ev to its lock's history and charts: hold times from
+// the events that end a holder, wait times from promotions (since_ms).
+function recordHistory(l, ev) {
+  const s = ev.session;
+  l.history.unshift({ at: ev.at, type: ev.type, session: s });
+  if (l.history.length > HISTORY_PER_LOCK) l.history.length = HISTORY_PER_LOCK;
+  if (ev.type === "granted" && s.since_ms > 0) pushBounded(l.waits, s.since_ms);
+  if (EXIT_TYPES.includes(ev.type) && s.token) pushBounded(l.holds, s.since_ms);
 }
 
 function pushBounded(a, v) {
@@ -84,11 +92,17 @@ function pushBounded(a, v) {
 
 function connect() {
   if (state.source) state.source.close();
-  const es = new EventSource("/v1/events?snapshot=1");
+  const es = new EventSource(`/v1/events?snapshot=1&history=${HISTORY_PRELOAD}`);
   state.source = es;
   const onState = (e) => { applySnapshot(JSON.parse(e.data)); scheduleRender(); };
   es.addEventListener("snapshot", onState);
   es.addEventListener("resync", onState);
+  // The latest events before the snapshot: the history and charts of a
+  // lock's page start filled.
+  es.addEventListener("history", (e) => {
+    for (const ev of JSON.parse(e.data).events) recordHistory(lockOf(ev.lock), ev);
+    scheduleRender();
+  });
   for (const t of ["queued", "granted", ...EXIT_TYPES]) {
     es.addEventListener(t, (e) => applyEvent(JSON.parse(e.data)));
   }
@@ -301,8 +315,8 @@ function renderLock(name) {
       (e.session.token ? ` · token ${e.session.token}` : "") +
       (e.type === "granted" && e.session.since_ms ? ` · waited ${fmtDur(e.session.since_ms)}` : "") +
       (EXIT_TYPES.includes(e.type) && e.session.token ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));
-  $("hold-chart").replaceChildren(barChart(l.holds, fmtDur, "No holder has ended since this page opened."));
-  $("wait-chart").replaceChildren(barChart(l.waits, fmtDur, "No waiter has been granted since this page opened."));
+  $("hold-chart").replaceChildren(barChart(l.holds, fmtDur, "No holder has ended in the recent history."));
+  $("wait-chart").replaceChildren(barChart(l.waits, fmtDur, "No waiter was promoted in the recent history."));
 }
 
 let metrics = null;
