@@ -317,6 +317,22 @@ function renderLock(name) {
       (EXIT_TYPES.includes(e.type) && e.session.token ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));
   $("hold-chart").replaceChildren(barChart(l.holds, fmtDur, "No holder has ended in the recent history."));
   $("wait-chart").replaceChildren(barChart(l.waits, fmtDur, "No waiter was promoted in the recent history."));
+  $("hold-hist").replaceChildren(...lockHistogram(name, "baton_hold_seconds"));
+  $("wait-hist").replaceChildren(...lockHistogram(name, "baton_wait_seconds"));
+}
+
+// lockHistogram draws the server's per-lock histogram (baton_hold_seconds
+// or baton_wait_seconds with a lock label) when the server exports it.
+function lockHistogram(name, metric) {
+  if (!metrics) return [];
+  const buckets = (metrics.get(metric + "_bucket") || [])
+    .filter((b) => b.labels.lock === name && b.labels.le !== "+Inf")
+    .sort((a, b) => Number(a.labels.le) - Number(b.labels.le));
+  if (!buckets.length) return [];
+  const counts = buckets.map((b, i) => b.value - (i ? buckets[i - 1].value : 0));
+  const total = buckets[buckets.length - 1].value;
+  return [el("p", { class: "muted", text: `Since the server started (${metric}, ${total} observed):` }),
+    barChart(counts, String, "None observed yet.", buckets.map((b) => fmtDur(Number(b.labels.le) * 1000)))];
 }
 
 let metrics = null;
