@@ -479,9 +479,8 @@ func TestBrowserUnderLoad(t *testing.T) {
 	p.waitJS(`[...document.querySelectorAll('#locks-body tr')].every(r => r.dataset.lock.startsWith("deploy/")) && document.querySelectorAll('#locks-body tr').length === 2`, time.Second, "filtered to deploy/")
 	// A lock's page opened now shows what happened before it: the history
 	// event at the stream's start fills it.
-	p.do("fresh page on a churned lock", chromedp.Navigate(hs.URL+"/?fresh=1#/lock/jobs%2Fshard-0"),
-		chromedp.WaitVisible(chromedp.CSS("#history li")))
-	p.waitJS(`document.querySelectorAll("#history li").length > 3 && !!document.querySelector("#hold-chart svg")`, 2*time.Second, "history and hold chart from before the page opened")
+	p.do("fresh page on a churned lock", chromedp.Navigate(hs.URL+"/?fresh=1#/lock/jobs%2Fshard-0"))
+	p.waitJS(`document.querySelectorAll("#history li").length > 3 && !!document.querySelector("#hold-chart svg")`, 5*time.Second, "history and hold chart from before the page opened")
 	p.do("server page", chromedp.Navigate(hs.URL+"/#/server"), chromedp.WaitVisible(chromedp.CSS("#stats .stat")))
 	p.waitJS(`Number(document.querySelector("#stats .stat b").textContent) >= 6`, 5*time.Second, "sessions holding from /metrics")
 	p.waitJS(`document.getElementById("cluster").textContent.includes("Standalone")`, 5*time.Second, "cluster: standalone")

@@ -163,11 +163,20 @@ async function api(method, path) {
 
 // ---- rendering ----
 
+// Renders are coalesced: at most one per RENDER_EVERY_MS however fast events
+// come, so a busy server does not keep the page redrawing every frame.
+const RENDER_EVERY_MS = 200;
 let renderQueued = false;
+let lastRender = 0;
 function scheduleRender() {
   if (renderQueued) return;
   renderQueued = true;
-  requestAnimationFrame(() => { renderQueued = false; render(); });
+  const wait = Math.max(0, lastRender + RENDER_EVERY_MS - performance.now());
+  setTimeout(() => requestAnimationFrame(() => {
+    renderQueued = false;
+    lastRender = performance.now();
+    render();
+  }), wait);
 }
 
 function route() {
