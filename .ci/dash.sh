@@ -43,7 +43,7 @@ done
 kill -INT "$watch"; wait "$watch" || true
 grep -q '"type":"granted","lock":"ci/smoke"' "$work/watch.jsonl" || { cat "$work/watch.jsonl" "$work/watch.err"; exit 1; }
 grep -q '"type":"released","lock":"ci/smoke"' "$work/watch.jsonl" || { cat "$work/watch.jsonl" "$work/watch.err"; exit 1; }
-curl -fsS --max-time 1 "http://$ops/v1/events?snapshot=1" >"$work/events.txt" || true # the stream never ends by itself
+curl -fs --max-time 1 "http://$ops/v1/events?snapshot=1" >"$work/events.txt" || true # the stream never ends by itself: curl stops it after 1 s
 grep -q '^event: snapshot' "$work/events.txt"
 kill -TERM "$pid"
 wait "$pid"
