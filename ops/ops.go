@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -69,6 +70,8 @@ type Config struct {
 	// http.DefaultTransport. ProxyTLS makes them https.
 	ProxyTransport http.RoundTripper
 	ProxyTLS       bool
+	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
+	Events EventSource
 }
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -85,9 +88,13 @@ func NewHandler(cfg Config) http.Handler {
 		log = slog.Default()
 	}
 	h := &handler{b: cfg.Backend, log: log, requireCert: cfg.RequireClientCert, acl: cfg.ACL,
-		cluster: cfg.Cluster, nodeID: cfg.NodeID, proxyTransport: cfg.ProxyTransport, proxyScheme: "http"}
+		cluster: cfg.Cluster, nodeID: cfg.NodeID, proxyTransport: cfg.ProxyTransport, proxyScheme: "http",
+		events: cfg.Events}
 	if cfg.ProxyTLS {
 		h.proxyScheme = "https"
+	}
+	if h.events == nil {
+		h.events, _ = cfg.Backend.(EventSource)
 	}
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
@@ -121,6 +128,9 @@ type handler struct {
 	nodeID         string
 	proxyTransport http.RoundTripper
 	proxyScheme    string
+	events         EventSource
+	encoded        encodedEvents // the SSE text of recent events (events.go)
+	ui             uiSessions    // dashboard logins (ui.go)
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
@@ -148,6 +158,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case p == "/v1" || strings.HasPrefix(p, "/v1/"):
 		h.serveV1(w, r, p)
+	case p == "/" || strings.HasPrefix(p, "/ui/"):
+		h.serveUI(w, r, p)
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
 	}
@@ -156,8 +168,34 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveV1 checks the token before anything else, so that without it no
 // answer tells which paths exist.
 func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
-	if h.auth && !h.authorized(w, r) {
+	// A request carries the bearer token (tools) or the dashboard's login
+	// cookie; a cookie alone never authorizes a state change without the
+	// session's CSRF token.
+	var (
+		cookie   *uiSession
+		cookieID string
+	)
+	if h.auth && r.Header.Get("Authorization") == "" {
+		if id, s, ok := h.cookieSession(r); ok {
+			cookie, cookieID = &s, id
+		}
+	}
+	if h.auth && cookie == nil && !h.authorized(w, r) {
 		return
+	}
+	if !h.auth && rebound(r) {
+		h.refuseForgery(w, r, fmt.Sprintf("host %q is not an address or localhost: a browser may use the API without a token only by address", r.Host))
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if why := crossSite(r); why != "" {
+			h.refuseForgery(w, r, why)
+			return
+		}
+		if cookie != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get(csrfHeader)), []byte(cookie.csrf)) != 1 {
+			h.refuseForgery(w, r, "missing or wrong "+csrfHeader+" header")
+			return
+		}
 	}
 	if h.requireCert && server.VerifiedIdentities(r.TLS) == nil {
 		h.log.Warn("ops: request without a verified client certificate",
@@ -182,6 +220,15 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		serve   func()
 	)
 	switch {
+	case len(segs) == 1 && segs[0] == "events":
+		methods, serve = methodsGet, func() {
+			// A stream outlives its request: a logout must end it too.
+			still := func() bool { return true }
+			if cookie != nil {
+				still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+			}
+			h.streamEvents(w, r, still)
+		}
 	case len(segs) == 1 && segs[0] == "locks":
 		methods, serve = methodsGet, func() { h.listLocks(w) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":

@@ -48,7 +48,7 @@ func TestRoutes(t *testing.T) {
 		{"POST", "/v1/sessions/2/kick", 200, "", ""},
 		{"POST", "/v1/sessions/99/kick", 404, "", `session "99" not found`},
 		{"POST", "/v1/sessions/1/kick", 409, "", `session "1" holds lock "jobs"; force-release it with POST /v1/locks/jobs/release`},
-		{"GET", "/", 404, "", "no endpoint /"},
+		{"GET", "/nothing", 404, "", "no endpoint /nothing"},
 		{"GET", "/nope", 404, "", "no endpoint /nope"},
 		{"GET", "/healthz/", 404, "", "no endpoint /healthz/"},
 		{"GET", "/v1", 404, "", "no endpoint /v1"},

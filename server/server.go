@@ -72,6 +72,8 @@ type Server struct {
 	poller *idlePoller
 
 	sec security // TLS, access rules, per-address cap (security.go)
+
+	events eventLog // history and subscribers of the event stream (events.go); guarded by mu
 }
 
 // New returns a server with cfg, after checking it.
@@ -271,6 +273,7 @@ func (s *Server) stop() {
 		s.poller.stop() // every session was unparked by its end above
 	}
 	s.stopped = true
+	s.events.wakeLocked() // readers then see ErrSubscriptionClosed
 	s.stopping = all
 	s.mu.Unlock()
 	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
@@ -425,8 +428,13 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
 		if e.Cause == locktable.CauseGraceEnded {
+			s.grantEventLocked(now, e.Promoted)
 			s.promoteLocked(now, e.Promoted, 0, fx) // nobody left
 			continue
+		}
+		s.exitEventLocked(now, e)
+		if e.HasPromoted {
+			s.grantEventLocked(now, e.Promoted)
 		}
 		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)

@@ -263,6 +263,13 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 		s.m.waiting.Inc()
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
+	if in, ok := s.table.Session(now, c.id); ok {
+		typ := EventQueued
+		if st.Held {
+			typ = EventGranted
+		}
+		s.eventLocked(now, typ, in)
+	}
 	c.queueState(st)
 	s.wakeReaperLocked(now.Add(lease))
 	return 0, "", true

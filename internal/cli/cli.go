@@ -71,6 +71,7 @@ func init() {
 		releaseCommand(),
 		kickCommand(),
 		clusterCommand(),
+		watchCommand(),
 		versionCommand(),
 		helpCommand(),
 	}

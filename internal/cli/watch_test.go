@@ -1,0 +1,166 @@
+//go:build unix
+
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/ops"
+)
+
+// cuttableOps serves the ops API and can end the open event streams, as a
+// dropped connection would; it records each stream request's Last-Event-ID.
+type cuttableOps struct {
+	mu      sync.Mutex
+	cuts    []context.CancelFunc
+	resumes []string
+}
+
+func (c *cuttableOps) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/events" {
+			ctx, cancel := context.WithCancel(r.Context())
+			c.mu.Lock()
+			c.cuts = append(c.cuts, cancel)
+			c.mu.Unlock()
+			r = r.WithContext(ctx)
+			// The stream is subscribed once its header is written.
+			w = &headerHook{ResponseWriter: w, hook: func() {
+				c.mu.Lock()
+				c.resumes = append(c.resumes, r.Header.Get("Last-Event-ID"))
+				c.mu.Unlock()
+			}}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type headerHook struct {
+	http.ResponseWriter
+	hook func()
+}
+
+func (h *headerHook) WriteHeader(code int) {
+	h.hook()
+	h.ResponseWriter.WriteHeader(code)
+}
+
+func (h *headerHook) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+func (c *cuttableOps) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.cuts {
+		f()
+	}
+	c.cuts = nil
+}
+
+func (c *cuttableOps) streams() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.resumes...)
+}
+
+func startCuttableOps(t *testing.T, srv *batontest.Server, token string) (string, *cuttableOps) {
+	t.Helper()
+	cut := &cuttableOps{}
+	hs := httptest.NewServer(cut.wrap(ops.NewHandler(ops.Config{Backend: srv.Srv, AdminToken: token,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})))
+	t.Cleanup(hs.Close)
+	return strings.TrimPrefix(hs.URL, "http://"), cut
+}
+
+// startWatch runs baton watch in-process until t ends.
+func startWatch(t *testing.T, env map[string]string, args ...string) (stdout, stderr *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr = new(syncBuffer), new(syncBuffer)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"watch"}, args...), &sys{stdout: stdout, stderr: stderr, lookupEnv: fakeEnv(env)})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("baton watch exited %d after interrupt, want 0 (stderr %q)", code, stderr.String())
+		}
+	})
+	return stdout, stderr
+}
+
+func TestWatchJSONResumesAfterADrop(t *testing.T) {
+	t.Parallel()
+	srv := batontest.StartServer(t)
+	addr, cut := startCuttableOps(t, srv, "tok")
+	stdout, stderr := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-json", "-ops-addr", addr, "jobs/a")
+	batontest.Eventually(t, 5*time.Second, func() bool { return len(cut.streams()) == 1 }, "watch did not connect")
+
+	l := holdLock(t, srv.Addr, "jobs/a", "first")
+	holdLock(t, srv.Addr, "jobs/other", "filtered-out")
+	batontest.Eventually(t, 5*time.Second, func() bool { return len(lines(stdout.String())) == 1 }, "no granted line")
+	cut.cut()
+	l.Release() // while the stream is down, or just back: either way it must show once
+	batontest.Eventually(t, 5*time.Second, func() bool { _, held := srv.Srv.Lock("jobs/a"); return !held }, "jobs/a still held")
+	holdLock(t, srv.Addr, "jobs/a", "second")
+	batontest.Eventually(t, 5*time.Second, func() bool { return len(lines(stdout.String())) == 3 }, "want 3 events, got %q (stderr %q, streams %q)", stdout.String(), stderr.String(), cut.streams())
+
+	var got []string
+	var prev uint64
+	for _, line := range lines(stdout.String()) {
+		var e opsEvent
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("line %q is not an EVENT: %v", line, err)
+		}
+		if e.Lock != "jobs/a" || e.Seq <= prev {
+			t.Fatalf("event %+v after seq %d: want jobs/a in rising order", e, prev)
+		}
+		prev = e.Seq
+		got = append(got, e.Type+":"+e.Session.Owner)
+	}
+	if strings.Join(got, " ") != "granted:first released:first granted:second" {
+		t.Fatalf("events %q", got)
+	}
+	if s := cut.streams(); len(s) < 2 || s[0] != "" || s[1] != "1" {
+		t.Fatalf("Last-Event-ID of the streams: %q, want none then 1", s)
+	}
+}
+
+func TestWatchLinesAndErrors(t *testing.T) {
+	t.Parallel()
+	srv := batontest.StartServer(t)
+	addr, cut := startCuttableOps(t, srv, "tok")
+	stdout, _ := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-ops-addr", addr)
+	batontest.Eventually(t, 5*time.Second, func() bool { return len(cut.streams()) == 1 }, "watch did not connect")
+	holdLock(t, srv.Addr, "deploy/web", "ci@runner-3")
+	batontest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(stdout.String(), "granted") }, "no line")
+	line := lines(stdout.String())[0]
+	for _, want := range []string{"granted", "deploy/web", "owner=ci@runner-3", "session=", "token=", "remote=127.0.0.1:"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("line %q lacks %q", line, want)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out, errOut syncBuffer
+	code := run(ctx, []string{"watch", "-ops-addr", addr}, &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(nil)})
+	stderr := errOut.String()
+	if code != exitFailure || !strings.Contains(stderr, "unauthorized") {
+		t.Errorf("watch without a token: exit %d, stderr %q; want 1 and unauthorized", code, stderr)
+	}
+	code, _, stderr = runCLI(t, nil, "watch", "a", "b")
+	if code != exitUsage || !strings.Contains(stderr, `unexpected argument "b"`) {
+		t.Errorf("watch a b: exit %d, stderr %q", code, stderr)
+	}
+}

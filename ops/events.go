@@ -1,0 +1,274 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/batonlock/baton/server"
+)
+
+// EventSource is what /v1/events needs of the lock server (*server.Server
+// implements it).
+type EventSource interface {
+	Subscribe(server.SubscribeRequest) server.SubscribeResult
+}
+
+var _ EventSource = (*server.Server)(nil)
+
+const (
+	// eventKeepalive is how often an idle stream gets a comment line, so
+	// that proxies and clients see it alive.
+	eventKeepalive = 15 * time.Second
+	// eventWriteTimeout bounds one write to a subscriber: a client that
+	// stops reading loses its stream instead of holding a goroutine.
+	eventWriteTimeout = 10 * time.Second
+	// eventBatch is how many events one write takes at most.
+	eventBatch = 256
+	// eventBatchWindow is how long a subscriber's events gather before they
+	// are written: the dashboard does not need them sooner, and it keeps the
+	// cost of many subscribers to a wake-up per window each.
+	eventBatchWindow = 10 * time.Millisecond
+	// eventRetryMS is the reconnection delay EventSource is told to use.
+	eventRetryMS = 1000
+)
+
+// The JSON of an EVENT (OPS.md) and of the stream's own events.
+type (
+	eventJSON struct {
+		Seq     uint64      `json:"seq"`
+		At      string      `json:"at"`
+		Type    string      `json:"type"`
+		Lock    string      `json:"lock"`
+		Session sessionJSON `json:"session"`
+	}
+	// stateJSON is the data of a snapshot or resync event: the locks as
+	// they were after event Seq, from which the stream goes on.
+	stateJSON struct {
+		Seq    uint64     `json:"seq"`
+		Reason string     `json:"reason,omitempty"` // resync only
+		Locks  []lockJSON `json:"locks"`
+	}
+	// historyJSON is the data of a history event: the latest events before
+	// the stream's start, oldest first.
+	historyJSON struct {
+		Events []eventJSON `json:"events"`
+	}
+	// overflowJSON is the data of the overflow event that ends the stream
+	// of a subscriber that fell behind; it may resume after Seq.
+	overflowJSON struct {
+		Seq     uint64 `json:"seq"`
+		Message string `json:"message"`
+	}
+)
+
+func toEvent(e server.Event) eventJSON {
+	return eventJSON{
+		Seq:     e.Seq,
+		At:      e.At.UTC().Format(time.RFC3339Nano),
+		Type:    e.Type,
+		Lock:    e.Lock,
+		Session: toSession(e.Session, e.Session.Held),
+	}
+}
+
+// events serves GET /v1/events: a Server-Sent Events stream.
+// stillAuthorized is checked at every keepalive: a stream opened with a
+// dashboard login ends within eventKeepalive of its logout or expiry.
+func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuthorized func() bool) {
+	if h.events == nil {
+		writeError(w, http.StatusNotImplemented, "this server has no event stream")
+		return
+	}
+	q := r.URL.Query()
+	req := server.SubscribeRequest{Lock: q.Get("lock")}
+	if q.Has("lock") && req.Lock == "" {
+		writeError(w, http.StatusBadRequest, "lock is empty: give ?lock=NAME or leave it out")
+		return
+	}
+	switch v := q.Get("snapshot"); v {
+	case "", "0", "false":
+	case "1", "true":
+		req.Snapshot = true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("snapshot %q: want 1 or 0", v))
+		return
+	}
+	if v := q.Get("history"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > server.EventHistory {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("history %q: want a count from 0 to %d", v, server.EventHistory))
+			return
+		}
+		req.History = n
+	}
+	// Last-Event-ID is what EventSource sends on reconnecting; ?since= is
+	// the same for tools that cannot set a header.
+	for _, from := range []struct{ what, v string }{{"since", q.Get("since")}, {"Last-Event-ID", r.Header.Get("Last-Event-ID")}} {
+		if from.v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(from.v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not an event sequence number", from.what, from.v))
+			return
+		}
+		req.Resume, req.After = true, n
+	}
+	if req.Resume {
+		// The client has its state and its history; it wants what it missed.
+		req.Snapshot, req.History = false, 0
+	}
+
+	res := h.events.Subscribe(req)
+	defer res.Sub.Close()
+	rc := http.NewResponseController(w)
+	// The listener's read timeout would end the stream's request context
+	// (Go's HTTP server reads in the background); a stream reads nothing.
+	rc.SetReadDeadline(time.Time{})
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream; charset=utf-8")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Accel-Buffering", "no") // proxies: do not hold events back
+	w.WriteHeader(http.StatusOK)
+
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "retry: %d\n\n", eventRetryMS)
+	last := res.Seq
+	switch {
+	case res.Resync:
+		writeSSE(&buf, "resync", last, stateJSON{Seq: last, Locks: toLocks(res.Locks),
+			Reason: fmt.Sprintf("the history no longer holds the events after %d: start again from these locks", req.After)})
+	case req.Snapshot:
+		writeSSE(&buf, "snapshot", last, stateJSON{Seq: last, Locks: toLocks(res.Locks)})
+	}
+	if len(res.History) > 0 {
+		hist := historyJSON{Events: make([]eventJSON, len(res.History))}
+		for i, e := range res.History {
+			hist.Events[i] = toEvent(e)
+		}
+		writeSSE(&buf, "history", last, hist)
+	}
+	if req.Resume && !res.Resync {
+		last = req.After
+	}
+	if !h.sendSSE(rc, w, &buf) {
+		return
+	}
+
+	keepalive := time.NewTicker(eventKeepalive)
+	defer keepalive.Stop()
+	window := time.NewTimer(0)
+	<-window.C
+	defer window.Stop()
+	batch := make([]server.Event, 0, eventBatch)
+	for {
+		evs, more, err := res.Sub.Read(batch[:0], eventBatch)
+		switch {
+		case errors.Is(err, server.ErrFellBehind):
+			writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
+				Message: fmt.Sprintf("this client fell more than %d events behind; resume after %d", server.EventHistory, last)})
+			h.sendSSE(rc, w, &buf)
+			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
+			return
+		case err != nil:
+			return // the server shut down
+		}
+		if len(evs) > 0 {
+			for _, e := range evs {
+				h.encoded.write(&buf, e)
+				last = e.Seq
+			}
+			if !h.sendSSE(rc, w, &buf) {
+				return
+			}
+			continue // read on: Read says when there is nothing left
+		}
+		select {
+		case <-more:
+			// Let a burst gather for a moment and send it in one write:
+			// one wake-up and one syscall per window for each subscriber.
+			window.Reset(eventBatchWindow)
+			select {
+			case <-window.C:
+			case <-r.Context().Done():
+				return
+			}
+		case <-keepalive.C:
+			if !stillAuthorized() {
+				return
+			}
+			buf.WriteString(": keepalive\n\n")
+			if !h.sendSSE(rc, w, &buf) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// encodedEvents caches the SSE text of recent events, so that many
+// subscribers cost one JSON encoding per event, not one each.
+type encodedEvents struct {
+	mu   sync.Mutex
+	ring [512]struct {
+		seq  uint64
+		text []byte
+	}
+}
+
+// write appends event e's SSE text to buf.
+func (c *encodedEvents) write(buf *bytes.Buffer, e server.Event) {
+	slot := &c.ring[e.Seq%uint64(len(c.ring))]
+	c.mu.Lock()
+	if slot.seq == e.Seq && slot.text != nil {
+		text := slot.text
+		c.mu.Unlock()
+		buf.Write(text)
+		return
+	}
+	c.mu.Unlock()
+	var b bytes.Buffer
+	writeSSE(&b, e.Type, e.Seq, toEvent(e))
+	text := b.Bytes()
+	c.mu.Lock()
+	slot.seq, slot.text = e.Seq, text
+	c.mu.Unlock()
+	buf.Write(text)
+}
+
+// writeSSE appends one event to buf. The JSON has no newline inside, so it
+// is one data line.
+func writeSSE(buf *bytes.Buffer, typ string, id uint64, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		data = []byte(`{"error":"encoding the event failed"}`)
+	}
+	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", id, typ, data)
+}
+
+// sendSSE writes and flushes buf under a write deadline; false if the
+// client is gone or too slow.
+func (h *handler) sendSSE(rc *http.ResponseController, w http.ResponseWriter, buf *bytes.Buffer) bool {
+	defer buf.Reset()
+	rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout)) // best effort: not every writer has deadlines
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+func toLocks(views []server.LockView) []lockJSON {
+	out := make([]lockJSON, 0, len(views))
+	for _, v := range views {
+		out = append(out, toLock(v))
+	}
+	return out
+}
