@@ -23,10 +23,10 @@ type metrics struct {
 	handovers      map[EndReason]prometheus.Counter
 	handoverTime   prometheus.Histogram
 	// waitTime and holdTime are per lock name, for dashboards; names past
-	// maxLockLabels share the label otherLocks (see lockLabel).
+	// maxLockLabels share the label otherLocks (see lockSeries).
 	waitTime       *prometheus.HistogramVec
 	holdTime       *prometheus.HistogramVec
-	lockLabels     map[string]struct{} // guarded by Server.mu
+	lockSeries     map[string]*lockObservers // guarded by Server.mu
 	expiredHolding prometheus.Counter
 	expiredWaiting prometheus.Counter
 	heartbeats     prometheus.Counter
@@ -106,15 +106,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	m.waitTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "baton_wait_seconds",
-		Help:    "Time from ACQUIRE to grant (0 for a lock granted at once), per lock; locks past the first " + itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
+		Help:    "Time from ACQUIRE to grant (0 for a lock granted at once), per lock; locks past the first " + strconv.Itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
 		Buckets: lockTimeBuckets,
 	}, []string{"lock"})
 	m.holdTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "baton_hold_seconds",
-		Help:    "Time from grant to the end of the holder's session, per lock; locks past the first " + itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
+		Help:    "Time from grant to the end of the holder's session, per lock; locks past the first " + strconv.Itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
 		Buckets: lockTimeBuckets,
 	}, []string{"lock"})
-	m.lockLabels = make(map[string]struct{})
+	m.lockSeries = make(map[string]*lockObservers)
 	reg.MustRegister(m.waitTime, m.holdTime)
 	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, handovers, m.handoverTime,
 		expiries, m.heartbeats, protoErrs, refusals, ended, m.aclRefusals,
@@ -149,17 +149,27 @@ const otherLocks = "_other"
 // lockTimeBuckets span a fast handover to a long batch job: 1 ms to ~4.6 h.
 var lockTimeBuckets = prometheus.ExponentialBuckets(0.001, 4, 12)
 
-// lockLabel is the lock label of name: the name itself for the first
-// maxLockLabels names seen, otherLocks after. Server.mu must be held.
-func (m *metrics) lockLabel(name string) string {
-	if _, ok := m.lockLabels[name]; ok {
-		return name
-	}
-	if len(m.lockLabels) >= maxLockLabels {
-		return otherLocks
-	}
-	m.lockLabels[name] = struct{}{}
-	return name
+// lockObservers are one lock label's series, looked up once per name so
+// that a grant or a handover observes without a label lookup.
+type lockObservers struct {
+	label      string
+	wait, hold prometheus.Observer
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
+// series is the lock's series: its own for the first maxLockLabels names
+// seen, those of otherLocks after. Server.mu must be held.
+func (m *metrics) series(name string) *lockObservers {
+	if o, ok := m.lockSeries[name]; ok {
+		return o
+	}
+	label := name
+	if len(m.lockSeries) >= maxLockLabels {
+		if o, ok := m.lockSeries[otherLocks]; ok {
+			return o
+		}
+		label = otherLocks
+	}
+	o := &lockObservers{label: label, wait: m.waitTime.WithLabelValues(label), hold: m.holdTime.WithLabelValues(label)}
+	m.lockSeries[label] = o
+	return o
+}

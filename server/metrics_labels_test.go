@@ -12,14 +12,14 @@ import (
 func TestLockLabelBound(t *testing.T) {
 	m := newMetrics(prometheus.NewRegistry())
 	for i := range maxLockLabels {
-		if got, want := m.lockLabel(fmt.Sprint("lock-", i)), fmt.Sprint("lock-", i); got != want {
+		if got, want := m.series(fmt.Sprint("lock-", i)).label, fmt.Sprint("lock-", i); got != want {
 			t.Fatalf("lockLabel #%d: got %q, want %q", i, got, want)
 		}
 	}
-	if got := m.lockLabel("one-too-many"); got != otherLocks {
+	if got := m.series("one-too-many").label; got != otherLocks {
 		t.Errorf("lockLabel past the bound: got %q, want %q", got, otherLocks)
 	}
-	if got := m.lockLabel("lock-7"); got != "lock-7" {
+	if got := m.series("lock-7").label; got != "lock-7" {
 		t.Errorf("lockLabel of a name seen before: got %q, want lock-7", got)
 	}
 }

@@ -440,7 +440,7 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		delete(s.sessions, e.Session.ID)
 		if e.Session.Held {
 			s.m.holding.Dec()
-			s.m.holdTime.WithLabelValues(s.m.lockLabel(e.Session.Name)).Observe(e.Session.Since.Seconds())
+			s.m.series(e.Session.Name).hold.Observe(e.Session.Since.Seconds())
 		} else {
 			s.m.waiting.Dec()
 		}
@@ -478,7 +478,7 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReason, fx *effects) {
 	s.m.waiting.Dec()
 	s.m.holding.Inc()
-	s.m.waitTime.WithLabelValues(s.m.lockLabel(g.Name)).Observe(g.Waited.Seconds())
+	s.m.series(g.Name).wait.Observe(g.Waited.Seconds())
 	p := s.sessions[g.ID]
 	if p == nil || p.ended || s.closing.Load() || !s.serving.Load() {
 		return // ending too (as in shutdown): it must not hear ACQUIRED

@@ -258,7 +258,7 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	if st.Held {
 		s.m.holding.Inc()
 		s.m.grantImmediate.Inc()
-		s.m.waitTime.WithLabelValues(s.m.lockLabel(req.Name)).Observe(0)
+		s.m.series(req.Name).wait.Observe(0)
 	} else {
 		s.m.waiting.Inc()
 	}

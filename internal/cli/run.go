@@ -345,11 +345,11 @@ type optionalDuration struct {
 }
 
 func (v *optionalDuration) String() string {
-	if v == nil || !v.set {
-		if v != nil {
-			return v.unset
-		}
+	switch {
+	case v == nil: // the flag package's zero value, for its help text
 		return ""
+	case !v.set:
+		return v.unset
 	}
 	return v.d.String()
 }
