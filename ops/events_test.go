@@ -28,6 +28,16 @@ type sseStream struct {
 	resp   *http.Response
 	events chan sseEvent
 	done   chan struct{}
+	last   string // the id of the last event next returned
+}
+
+// lastID is the id of the last event read, for a Last-Event-ID.
+func (s *sseStream) lastID(t *testing.T) string {
+	t.Helper()
+	if s.last == "" {
+		t.Fatal("no event read yet")
+	}
+	return s.last
 }
 
 func openStream(t *testing.T, url string, header http.Header) *sseStream {
@@ -84,6 +94,9 @@ func (s *sseStream) next(t *testing.T) sseEvent {
 	case e, ok := <-s.events:
 		if !ok {
 			t.Fatal("event stream ended, want an event")
+		}
+		if e.ID != "" {
+			s.last = e.ID
 		}
 		return e
 	case <-time.After(5 * time.Second):

@@ -4,8 +4,10 @@
 package ops
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -96,11 +98,15 @@ func NewHandler(cfg Config) http.Handler {
 	if h.events == nil {
 		h.events, _ = cfg.Backend.(EventSource)
 	}
+	var run [4]byte
+	rand.Read(run[:]) // never fails (crypto/rand)
+	h.run = hex.EncodeToString(run[:])
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
-		// token's length too, and keeps the token itself out of the struct.
+		// token's length too.
 		h.auth = true
 		h.digest = sha256.Sum256([]byte(cfg.AdminToken))
+		h.token = cfg.AdminToken
 	}
 	h.metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
@@ -120,6 +126,9 @@ type handler struct {
 	metrics http.Handler
 	auth    bool
 	digest  [sha256.Size]byte // of the admin token, if auth
+	// token is the admin token itself, which a follower puts on the
+	// dashboard's requests it sends on to the leader (cluster.go).
+	token string
 
 	requireCert bool
 	acl         func() *server.ACL
@@ -130,6 +139,7 @@ type handler struct {
 	proxyScheme    string
 	events         EventSource
 	encoded        encodedEvents // the SSE text of recent events (events.go)
+	run            string        // this handler's part of event ids (events.go)
 	ui             uiSessions    // dashboard logins (ui.go)
 }
 
@@ -212,7 +222,12 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		h.serveCluster(w, r, p, segs)
 		return
 	}
-	if h.toLeader(w, r) {
+	// A stream outlives its request: a logout must end it too.
+	still := func() bool { return true }
+	if cookie != nil {
+		still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+	}
+	if h.toLeaderAs(w, r, cookie != nil, still) {
 		return
 	}
 	var (
@@ -221,14 +236,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	)
 	switch {
 	case len(segs) == 1 && segs[0] == "events":
-		methods, serve = methodsGet, func() {
-			// A stream outlives its request: a logout must end it too.
-			still := func() bool { return true }
-			if cookie != nil {
-				still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
-			}
-			h.streamEvents(w, r, still)
-		}
+		methods, serve = methodsGet, func() { h.streamEvents(w, r, still) }
 	case len(segs) == 1 && segs[0] == "locks":
 		methods, serve = methodsGet, func() { h.listLocks(w) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -100,8 +99,7 @@ const watchIdle = 45 * time.Second
 type watcher struct {
 	s    *sys
 	json bool
-	last uint64 // the id of the last event seen
-	seen bool   // whether last is set
+	last string // the id of the last event seen ("" before the first)
 }
 
 // stream follows one connection until it ends; connected reports whether
@@ -116,8 +114,8 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 	if ops.token != "" {
 		req.Header.Set("Authorization", "Bearer "+ops.token)
 	}
-	if w.seen {
-		req.Header.Set("Last-Event-ID", strconv.FormatUint(w.last, 10))
+	if w.last != "" {
+		req.Header.Set("Last-Event-ID", w.last)
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := hc.Do(req)
@@ -178,8 +176,8 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 
 // dispatch prints one event of the stream.
 func (w *watcher) dispatch(id, typ, data string) {
-	if n, err := strconv.ParseUint(id, 10, 64); err == nil {
-		w.last, w.seen = n, true
+	if id != "" {
+		w.last = id // opaque: the server's run and sequence number
 	}
 	switch typ {
 	case "resync":
