@@ -112,9 +112,12 @@ function connect() {
   es.addEventListener("open", () => setLive(true));
   es.addEventListener("error", async () => {
     setLive(false);
-    if (es.readyState === EventSource.CLOSED) { // refused (401): not a network blip
+    // Refused (401; or 502/503 from a follower while the cluster elects a
+    // leader): EventSource gives up, so start again after a second.
+    if (es.readyState === EventSource.CLOSED && state.source === es) {
       es.close();
-      await start();
+      state.source = null;
+      setTimeout(start, 1000);
     }
   });
 }
@@ -127,7 +130,8 @@ function setLive(on) {
 
 // Heartbeats are not events: a poll refreshes the silent times.
 async function pollFreshness() {
-  if (document.hidden || !state.source) return;
+  // Not while the stream is down: the server (or a follower's leader) is away.
+  if (document.hidden || !state.source || state.source.readyState !== EventSource.OPEN) return;
   const r = await api("GET", "/v1/locks");
   if (!r.ok) return;
   const now = Date.now();
