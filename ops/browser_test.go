@@ -540,6 +540,9 @@ func TestBrowserUnderLoad(t *testing.T) {
 	// event at the stream's start fills it.
 	p.do("fresh page on a churned lock", chromedp.Navigate(hs.URL+"/?fresh=1#/lock/jobs%2Fshard-0"))
 	p.waitJS(`document.querySelectorAll("#history li").length > 3 && !!document.querySelector("#hold-chart svg")`, 5*time.Second, "history and hold chart from before the page opened")
+	// And the server's own per-lock histograms (baton_hold_seconds and
+	// baton_wait_seconds with lock="jobs/shard-0", from /metrics).
+	p.waitJS(`!!document.querySelector("#hold-hist svg") && !!document.querySelector("#wait-hist svg") && document.getElementById("hold-hist").textContent.includes("baton_hold_seconds")`, 5*time.Second, "per-lock histograms from /metrics")
 	p.do("server page", chromedp.Navigate(hs.URL+"/#/server"), chromedp.WaitVisible(chromedp.CSS("#stats .stat")))
 	p.waitJS(`Number(document.querySelector("#stats .stat b").textContent) >= 6`, 5*time.Second, "sessions holding from /metrics")
 	p.waitJS(`document.getElementById("cluster").textContent.includes("Standalone")`, 5*time.Second, "cluster: standalone")
