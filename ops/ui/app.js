@@ -65,7 +65,7 @@ function applyEvent(ev) {
     l.waiters.push(local(s, now));
   } else if (ev.type === "granted") {
     l.waiters = l.waiters.filter((w) => w.id !== s.id);
-    l.holder = local({ ...s, since_ms: 0, silent_ms: 0 }, now);
+    l.holder = local({ ...s, since_ms: 0 }, now); // silent_ms: since its last heartbeat as a waiter
   } else if (EXIT_TYPES.includes(ev.type)) {
     if (l.holder && l.holder.id === s.id) {
       l.holder = null;
@@ -217,6 +217,8 @@ function renderView() {
 
 function fmtDur(ms) {
   if (ms < 0) ms = 0;
+  if (ms > 0 && ms < 1) return `${Math.round(ms * 1000)} µs`; // handover latencies are sub-millisecond
+  if (ms < 10 && ms !== Math.round(ms)) return `${ms.toFixed(1)} ms`;
   if (ms < 1000) return `${Math.round(ms)} ms`;
   const s = ms / 1000;
   if (s < 60) return `${s.toFixed(1)} s`;
