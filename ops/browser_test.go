@@ -139,17 +139,13 @@ func (p *page) waitJS(js string, within time.Duration, what string) time.Duratio
 	}
 }
 
-// consoleErrors are the errors and exceptions the page wrote so far; the
-// 404 of /v1/cluster on a server without replicated mode is expected.
+// consoleErrors are the errors and exceptions the page wrote so far.
 func (p *page) consoleErrors() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
 	for _, m := range p.log {
 		if m.Type != chromedp.ConsoleError && m.Type != chromedp.ConsoleException {
-			continue
-		}
-		if m.Source == "network" && strings.Contains(m.URL, "/v1/cluster") {
 			continue
 		}
 		out = append(out, m.String())

@@ -344,3 +344,54 @@ func TestEventStreamEndsAtShutdown(t *testing.T) {
 		t.Fatal("stream still open 5s after Shutdown")
 	}
 }
+
+// TestEventStreamEveryType: each of the seven EVENT types comes through
+// the HTTP stream from real sessions and the real admin endpoints, in
+// order, with seq rising by one.
+func TestEventStreamEveryType(t *testing.T) {
+	ts, hs := startEvents(t, ops.Config{}, nil)
+	s := openStream(t, hs.URL+"/v1/events", nil)
+	post := func(path string) {
+		t.Helper()
+		resp, err := http.Post(hs.URL+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST %s: %s", path, resp.Status)
+		}
+	}
+	var seq uint64
+	check := func(typ, lock, owner string) {
+		t.Helper()
+		e := s.expect(t, typ, lock)
+		if e.Session.Owner != owner || (seq != 0 && e.Seq != seq+1) {
+			t.Fatalf("%s %s: owner %q seq %d, want owner %q seq %d", typ, lock, e.Session.Owner, e.Seq, owner, seq+1)
+		}
+		seq = e.Seq
+	}
+	holdLock(t, ts, "k")
+	check("granted", "k", "owner:k")
+	var waiters []*batontest.Conn
+	for _, owner := range []string{"w1", "w2", "w3"} { // w1 leaves, w2 is kicked, w3 is promoted
+		w := batontest.Dial(t, ts.Addr)
+		w.Acquire("k", time.Minute, false, owner)
+		check("queued", "k", owner)
+		waiters = append(waiters, w)
+	}
+	silent := batontest.Dial(t, ts.Addr) // never a heartbeat
+	silent.Acquire("e", 300*time.Millisecond, false, "silent")
+	check("granted", "e", "silent")
+	check("expired", "e", "silent")
+	waiters[0].Conn.Close()
+	check("left", "k", "w1")
+	l, _ := ts.Srv.Lock("k")
+	post("/v1/sessions/" + l.Waiters[0].ID + "/kick")
+	check("kicked", "k", "w2")
+	post("/v1/locks/k/release")
+	check("force_released", "k", "owner:k")
+	check("granted", "k", "w3")
+	waiters[2].Conn.Close()
+	check("released", "k", "w3")
+}
