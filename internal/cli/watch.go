@@ -61,9 +61,11 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	path := "/v1/events"
+	// The first connection asks for a snapshot, to say on stderr what is
+	// held when the watch starts; a reconnection resumes (Last-Event-ID).
+	path := "/v1/events?snapshot=1"
 	if name != "" {
-		path += "?lock=" + url.QueryEscape(name)
+		path += "&lock=" + url.QueryEscape(name)
 	}
 	// The stream has no end, so no overall timeout; a dead connection is
 	// noticed by the server's keepalives stopping (see watchIdle).
@@ -192,7 +194,28 @@ func (w *watcher) dispatch(id, typ, data string) {
 	case "overflow":
 		fmt.Fprintln(w.s.stderr, "baton watch: this terminal fell behind the server; resuming")
 		return
-	case "snapshot", "":
+	case "snapshot":
+		var st struct {
+			Locks []struct {
+				Holder  *json.RawMessage  `json:"holder"`
+				Waiters []json.RawMessage `json:"waiters"`
+			} `json:"locks"`
+		}
+		json.Unmarshal([]byte(data), &st)
+		waiting := 0
+		for _, l := range st.Locks {
+			waiting += len(l.Waiters)
+		}
+		plural := func(n int, one, many string) string {
+			if n == 1 {
+				return "1 " + one
+			}
+			return fmt.Sprintf("%d %s", n, many)
+		}
+		fmt.Fprintf(w.s.stderr, "baton watch: now %s held or waited for, %s waiting ('baton locks' lists them); following changes, Ctrl-C to stop\n",
+			plural(len(st.Locks), "lock", "locks"), plural(waiting, "session", "sessions"))
+		return
+	case "":
 		return
 	}
 	if w.json {

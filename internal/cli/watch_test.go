@@ -141,8 +141,11 @@ func TestWatchLinesAndErrors(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
 	addr, cut := startCuttableOps(t, srv, "tok")
-	stdout, _ := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-ops-addr", addr)
+	holdLock(t, srv.Addr, "jobs/before", "early@host")
+	stdout, watchErr := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-ops-addr", addr)
 	batontest.Eventually(t, 5*time.Second, func() bool { return len(cut.streams()) == 1 }, "watch did not connect")
+	// It starts by saying what is held already.
+	batontest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(watchErr.String(), "now 1 lock held or waited for, 0 sessions waiting") }, "no start line: %q", watchErr.String())
 	holdLock(t, srv.Addr, "deploy/web", "ci@runner-3")
 	batontest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(stdout.String(), "granted") }, "no line")
 	line := lines(stdout.String())[0]
