@@ -179,26 +179,15 @@ func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bo
 		rc.SetReadDeadline(time.Time{})
 		w = &deadlineWriter{ResponseWriter: w, rc: rc}
 		p.FlushInterval = -1 // ReverseProxy does so for text/event-stream anyway; errors too
-		if stillAuthorized != nil {
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			r = r.WithContext(ctx)
-			go func() { // ends with the request: cancel above
-				t := time.NewTicker(eventKeepalive)
-				defer t.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-						if !stillAuthorized() {
-							cancel()
-							return
-						}
-					}
-				}
-			}()
-		}
+		// The stream ends when another node leads (the old leader may
+		// live on, streaming nothing of the new term) or the login ends;
+		// the client reconnects, through this node to the new leader.
+		var stop context.CancelFunc
+		r, stop = endWhen(r, func() bool {
+			now, self := h.cluster.LeaderOpsAddr()
+			return self || now != addr || (stillAuthorized != nil && !stillAuthorized())
+		})
+		defer stop()
 	}
 	p.ServeHTTP(w, r)
 	return true
@@ -219,3 +208,30 @@ func (w *deadlineWriter) Write(b []byte) (int, error) {
 func (w *deadlineWriter) Flush() { w.rc.Flush() }
 
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// streamCheckEvery is how often a stream in a cluster checks that the node
+// it follows still leads.
+const streamCheckEvery = 500 * time.Millisecond
+
+// endWhen returns r with a context that is cancelled once gone reports
+// true (checked every streamCheckEvery), and the function that stops the
+// check, which the caller must call when the request ends.
+func endWhen(r *http.Request, gone func() bool) (*http.Request, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() { // ends with ctx: the caller's cancel, or gone
+		t := time.NewTicker(streamCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if gone() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return r.WithContext(ctx), cancel
+}

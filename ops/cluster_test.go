@@ -253,4 +253,39 @@ func TestFollowerDashboard(t *testing.T) {
 	if rs := other.expect(t, "resync", ""); rs.Seq == 0 {
 		t.Fatalf("resync %+v", rs)
 	}
+
+	// Another node leads now: the follower ends the streams it sends on
+	// to the old leader (which may live on), and the reconnection reaches
+	// the new one, with a resync (its numbering is its own).
+	ts2, leader2 := startEvents(t, ops.Config{AdminToken: token}, nil)
+	holdLock(t, ts2, "on-the-new-leader")
+	c.mu.Lock()
+	c.leaderOps = strings.TrimPrefix(leader2.URL, "http://")
+	c.mu.Unlock()
+	select {
+	case <-resume.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream sent on to the old leader did not end after the leader changed")
+	}
+	next := openStream(t, follower.URL+"/v1/events", http.Header{"Cookie": hd["Cookie"], "Last-Event-Id": {resume.lastID(t)}})
+	if rs := next.expect(t, "resync", ""); len(rs.Locks) != 1 || rs.Locks[0].Name != "on-the-new-leader" {
+		t.Fatalf("resync from the new leader: %+v", rs)
+	}
+}
+
+// TestLeaderEndsStreamsWhenItStopsLeading: a node's own event streams end
+// when it no longer leads, so that their clients reconnect to the leader.
+func TestLeaderEndsStreamsWhenItStopsLeading(t *testing.T) {
+	c := &fakeCluster{leading: true, leaderOps: "self"}
+	_, hs := startEvents(t, ops.Config{Cluster: c}, nil)
+	s := openStream(t, hs.URL+"/v1/events?snapshot=1", nil)
+	s.expect(t, "snapshot", "")
+	c.mu.Lock()
+	c.leading, c.leaderOps = false, ""
+	c.mu.Unlock()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream of a node that stopped leading did not end")
+	}
 }

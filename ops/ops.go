@@ -4,6 +4,7 @@
 package ops
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -236,7 +237,16 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	)
 	switch {
 	case len(segs) == 1 && segs[0] == "events":
-		methods, serve = methodsGet, func() { h.streamEvents(w, r, still) }
+		methods, serve = methodsGet, func() {
+			if h.cluster != nil {
+				// A leader that loses its term ends its streams: their
+				// clients come back through toLeader to the new leader.
+				var stop context.CancelFunc
+				r, stop = endWhen(r, func() bool { _, self := h.cluster.LeaderOpsAddr(); return !self })
+				defer stop()
+			}
+			h.streamEvents(w, r, still)
+		}
 	case len(segs) == 1 && segs[0] == "locks":
 		methods, serve = methodsGet, func() { h.listLocks(w) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":
