@@ -171,6 +171,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveV1(w, r, p)
 	case p == "/" || strings.HasPrefix(p, "/ui/"):
 		h.serveUI(w, r, p)
+	case p == "/favicon.ico":
+		// Browsers ask for it on every page they show, an API answer
+		// included; a 404 would be an error in their console.
+		if allow(w, r, methodsGet) {
+			w.Header().Set("Cache-Control", "max-age=86400")
+			w.WriteHeader(http.StatusNoContent)
+		}
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
 	}

@@ -131,7 +131,7 @@ function setLive(on) {
 // Heartbeats are not events: a poll refreshes the silent times.
 async function pollFreshness() {
   // Not while the stream is down: the server (or a follower's leader) is away.
-  if (document.hidden || !state.source || state.source.readyState !== EventSource.OPEN) return;
+  if (document.hidden || !state.authed || !state.source || state.source.readyState !== EventSource.OPEN) return;
   const r = await api("GET", "/v1/locks");
   if (!r.ok) return;
   const now = Date.now();
@@ -566,7 +566,9 @@ $("login-form").addEventListener("submit", async (e) => {
 });
 
 $("logout").addEventListener("click", async () => {
-  state.authed = false; // no poll asks /v1/ while the logout is under way
+  // No stream or poll asks /v1/ while the logout is under way.
+  state.authed = false;
+  if (state.source) { state.source.close(); state.source = null; }
   await fetch("/ui/logout", { method: "POST", credentials: "same-origin" });
   await start();
 });
