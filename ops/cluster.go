@@ -188,6 +188,16 @@ func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bo
 			return self || now != addr || (stillAuthorized != nil && !stillAuthorized())
 		})
 		defer stop()
+		// A stream cut upstream (the leader went, or the check above) makes
+		// ReverseProxy abort the answer: the browser would log a broken
+		// chunked encoding. An event stream may end anywhere (an SSE client
+		// drops an event cut before its blank line), so end it cleanly
+		// instead; the client reconnects with its Last-Event-ID either way.
+		defer func() {
+			if v := recover(); v != nil && v != http.ErrAbortHandler {
+				panic(v)
+			}
+		}()
 	}
 	p.ServeHTTP(w, r)
 	return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,41 +42,17 @@ func TestBrowserDashboardOnFollower(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a := freeAddrs(t, 9)
+	// freeAddrs' ports may be taken by another process before a node binds
+	// them (other tests run beside this one): start again on new ports.
 	var procs []*clusterProc
-	var peers []string
-	for i := range 3 {
-		p := &clusterProc{id: fmt.Sprintf("n%d", i+1), addr: a[3*i], opsAddr: a[3*i+1], raftAddr: a[3*i+2], dataDir: filepath.Join(t.TempDir(), "data")}
-		procs = append(procs, p)
-		peers = append(peers, p.id+"="+p.raftAddr)
-	}
-	logs := t.TempDir()
-	for _, p := range procs {
-		p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-peers", strings.Join(peers, ","),
-			"-addr", p.addr, "-ops-addr", p.opsAddr, "-data-dir", p.dataDir, "-admin-token-file", tokenFile,
-			"-shutdown-linger=0s", "-log-format=json",
-			// Slower Raft timers than the default: a loaded CI machine must
-			// not see the leadership flap under the page.
-			"-raft-heartbeat-timeout=3s", "-raft-election-timeout=3s", "-raft-leader-lease-timeout=500ms")
-		f, err := os.Create(filepath.Join(logs, p.id+".log"))
-		if err != nil {
-			t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		var ok bool
+		if procs, ok = startDashCluster(t, tokenFile); ok {
+			break
 		}
-		p.cmd.Stderr = f
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
+		if attempt == 3 {
+			t.Fatal("three clusters in a row lost a port to another process")
 		}
-		f.Close()
-		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
-		t.Cleanup(func() {
-			p.cmd.Process.Kill()
-			<-done
-			if t.Failed() {
-				b, _ := os.ReadFile(filepath.Join(logs, p.id+".log"))
-				t.Logf("log of %s:\n%s", p.id, b)
-			}
-		})
 	}
 	leader := waitLeader(t, procs)
 	var follower *clusterProc
@@ -116,6 +93,25 @@ func TestBrowserDashboardOnFollower(t *testing.T) {
 			bob <- l
 		}
 	}()
+
+	// The follower sends /v1/ on once it knows the leader's ops address
+	// (from the leader's committed epoch): wait for that, not for time.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", "http://"+follower.opsAddr+"/v1/locks/deploy%2Fdb", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower %s does not send /v1/ on to the leader %s: %v %v", follower.id, leader.id, err, resp)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	b := openCLIBrowser(t)
 	base := "http://" + follower.opsAddr
@@ -278,4 +274,67 @@ func (b *cliBrowser) consoleErrors() []string {
 		out = append(out, m.String())
 	}
 	return out
+}
+
+// startDashCluster starts three nodes with the admin token of tokenFile;
+// false (and the nodes stopped) if one could not bind its ports.
+func startDashCluster(t *testing.T, tokenFile string) ([]*clusterProc, bool) {
+	t.Helper()
+	a := freeAddrs(t, 9)
+	var procs []*clusterProc
+	var peers []string
+	for i := range 3 {
+		p := &clusterProc{id: fmt.Sprintf("n%d", i+1), addr: a[3*i], opsAddr: a[3*i+1], raftAddr: a[3*i+2], dataDir: filepath.Join(t.TempDir(), "data")}
+		procs = append(procs, p)
+		peers = append(peers, p.id+"="+p.raftAddr)
+	}
+	logs := t.TempDir()
+	exited := make([]chan struct{}, len(procs))
+	for i, p := range procs {
+		p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-peers", strings.Join(peers, ","),
+			"-addr", p.addr, "-ops-addr", p.opsAddr, "-data-dir", p.dataDir, "-admin-token-file", tokenFile,
+			"-shutdown-linger=0s", "-log-format=json",
+			// Slower Raft timers than the default: a loaded CI machine must
+			// not see the leadership flap under the page.
+			"-raft-heartbeat-timeout=3s", "-raft-election-timeout=3s", "-raft-leader-lease-timeout=500ms")
+		logPath := filepath.Join(logs, p.id+".log")
+		f, err := os.Create(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.cmd.Stderr = f
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		done := make(chan struct{})
+		exited[i] = done
+		go func() { p.cmd.Wait(); close(done) }()
+		t.Cleanup(func() {
+			p.cmd.Process.Kill()
+			<-done
+			if t.Failed() {
+				b, _ := os.ReadFile(logPath)
+				t.Logf("log of %s:\n%s", p.id, b)
+			}
+		})
+	}
+	for i, p := range procs {
+		for {
+			b, _ := os.ReadFile(filepath.Join(logs, p.id+".log"))
+			if strings.Contains(string(b), `"msg":"baton serving"`) {
+				break
+			}
+			select {
+			case <-exited[i]:
+				t.Logf("node %s did not start (%s); starting the cluster again", p.id, strings.TrimSpace(string(b)))
+				for _, q := range procs {
+					q.cmd.Process.Kill()
+				}
+				return nil, false
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return procs, true
 }
