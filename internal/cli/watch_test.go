@@ -145,7 +145,9 @@ func TestWatchLinesAndErrors(t *testing.T) {
 	stdout, watchErr := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-ops-addr", addr)
 	batontest.Eventually(t, 5*time.Second, func() bool { return len(cut.streams()) == 1 }, "watch did not connect")
 	// It starts by saying what is held already.
-	batontest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(watchErr.String(), "now 1 lock held or waited for, 0 sessions waiting") }, "no start line: %q", watchErr.String())
+	batontest.Eventually(t, 5*time.Second, func() bool {
+		return strings.Contains(watchErr.String(), "now 1 lock held or waited for, 0 sessions waiting")
+	}, "no start line: %q", watchErr.String())
 	holdLock(t, srv.Addr, "deploy/web", "ci@runner-3")
 	batontest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(stdout.String(), "granted") }, "no line")
 	line := lines(stdout.String())[0]
