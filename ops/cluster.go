@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/batonlock/baton/server"
 )
@@ -120,8 +122,18 @@ const forwardedBy = "X-Baton-Forwarded-By"
 // toLeader sends r on to the leader when this node is a follower, and
 // reports whether it did (or answered 503 for want of a leader). The
 // follower has checked the token already; the request keeps its
-// Authorization header, so the leader checks it too.
+// Authorization header, so the leader checks it too. A request of the
+// dashboard, authorized here by its login cookie and CSRF token (which
+// the leader does not know), goes on with the admin token instead, and
+// without the browser's Cookie, Origin and Sec-Fetch-* headers, which the
+// follower has checked and which name the follower, not the leader.
 func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
+	return h.toLeaderAs(w, r, false, nil)
+}
+
+// toLeaderAs is toLeader for a request authorized by a login cookie when
+// byCookie; a proxied event stream ends when stillAuthorized turns false.
+func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bool, stillAuthorized func() bool) bool {
 	if h.cluster == nil {
 		return false
 	}
@@ -144,7 +156,14 @@ func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
-			pr.Out.Header.Set(forwardedBy, h.nodeID)
+			hd := pr.Out.Header
+			hd.Set(forwardedBy, h.nodeID)
+			for _, k := range []string{"Cookie", "Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User", csrfHeader} {
+				hd.Del(k)
+			}
+			if byCookie {
+				hd.Set("Authorization", "Bearer "+h.token)
+			}
 		},
 		Transport: h.proxyTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -152,6 +171,77 @@ func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
 			writeError(w, http.StatusBadGateway, fmt.Sprintf("leader at %s did not answer: %v", addr, err))
 		},
 	}
+	if r.Method == http.MethodGet && r.URL.EscapedPath() == "/v1/events" {
+		// The stream outlives the listener's timeouts, as on the leader:
+		// no read deadline, a write deadline per write instead of one for
+		// the whole answer, so a client that stops reading is cut.
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Time{})
+		w = &deadlineWriter{ResponseWriter: w, rc: rc}
+		p.FlushInterval = -1 // ReverseProxy does so for text/event-stream anyway; errors too
+		// The stream ends when another node leads (the old leader may
+		// live on, streaming nothing of the new term) or the login ends;
+		// the client reconnects, through this node to the new leader.
+		var stop context.CancelFunc
+		r, stop = endWhen(r, func() bool {
+			now, self := h.cluster.LeaderOpsAddr()
+			return self || now != addr || (stillAuthorized != nil && !stillAuthorized())
+		})
+		defer stop()
+		// A stream cut upstream (the leader went, or the check above) makes
+		// ReverseProxy abort the answer: the browser would log a broken
+		// chunked encoding. An event stream may end anywhere (an SSE client
+		// drops an event cut before its blank line), so end it cleanly
+		// instead; the client reconnects with its Last-Event-ID either way.
+		defer func() {
+			if v := recover(); v != nil && v != http.ErrAbortHandler {
+				panic(v)
+			}
+		}()
+	}
 	p.ServeHTTP(w, r)
 	return true
+}
+
+// deadlineWriter gives each write of a proxied event stream its own
+// deadline.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *deadlineWriter) Flush() { w.rc.Flush() }
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// streamCheckEvery is how often a stream in a cluster checks that the node
+// it follows still leads.
+const streamCheckEvery = 500 * time.Millisecond
+
+// endWhen returns r with a context that is cancelled once gone reports
+// true (checked every streamCheckEvery), and the function that stops the
+// check, which the caller must call when the request ends.
+func endWhen(r *http.Request, gone func() bool) (*http.Request, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() { // ends with ctx: the caller's cancel, or gone
+		t := time.NewTicker(streamCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if gone() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return r.WithContext(ctx), cancel
 }

@@ -1,16 +1,21 @@
 package ops_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
+	"github.com/batonlock/baton/wire"
 )
 
 // fakeCluster is a replicated node as the ops API sees it.
@@ -181,5 +186,106 @@ func TestFollowerProxies(t *testing.T) {
 	c.mu.Unlock()
 	if r := do(t, srv, "GET", "/v1/locks", auth, ""); r.status != http.StatusServiceUnavailable {
 		t.Errorf("no leader known: got %d, want 503", r.status)
+	}
+}
+
+// TestFollowerDashboard: the dashboard opened on a follower's ops port
+// works: its login cookie and CSRF token are the follower's, and the
+// follower sends the event stream and the admin actions on to the real
+// leader with the admin token, the stream flushed event by event. An
+// event id from another run (the leader before a failover) gets a resync.
+func TestFollowerDashboard(t *testing.T) {
+	const token = "s3cret"
+	ts, leader := startEvents(t, ops.Config{AdminToken: token}, nil)
+	c := &fakeCluster{leaderOps: strings.TrimPrefix(leader.URL, "http://")}
+	follower, _ := setup(t, ops.Config{Cluster: c, AdminToken: token, NodeID: "n1"})
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	same := http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {follower.URL}}
+	code, body, _ := send(t, browser, "POST", follower.URL+"/ui/login", `{"token":"`+token+`"}`, same)
+	if code != 200 {
+		t.Fatalf("login on the follower: %d %s", code, body)
+	}
+	var sess struct {
+		CSRF string `json:"csrf"`
+	}
+	json.Unmarshal([]byte(body), &sess)
+	u, _ := url.Parse(follower.URL)
+	cookie := jar.Cookies(u)
+	if len(cookie) != 1 || sess.CSRF == "" {
+		t.Fatalf("login: cookies %v, csrf %q", cookie, sess.CSRF)
+	}
+	hd := http.Header{"Cookie": {cookie[0].String()}, "Sec-Fetch-Site": {"same-origin"}, "Origin": {follower.URL}}
+
+	holder := holdLock(t, ts, "job")
+	s := openStream(t, follower.URL+"/v1/events?snapshot=1", hd)
+	snap := s.next(t)
+	if snap.Type != "snapshot" || !strings.Contains(snap.Data, `"name":"job"`) {
+		t.Fatalf("first event through the follower: %+v, want the leader's snapshot with job", snap)
+	}
+	second := batontest.Dial(t, ts.Addr)
+	second.Acquire("job", time.Minute, false, "second")
+	if e := s.expect(t, "queued", "job"); e.Session.Owner != "second" {
+		t.Fatalf("queued event through the follower: %+v", e)
+	}
+
+	// The admin action with the follower's CSRF token reaches the leader;
+	// without the token it is refused by the follower.
+	if code, body, _ := send(t, browser, "POST", follower.URL+"/v1/locks/job/release", "", same); code != 403 {
+		t.Fatalf("release through the follower without the CSRF header: %d %s, want 403", code, body)
+	}
+	withCSRF := http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {follower.URL}, "X-Baton-Csrf": {sess.CSRF}}
+	if code, body, _ := send(t, browser, "POST", follower.URL+"/v1/locks/job/release", "", withCSRF); code != 200 {
+		t.Fatalf("release through the follower: %d %s", code, body)
+	}
+	if f := holder.ReadFrame(5 * time.Second); f.Type != wire.TypeError {
+		t.Fatalf("holder got %v, want ERROR FORCE_RELEASED", f)
+	}
+	s.expect(t, "force_released", "job")
+	s.expect(t, "granted", "job")
+
+	// Resuming with an id of this leader goes on; with another run's id
+	// (the old leader's, after a failover) it is a resync, not a hole.
+	resume := openStream(t, follower.URL+"/v1/events", http.Header{"Cookie": hd["Cookie"], "Last-Event-Id": {s.lastID(t)}})
+	second.Conn.Close()
+	resume.expect(t, "released", "job")
+	other := openStream(t, follower.URL+"/v1/events", http.Header{"Cookie": hd["Cookie"], "Last-Event-Id": {"0badc0de-1"}})
+	if rs := other.expect(t, "resync", ""); rs.Seq == 0 {
+		t.Fatalf("resync %+v", rs)
+	}
+
+	// Another node leads now: the follower ends the streams it sends on
+	// to the old leader (which may live on), and the reconnection reaches
+	// the new one, with a resync (its numbering is its own).
+	ts2, leader2 := startEvents(t, ops.Config{AdminToken: token}, nil)
+	holdLock(t, ts2, "on-the-new-leader")
+	c.mu.Lock()
+	c.leaderOps = strings.TrimPrefix(leader2.URL, "http://")
+	c.mu.Unlock()
+	select {
+	case <-resume.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream sent on to the old leader did not end after the leader changed")
+	}
+	next := openStream(t, follower.URL+"/v1/events", http.Header{"Cookie": hd["Cookie"], "Last-Event-Id": {resume.lastID(t)}})
+	if rs := next.expect(t, "resync", ""); len(rs.Locks) != 1 || rs.Locks[0].Name != "on-the-new-leader" {
+		t.Fatalf("resync from the new leader: %+v", rs)
+	}
+}
+
+// TestLeaderEndsStreamsWhenItStopsLeading: a node's own event streams end
+// when it no longer leads, so that their clients reconnect to the leader.
+func TestLeaderEndsStreamsWhenItStopsLeading(t *testing.T) {
+	c := &fakeCluster{leading: true, leaderOps: "self"}
+	_, hs := startEvents(t, ops.Config{Cluster: c}, nil)
+	s := openStream(t, hs.URL+"/v1/events?snapshot=1", nil)
+	s.expect(t, "snapshot", "")
+	c.mu.Lock()
+	c.leading, c.leaderOps = false, ""
+	c.mu.Unlock()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream of a node that stopped leading did not end")
 	}
 }

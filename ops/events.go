@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,16 +111,22 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 	}
 	// Last-Event-ID is what EventSource sends on reconnecting; ?since= is
 	// the same for tools that cannot set a header.
+	otherRun := ""
 	for _, from := range []struct{ what, v string }{{"since", q.Get("since")}, {"Last-Event-ID", r.Header.Get("Last-Event-ID")}} {
 		if from.v == "" {
 			continue
 		}
-		n, err := strconv.ParseUint(from.v, 10, 64)
+		n, same, err := h.parseEventID(from.v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not an event sequence number", from.what, from.v))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not an event id (RUN-SEQ) or sequence number", from.what, from.v))
 			return
 		}
-		req.Resume, req.After = true, n
+		req.Resume, req.After, otherRun = true, n, ""
+		if !same {
+			// Another process numbered it (a restart, or another node
+			// leading now): its numbers say nothing here.
+			req.After, otherRun = math.MaxUint64, from.v
+		}
 	}
 	if req.Resume {
 		// The client has its state and its history; it wants what it missed.
@@ -143,17 +151,20 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 	last := res.Seq
 	switch {
 	case res.Resync:
-		writeSSE(&buf, "resync", last, stateJSON{Seq: last, Locks: toLocks(res.Locks),
-			Reason: fmt.Sprintf("the history no longer holds the events after %d: start again from these locks", req.After)})
+		reason := fmt.Sprintf("the history no longer holds the events after %d: start again from these locks", req.After)
+		if otherRun != "" {
+			reason = fmt.Sprintf("event id %q is from another run of the server (it restarted, or another node leads now): start again from these locks", otherRun)
+		}
+		writeSSE(&buf, "resync", h.eventID(last), stateJSON{Seq: last, Locks: toLocks(res.Locks), Reason: reason})
 	case req.Snapshot:
-		writeSSE(&buf, "snapshot", last, stateJSON{Seq: last, Locks: toLocks(res.Locks)})
+		writeSSE(&buf, "snapshot", h.eventID(last), stateJSON{Seq: last, Locks: toLocks(res.Locks)})
 	}
 	if len(res.History) > 0 {
 		hist := historyJSON{Events: make([]eventJSON, len(res.History))}
 		for i, e := range res.History {
 			hist.Events[i] = toEvent(e)
 		}
-		writeSSE(&buf, "history", last, hist)
+		writeSSE(&buf, "history", h.eventID(last), hist)
 	}
 	if req.Resume && !res.Resync {
 		last = req.After
@@ -172,7 +183,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		evs, more, err := res.Sub.Read(batch[:0], eventBatch)
 		switch {
 		case errors.Is(err, server.ErrFellBehind):
-			writeSSE(&buf, "overflow", last, overflowJSON{Seq: last,
+			writeSSE(&buf, "overflow", h.eventID(last), overflowJSON{Seq: last,
 				Message: fmt.Sprintf("this client fell more than %d events behind; resume after %d", server.EventHistory, last)})
 			h.sendSSE(rc, w, &buf)
 			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
@@ -182,7 +193,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		}
 		if len(evs) > 0 {
 			for _, e := range evs {
-				h.encoded.write(&buf, e)
+				h.encoded.write(&buf, e, h.run)
 				last = e.Seq
 			}
 			if !h.sendSSE(rc, w, &buf) {
@@ -224,8 +235,8 @@ type encodedEvents struct {
 	}
 }
 
-// write appends event e's SSE text to buf.
-func (c *encodedEvents) write(buf *bytes.Buffer, e server.Event) {
+// write appends event e's SSE text, with an id of run, to buf.
+func (c *encodedEvents) write(buf *bytes.Buffer, e server.Event, run string) {
 	slot := &c.ring[e.Seq%uint64(len(c.ring))]
 	c.mu.Lock()
 	if slot.seq == e.Seq && slot.text != nil {
@@ -236,7 +247,7 @@ func (c *encodedEvents) write(buf *bytes.Buffer, e server.Event) {
 	}
 	c.mu.Unlock()
 	var b bytes.Buffer
-	writeSSE(&b, e.Type, e.Seq, toEvent(e))
+	writeSSE(&b, e.Type, run+"-"+strconv.FormatUint(e.Seq, 10), toEvent(e))
 	text := b.Bytes()
 	c.mu.Lock()
 	slot.seq, slot.text = e.Seq, text
@@ -246,12 +257,34 @@ func (c *encodedEvents) write(buf *bytes.Buffer, e server.Event) {
 
 // writeSSE appends one event to buf. The JSON has no newline inside, so it
 // is one data line.
-func writeSSE(buf *bytes.Buffer, typ string, id uint64, v any) {
+func writeSSE(buf *bytes.Buffer, typ string, id string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		data = []byte(`{"error":"encoding the event failed"}`)
 	}
-	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", id, typ, data)
+	fmt.Fprintf(buf, "id: %s\nevent: %s\ndata: %s\n\n", id, typ, data)
+}
+
+// eventID is the SSE id of the stream's position after event seq: the
+// handler's run, a dash, and seq. Sequence numbers restart with the
+// process and differ from node to node; the run tells a Last-Event-ID
+// from another process, which must not be taken for a position here.
+func (h *handler) eventID(seq uint64) string {
+	return h.run + "-" + strconv.FormatUint(seq, 10)
+}
+
+// parseEventID reads an id eventID wrote, or a bare sequence number (a
+// tool's ?since=N, taken as this run's); same is false for another run's id.
+func (h *handler) parseEventID(v string) (seq uint64, same bool, err error) {
+	run, num, ok := strings.Cut(v, "-")
+	if !ok {
+		run, num = h.run, v
+	}
+	seq, err = strconv.ParseUint(num, 10, 64)
+	if err != nil || run == "" {
+		return 0, false, fmt.Errorf("bad event id %q", v)
+	}
+	return seq, run == h.run, nil
 }
 
 // sendSSE writes and flushes buf under a write deadline; false if the

@@ -21,20 +21,21 @@ import (
 
 // BenchmarkHandoverWithSubscribers measures what event subscribers cost the
 // lock table: a handover (holder's close to the next holder's push, as in
-// server.BenchmarkHandover) with no /v1/events client, and with 100 clients
-// that read every event plus 10 that connect and never read. Run both in
-// one run and compare the ns/handover of the two:
+// server.BenchmarkHandover) with no /v1/events client, and with 100 idle
+// clients (following another lock, ?lock=, so they get no event but wake
+// on each), 100 clients that read every event, and 10 that connect and
+// never read. Run all in one run and compare their ns/handover to none's:
 //
 //	go test -run '^$' -bench HandoverWithSubscribers -benchtime 3000x ./ops
 func BenchmarkHandoverWithSubscribers(b *testing.B) {
-	for _, bc := range []struct{ reading, stalled int }{{0, 0}, {0, 10}, {100, 0}, {100, 10}} {
-		b.Run(fmt.Sprintf("reading=%d,stalled=%d", bc.reading, bc.stalled), func(b *testing.B) {
-			benchHandoverSubscribers(b, bc.reading, bc.stalled)
+	for _, bc := range []struct{ idle, reading, stalled int }{{0, 0, 0}, {100, 0, 10}, {0, 0, 10}, {0, 100, 0}, {0, 100, 10}} {
+		b.Run(fmt.Sprintf("idle=%d,reading=%d,stalled=%d", bc.idle, bc.reading, bc.stalled), func(b *testing.B) {
+			benchHandoverSubscribers(b, bc.idle, bc.reading, bc.stalled)
 		})
 	}
 }
 
-func benchHandoverSubscribers(b *testing.B, reading, stalled int) {
+func benchHandoverSubscribers(b *testing.B, idle, reading, stalled int) {
 	srv := batontest.StartServer(b)
 	hs := httptest.NewServer(ops.NewHandler(ops.Config{Backend: srv.Srv,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
@@ -43,9 +44,13 @@ func benchHandoverSubscribers(b *testing.B, reading, stalled int) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 
-	connected := make(chan struct{}, reading)
-	for range reading {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/v1/events", nil)
+	connected := make(chan struct{}, idle+reading)
+	for i := range idle + reading {
+		path := "/v1/events"
+		if i < idle {
+			path += "?lock=elsewhere"
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+path, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			b.Fatal(err)
@@ -58,7 +63,7 @@ func benchHandoverSubscribers(b *testing.B, reading, stalled int) {
 			io.Copy(io.Discard, resp.Body)
 		}()
 	}
-	for range reading {
+	for range idle + reading {
 		<-connected
 	}
 	// Stalled clients: a small receive buffer, a request, and no read ever.

@@ -28,6 +28,16 @@ type sseStream struct {
 	resp   *http.Response
 	events chan sseEvent
 	done   chan struct{}
+	last   string // the id of the last event next returned
+}
+
+// lastID is the id of the last event read, for a Last-Event-ID.
+func (s *sseStream) lastID(t *testing.T) string {
+	t.Helper()
+	if s.last == "" {
+		t.Fatal("no event read yet")
+	}
+	return s.last
 }
 
 func openStream(t *testing.T, url string, header http.Header) *sseStream {
@@ -84,6 +94,9 @@ func (s *sseStream) next(t *testing.T) sseEvent {
 	case e, ok := <-s.events:
 		if !ok {
 			t.Fatal("event stream ended, want an event")
+		}
+		if e.ID != "" {
+			s.last = e.ID
 		}
 		return e
 	case <-time.After(5 * time.Second):
@@ -249,7 +262,10 @@ func (w *stallingWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *stallingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+// Flush, and no Unwrap: the server cannot set write deadlines through a
+// stallingWriter, so the stall lasts as long as the test needs on a slow
+// machine (the 10 s write bound would end the stream before the overflow).
+func (w *stallingWriter) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
 
 func TestEventStreamCutsSlowConsumer(t *testing.T) {
 	sw := &stallingWriter{stalled: make(chan struct{}), release: make(chan struct{})}
@@ -283,7 +299,7 @@ func TestEventStreamCutsSlowConsumer(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	if len(types) == 0 || types[len(types)-1] != "overflow" || len(types) > server.EventHistory {
-		t.Fatalf("slow client got %d events ending with %q, want some and then overflow", len(types), types[len(types)-1:])
+		t.Fatalf("slow client got %d events (last ones %q), want some and then overflow", len(types), types[max(0, len(types)-3):])
 	}
 }
 
@@ -330,4 +346,55 @@ func TestEventStreamEndsAtShutdown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("stream still open 5s after Shutdown")
 	}
+}
+
+// TestEventStreamEveryType: each of the seven EVENT types comes through
+// the HTTP stream from real sessions and the real admin endpoints, in
+// order, with seq rising by one.
+func TestEventStreamEveryType(t *testing.T) {
+	ts, hs := startEvents(t, ops.Config{}, nil)
+	s := openStream(t, hs.URL+"/v1/events", nil)
+	post := func(path string) {
+		t.Helper()
+		resp, err := http.Post(hs.URL+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST %s: %s", path, resp.Status)
+		}
+	}
+	var seq uint64
+	check := func(typ, lock, owner string) {
+		t.Helper()
+		e := s.expect(t, typ, lock)
+		if e.Session.Owner != owner || (seq != 0 && e.Seq != seq+1) {
+			t.Fatalf("%s %s: owner %q seq %d, want owner %q seq %d", typ, lock, e.Session.Owner, e.Seq, owner, seq+1)
+		}
+		seq = e.Seq
+	}
+	holdLock(t, ts, "k")
+	check("granted", "k", "owner:k")
+	var waiters []*batontest.Conn
+	for _, owner := range []string{"w1", "w2", "w3"} { // w1 leaves, w2 is kicked, w3 is promoted
+		w := batontest.Dial(t, ts.Addr)
+		w.Acquire("k", time.Minute, false, owner)
+		check("queued", "k", owner)
+		waiters = append(waiters, w)
+	}
+	silent := batontest.Dial(t, ts.Addr) // never a heartbeat
+	silent.Acquire("e", 300*time.Millisecond, false, "silent")
+	check("granted", "e", "silent")
+	check("expired", "e", "silent")
+	waiters[0].Conn.Close()
+	check("left", "k", "w1")
+	l, _ := ts.Srv.Lock("k")
+	post("/v1/sessions/" + l.Waiters[0].ID + "/kick")
+	check("kicked", "k", "w2")
+	post("/v1/locks/k/release")
+	check("force_released", "k", "owner:k")
+	check("granted", "k", "w3")
+	waiters[2].Conn.Close()
+	check("released", "k", "w3")
 }

@@ -4,8 +4,11 @@
 package ops
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -96,11 +99,15 @@ func NewHandler(cfg Config) http.Handler {
 	if h.events == nil {
 		h.events, _ = cfg.Backend.(EventSource)
 	}
+	var run [4]byte
+	rand.Read(run[:]) // never fails (crypto/rand)
+	h.run = hex.EncodeToString(run[:])
 	if cfg.AdminToken != "" {
 		// Comparing digests keeps the comparison constant-time in the
-		// token's length too, and keeps the token itself out of the struct.
+		// token's length too.
 		h.auth = true
 		h.digest = sha256.Sum256([]byte(cfg.AdminToken))
+		h.token = cfg.AdminToken
 	}
 	h.metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
@@ -120,6 +127,9 @@ type handler struct {
 	metrics http.Handler
 	auth    bool
 	digest  [sha256.Size]byte // of the admin token, if auth
+	// token is the admin token itself, which a follower puts on the
+	// dashboard's requests it sends on to the leader (cluster.go).
+	token string
 
 	requireCert bool
 	acl         func() *server.ACL
@@ -130,6 +140,7 @@ type handler struct {
 	proxyScheme    string
 	events         EventSource
 	encoded        encodedEvents // the SSE text of recent events (events.go)
+	run            string        // this handler's part of event ids (events.go)
 	ui             uiSessions    // dashboard logins (ui.go)
 }
 
@@ -160,6 +171,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveV1(w, r, p)
 	case p == "/" || strings.HasPrefix(p, "/ui/"):
 		h.serveUI(w, r, p)
+	case p == "/favicon.ico":
+		// Browsers ask for it on every page they show, an API answer
+		// included; a 404 would be an error in their console.
+		if allow(w, r, methodsGet) {
+			w.Header().Set("Cache-Control", "max-age=86400")
+			w.WriteHeader(http.StatusNoContent)
+		}
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
 	}
@@ -212,7 +230,12 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		h.serveCluster(w, r, p, segs)
 		return
 	}
-	if h.toLeader(w, r) {
+	// A stream outlives its request: a logout must end it too.
+	still := func() bool { return true }
+	if cookie != nil {
+		still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+	}
+	if h.toLeaderAs(w, r, cookie != nil, still) {
 		return
 	}
 	var (
@@ -222,10 +245,12 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	switch {
 	case len(segs) == 1 && segs[0] == "events":
 		methods, serve = methodsGet, func() {
-			// A stream outlives its request: a logout must end it too.
-			still := func() bool { return true }
-			if cookie != nil {
-				still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+			if h.cluster != nil {
+				// A leader that loses its term ends its streams: their
+				// clients come back through toLeader to the new leader.
+				var stop context.CancelFunc
+				r, stop = endWhen(r, func() bool { _, self := h.cluster.LeaderOpsAddr(); return !self })
+				defer stop()
 			}
 			h.streamEvents(w, r, still)
 		}

@@ -137,8 +137,10 @@ func TestRequireClientCert(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
 	o := serveTLS(t, ca, true, ops.Config{RequireClientCert: true, Logger: slog.New(slog.DiscardHandler)})
 	good := ca.Client(t, "operator")
-	if status, body, _ := o.send("GET", "/v1/locks", "", nil); status != 401 || !strings.Contains(body, "client certificate is required") {
-		t.Errorf("/v1/locks without a certificate: got %d %s, want 401", status, body)
+	for _, p := range []string{"/v1/locks", "/v1/events"} { // the event stream under the same rule
+		if status, body, _ := o.send("GET", p, "", nil); status != 401 || !strings.Contains(body, "client certificate is required") {
+			t.Errorf("%s without a certificate: got %d %s, want 401", p, status, body)
+		}
 	}
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		if status, _, err := o.send("GET", p, "", nil); status != 200 {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -62,9 +61,11 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	path := "/v1/events"
+	// The first connection asks for a snapshot, to say on stderr what is
+	// held when the watch starts; a reconnection resumes (Last-Event-ID).
+	path := "/v1/events?snapshot=1"
 	if name != "" {
-		path += "?lock=" + url.QueryEscape(name)
+		path += "&lock=" + url.QueryEscape(name)
 	}
 	// The stream has no end, so no overall timeout; a dead connection is
 	// noticed by the server's keepalives stopping (see watchIdle).
@@ -100,8 +101,7 @@ const watchIdle = 45 * time.Second
 type watcher struct {
 	s    *sys
 	json bool
-	last uint64 // the id of the last event seen
-	seen bool   // whether last is set
+	last string // the id of the last event seen ("" before the first)
 }
 
 // stream follows one connection until it ends; connected reports whether
@@ -117,8 +117,8 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 	if ops.token != "" {
 		req.Header.Set("Authorization", "Bearer "+ops.token)
 	}
-	if w.seen {
-		req.Header.Set("Last-Event-ID", strconv.FormatUint(w.last, 10))
+	if w.last != "" {
+		req.Header.Set("Last-Event-ID", w.last)
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := hc.Do(req)
@@ -180,8 +180,8 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 
 // dispatch prints one event of the stream.
 func (w *watcher) dispatch(id, typ, data string) {
-	if n, err := strconv.ParseUint(id, 10, 64); err == nil {
-		w.last, w.seen = n, true
+	if id != "" {
+		w.last = id // opaque: the server's run and sequence number
 	}
 	switch typ {
 	case "resync":
@@ -196,7 +196,28 @@ func (w *watcher) dispatch(id, typ, data string) {
 	case "overflow":
 		fmt.Fprintln(w.s.stderr, "baton watch: this terminal fell behind the server; resuming")
 		return
-	case "snapshot", "":
+	case "snapshot":
+		var st struct {
+			Locks []struct {
+				Holder  *json.RawMessage  `json:"holder"`
+				Waiters []json.RawMessage `json:"waiters"`
+			} `json:"locks"`
+		}
+		json.Unmarshal([]byte(data), &st)
+		waiting := 0
+		for _, l := range st.Locks {
+			waiting += len(l.Waiters)
+		}
+		plural := func(n int, one, many string) string {
+			if n == 1 {
+				return "1 " + one
+			}
+			return fmt.Sprintf("%d %s", n, many)
+		}
+		fmt.Fprintf(w.s.stderr, "baton watch: now %s held or waited for, %s waiting ('baton locks' lists them); following changes, Ctrl-C to stop\n",
+			plural(len(st.Locks), "lock", "locks"), plural(waiting, "session", "sessions"))
+		return
+	case "":
 		return
 	}
 	if w.json {

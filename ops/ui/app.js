@@ -17,6 +17,7 @@ const state = {
   source: null,          // the EventSource
   grants: [],            // [{t, perSec}] for the server page
   lastGrants: null,      // {t, total}
+  authed: false,         // whether /v1/ may be asked (no token, or logged in)
 };
 
 // A session as the page keeps it: sinceAt/seenAt are local clock times
@@ -64,7 +65,7 @@ function applyEvent(ev) {
     l.waiters.push(local(s, now));
   } else if (ev.type === "granted") {
     l.waiters = l.waiters.filter((w) => w.id !== s.id);
-    l.holder = local({ ...s, since_ms: 0, silent_ms: 0 }, now);
+    l.holder = local({ ...s, since_ms: 0 }, now); // silent_ms: since its last heartbeat as a waiter
   } else if (EXIT_TYPES.includes(ev.type)) {
     if (l.holder && l.holder.id === s.id) {
       l.holder = null;
@@ -111,9 +112,12 @@ function connect() {
   es.addEventListener("open", () => setLive(true));
   es.addEventListener("error", async () => {
     setLive(false);
-    if (es.readyState === EventSource.CLOSED) { // refused (401): not a network blip
+    // Refused (401; or 502/503 from a follower while the cluster elects a
+    // leader): EventSource gives up, so start again after a second.
+    if (es.readyState === EventSource.CLOSED && state.source === es) {
       es.close();
-      await start();
+      state.source = null;
+      setTimeout(start, 1000);
     }
   });
 }
@@ -126,7 +130,8 @@ function setLive(on) {
 
 // Heartbeats are not events: a poll refreshes the silent times.
 async function pollFreshness() {
-  if (document.hidden || !state.source) return;
+  // Not while the stream is down: the server (or a follower's leader) is away.
+  if (document.hidden || !state.authed || !state.source || state.source.readyState !== EventSource.OPEN) return;
   const r = await api("GET", "/v1/locks");
   if (!r.ok) return;
   const now = Date.now();
@@ -190,6 +195,7 @@ function route() {
 // keyboard focus survives the redraw.
 function render() {
   const f = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.focus : undefined;
+  shown = new Map();
   renderView();
   if (f !== undefined) {
     const again = [...document.querySelectorAll("[data-focus]")].find((e) => e.dataset.focus === f);
@@ -211,6 +217,8 @@ function renderView() {
 
 function fmtDur(ms) {
   if (ms < 0) ms = 0;
+  if (ms > 0 && ms < 1) return `${Math.round(ms * 1000)} µs`; // handover latencies are sub-millisecond
+  if (ms < 10 && ms !== Math.round(ms)) return `${ms.toFixed(1)} ms`;
   if (ms < 1000) return `${Math.round(ms)} ms`;
   const s = ms / 1000;
   if (s < 60) return `${s.toFixed(1)} s`;
@@ -233,16 +241,49 @@ function el(tag, attrs = {}, ...kids) {
 
 function lockHref(name) { return "#/lock/" + encodeURIComponent(name); }
 
-// freshness draws silent time against the lease: amber past half, red
-// past 80% (where the client's own Lock.Context is cancelled).
+// freshness draws silent time against the lease: amber past half (a beat,
+// due every quarter lease, is missed), red past 80% (where the client's
+// own Lock.Context is cancelled).
 function freshness(s, now) {
+  shown.set(s.id, s);
+  const meter = el("span", { class: "meter", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(s.lease),
+    "aria-label": "silent time against the lease" }, el("span"));
+  const f = el("span", { class: "fresh", "data-fresh": s.id }, meter, el("small"));
+  setFreshness(f, s, now);
+  return f;
+}
+
+function setFreshness(f, s, now) {
   const silent = now - s.seenAt;
   const frac = Math.min(1, silent / s.lease);
-  const meter = el("span", { class: "meter" + (frac >= 0.8 ? " red" : frac >= 0.5 ? " amber" : ""), role: "meter",
-    "aria-valuemin": "0", "aria-valuemax": String(s.lease), "aria-valuenow": String(Math.round(silent)),
-    "aria-label": "silent time against the lease" }, el("span"));
+  const meter = f.firstChild;
+  meter.className = "meter" + (frac >= 0.8 ? " red" : frac >= 0.5 ? " amber" : "");
+  meter.setAttribute("aria-valuenow", String(Math.round(silent)));
   meter.firstChild.style.width = (frac * 100).toFixed(1) + "%";
-  return el("span", { class: "fresh" }, meter, el("small", { text: `${fmtDur(silent)} / ${fmtDur(s.lease)}` }));
+  f.lastChild.textContent = `${fmtDur(silent)} / ${fmtDur(s.lease)}`;
+}
+
+// shown holds the sessions whose times are on the page, by id: the clock
+// tick updates those cells in place (tick), so that between events no
+// element is replaced under the user's pointer or focus.
+let shown = new Map();
+
+// since is a cell of the time a session has held or waited, kept current by tick.
+function since(tag, attrs, s, now) {
+  shown.set(s.id, s);
+  return el(tag, { ...attrs, "data-since": s.id, text: fmtDur(now - s.sinceAt) });
+}
+
+function tick() {
+  const now = Date.now();
+  for (const e of document.querySelectorAll("[data-since]")) {
+    const s = shown.get(e.dataset.since);
+    if (s) e.textContent = fmtDur(now - s.sinceAt);
+  }
+  for (const e of document.querySelectorAll("[data-fresh]")) {
+    const s = shown.get(e.dataset.fresh);
+    if (s) setFreshness(e, s, now);
+  }
 }
 
 function sortValue(l, key, now) {
@@ -277,7 +318,7 @@ function renderLocks() {
       el("td", {}, el("a", { href: lockHref(l.name), text: l.name, "data-focus": "lock:" + l.name })),
       el("td", {}, h ? el("span", { class: "who" }, el("span", { text: h.owner || "(no owner)" }), el("small", { text: h.remote })) : el("span", { class: "muted", text: "free (granting)" })),
       el("td", { class: "num opt", text: h ? String(h.token) : "" }),
-      el("td", { class: "num", text: h ? fmtDur(now - h.sinceAt) : "" }),
+      h ? since("td", { class: "num" }, h, now) : el("td"),
       el("td", {}, h ? freshness(h, now) : ""),
       el("td", { class: "num", text: String(l.waiters.length) }));
   });
@@ -303,7 +344,7 @@ function renderLock(name) {
         el("dt", { text: "Remote" }), el("dd", { text: h.remote }),
         el("dt", { text: "Session" }), el("dd", { text: h.id }),
         el("dt", { text: "Token" }), el("dd", { text: String(h.token) }),
-        el("dt", { text: "Held for" }), el("dd", { text: fmtDur(now - h.sinceAt) }),
+        el("dt", { text: "Held for" }), since("dd", {}, h, now),
         el("dt", { text: "Heartbeat" }), el("dd", {}, freshness(h, now))),
       el("button", { type: "button", class: "danger", id: "force-release", "data-focus": "release", onclick: () => forceRelease(name, h) }, "Force-release…"));
   } else {
@@ -316,7 +357,7 @@ function renderLock(name) {
     el("td", { text: w.owner || "(none)" }),
     el("td", { class: "opt", text: w.remote }),
     el("td", { class: "opt num", text: w.id }),
-    el("td", { class: "num", text: fmtDur(now - w.sinceAt) }),
+    since("td", { class: "num" }, w, now),
     el("td", {}, el("button", { type: "button", "data-focus": "kick:" + w.id, onclick: () => kick(name, w), "aria-label": `Kick waiter ${w.owner || w.id}` }, "Kick…")))));
   $("history").replaceChildren(...l.history.map((e) => el("li", {},
     el("span", { class: "tag " + e.type, text: e.type.replace("_", " ") }), " ",
@@ -367,7 +408,35 @@ function renderServer() {
   renderCluster();
 }
 
+// leaderHref is the dashboard of the cluster's leader, if it is not this node.
+function leaderHref(c) {
+  if (!c || c.role === "leader" || c.role === "standalone" || !c.leader || !c.leader.ops_addr) return "";
+  return `${location.protocol}//${c.leader.ops_addr}/`;
+}
+
+// renderBanner says, on a follower, where the locks come from: the
+// follower sends /v1/ (the stream and the actions too) on to the leader.
+function renderBanner() {
+  const b = $("banner");
+  const c = state.authed ? cluster : null;
+  if (!c || c.role === "leader" || c.role === "standalone") { b.hidden = true; return; }
+  const href = leaderHref(c);
+  const kids = c.leader
+    ? [`Node ${c.node_id} is a ${c.role}: the locks and actions on this page are the leader's (${c.leader.id}), sent on by this node. `,
+      href ? el("a", { href: href + location.hash, text: `Open the leader's dashboard` }) : ""]
+    : [`Node ${c.node_id} is a ${c.role} and knows no leader: the cluster is electing one, or has no quorum.`];
+  b.replaceChildren(...kids);
+  b.hidden = false;
+}
+
 function renderCluster() {
+  const note = $("node-note");
+  const href = leaderHref(cluster);
+  note.hidden = !href;
+  if (href) {
+    note.replaceChildren(`The figures above are this node's (${cluster.node_id}, a ${cluster.role}: no sessions); the leader's are on `,
+      el("a", { href: href + "#/server", text: "its server page" }), ".");
+  }
   const box = $("cluster");
   if (!cluster || cluster.role === "standalone") {
     box.replaceChildren(el("p", { class: "muted", text: "Standalone server (no replicated mode)." }));
@@ -377,7 +446,8 @@ function renderCluster() {
   box.replaceChildren(
     el("dl", { class: "kv" },
       el("dt", { text: "This node" }), el("dd", { text: `${c.node_id} (${c.role})` }),
-      el("dt", { text: "Leader" }), el("dd", { text: c.leader ? `${c.leader.id} at ${c.leader.addr}` : "none known" }),
+      el("dt", { text: "Leader" }), el("dd", { text: c.leader ? `${c.leader.id} at ${c.leader.addr} (ops ${c.leader.ops_addr})` : "none known" }),
+      el("dt", { text: "Lease bound" }), el("dd", { text: fmtDur(c.lease_bound_ms) }),
       el("dt", { text: "Term / epoch" }), el("dd", { text: `${c.term} / ${c.epoch}` }),
       el("dt", { text: "Grace" }), el("dd", { text: c.grace_remaining_ms > 0 ? `${fmtDur(c.grace_remaining_ms)} left` : "none" })),
     el("div", { class: "wrap" }, el("table", {},
@@ -390,7 +460,7 @@ function renderCluster() {
 function sumOf(m, name) { return (m.get(name) || []).reduce((a, s) => a + s.value, 0); }
 
 async function pollServer() {
-  if (document.hidden) return;
+  if (document.hidden || !state.authed) return;
   try {
     const res = await fetch("/metrics");
     if (res.ok) {
@@ -404,11 +474,11 @@ async function pollServer() {
       state.lastGrants = { t: now, total };
     }
   } catch { /* the next poll tries again */ }
-  if (route().view === "server") {
-    const r = await api("GET", "/v1/cluster");
-    cluster = r.ok && r.body && typeof r.body === "object" ? r.body : null; // 404 before replicated mode exists
-    renderServer();
-  }
+  // Every poll, not only on the server page: a follower says so in a banner.
+  const r = await api("GET", "/v1/cluster");
+  cluster = r.ok && r.body && typeof r.body === "object" ? r.body : null;
+  renderBanner();
+  if (route().view === "server") renderServer();
 }
 
 // ---- actions ----
@@ -459,9 +529,13 @@ async function start() {
   }
   state.csrf = s.csrf || "";
   $("logout").hidden = !s.auth_required || !s.logged_in;
-  if (s.auth_required && !s.logged_in) {
+  state.authed = !s.auth_required || s.logged_in;
+  if (!state.authed) {
     if (state.source) { state.source.close(); state.source = null; }
     state.locks = new Map();
+    metrics = null;
+    cluster = null;
+    renderBanner();
     for (const v of ["locks", "lock", "server"]) $("view-" + v).hidden = true;
     $("login").hidden = false;
     $("live").textContent = "logged out";
@@ -472,6 +546,7 @@ async function start() {
   $("login").hidden = true;
   connect();
   render();
+  pollServer();
 }
 
 $("login-form").addEventListener("submit", async (e) => {
@@ -491,6 +566,9 @@ $("login-form").addEventListener("submit", async (e) => {
 });
 
 $("logout").addEventListener("click", async () => {
+  // No stream or poll asks /v1/ while the logout is under way.
+  state.authed = false;
+  if (state.source) { state.source.close(); state.source = null; }
   await fetch("/ui/logout", { method: "POST", credentials: "same-origin" });
   await start();
 });
@@ -505,9 +583,23 @@ for (const th of document.querySelectorAll("#locks-table th")) {
 }
 window.addEventListener("hashchange", () => { render(); if (route().view === "server") pollServer(); });
 
-// Times and bars move with the clock, not only with events.
-setInterval(() => { if (state.source && !document.querySelector("dialog[open]")) scheduleRender(); }, 500);
-setInterval(pollFreshness, 1000);
+// Times and bars move with the clock, not only with events: in place,
+// except when the table is sorted by a time, whose order moves too.
+setInterval(() => {
+  if (!state.source) return;
+  if (route().view === "locks" && ["held", "fresh"].includes(state.sort.key) && !document.querySelector("dialog[open]")) scheduleRender();
+  else tick();
+}, 250);
+// The poll runs every eighth of the shortest lease shown (250 ms to 1 s),
+// so the bar's staleness stays small against the lease: a healthy holder
+// (a beat every quarter lease) stays green; amber means a missed beat.
+(async function freshnessLoop() {
+  await pollFreshness().catch(() => {});
+  let lease = Infinity;
+  for (const l of state.locks.values()) {
+    if (l.holder) lease = Math.min(lease, l.holder.lease);
+  }
+  setTimeout(freshnessLoop, Math.max(250, Math.min(1000, lease / 8)));
+})();
 setInterval(pollServer, 2000);
-pollServer();
 start();
