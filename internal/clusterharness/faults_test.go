@@ -1,0 +1,261 @@
+package clusterharness
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// faultKind is one kind of fault of the schedule.
+type faultKind int
+
+const (
+	killLeader faultKind = iota
+	stopLeader
+	cutRaft
+	killFollower
+	termLeader
+	killAll
+	numKinds
+)
+
+func (k faultKind) String() string {
+	return [...]string{
+		"kill -9 of the leader",
+		"SIGSTOP of the leader for 3 s",
+		"the leader's Raft link cut for 5 s",
+		"kill -9 of a follower (restarted)",
+		"SIGTERM of the leader (restarted)",
+		"kill -9 of every node, restart",
+	}[k]
+}
+
+// Fault durations and windows.
+const (
+	stopFor  = 3 * time.Second
+	cutFor   = 5 * time.Second
+	downFor  = time.Second // a killed follower stays down this long
+	quietFor = 2 * time.Second
+	// grantWait bounds the time from a fault to the first grant after it.
+	grantWait = 30 * time.Second
+)
+
+// names are the workload's locks.
+var names = []string{"alpha", "beta", "gamma", "delta", "epsilon"}
+
+// clientLoops is the number of workload loops.
+const clientLoops = 24
+
+// window is one fault and what followed it.
+type window struct {
+	kind      faultKind
+	at        time.Time
+	leader    int    // the leader hit (or whose follower was)
+	epoch     uint64 // the leader's epoch before the fault
+	skipped   string // why the fault was not injected ("" if it was)
+	first     *hold  // the first grant after the fault on a later epoch (any epoch for a follower's kill)
+	toFirst   time.Duration
+	newLeader int
+}
+
+// schedule is the list of faults: each kind once, or with
+// BATON_CLUSTER_SCHEDULE=long BATON_CLUSTER_ROUNDS rounds of each (8).
+func schedule(t *testing.T) []faultKind {
+	rounds := 1
+	if os.Getenv("BATON_CLUSTER_SCHEDULE") == "long" {
+		rounds = 8
+		if s := os.Getenv("BATON_CLUSTER_ROUNDS"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				t.Fatalf("BATON_CLUSTER_ROUNDS=%q: want a positive number", s)
+			}
+			rounds = n
+		}
+	}
+	var ks []faultKind
+	for range rounds {
+		for k := range numKinds {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// TestClusterFaults runs the schedule against three nodes under the
+// workload and checks the run. It reports, per fault kind, the time from
+// the fault to the first grant on the new leader.
+func TestClusterFaults(t *testing.T) {
+	needFaults(t)
+	nw := newNetwork(t, 3)
+	c := newCluster(t, nw, batonBin, nil, 3)
+	c.startAll()
+	c.settle()
+	w := newWorkload()
+	t.Cleanup(func() { w.stop() })
+	w.loops(clientLoops, c.clientAddrs(), names)
+	c.waitGrant(w, time.Now(), 0)
+
+	var windows []*window
+	for _, k := range schedule(t) {
+		win := c.inject(w, k)
+		windows = append(windows, win)
+		if win.skipped != "" {
+			t.Logf("SKIPPED fault %q: %s", k, win.skipped)
+			continue
+		}
+		t.Logf("fault %-36s leader n%d epoch %d: first grant on the new leader n%d after %v (token %d)",
+			k, win.leader, win.epoch, win.newLeader, win.toFirst.Round(time.Millisecond), win.first.token)
+		c.settle()
+		c.waitGrant(w, time.Now(), 0)
+		time.Sleep(quietFor) // the quiet window: the workload runs with no fault
+	}
+	holds, writes := w.stop()
+	v := check(holds, writes)
+	report(t, windows, v, w)
+	for _, s := range v.violations() {
+		t.Error(s)
+	}
+}
+
+// report logs the run's counts and, per fault kind, the fault-to-first-grant
+// times (p50, p99, max over its windows).
+func report(t *testing.T, windows []*window, v verdict, w *workload) {
+	t.Helper()
+	byKind := map[faultKind][]time.Duration{}
+	var skipped []string
+	for _, win := range windows {
+		if win.skipped != "" {
+			skipped = append(skipped, win.kind.String()+": "+win.skipped)
+			continue
+		}
+		byKind[win.kind] = append(byKind[win.kind], win.toFirst)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "RESULT: %d faults, %d grants checked, %d overlaps, %d other violations\n", len(windows), v.holds, len(v.overlaps), len(v.bad))
+	fmt.Fprintf(&b, "  %-36s %3s %9s %9s %9s\n", "fault to first grant on the new leader", "n", "p50", "p99", "max")
+	for k := range numKinds {
+		ds := byKind[k]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		fmt.Fprintf(&b, "  %-36s %3d %9v %9v %9v\n", k, len(ds), pct(ds, 50).Round(time.Millisecond),
+			pct(ds, 99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(&b, "  SKIPPED %s\n", s)
+	}
+	if s := w.errorSummary(); s != "" {
+		fmt.Fprintf(&b, "  Acquire errors the loops retried:%s\n", s)
+	}
+	t.Log(b.String())
+}
+
+// pct is the nearest-rank percentile of sorted ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	i := (p*len(ds)+99)/100 - 1
+	return ds[max(i, 0)]
+}
+
+// inject injects one fault of kind k, restores what it broke and returns
+// its window once the first grant after it has come.
+func (c *testCluster) inject(w *workload, k faultKind) *window {
+	c.t.Helper()
+	l := c.waitLeader()
+	v, err := c.view(l)
+	if err != nil {
+		c.t.Fatalf("leader n%d: %v", l, err)
+	}
+	win := &window{kind: k, leader: l, epoch: v.Epoch}
+	switch k {
+	case killLeader:
+		win.at = time.Now()
+		c.kill(l)
+		c.waitLeader(l)
+		c.start(l)
+	case stopLeader:
+		win.at = time.Now()
+		c.signal(l, syscall.SIGSTOP)
+		time.Sleep(stopFor)
+		c.signal(l, syscall.SIGCONT)
+	case cutRaft:
+		if !c.nw.netns {
+			win.skipped = "loopback fallback (" + netnsReason() + "): no Raft link of its own to cut"
+			return win
+		}
+		win.at = time.Now()
+		c.nw.setRaftLink(c.t, l, false)
+		time.Sleep(cutFor)
+		c.nw.setRaftLink(c.t, l, true)
+	case killFollower:
+		f := l%len(c.nodes) + 1
+		win.leader = f
+		win.at = time.Now()
+		c.kill(f)
+		time.Sleep(downFor)
+		c.start(f)
+		win.epoch-- // the leader stays: any grant after the fault counts
+	case termLeader:
+		win.at = time.Now()
+		c.terminate(l)
+		c.waitLeader(l)
+		c.start(l)
+	case killAll:
+		win.at = time.Now()
+		for _, nd := range c.nodes {
+			c.kill(nd.i)
+		}
+		c.startAll()
+	}
+	win.first = c.waitGrant(w, win.at, win.epoch)
+	win.toFirst = win.first.granted.Sub(win.at)
+	win.newLeader = c.leader()
+	return win
+}
+
+// waitGrant waits for a grant at or after t0 on an epoch above epoch.
+func (c *testCluster) waitGrant(w *workload, t0 time.Time, epoch uint64) *hold {
+	c.t.Helper()
+	deadline := time.Now().Add(grantWait)
+	for {
+		if h := w.firstGrant(t0, epoch); h != nil {
+			return h
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no grant on an epoch above %d within %v of %s; Acquire errors:%s",
+				epoch, grantWait, t0.Format("15:04:05.000"), w.errorSummary())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// settle waits until one node serves as leader and every node follows it.
+func (c *testCluster) settle() {
+	c.t.Helper()
+	deadline := time.Now().Add(leaderWait)
+	for {
+		if l := c.leader(); l != 0 && c.allFollow(l) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the cluster did not settle (one leader, every node following it) within %v", leaderWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *testCluster) allFollow(l int) bool {
+	id := fmt.Sprintf("n%d", l)
+	for _, nd := range c.nodes {
+		v, err := c.view(nd.i)
+		if err != nil || v.Leader == nil || v.Leader.ID != id {
+			return false
+		}
+	}
+	return true
+}
