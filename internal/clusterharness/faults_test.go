@@ -64,11 +64,11 @@ type window struct {
 }
 
 // schedule is the list of faults: each kind once, or with
-// BATON_CLUSTER_SCHEDULE=long BATON_CLUSTER_ROUNDS rounds of each (8).
+// BATON_CLUSTER_SCHEDULE=long BATON_CLUSTER_ROUNDS rounds of each (20).
 func schedule(t *testing.T) []faultKind {
 	rounds := 1
 	if os.Getenv("BATON_CLUSTER_SCHEDULE") == "long" {
-		rounds = 8
+		rounds = 20
 		if s := os.Getenv("BATON_CLUSTER_ROUNDS"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 {
