@@ -116,7 +116,7 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 				probeDone <- w.work(-2, l, 200*time.Millisecond, 0)
 				return
 			}
-			pause(w.ctx, 50*time.Millisecond)
+			w.idle(50 * time.Millisecond)
 		}
 	}()
 	time.Sleep(300 * time.Millisecond) // the probe is turned away by n2 and n3 meanwhile

@@ -55,12 +55,12 @@ const clientLoops = 24
 type window struct {
 	kind      faultKind
 	at        time.Time
-	leader    int    // the leader hit (or whose follower was)
+	leader    int    // the node hit: the leader, or the follower killed
 	epoch     uint64 // the leader's epoch before the fault
 	skipped   string // why the fault was not injected ("" if it was)
 	first     *hold  // the first grant after the fault on a later epoch (any epoch for a follower's kill)
 	toFirst   time.Duration
-	newLeader int
+	newLeader int // the serving leader once the first grant came (0: none seen)
 }
 
 // schedule is the list of faults: each kind once, or with
@@ -108,8 +108,8 @@ func TestClusterFaults(t *testing.T) {
 			t.Logf("SKIPPED fault %q: %s", k, win.skipped)
 			continue
 		}
-		t.Logf("fault %-36s leader n%d epoch %d: first grant on the new leader n%d after %v (token %d)",
-			k, win.leader, win.epoch, win.newLeader, win.toFirst.Round(time.Millisecond), win.first.token)
+		t.Logf("fault %-36s on n%d (epoch %d): first grant %v later, epoch %d, leader now n%d",
+			k, win.leader, win.epoch, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader)
 		c.settle()
 		c.waitGrant(w, time.Now(), 0)
 		time.Sleep(quietFor) // the quiet window: the workload runs with no fault
@@ -199,7 +199,6 @@ func (c *testCluster) inject(w *workload, k faultKind) *window {
 		c.kill(f)
 		time.Sleep(downFor)
 		c.start(f)
-		win.epoch-- // the leader stays: any grant after the fault counts
 	case termLeader:
 		win.at = time.Now()
 		c.terminate(l)
@@ -212,7 +211,11 @@ func (c *testCluster) inject(w *workload, k faultKind) *window {
 		}
 		c.startAll()
 	}
-	win.first = c.waitGrant(w, win.at, win.epoch)
+	above := win.epoch
+	if k == killFollower {
+		above-- // the leader stays: any grant after the fault counts
+	}
+	win.first = c.waitGrant(w, win.at, above)
 	win.toFirst = win.first.granted.Sub(win.at)
 	win.newLeader = c.leader()
 	return win
@@ -221,32 +224,17 @@ func (c *testCluster) inject(w *workload, k faultKind) *window {
 // waitGrant waits for a grant at or after t0 on an epoch above epoch.
 func (c *testCluster) waitGrant(w *workload, t0 time.Time, epoch uint64) *hold {
 	c.t.Helper()
-	deadline := time.Now().Add(grantWait)
-	for {
-		if h := w.firstGrant(t0, epoch); h != nil {
-			return h
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no grant on an epoch above %d within %v of %s; Acquire errors:%s",
-				epoch, grantWait, t0.Format("15:04:05.000"), w.errorSummary())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var h *hold
+	c.eventually(grantWait, func() bool { h = w.firstGrant(t0, epoch); return h != nil },
+		"no grant on an epoch above %d since %s; Acquire errors:%s", epoch, t0.Format("15:04:05.000"), errorSummaryOf(w))
+	return h
 }
 
 // settle waits until one node serves as leader and every node follows it.
 func (c *testCluster) settle() {
 	c.t.Helper()
-	deadline := time.Now().Add(leaderWait)
-	for {
-		if l := c.leader(); l != 0 && c.allFollow(l) {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the cluster did not settle (one leader, every node following it) within %v", leaderWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.eventually(leaderWait, func() bool { l := c.leader(); return l != 0 && c.allFollow(l) },
+		"the cluster did not settle (one leader, every node following it)")
 }
 
 func (c *testCluster) allFollow(l int) bool {

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/batonlock/baton/internal/proctest"
 )
 
 // The fault tests run only when BATON_CLUSTER_FAULTS is set (to anything
@@ -38,28 +37,15 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		for _, b := range []struct {
-			out  *string
-			name string
-			tags []string
-		}{{&batonBin, "baton", nil}, {&faultBin, "baton-faultinject", []string{"-tags", "faultinject"}}} {
-			path := filepath.Join(dir, b.name)
-			args := append(append([]string{"build"}, b.tags...), "-o", path, "github.com/batonlock/baton/cmd/baton")
-			if out, err := exec.Command(goTool, args...).CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "go %v: %v\n%s", args, err, out)
-				return 1
-			}
-			*b.out = path
+		if batonBin, err = proctest.BuildBaton(goTool, dir, "baton"); err == nil {
+			faultBin, err = proctest.BuildBaton(goTool, dir, "baton-faultinject", "faultinject")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 	}
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	return code
+	return proctest.RunChecked(m)
 }
 
 // needFaults skips the test unless the fault tests run.

@@ -243,28 +243,31 @@ func (c *testCluster) view(i int) (clusterView, error) {
 // waitLeader waits for a serving leader other than the nodes in not.
 func (c *testCluster) waitLeader(not ...int) int {
 	c.t.Helper()
-	deadline := time.Now().Add(leaderWait)
-	for {
-		if l := c.leader(); l != 0 && !slices.Contains(not, l) {
-			return l
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no serving leader (other than %v) within %v", not, leaderWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var l int
+	c.eventually(leaderWait, func() bool {
+		l = c.leader()
+		return l != 0 && !slices.Contains(not, l)
+	}, "no serving leader (other than %v)", not)
+	return l
 }
 
 // waitFollows waits until node i sees node leader as the leader.
 func (c *testCluster) waitFollows(i, leader int) {
 	c.t.Helper()
-	deadline := time.Now().Add(leaderWait)
-	for {
-		if v, err := c.view(i); err == nil && v.Leader != nil && v.Leader.ID == fmt.Sprintf("n%d", leader) {
-			return
-		}
+	id := fmt.Sprintf("n%d", leader)
+	c.eventually(leaderWait, func() bool {
+		v, err := c.view(i)
+		return err == nil && v.Leader != nil && v.Leader.ID == id
+	}, "node n%d does not follow n%d", i, leader)
+}
+
+// eventually polls cond until it holds (for states no event announces:
+// the nodes' views through their ops ports), failing the test after within.
+func (c *testCluster) eventually(within time.Duration, cond func() bool, format string, args ...any) {
+	c.t.Helper()
+	for deadline := time.Now().Add(within); !cond(); {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("node n%d does not follow n%d within %v", i, leader, leaderWait)
+			c.t.Fatalf("after %v: "+format, append([]any{within}, args...)...)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

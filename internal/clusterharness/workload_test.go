@@ -123,7 +123,7 @@ func (w *workload) loop(c *baton.Client, id int, names []string) {
 		name := names[rng.IntN(len(names))]
 		l, err := w.acquire(c, name)
 		if err != nil {
-			pause(w.ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
+			w.idle(time.Duration(10+rng.IntN(40)) * time.Millisecond)
 			continue
 		}
 		w.work(id, l, time.Duration(2+rng.IntN(20))*time.Millisecond, 0)
@@ -136,7 +136,11 @@ func (w *workload) acquire(c *baton.Client, name string) (*baton.Lock, error) {
 	defer cancel()
 	l, err := c.Acquire(ctx, name)
 	if err != nil && w.ctx.Err() == nil {
-		kind, _, _ := strings.Cut(err.Error(), ": ")
+		// The kind: the text without the lock's name, up to the details.
+		kind := strings.ReplaceAll(err.Error(), fmt.Sprintf("%q", name), "NAME")
+		if i := strings.Index(kind, " ("); i > 0 {
+			kind = kind[:i]
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			kind = "no grant within " + acquireWait.String()
 		}
@@ -234,14 +238,20 @@ func (w *workload) errorSummary() string {
 	return b.String()
 }
 
-// pause waits d or until ctx ends; false if ctx ended.
-func pause(ctx context.Context, d time.Duration) bool {
+// errorSummaryOf is w's error summary, formatted when the message is: a
+// failure message built before a wait shows the errors at its end.
+func errorSummaryOf(w *workload) fmt.Stringer { return lazyString(w.errorSummary) }
+
+type lazyString func() string
+
+func (f lazyString) String() string { return f() }
+
+// idle waits d, or less if the workload stops meanwhile.
+func (w *workload) idle(d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+	case <-w.ctx.Done():
 	}
 }

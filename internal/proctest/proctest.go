@@ -1,18 +1,23 @@
-// Package proctest runs child processes for tests: their output lines go to
-// callbacks, their end is awaited by a goroutine of its own, and t.Cleanup
-// kills whatever a test left running. It is imported only by tests (the
-// reliability suite and the cluster fault harness).
+// Package proctest runs child processes for tests: it builds the baton
+// binary, sends the children's output lines to callbacks, awaits each end
+// in a goroutine of its own, and kills at t.Cleanup whatever a test left
+// running. It is imported only by tests (the reliability suite and the
+// cluster fault harness).
 package proctest
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // LogBuffer keeps a child's output lines for failure messages.
@@ -111,4 +116,32 @@ func (p *Proc) Wait(t testing.TB, timeout time.Duration) int {
 		t.Fatalf("%v still running after %v", p.Cmd.Args, timeout)
 		return 0
 	}
+}
+
+// BuildBaton builds the baton command with goTool into dir/name, with the
+// given build tags (none for the normal build), and returns its path.
+func BuildBaton(goTool, dir, name string, tags ...string) (string, error) {
+	bin := filepath.Join(dir, name)
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	args = append(args, "github.com/batonlock/baton/cmd/baton")
+	if out, err := exec.Command(goTool, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, nil
+}
+
+// RunChecked runs the tests of m and fails the package if they pass but a
+// goroutine outlives them.
+func RunChecked(m *testing.M) int {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	return code
 }

@@ -10,14 +10,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/batonlock/baton/internal/proctest"
 	"github.com/batonlock/baton/wire"
@@ -47,22 +44,12 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "baton")
-		out, err := exec.Command(goTool, "build", "-o", bin, "github.com/batonlock/baton/cmd/baton").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "go build ./cmd/baton: %v\n%s", err, out)
+		if batonBin, err = proctest.BuildBaton(goTool, dir, "baton"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		batonBin = bin
 	}
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	return code
+	return proctest.RunChecked(m)
 }
 
 // isShort reads -test.short before m.Run has parsed it.
