@@ -73,9 +73,6 @@ func TestSlowOldLeaderGraceHolds(t *testing.T) {
 func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, probe, holder *hold) {
 	t.Helper()
 	nw := newNetwork(t, 3)
-	if !nw.netns {
-		t.Skipf("SKIPPED: the control cuts a Raft link, which needs network namespaces (%s)", netnsReason())
-	}
 	slow := []string{"-raft-heartbeat-timeout=" + slowFor.String(), "-raft-election-timeout=" + slowFor.String(),
 		"-raft-leader-lease-timeout=" + slowFor.String()}
 	late := []string{"-raft-heartbeat-timeout=10s", "-raft-election-timeout=10s"}

@@ -57,7 +57,6 @@ type window struct {
 	at        time.Time
 	leader    int    // the node hit: the leader, or the follower killed
 	epoch     uint64 // the leader's epoch before the fault
-	skipped   string // why the fault was not injected ("" if it was)
 	first     *hold  // the first grant after the fault on a later epoch (any epoch for a follower's kill)
 	toFirst   time.Duration
 	newLeader int // the serving leader once the first grant came (0: none seen)
@@ -104,10 +103,6 @@ func TestClusterFaults(t *testing.T) {
 	for _, k := range schedule(t) {
 		win := c.inject(w, k)
 		windows = append(windows, win)
-		if win.skipped != "" {
-			t.Logf("SKIPPED fault %q: %s", k, win.skipped)
-			continue
-		}
 		t.Logf("fault %-36s on n%d (epoch %d): first grant %v later, epoch %d, leader now n%d",
 			k, win.leader, win.epoch, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader)
 		c.settle()
@@ -127,12 +122,7 @@ func TestClusterFaults(t *testing.T) {
 func report(t *testing.T, windows []*window, v verdict, w *workload) {
 	t.Helper()
 	byKind := map[faultKind][]time.Duration{}
-	var skipped []string
 	for _, win := range windows {
-		if win.skipped != "" {
-			skipped = append(skipped, win.kind.String()+": "+win.skipped)
-			continue
-		}
 		byKind[win.kind] = append(byKind[win.kind], win.toFirst)
 	}
 	var b strings.Builder
@@ -146,9 +136,6 @@ func report(t *testing.T, windows []*window, v verdict, w *workload) {
 		slices.Sort(ds)
 		fmt.Fprintf(&b, "  %-36s %3d %9v %9v %9v\n", k, len(ds), pct(ds, 50).Round(time.Millisecond),
 			pct(ds, 99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
-	}
-	for _, s := range skipped {
-		fmt.Fprintf(&b, "  SKIPPED %s\n", s)
 	}
 	if s := w.errorSummary(); s != "" {
 		fmt.Fprintf(&b, "  Acquire errors the loops retried:%s\n", s)
@@ -184,10 +171,6 @@ func (c *testCluster) inject(w *workload, k faultKind) *window {
 		time.Sleep(stopFor)
 		c.signal(l, syscall.SIGCONT)
 	case cutRaft:
-		if !c.nw.netns {
-			win.skipped = "loopback fallback (" + netnsReason() + "): no Raft link of its own to cut"
-			return win
-		}
 		win.at = time.Now()
 		c.nw.setRaftLink(c.t, l, false)
 		time.Sleep(cutFor)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/batonlock/baton/internal/faultproxy"
 )
 
 // The network of a run. With namespaces (root and iproute2), node i lives
@@ -17,8 +19,17 @@ import (
 // namespace, has 10.A.2.254 on the client bridge only, so it reaches every
 // node's client and ops ports but no Raft port, and cutting the host end of
 // a node's Raft veth partitions its Raft traffic while its clients still
-// reach it. Without namespaces, node i listens on 127.A.i.1 and nothing can
-// be cut.
+// reach it.
+//
+// Without namespaces, node i listens on 127.A.i.1, and every node reaches
+// every other's Raft port through a fault proxy of its own (one per
+// ordered pair, in the test process): node i's -peers names itself at its
+// Raft address and each other node j at the proxy i→j. Cutting node i's
+// Raft link stalls every proxy to and from it (bytes held, as on a link
+// that is down); its clients still reach it directly. Each node then
+// bootstraps with a list of its own (the same ids, other addresses), which
+// Raft accepts as one configuration: no membership change or snapshot
+// install happens in these runs to spread one node's addresses to another.
 
 // netPrefix starts every namespace, bridge and veth name the harness
 // creates, so that leftovers of a killed run can be found and removed.
@@ -35,6 +46,10 @@ type network struct {
 	netns bool
 	tag   string // netPrefix + pid + a sequence letter: at most 11 bytes, for 15-byte link names
 	octet int    // the A of the addresses
+	n     int
+	// proxies[i][j] carries node i's Raft traffic to node j (1-based;
+	// loopback only).
+	proxies [][]*faultproxy.Proxy
 }
 
 var netSeq atomic.Int32
@@ -61,9 +76,11 @@ func newNetwork(t *testing.T, n int) *network {
 	nw := &network{
 		tag:   netPrefix + strconv.Itoa(pid) + string(rune('a'+seq%26)),
 		octet: 100 + (pid+int(seq))%100,
+		n:     n,
 	}
 	if why := netnsReason(); why != "" {
-		t.Logf("NETWORK: loopback (%s): nodes on 127.%d.i.1, no network namespaces", why, nw.octet)
+		nw.startProxies(t)
+		t.Logf("NETWORK: loopback (%s): no network namespaces; nodes on 127.%d.i.1, Raft through a fault proxy per pair of nodes (a cut link is a stall of its proxies)", why, nw.octet)
 		return nw
 	}
 	removeStale(t)
@@ -117,6 +134,38 @@ func (nw *network) host(i int) string {
 func (nw *network) clientAddr(i int) string { return fmt.Sprintf("%s:%d", nw.host(i), clientPort) }
 func (nw *network) opsAddr(i int) string    { return fmt.Sprintf("%s:%d", nw.host(i), opsPort) }
 
+// startProxies starts the Raft proxies of the loopback network.
+func (nw *network) startProxies(t *testing.T) {
+	nw.proxies = make([][]*faultproxy.Proxy, nw.n+1)
+	for i := 1; i <= nw.n; i++ {
+		nw.proxies[i] = make([]*faultproxy.Proxy, nw.n+1)
+		for j := 1; j <= nw.n; j++ {
+			if i == j {
+				continue
+			}
+			p, err := faultproxy.New(nw.raftAddr(j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			nw.proxies[i][j] = p
+		}
+	}
+}
+
+// peers is node i's -peers: every node at the address node i reaches it by.
+func (nw *network) peers(i int) string {
+	var p []string
+	for j := 1; j <= nw.n; j++ {
+		addr := nw.raftAddr(j)
+		if nw.proxies != nil && i != j {
+			addr = nw.proxies[i][j].Addr()
+		}
+		p = append(p, fmt.Sprintf("n%d=%s", j, addr))
+	}
+	return strings.Join(p, ",")
+}
+
 // command is argv run in node i's namespace (ip netns exec execs it, so
 // the process is argv[0] itself: its pid is the one to signal).
 func (nw *network) command(i int, argv ...string) *exec.Cmd {
@@ -129,11 +178,26 @@ func (nw *network) command(i int, argv ...string) *exec.Cmd {
 // setRaftLink brings node i's Raft link down or up; its client link stays.
 func (nw *network) setRaftLink(t *testing.T, i int, up bool) {
 	t.Helper()
-	state := "down"
-	if up {
-		state = "up"
+	if nw.proxies == nil {
+		state := "down"
+		if up {
+			state = "up"
+		}
+		ipCmd(t, "link", "set", nw.raftLink(i), state)
+		return
 	}
-	ipCmd(t, "link", "set", nw.raftLink(i), state)
+	for j := 1; j <= nw.n; j++ {
+		if j == i {
+			continue
+		}
+		for _, p := range []*faultproxy.Proxy{nw.proxies[i][j], nw.proxies[j][i]} {
+			if up {
+				p.Resume(faultproxy.Both)
+			} else {
+				p.Stall(faultproxy.Both)
+			}
+		}
+	}
 }
 
 func (nw *network) remove(t *testing.T) {

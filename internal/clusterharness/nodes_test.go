@@ -89,14 +89,6 @@ func (c *testCluster) clientAddrs() []string {
 	return a
 }
 
-func (c *testCluster) peers() string {
-	var p []string
-	for _, nd := range c.nodes {
-		p = append(p, fmt.Sprintf("n%d=%s", nd.i, c.nw.raftAddr(nd.i)))
-	}
-	return strings.Join(p, ",")
-}
-
 // startAll starts every node that is not running and waits for each to
 // report its addresses (a leader is another matter: waitLeader).
 func (c *testCluster) startAll() {
@@ -126,7 +118,7 @@ func (c *testCluster) start(i int) {
 func (c *testCluster) launch(nd *node) chan error {
 	c.t.Helper()
 	args := append([]string{c.bin, "serve",
-		"-node-id", fmt.Sprintf("n%d", nd.i), "-raft-addr", c.nw.raftAddr(nd.i), "-peers", c.peers(),
+		"-node-id", fmt.Sprintf("n%d", nd.i), "-raft-addr", c.nw.raftAddr(nd.i), "-peers", c.nw.peers(nd.i),
 		"-addr", c.nw.clientAddr(nd.i), "-ops-addr", c.nw.opsAddr(nd.i),
 		"-data-dir", nd.dir, "-shutdown-linger", "0s", "-log-format", "json", "-admin-token-file", c.tokenFile}, nd.flags...)
 	cmd := c.nw.command(nd.i, args...)
