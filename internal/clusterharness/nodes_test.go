@@ -61,6 +61,15 @@ func newCluster(t *testing.T, nw *network, bin string, env []string, n int, flag
 		c.nodes = append(c.nodes, nd)
 	}
 	t.Cleanup(func() {
+		// BATON_CLUSTER_LOGS=dir keeps every node's log there.
+		if dir := os.Getenv("BATON_CLUSTER_LOGS"); dir != "" {
+			for _, nd := range c.nodes {
+				f := filepath.Join(dir, fmt.Sprintf("%s-n%d.log", t.Name(), nd.i))
+				if err := os.WriteFile(f, []byte(nd.log.String()+"\n"), 0o644); err != nil {
+					t.Logf("keep node log: %v", err)
+				}
+			}
+		}
 		if t.Failed() {
 			for _, nd := range c.nodes {
 				t.Logf("=== node n%d log (last lines):\n%s", nd.i, tail(nd.log.String(), 80))
