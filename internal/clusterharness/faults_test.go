@@ -60,6 +60,9 @@ type window struct {
 	first     *hold  // the first grant after the fault on a later epoch (any epoch for a follower's kill)
 	toFirst   time.Duration
 	newLeader int // the serving leader once the first grant came (0: none seen)
+	// ready is the time from the fault to another node's /readyz saying
+	// it leads (epoch committed; its grace may still run); 0 if not taken.
+	ready time.Duration
 }
 
 // schedule is the list of faults: each kind once, or with
@@ -103,8 +106,12 @@ func TestClusterFaults(t *testing.T) {
 	for _, k := range schedule(t) {
 		win := c.inject(w, k)
 		windows = append(windows, win)
-		t.Logf("fault %-36s on n%d (epoch %d): first grant %v later, epoch %d, leader now n%d",
-			k, win.leader, win.epoch, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader)
+		ready := ""
+		if win.ready > 0 {
+			ready = fmt.Sprintf(" (another node ready as leader after %v)", win.ready.Round(time.Millisecond))
+		}
+		t.Logf("fault %-36s on n%d (epoch %d): first grant %v later, epoch %d, leader now n%d%s",
+			k, win.leader, win.epoch, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader, ready)
 		c.settle()
 		c.waitGrant(w, time.Now(), 0)
 		time.Sleep(quietFor) // the quiet window: the workload runs with no fault
@@ -122,20 +129,30 @@ func TestClusterFaults(t *testing.T) {
 func report(t *testing.T, windows []*window, v verdict, w *workload) {
 	t.Helper()
 	byKind := map[faultKind][]time.Duration{}
+	readyBy := map[faultKind][]time.Duration{}
 	for _, win := range windows {
 		byKind[win.kind] = append(byKind[win.kind], win.toFirst)
+		if win.ready > 0 {
+			readyBy[win.kind] = append(readyBy[win.kind], win.ready)
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "RESULT: %d faults, %d grants checked, %d overlaps, %d other violations\n", len(windows), v.holds, len(v.overlaps), len(v.bad))
-	fmt.Fprintf(&b, "  %-36s %3s %9s %9s %9s\n", "fault to first grant on the new leader", "n", "p50", "p99", "max")
+	fmt.Fprintf(&b, "  %-36s %3s %9s %9s %9s   %s\n", "fault to first grant on the new leader", "n", "p50", "p99", "max",
+		"another node ready as leader: p50, p99")
 	for k := range numKinds {
 		ds := byKind[k]
 		if len(ds) == 0 {
 			continue
 		}
 		slices.Sort(ds)
-		fmt.Fprintf(&b, "  %-36s %3d %9v %9v %9v\n", k, len(ds), pct(ds, 50).Round(time.Millisecond),
+		fmt.Fprintf(&b, "  %-36s %3d %9v %9v %9v", k, len(ds), pct(ds, 50).Round(time.Millisecond),
 			pct(ds, 99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+		if rs := readyBy[k]; len(rs) > 0 {
+			slices.Sort(rs)
+			fmt.Fprintf(&b, "   %v, %v", pct(rs, 50).Round(time.Millisecond), pct(rs, 99).Round(time.Millisecond))
+		}
+		b.WriteString("\n")
 	}
 	if s := w.errorSummary(); s != "" {
 		fmt.Fprintf(&b, "  Acquire errors the loops retried:%s\n", s)
@@ -164,16 +181,21 @@ func (c *testCluster) inject(w *workload, k faultKind) *window {
 		win.at = time.Now()
 		c.kill(l)
 		c.waitLeader(l)
+		win.ready = time.Since(win.at)
 		c.start(l)
 	case stopLeader:
 		win.at = time.Now()
 		c.signal(l, syscall.SIGSTOP)
-		time.Sleep(stopFor)
+		c.waitLeader(l)
+		win.ready = time.Since(win.at)
+		time.Sleep(time.Until(win.at.Add(stopFor)))
 		c.signal(l, syscall.SIGCONT)
 	case cutRaft:
 		win.at = time.Now()
 		c.nw.setRaftLink(c.t, l, false)
-		time.Sleep(cutFor)
+		c.waitLeader(l)
+		win.ready = time.Since(win.at)
+		time.Sleep(time.Until(win.at.Add(cutFor)))
 		c.nw.setRaftLink(c.t, l, true)
 	case killFollower:
 		f := l%len(c.nodes) + 1
