@@ -13,7 +13,9 @@ import (
 // but 0): they take minutes and want root for network namespaces, so a
 // plain `go test ./...` skips them, saying so; .ci/clusterfaults.sh sets it.
 // BATON_CLUSTER_SCHEDULE=long runs many windows of each fault instead of
-// one (BATON_CLUSTER_ROUNDS sets how many; 20 by default, about 12 minutes).
+// one (BATON_CLUSTER_ROUNDS sets how many; 20 by default, about 10 minutes).
+// BATON_CLUSTER_NETNS=0 forces the loopback network; BATON_CLUSTER_LOGS=dir
+// keeps every node's log there.
 const gateVar = "BATON_CLUSTER_FAULTS"
 
 // batonBin is the normal build, faultBin the faultinject build (with the
