@@ -99,7 +99,7 @@ func TestClusterFaults(t *testing.T) {
 	c.settle()
 	w := newWorkload()
 	t.Cleanup(func() { w.stop() })
-	w.loops(clientLoops, c.clientAddrs(), names)
+	w.loops(t, clientLoops, c.clientAddrs(), names)
 	c.waitGrant(w, time.Now(), 0)
 
 	var windows []*window

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/batonlock/baton"
@@ -102,12 +103,13 @@ func newWorkload() *workload {
 }
 
 // loops starts n client loops with addrs over names; the loops end at stop.
-func (w *workload) loops(n int, addrs, names []string) {
+func (w *workload) loops(t *testing.T, n int, addrs, names []string) {
+	t.Helper()
 	for i := range n {
 		c, err := baton.New(addrs, baton.WithLease(lease), baton.WithOwner(fmt.Sprintf("loop-%d", i)),
 			baton.WithDialTimeout(time.Second))
 		if err != nil {
-			panic(err) // addresses come from the harness
+			t.Fatal(err)
 		}
 		w.wg.Add(1)
 		go func() {
