@@ -63,6 +63,7 @@ type window struct {
 	// ready is the time from the fault to another node's /readyz saying
 	// it leads (epoch committed; its grace may still run); 0 if not taken.
 	ready time.Duration
+	note  string // what the node's log says of a handover
 }
 
 // schedule is the list of faults: each kind once, or with
@@ -109,6 +110,9 @@ func TestClusterFaults(t *testing.T) {
 		ready := ""
 		if win.ready > 0 {
 			ready = fmt.Sprintf(" (another node ready as leader after %v)", win.ready.Round(time.Millisecond))
+		}
+		if win.note != "" {
+			ready = " (" + win.note + ")"
 		}
 		t.Logf("fault %-36s on n%d (epoch %d): first grant %v later, epoch %d, leader now n%d%s",
 			k, win.leader, win.epoch, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader, ready)
@@ -207,6 +211,7 @@ func (c *testCluster) inject(w *workload, k faultKind) *window {
 	case termLeader:
 		win.at = time.Now()
 		c.terminate(l)
+		win.note = c.node(l).handoverNote()
 		c.waitLeader(l)
 		c.start(l)
 	case killAll:

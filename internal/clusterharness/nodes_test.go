@@ -274,3 +274,31 @@ func (c *testCluster) eventually(within time.Duration, cond func() bool, format 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// handoverNote is what nd's last run logged of its planned handover: the
+// handoff bound and the transfer's time, or why it was incomplete.
+func (nd *node) handoverNote() string {
+	log := nd.log.String()
+	if i := strings.LastIndex(log, "--- start"); i >= 0 {
+		log = log[i:]
+	}
+	for _, l := range strings.Split(log, "\n") {
+		var e struct {
+			Msg      string `json:"msg"`
+			Bound    string `json:"handoff_bound"`
+			Transfer string `json:"transfer"`
+			Holders  int    `json:"holders"`
+			Err      string `json:"err"`
+		}
+		if json.Unmarshal([]byte(l), &e) != nil {
+			continue
+		}
+		switch {
+		case e.Msg == "leadership handed over":
+			return fmt.Sprintf("handed over: %d holders, handoff bound %s, transfer %s", e.Holders, e.Bound, e.Transfer)
+		case strings.Contains(e.Msg, "handover incomplete"):
+			return "handover incomplete: " + e.Err
+		}
+	}
+	return "no handover in its log"
+}
