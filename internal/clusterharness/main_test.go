@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 
 	"github.com/batonlock/baton/internal/proctest"
@@ -30,6 +31,10 @@ func run(m *testing.M) int {
 	switch v := os.Getenv(gateVar); {
 	case v == "" || v == "0":
 		skipReason = "cluster fault harness: set " + gateVar + "=1 to run it (.ci/clusterfaults.sh does, as root with network namespaces)"
+	case runtime.GOOS != "linux":
+		// The loopback fallback listens on 127.A.i.1, which only Linux
+		// routes without configuration.
+		skipReason = "cluster fault harness: Linux only (network namespaces, or loopback addresses beyond 127.0.0.1)"
 	case lookErr != nil:
 		skipReason = fmt.Sprintf("no go tool to build the binary: %v", lookErr)
 	default:
