@@ -220,6 +220,13 @@ func TestFSMApplySnapshotRestore(t *testing.T) {
 	if r.HasHandoff {
 		t.Fatalf("the handoff bound was used twice: %+v", r)
 	}
+	// Each leader records its leader lease timeout; the next one learns
+	// the longest (nodes may run with different timers).
+	apply(7, command{Op: opEpoch, Node: "n3", Addr: "c:1", LeaderLease: 3 * time.Second})
+	apply(8, command{Op: opEpoch, Node: "n2", Addr: "b:1", LeaderLease: 150 * time.Millisecond})
+	if r = apply(9, command{Op: opEpoch, Node: "n1", Addr: "a:2", LeaderLease: 150 * time.Millisecond}).(epochResult); r.MaxLeaderLease != 3*time.Second {
+		t.Fatalf("epoch after a leader with a 3s lease timeout: MaxLeaderLease %v, want 3s", r.MaxLeaderLease)
+	}
 	if err, ok := apply(6, command{Op: "nonsense"}).(error); !ok || !strings.Contains(err.Error(), "unknown command") {
 		t.Fatalf("unknown command: got %v, want an error", err)
 	}
@@ -237,8 +244,8 @@ func TestFSMApplySnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := g.get()
-	if got.Epoch != 3 || got.LeaseBound != 3*time.Second || got.Nodes["n1"].Addr != "a:2" || got.Nodes["n2"].Addr != "b:1" {
-		t.Fatalf("restored %+v, want epoch 3, bound 3s, n1 at a:2, n2 at b:1", got)
+	if got.Epoch != 6 || got.LeaseBound != 3*time.Second || got.Nodes["n1"].Addr != "a:2" || got.Nodes["n2"].Addr != "b:1" || got.Nodes["n3"].LeaderLease != 3*time.Second {
+		t.Fatalf("restored %+v, want epoch 6, bound 3s, n1 at a:2, n2 at b:1, n3 with a 3s leader lease", got)
 	}
 	if err := g.Restore(io.NopCloser(strings.NewReader("{not json"))); err == nil {
 		t.Fatal("restore of a broken snapshot: got nil error")
@@ -261,6 +268,10 @@ func TestGraceFor(t *testing.T) {
 		{epochResult{LeaseBound: 5 * time.Second}, 5*time.Second + 2*lease},
 		{epochResult{LeaseBound: 5 * time.Second, HasHandoff: true}, 0},
 		{epochResult{LeaseBound: 5 * time.Second, HasHandoff: true, Handoff: 5 * time.Second}, 5 * time.Second},
+		// An earlier leader with a longer lease timeout than ours steps
+		// down on its own timer: the grace covers it.
+		{epochResult{LeaseBound: time.Second, MaxLeaderLease: 3 * time.Second}, 7 * time.Second},
+		{epochResult{LeaseBound: time.Second, MaxLeaderLease: lease / 2}, time.Second + 2*lease},
 	} {
 		if got := graceFor(tc.r, lease); got != tc.want {
 			t.Errorf("graceFor(%+v): got %v, want %v", tc.r, got, tc.want)

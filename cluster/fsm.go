@@ -35,6 +35,9 @@ type command struct {
 	Addr    string        `json:"addr,omitempty"`
 	OpsAddr string        `json:"ops_addr,omitempty"`
 	Bound   time.Duration `json:"bound,omitempty"`
+	// LeaderLease is the new leader's LeaderLeaseTimeout (opEpoch): how
+	// long it would keep confirming heartbeats if later cut off.
+	LeaderLease time.Duration `json:"leader_lease,omitempty"`
 }
 
 // state is the replicated state machine's value, and its snapshot.
@@ -47,14 +50,15 @@ type state struct {
 	// grace: the previous leader stopped on purpose.
 	Handoff    time.Duration `json:"handoff"`
 	HasHandoff bool          `json:"has_handoff"`
-	// Nodes holds each node's advertised addresses, as it recorded them
-	// when it last became leader.
+	// Nodes holds each node's advertised addresses and leader lease
+	// timeout, as it recorded them when it last became leader.
 	Nodes map[string]nodeAddrs `json:"nodes"`
 }
 
 type nodeAddrs struct {
-	Addr    string `json:"addr"`
-	OpsAddr string `json:"ops_addr"`
+	Addr        string        `json:"addr"`
+	OpsAddr     string        `json:"ops_addr"`
+	LeaderLease time.Duration `json:"leader_lease,omitempty"`
 }
 
 // epochResult is what applying opEpoch returns to the new leader.
@@ -63,6 +67,10 @@ type epochResult struct {
 	LeaseBound time.Duration
 	Handoff    time.Duration
 	HasHandoff bool
+	// MaxLeaderLease is the longest LeaderLeaseTimeout any earlier leader
+	// recorded: timers may differ between nodes, and a cut-off old leader
+	// keeps confirming heartbeats for its own, not the new leader's.
+	MaxLeaderLease time.Duration
 }
 
 // fsm implements raft.FSM over state.
@@ -87,9 +95,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 	case opEpoch:
 		f.st.Epoch++
 		r := epochResult{Epoch: f.st.Epoch, LeaseBound: f.st.LeaseBound, Handoff: f.st.Handoff, HasHandoff: f.st.HasHandoff}
+		for _, n := range f.st.Nodes {
+			r.MaxLeaderLease = max(r.MaxLeaderLease, n.LeaderLease)
+		}
 		f.st.Handoff, f.st.HasHandoff = 0, false // used once, by this leader
 		if c.Node != "" {
-			f.st.Nodes[c.Node] = nodeAddrs{Addr: c.Addr, OpsAddr: c.OpsAddr}
+			f.st.Nodes[c.Node] = nodeAddrs{Addr: c.Addr, OpsAddr: c.OpsAddr, LeaderLease: c.LeaderLease}
 		}
 		return r
 	case opBound:

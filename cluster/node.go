@@ -304,7 +304,7 @@ func (n *Node) commitEpoch() (epochResult, error) {
 	if err := n.raft.Barrier(applyTimeout).Error(); err != nil {
 		return epochResult{}, fmt.Errorf("barrier: %w", err)
 	}
-	r, err := n.applyResult(command{Op: opEpoch, Node: n.cfg.NodeID, Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr})
+	r, err := n.applyResult(command{Op: opEpoch, Node: n.cfg.NodeID, Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr, LeaderLease: n.cfg.LeaderLeaseTimeout})
 	if err != nil {
 		return epochResult{}, err
 	}
@@ -316,12 +316,15 @@ func (n *Node) commitEpoch() (epochResult, error) {
 // otherwise the lease bound B plus twice the leader lease timeout, the
 // time a leader cut off from the quorum may keep confirming heartbeats
 // before hashicorp/raft makes it step down (the lease check runs every
-// LeaderLeaseTimeout, so up to two of them pass).
+// LeaderLeaseTimeout, so up to two of them pass). The timeout is the
+// longest of this node's and every earlier leader's: the old leader steps
+// down on its own timer, which may be longer than ours (the cluster fault
+// harness showed two holders when it was).
 func graceFor(r epochResult, leaderLease time.Duration) time.Duration {
 	if r.HasHandoff {
 		return r.Handoff
 	}
-	return r.LeaseBound + 2*leaderLease
+	return r.LeaseBound + 2*max(leaderLease, r.MaxLeaderLease)
 }
 
 // revoke ends the term: every session ends with NOT_LEADER at once.

@@ -16,20 +16,22 @@ const module = "github.com/batonlock/baton"
 // allowed lists, for each package of ours, the packages of ours it may
 // depend on, directly or not. Third-party modules are checked separately.
 var allowed = map[string][]string{
-	"wire":                 {},
-	"locktable":            {},
-	"internal/tokenstore":  {},
-	"internal/faultproxy":  {},
-	"internal/testcerts":   {},
-	"server":               {"wire", "locktable", "internal/tokenstore"},
-	"ops":                  {"server", "wire", "locktable", "internal/tokenstore"},
-	"cluster":              {"server", "wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
-	"":                     {"wire"},                                               // the client, package baton
-	"internal/cli":         {"*"},
-	"cmd/baton":            {"*"},
-	"internal/batontest":   {"*"},
-	"internal/reliability": {}, // its tests use every package; the package itself none
-	"internal/layering":    {},
+	"wire":                    {},
+	"locktable":               {},
+	"internal/tokenstore":     {},
+	"internal/faultproxy":     {},
+	"internal/testcerts":      {},
+	"server":                  {"wire", "locktable", "internal/tokenstore"},
+	"ops":                     {"server", "wire", "locktable", "internal/tokenstore"},
+	"cluster":                 {"server", "wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"":                        {"wire"},                                               // the client, package baton
+	"internal/cli":            {"*"},
+	"cmd/baton":               {"*"},
+	"internal/batontest":      {"*"},
+	"internal/reliability":    {}, // its tests use every package; the package itself none
+	"internal/clusterharness": {}, // the same: only tests
+	"internal/proctest":       {}, // child processes for tests: the standard library and goleak
+	"internal/layering":       {},
 	// Only tests: they run the other-language clients' suites.
 	"clients": {},
 	// The fault proxy as a process, for those suites.

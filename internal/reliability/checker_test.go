@@ -375,7 +375,7 @@ func TestCheckerNoOverlap(t *testing.T) {
 	// Halfway, the server is killed and restarted on its port.
 	time.Sleep(runFor / 2)
 	addFault(fault{client: -1, at: time.Now(), what: "server kill -9"})
-	srv.signal(t, syscall.SIGKILL)
+	srv.Signal(t, syscall.SIGKILL)
 	srv = restartServer(t, srv)
 	opsMu.Lock()
 	opsAddr = srv.OpsAddr

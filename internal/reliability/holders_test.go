@@ -32,7 +32,7 @@ func TestHolderKill9HandsOverAtOnce(t *testing.T) {
 	srv.waitWaiters(t, "k9", 1)
 
 	killedAt := time.Now()
-	holder.signal(t, syscall.SIGKILL)
+	holder.Signal(t, syscall.SIGKILL)
 	l, tok2, _ := waiter.started(t, eventWait)
 	if d := l.at.Sub(killedAt); d > promptly {
 		t.Errorf("waiter's command started %v after the kill, want at once (well under %v; the lease is %v)", d, promptly, lease)
@@ -40,7 +40,7 @@ func TestHolderKill9HandsOverAtOnce(t *testing.T) {
 	if tok2 <= tok1 {
 		t.Errorf("waiter's token %d, want more than the killed holder's %d", tok2, tok1)
 	}
-	if code := waiter.wait(t, eventWait); code != 0 {
+	if code := waiter.Wait(t, eventWait); code != 0 {
 		t.Errorf("waiter exited %d, want its command's 0", code)
 	}
 	eventually(t, eventWait, func() bool { return processGone(pid1) }, "the killed holder's command %d still runs", pid1)
@@ -61,7 +61,7 @@ func TestHolderPausedPastLease(t *testing.T) {
 	srv.waitWaiters(t, "pause", 1)
 
 	stoppedAt := time.Now()
-	holder.signal(t, syscall.SIGSTOP)
+	holder.Signal(t, syscall.SIGSTOP)
 	syscall.Kill(-pid1, syscall.SIGSTOP) // the work too: the whole machine paused
 	l, tok2, _ := waiter.started(t, lease+eventWait)
 	// The holder's last heartbeat reached the server at most a heartbeat
@@ -75,13 +75,13 @@ func TestHolderPausedPastLease(t *testing.T) {
 	time.Sleep(lease) // the holder stays paused well past its lease
 	resumedAt := time.Now()
 	syscall.Kill(-pid1, syscall.SIGCONT)
-	holder.signal(t, syscall.SIGCONT)
-	if code := holder.wait(t, eventWait); code != 77 {
+	holder.Signal(t, syscall.SIGCONT)
+	if code := holder.Wait(t, eventWait); code != 77 {
 		t.Errorf("resumed holder exited %d, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
 	}
 	eventually(t, eventWait, func() bool { return processGone(pid1) }, "the paused holder's command %d still runs after the loss", pid1)
 	t.Logf("SIGSTOP: waiter started %v after the stop; resumed holder exited 77 %v after SIGCONT",
-		l.at.Sub(stoppedAt).Round(time.Millisecond), holder.exitedAt.Sub(resumedAt).Round(time.Millisecond))
+		l.at.Sub(stoppedAt).Round(time.Millisecond), holder.ExitedAt.Sub(resumedAt).Round(time.Millisecond))
 }
 
 // TestHolderLinkFrozen: the holder's link is frozen both ways by a TCP
@@ -106,12 +106,12 @@ func TestHolderLinkFrozen(t *testing.T) {
 	if tok2 <= tok1 {
 		t.Errorf("waiter's token %d, want more than the frozen holder's %d", tok2, tok1)
 	}
-	if code := holder.wait(t, eventWait); code != 77 {
+	if code := holder.Wait(t, eventWait); code != 77 {
 		t.Errorf("frozen holder exited %d, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
 	}
 	eventually(t, eventWait, func() bool { return processGone(pid1) }, "the frozen holder's command %d still runs", pid1)
 	t.Logf("link frozen: holder exited 77 at +%v, waiter started at +%v",
-		holder.exitedAt.Sub(frozeAt).Round(time.Millisecond), l.at.Sub(frozeAt).Round(time.Millisecond))
+		holder.ExitedAt.Sub(frozeAt).Round(time.Millisecond), l.at.Sub(frozeAt).Round(time.Millisecond))
 }
 
 // TestHalfOpen: a peer vanishes without FIN or RST reaching the server
@@ -132,8 +132,8 @@ func TestHalfOpen(t *testing.T) {
 
 		goneAt := time.Now()
 		px.Stall(faultproxy.Both)
-		holder.signal(t, syscall.SIGKILL)
-		holder.wait(t, eventWait)
+		holder.Signal(t, syscall.SIGKILL)
+		holder.Wait(t, eventWait)
 		l, tok2, _ := waiter.started(t, lease+eventWait)
 		if d := l.at.Sub(goneAt); d < lease*3/4 {
 			t.Errorf("waiter started %v after the holder vanished, want no earlier than the lease %v less a heartbeat interval (no FIN reached the server)", d, lease)

@@ -10,15 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/batonlock/baton/internal/proctest"
 	"github.com/batonlock/baton/wire"
 )
 
@@ -46,22 +44,12 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "baton")
-		out, err := exec.Command(goTool, "build", "-o", bin, "github.com/batonlock/baton/cmd/baton").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "go build ./cmd/baton: %v\n%s", err, out)
+		if batonBin, err = proctest.BuildBaton(goTool, dir, "baton"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		batonBin = bin
 	}
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	return code
+	return proctest.RunChecked(m)
 }
 
 // isShort reads -test.short before m.Run has parsed it.
@@ -91,106 +79,12 @@ const (
 	promptly = 2 * time.Second
 )
 
-// logBuffer keeps a child's output lines for failure messages.
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (b *logBuffer) add(l string) {
-	b.mu.Lock()
-	b.lines = append(b.lines, l)
-	b.mu.Unlock()
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.lines, "\n")
-}
-
-// proc is a child process whose end is awaited by a goroutine of its own.
-type proc struct {
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when the process has ended
-	code     int           // exit code, -1 if killed by a signal; valid after exited
-	exitedAt time.Time     // valid after exited
-	readers  sync.WaitGroup
-}
-
-func startProc(t *testing.T, cmd *exec.Cmd, stdout, stderr func(line string)) *proc {
-	t.Helper()
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	var pipes []*os.File
-	for _, f := range []func(string){stdout, stderr} {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pipes = append(pipes, pw)
-		if len(pipes) == 1 {
-			cmd.Stdout = pw
-		} else {
-			cmd.Stderr = pw
-		}
-		p.readers.Add(1)
-		go func() { // ends when every holder of the write end has closed it
-			defer p.readers.Done()
-			defer pr.Close()
-			sc := bufio.NewScanner(pr)
-			for sc.Scan() {
-				f(sc.Text())
-			}
-		}()
-	}
-	err := cmd.Start()
-	for _, pw := range pipes {
-		pw.Close()
-	}
-	if err != nil {
-		t.Fatalf("start %v: %v", cmd.Args, err)
-	}
-	go func() {
-		cmd.Wait()
-		p.exitedAt = time.Now()
-		p.code = cmd.ProcessState.ExitCode()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT) // in case a test left it stopped
-		cmd.Process.Kill()
-		<-p.exited
-		p.readers.Wait()
-	})
-	return p
-}
-
-// signal sends sig to the process.
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v to %d: %v", sig, p.cmd.Process.Pid, err)
-	}
-}
-
-// wait waits for the process to end and returns its exit code.
-func (p *proc) wait(t *testing.T, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-		return p.code
-	case <-time.After(timeout):
-		t.Fatalf("%v still running after %v", p.cmd.Args, timeout)
-		return 0
-	}
-}
-
 // server is a `baton serve` child process.
 type server struct {
-	*proc
+	*proctest.Proc
 	Addr, OpsAddr string
 	DataDir       string
-	log           *logBuffer
+	log           *proctest.LogBuffer
 }
 
 // startServer runs `baton serve` on 127.0.0.1 with dataDir; flags come
@@ -201,21 +95,21 @@ func startServer(t *testing.T, dataDir string, flags ...string) *server {
 	needBinary(t)
 	args := append([]string{"serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
 		"-shutdown-linger=0s", "-log-format=json", "-data-dir=" + dataDir}, flags...)
-	s := &server{DataDir: dataDir, log: &logBuffer{}}
+	s := &server{DataDir: dataDir, log: &proctest.LogBuffer{}}
 	serving := make(chan servingLine, 1)
 	line := func(l string) {
-		s.log.add(l)
+		s.log.Add(l)
 		var sl servingLine
 		if json.Unmarshal([]byte(l), &sl) == nil && sl.Msg == "baton serving" {
 			serving <- sl
 		}
 	}
-	s.proc = startProc(t, exec.Command(batonBin, args...), line, line)
+	s.Proc = proctest.Start(t, exec.Command(batonBin, args...), line, line)
 	select {
 	case sl := <-serving:
 		s.Addr, s.OpsAddr = sl.Addr, sl.OpsAddr
-	case <-s.exited:
-		t.Fatalf("baton serve exited with %d before serving; log:\n%s", s.code, s.log)
+	case <-s.Exited:
+		t.Fatalf("baton serve exited with %d before serving; log:\n%s", s.Code, s.log)
 	case <-time.After(2 * eventWait):
 		t.Fatalf("baton serve did not report its addresses; log:\n%s", s.log)
 	}
@@ -234,7 +128,7 @@ type servingLine struct {
 // test fails with the server's log, rather than pass against a stranger.
 func restartServer(t *testing.T, old *server, flags ...string) *server {
 	t.Helper()
-	<-old.exited
+	<-old.Exited
 	return startServer(t, old.DataDir, append([]string{"-addr=" + old.Addr}, flags...)...)
 }
 
@@ -297,9 +191,9 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg strin
 // runner is a `baton run` child process; its command's output lines
 // arrive, timestamped, on out.
 type runner struct {
-	*proc
+	*proctest.Proc
 	out    chan outLine
-	stderr *logBuffer
+	stderr *proctest.LogBuffer
 
 	mu   sync.Mutex
 	pids []int // the commands' process groups, killed at cleanup
@@ -314,15 +208,15 @@ type outLine struct {
 func startRunner(t *testing.T, addr, name string, lease time.Duration, script string) *runner {
 	t.Helper()
 	needBinary(t)
-	r := &runner{out: make(chan outLine, 100), stderr: &logBuffer{}}
+	r := &runner{out: make(chan outLine, 100), stderr: &proctest.LogBuffer{}}
 	cmd := exec.Command(batonBin, "run", "-v", "-addr="+addr, "-lease="+lease.String(),
 		"-kill-grace=1s", "-owner="+name+"-"+fmt.Sprint(time.Now().UnixNano()), name, "--", "sh", "-c", script)
-	r.proc = startProc(t, cmd, func(l string) {
+	r.Proc = proctest.Start(t, cmd, func(l string) {
 		select {
 		case r.out <- outLine{at: time.Now(), text: l}:
 		default: // a test that does not read its output
 		}
-	}, r.stderr.add)
+	}, r.stderr.Add)
 	// Runs before the process's own cleanup: a command left running would
 	// hold the output pipe open.
 	t.Cleanup(func() {
@@ -342,15 +236,15 @@ func (r *runner) expectLine(t *testing.T, timeout time.Duration) outLine {
 	select {
 	case l := <-r.out:
 		return l
-	case <-r.exited:
+	case <-r.Exited:
 		// Lines written just before the end may still be in the pipe.
-		r.readers.Wait()
+		r.Readers.Wait()
 		select {
 		case l := <-r.out:
 			return l
 		default:
 		}
-		t.Fatalf("baton run exited %d with no (more) output; stderr:\n%s", r.code, r.stderr)
+		t.Fatalf("baton run exited %d with no (more) output; stderr:\n%s", r.Code, r.stderr)
 	case <-time.After(timeout):
 		t.Fatalf("no output from the command within %v; stderr:\n%s", timeout, r.stderr)
 	}

@@ -58,8 +58,8 @@ func TestServerStopDuringHandovers(t *testing.T) {
 
 			eventually(t, 2*eventWait, func() bool { return len(res.done()) >= 40 }, "fewer than 40 handovers before the stop")
 			stoppedAt := time.Now()
-			srv.signal(t, tc.sig)
-			code := srv.wait(t, 2*eventWait)
+			srv.Signal(t, tc.sig)
+			code := srv.Wait(t, 2*eventWait)
 			if tc.sig == syscall.SIGTERM && code != 0 {
 				t.Errorf("baton serve exited %d after SIGTERM, want 0; log:\n%s", code, srv.log)
 			}
@@ -144,12 +144,12 @@ func TestCleanStopDuringGraceKeepsGrace(t *testing.T) {
 	const lease = 1500 * time.Millisecond
 	srv := startServer(t, t.TempDir())
 	hold(t, srv.Addr, "jobs", lease)
-	srv.signal(t, syscall.SIGKILL)
-	srv.wait(t, eventWait)
+	srv.Signal(t, syscall.SIGKILL)
+	srv.Wait(t, eventWait)
 
 	srv = restartServer(t, srv) // in its grace period
-	srv.signal(t, syscall.SIGTERM)
-	if code := srv.wait(t, 2*eventWait); code != 0 {
+	srv.Signal(t, syscall.SIGTERM)
+	if code := srv.Wait(t, 2*eventWait); code != 0 {
 		t.Fatalf("baton serve exited %d after SIGTERM, want 0", code)
 	}
 
@@ -183,9 +183,9 @@ func TestServerKillWithRunQueue(t *testing.T) {
 		srv.waitWaiters(t, "q", i+1)
 	}
 
-	srv.signal(t, syscall.SIGKILL)
-	srv.wait(t, eventWait)
-	if code := holder.wait(t, eventWait); code != 77 {
+	srv.Signal(t, syscall.SIGKILL)
+	srv.Wait(t, eventWait)
+	if code := holder.Wait(t, eventWait); code != 77 {
 		t.Errorf("holder exited %d after the server's kill -9, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
 	}
 	eventually(t, eventWait, func() bool { return processGone(pid) }, "the holder's command %d still runs", pid)
@@ -210,7 +210,7 @@ func TestServerKillWithRunQueue(t *testing.T) {
 		} else {
 			runs = append(runs, run{l.at, end.at, wtok})
 		}
-		if code := w.wait(t, eventWait); code != 0 {
+		if code := w.Wait(t, eventWait); code != 0 {
 			t.Errorf("waiter %d exited %d, want 0; stderr:\n%s", i, code, w.stderr)
 		}
 	}

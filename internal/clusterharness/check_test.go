@@ -1,0 +1,127 @@
+package clusterharness
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The checker's rules, per name, over every hold of a run (of every
+// client, across every fault):
+//
+//  1. holder intervals, from the grant to the moment the holder saw its
+//     loss or was about to close, never overlap;
+//  2. tokens strictly rise in the order of the grants;
+//  3. the register never took a lower token after a higher one, and no
+//     holder wrote with, or read a value above, a token the register had
+//     already passed (it believed it held a lock that had moved on).
+//
+// Rule 1 is the promise itself; 2 and 3 are what a fenced resource sees.
+
+// verdict is what the checker found.
+type verdict struct {
+	holds    int
+	overlaps []overlap
+	bad      []string // violations of rules 2 and 3
+}
+
+// overlap is one pair of holds of a name that overlapped.
+type overlap struct {
+	a, b *hold
+}
+
+func (o overlap) String() string {
+	return fmt.Sprintf("lock %q: two holders for %v:\n    %v\n    %v", o.a.name,
+		o.a.ended.Sub(o.b.granted).Round(time.Millisecond), o.a, o.b)
+}
+
+// ok reports whether no rule was broken.
+func (v verdict) ok() bool { return len(v.overlaps) == 0 && len(v.bad) == 0 }
+
+// violations lists every broken rule, one line each.
+func (v verdict) violations() []string {
+	var out []string
+	for _, o := range v.overlaps {
+		out = append(out, o.String())
+	}
+	return append(out, v.bad...)
+}
+
+// check applies the rules to a run's holds and register writes.
+func check(holds []*hold, writes []regWrite) verdict {
+	v := verdict{holds: len(holds)}
+	byName := map[string][]*hold{}
+	for _, h := range holds {
+		byName[h.name] = append(byName[h.name], h)
+		if h.readAbove != 0 {
+			v.bad = append(v.bad, fmt.Sprintf("lock %q: %v read %d from the register, above its token", h.name, h, h.readAbove))
+		}
+	}
+	for name, hs := range byName {
+		slices.SortStableFunc(hs, func(a, b *hold) int { return a.granted.Compare(b.granted) })
+		for i, a := range hs {
+			for _, b := range hs[i+1:] {
+				if !b.granted.Before(a.ended) {
+					break // sorted by grant: no later one starts before a ended
+				}
+				v.overlaps = append(v.overlaps, overlap{a, b})
+			}
+			if i > 0 && a.token <= hs[i-1].token {
+				v.bad = append(v.bad, fmt.Sprintf("lock %q: token did not rise: %v, then %v", name, hs[i-1], a))
+			}
+		}
+	}
+	highest := map[string]uint64{}
+	for _, w := range writes {
+		switch {
+		case !w.ok:
+			v.bad = append(v.bad, fmt.Sprintf("lock %q: a holder wrote with token %d at %s after the register took %d",
+				w.name, w.token, w.at.Format("15:04:05.000"), highest[w.name]))
+		case w.token < highest[w.name]:
+			v.bad = append(v.bad, fmt.Sprintf("lock %q: the register took token %d after %d", w.name, w.token, highest[w.name]))
+		default:
+			highest[w.name] = w.token
+		}
+	}
+	return v
+}
+
+// TestCheckerRules: the checker finds each kind of violation and passes a
+// clean run. Runs everywhere (no processes).
+func TestCheckerRules(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	h := func(token uint64, from, to int) *hold {
+		return &hold{name: "l", token: token, granted: at(from), ended: at(to)}
+	}
+	wr := func(token uint64, ok bool) regWrite { return regWrite{name: "l", token: token, ok: ok} }
+	lostHold := h(1<<40|2, 20, 30)
+	lostHold.lost = errors.New("NOT_LEADER")
+	readAbove := h(1<<40|2, 20, 30)
+	readAbove.readAbove = 2<<40 | 1
+	for _, tc := range []struct {
+		name     string
+		holds    []*hold
+		writes   []regWrite
+		overlaps int
+		bad      int
+	}{
+		{"one after the other", []*hold{h(1<<40|1, 0, 10), h(1<<40|2, 10, 20), h(2<<40|1, 25, 30)},
+			[]regWrite{wr(1<<40|1, true), wr(1<<40|2, true), wr(2<<40|1, true)}, 0, 0},
+		{"lost, then the next", []*hold{h(1<<40|1, 0, 10), lostHold, h(2<<40|1, 30, 40)}, nil, 0, 0},
+		{"overlap", []*hold{h(1<<40|1, 0, 20), h(2<<40|1, 10, 30)}, nil, 1, 0},
+		{"one long holder, two inside it", []*hold{h(1<<40|1, 0, 100), h(2<<40|1, 10, 20), h(2<<40|2, 30, 40)}, nil, 2, 0},
+		{"token fell across a failover", []*hold{h(2<<40|5, 0, 10), h(1<<40|9, 20, 30)}, nil, 0, 1},
+		{"token reused", []*hold{h(1<<40|1, 0, 10), h(1<<40|1, 20, 30)}, nil, 0, 1},
+		{"stale write refused", nil, []regWrite{wr(2<<40|1, true), wr(1<<40|7, false)}, 0, 1},
+		{"register took a lower token", nil, []regWrite{wr(2<<40|1, true), wr(1<<40|7, true)}, 0, 1},
+		{"read above its token", []*hold{h(1<<40|1, 0, 10), readAbove}, nil, 0, 1},
+	} {
+		v := check(tc.holds, tc.writes)
+		if len(v.overlaps) != tc.overlaps || len(v.bad) != tc.bad {
+			t.Errorf("%s: %d overlaps and %d other violations, want %d and %d: %q", tc.name,
+				len(v.overlaps), len(v.bad), tc.overlaps, tc.bad, v.violations())
+		}
+	}
+}
