@@ -282,10 +282,13 @@ func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Con
 		ctx, cancel = context.WithTimeout(ctx, set.dialTimeout)
 		defer cancel()
 	}
-	var d net.Dialer
+	d := dialer(set)
 	raw, err = d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !set.normalClose {
+		resetOnClose(raw)
 	}
 	if set.tlsConfig == nil {
 		return raw, raw, nil

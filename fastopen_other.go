@@ -1,0 +1,11 @@
+//go:build !linux
+
+package baton
+
+import "errors"
+
+func setFastOpenConnect(fd uintptr) error {
+	return errors.New("TCP Fast Open is supported on Linux only")
+}
+
+const fastOpenSupported = false
