@@ -291,6 +291,9 @@ func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Con
 		resetOnClose(raw)
 	}
 	if set.tlsConfig == nil {
+		if set.fastOpen && set.syn != nil {
+			return sendInSYN(ctx, raw, set.syn) // dial.go
+		}
 		return raw, raw, nil
 	}
 	cfg := set.tlsConfig.Clone()

@@ -1,8 +1,11 @@
 package baton
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"syscall"
+	"time"
 )
 
 // dialer is the dialer of one connection. TCP keepalive is off: heartbeats
@@ -43,4 +46,49 @@ func fastOpenControl(network, address string, c syscall.RawConn) error {
 		return err
 	}
 	return serr
+}
+
+// sendInSYN writes the ACQUIRE syn on raw, a connection dialled with Fast
+// Open whose connect has not happened yet: the kernel sends it in the SYN
+// (or, without a cookie, after an ordinary handshake). It then waits for
+// the handshake to end, as a dial does, so that a server that is down
+// fails the dial and Acquire moves on to the next address; the wait costs
+// nothing, as the server's answer comes right behind its SYN-ACK. The
+// returned conn drops the session's own write of the same ACQUIRE.
+func sendInSYN(ctx context.Context, raw net.Conn, syn []byte) (conn, rawOut net.Conn, err error) {
+	tc, ok := raw.(*net.TCPConn)
+	if !ok {
+		return raw, raw, nil
+	}
+	stop := context.AfterFunc(ctx, func() { tc.SetWriteDeadline(aLongTimeAgo) })
+	defer stop()
+	if _, err = tc.Write(syn); err == nil {
+		err = awaitConnected(tc)
+	}
+	if err != nil {
+		tc.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, nil, err
+	}
+	tc.SetWriteDeadline(time.Time{})
+	return &sentConn{TCPConn: tc, sent: syn}, tc, nil
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// sentConn is a connection whose ACQUIRE went out with the dial.
+type sentConn struct {
+	*net.TCPConn
+	sent []byte // dropped once, when the session writes it
+}
+
+func (c *sentConn) Write(b []byte) (int, error) {
+	if c.sent != nil && bytes.Equal(b, c.sent) {
+		c.sent = nil // only the session's run goroutine writes
+		return len(b), nil
+	}
+	c.sent = nil
+	return c.TCPConn.Write(b)
 }

@@ -153,6 +153,32 @@ func fastOpenInNetns(t *testing.T) {
 			}
 		})
 	}
+	// With Fast Open the connect returns before the server answers; the
+	// dial still waits for the handshake, so a server that is down (whose
+	// cookie the kernel holds) fails the dial and Acquire moves on.
+	t.Run("a server that is down is passed over", func(t *testing.T) {
+		a := batontest.StartServer(t, func(c *server.Config) { c.TCPFastOpen = true })
+		b := batontest.StartServer(t, func(c *server.Config) { c.TCPFastOpen = true })
+		c := newTestClient(t, []string{a.Addr, b.Addr}, WithTCPFastOpen(true))
+		for i := 0; i < warmup; i++ {
+			acquire(t, c, "tfo/down").Release()
+		}
+		a.Stop(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		before := tcpExt(t)
+		l, err := c.Acquire(ctx, "tfo/down")
+		if err != nil {
+			t.Fatalf("Acquire with %s down and %s up: %v", a.Addr, b.Addr, err)
+		}
+		l.Release()
+		// The kernel counts a Fast Open connect once its SYN-ACK is in: the
+		// refused one does not count, the one to the other server does.
+		if after := tcpExt(t); after["TCPFastOpenActive"]-before["TCPFastOpenActive"] != 1 {
+			t.Fatalf("TCPFastOpenActive +%d, want 1: the claim on the server that is up rides in the SYN",
+				after["TCPFastOpenActive"]-before["TCPFastOpenActive"])
+		}
+	})
 }
 
 // tcpExt reads the TcpExt counters of this network namespace.

@@ -40,6 +40,9 @@ type settings struct {
 	queueBehindSelf bool
 	normalClose     bool // WithNormalClose
 	fastOpen        bool // WithTCPFastOpen
+	// syn is the ACQUIRE that dialTCP sends in the SYN with Fast Open; set
+	// by acquireFrame.
+	syn []byte
 }
 
 // WithLease sets the lease: how long the server waits in silence before it
@@ -112,10 +115,9 @@ func WithNormalClose(normal bool) Option { return func(s *settings) { s.normalCl
 // connection to a server fetches one with an ordinary handshake). It needs
 // bit 1 of the sysctl net.ipv4.tcp_fastopen on the client and bit 2 on the
 // server, with baton serve -tcp-fastopen; otherwise connections fall back
-// to the ordinary handshake by themselves. Off by default. With it, a
-// server that is down is found at the first read instead of the dial, so
-// Acquire retries it as a broken connection rather than failing at once.
-// On other platforms New and Acquire refuse it.
+// to the ordinary handshake by themselves. Off by default. On other
+// platforms New and Acquire refuse it. (With TLS, the ClientHello rides in
+// the SYN instead.)
 func WithTCPFastOpen(on bool) Option { return func(s *settings) { s.fastOpen = on } }
 
 func defaultSettings() settings {
@@ -193,6 +195,9 @@ func (s *settings) acquireFrame(name string) ([]byte, time.Duration, error) {
 	if err != nil {
 		// Unreachable after the checks above; keep the reason if not.
 		return nil, 0, fmt.Errorf("encode ACQUIRE: %w", err)
+	}
+	if s.fastOpen {
+		s.syn = b
 	}
 	return b, time.Duration(a.LeaseMs) * time.Millisecond, nil
 }
