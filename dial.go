@@ -60,10 +60,13 @@ func sendInSYN(ctx context.Context, raw net.Conn, syn []byte) (conn, rawOut net.
 	if !ok {
 		return raw, raw, nil
 	}
+	// The dial's context (its timeout included) bounds the wait.
 	stop := context.AfterFunc(ctx, func() { tc.SetWriteDeadline(aLongTimeAgo) })
-	defer stop()
 	if _, err = tc.Write(syn); err == nil {
 		err = awaitConnected(tc)
+	}
+	if !stop() && err == nil {
+		err = ctx.Err() // ended just as the handshake did: its deadline is set
 	}
 	if err != nil {
 		tc.Close()
@@ -72,7 +75,6 @@ func sendInSYN(ctx context.Context, raw net.Conn, syn []byte) (conn, rawOut net.
 		}
 		return nil, nil, err
 	}
-	tc.SetWriteDeadline(time.Time{})
 	return &sentConn{TCPConn: tc, sent: syn}, tc, nil
 }
 
