@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
 )
 
@@ -83,11 +85,25 @@ func fastOpenInNetns(t *testing.T) {
 	// the other; it returns the change of the Fast Open counters over the
 	// last claims, and the server's log. The first claims fetch the cookie
 	// with an ordinary handshake (the kernel at times asks twice).
-	run := func(t *testing.T, serverTFO, clientTFO bool) (passive, active int64, log string) {
+	ca := testcerts.NewCA(t, "ca")
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}}
+	clientTLS := &tls.Config{RootCAs: ca.Pool()}
+	run := func(t *testing.T, serverTFO, clientTFO bool, withTLS ...bool) (passive, active int64, log string) {
 		var logBuf bytes.Buffer
 		sw := &syncWriter{w: &logBuf}
-		ts := batontest.StartServer(t, func(c *server.Config) { c.TCPFastOpen = serverTFO; c.Logger = slog.New(slog.NewTextHandler(sw, nil)) })
-		c := newTestClient(t, []string{ts.Addr}, WithTCPFastOpen(clientTFO))
+		useTLS := len(withTLS) > 0 && withTLS[0]
+		ts := batontest.StartServer(t, func(c *server.Config) {
+			c.TCPFastOpen = serverTFO
+			c.Logger = slog.New(slog.NewTextHandler(sw, nil))
+			if useTLS {
+				c.TLS = serverTLS
+			}
+		})
+		opts := []Option{WithTCPFastOpen(clientTFO)}
+		if useTLS {
+			opts = append(opts, WithTLSConfig(clientTLS))
+		}
+		c := newTestClient(t, []string{ts.Addr}, opts...)
 		var before map[string]int64
 		var last uint64
 		for i := 0; i < warmup+claims; i++ {
@@ -153,6 +169,12 @@ func fastOpenInNetns(t *testing.T) {
 			}
 		})
 	}
+	t.Run("over TLS: the ClientHello rides in the SYN", func(t *testing.T) {
+		passive, active, _ := run(t, true, true, true)
+		if passive != claims || active != claims {
+			t.Fatalf("TCPFastOpenPassive +%d, TCPFastOpenActive +%d over %d claims over TLS, want +%d each", passive, active, claims, claims)
+		}
+	})
 	// With Fast Open the connect returns before the server answers; the
 	// dial still waits for the handshake, so a server that is down (whose
 	// cookie the kernel holds) fails the dial and Acquire moves on.
