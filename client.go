@@ -353,12 +353,18 @@ func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Con
 		ctx, cancel = context.WithTimeout(ctx, set.dialTimeout)
 		defer cancel()
 	}
-	var d net.Dialer
+	d := dialer(set)
 	raw, err = d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, err
 	}
+	if !set.normalClose {
+		resetOnClose(raw)
+	}
 	if set.tlsConfig == nil {
+		if set.fastOpen && set.syn != nil {
+			return sendInSYN(ctx, raw, set.syn) // dial.go
+		}
 		return raw, raw, nil
 	}
 	cfg := set.tlsConfig.Clone()

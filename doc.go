@@ -3,8 +3,9 @@
 // # The model
 //
 // One client owns a named lock and does the work; the others wait in a FIFO
-// queue. Each claim is one TCP connection: closing it is the release, and
-// the server hands the lock to the next waiter at once. While the holder
+// queue. Each claim is one TCP connection: closing it is the release (a
+// reset by default, WithNormalClose for a FIN), and the server hands the
+// lock to the next waiter at once. While the holder
 // lives, heartbeats keep the lock for as long as the work takes; the lease
 // (WithLease) is not a time limit but a failure detector: after a full lease
 // of silence the server declares the holder dead and moves the lock. Every

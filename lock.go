@@ -37,7 +37,9 @@ func (l *Lock) Done() <-chan struct{} { return l.s.ctx.Done() }
 func (l *Lock) Err() error { return context.Cause(l.s.ctx) }
 
 // Release closes the connection, which releases the lock (the server hands it
-// to the next waiter at once), and waits for the lock's goroutines to end. It
+// to the next waiter at once), and waits for the lock's goroutines to end.
+// The close is a reset unless WithNormalClose: no TIME_WAIT socket is left
+// behind (see there for the trade). It
 // returns nil if the lock was held until Release, or the error that ended it
 // before: work done after that error ran without the lock. Release may be
 // called any number of times; each returns the same.

@@ -115,8 +115,9 @@ func startSession(parent context.Context, conn, raw net.Conn, addr, name string,
 }
 
 // close ends the session from outside: the connection is closed at once,
-// which is the release (or gives up the place in the queue). It does not
-// wait; <-s.done does.
+// which is the release (or gives up the place in the queue); with a reset
+// unless WithNormalClose (dialTCP set SO_LINGER 0). It does not wait;
+// <-s.done does.
 func (s *session) close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
@@ -378,6 +379,18 @@ func (s *session) end(err error) {
 // finish closes the connection and waits for the reader.
 func (s *session) finish() {
 	close(s.quit)
+	select {
+	case <-s.closing:
+		// Release, or Acquire gave up: close has reset the connection
+		// (unless WithNormalClose).
+	default:
+		// The server ended the session, or the link or the confirmation
+		// failed: a FIN, retransmitted until acknowledged, where a reset
+		// would be sent once into a link that may be failing. A server
+		// that sent an ERROR drains until this close, and in a cluster
+		// handover waits for it to know that the holder has gone.
+		closeNormally(s.raw)
+	}
 	s.raw.Close()
 	<-s.readDone
 	s.endMu.Lock()

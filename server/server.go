@@ -153,6 +153,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.startPollerLocked()
 	})
 	s.mu.Unlock()
+	if s.cfg.TCPFastOpen {
+		s.enableFastOpen(ln) // fastopen_linux.go
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, ln)

@@ -52,6 +52,7 @@ type serveOptions struct {
 	maxWaiters     int
 	parkIdle       bool
 	sendBuffer     int
+	tcpFastOpen    bool
 	crashGraceMax  time.Duration
 	logFormat      string
 	logLevel       string
@@ -129,6 +130,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.maxWaiters, "max-waiters", def.MaxWaitersPerLock, "most waiters of one lock; more get ERROR OVERLOADED")
 	fs.BoolVar(&o.parkIdle, "park-idle", def.ParkIdle, "idle sessions give up their goroutine while epoll watches their socket (Linux; less memory per session)")
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
+	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
@@ -186,6 +188,7 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.MaxWaitersPerLock = o.maxWaiters
 	cfg.ParkIdle = o.parkIdle
 	cfg.SendBuffer = o.sendBuffer
+	cfg.TCPFastOpen = o.tcpFastOpen
 	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
 	return cfg
 }

@@ -94,11 +94,13 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			"-addr=127.0.0.2:1", "-ops-addr", "[::1]:2", "-io-timeout=1500ms", "-data-dir=/d",
 			"-admin-token-file=/t", "-shutdown-linger=0s", "-max-sessions=3", "-max-waiters=4",
 			"-log-format=JSON", "-log-level=debug", "-crash-grace-max=5s", "-park-idle=false", "-send-buffer=8192",
+			"-tcp-fastopen",
 		}, nil, func(o *serveOptions) {
 			*o = serveOptions{
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
 				crashGraceMax: 5 * time.Second, logFormat: "json", logLevel: "debug", parkIdle: false, sendBuffer: 8192,
+				tcpFastOpen: true,
 			}
 		}},
 		{"every variable", nil, map[string]string{
@@ -106,11 +108,13 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			"BATON_DATA_DIR": "/d", "BATON_ADMIN_TOKEN_FILE": "/t", "BATON_SHUTDOWN_LINGER": "0s",
 			"BATON_MAX_SESSIONS": "3", "BATON_MAX_WAITERS": "4", "BATON_LOG_FORMAT": "json", "BATON_LOG_LEVEL": "WARN",
 			"BATON_CRASH_GRACE_MAX": "0s", "BATON_PARK_IDLE": "false", "BATON_SEND_BUFFER": "0",
+			"BATON_TCP_FASTOPEN": "true",
 		}, func(o *serveOptions) {
 			*o = serveOptions{
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
 				crashGraceMax: 0, logFormat: "json", logLevel: "warn", parkIdle: false, sendBuffer: 0,
+				tcpFastOpen: true,
 			}
 		}},
 		{"flag beats env", []string{"-io-timeout=2s", "-log-level", "error"},

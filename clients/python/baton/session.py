@@ -5,6 +5,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from typing import Callable, List, Optional
@@ -56,8 +57,9 @@ class Session:
     most one in flight) and ends the session itself once 0.8 x lease has
     passed since the send of the last request the server answered."""
 
-    def __init__(self, sock: socket.socket, addr: str, name: str, lease_ms: int, acquire: bytes) -> None:
+    def __init__(self, sock: socket.socket, addr: str, name: str, lease_ms: int, acquire: bytes, reset: bool = True) -> None:
         self.sock = sock
+        self._reset = reset  # close() resets the connection (see there)
         self.addr = addr
         self.name = name
         self.sched = Schedule(lease_ms / 1000.0)
@@ -79,14 +81,26 @@ class Session:
 
     def close(self) -> None:
         """Ends the session from outside: the release, or giving up the place in
-        the queue. shutdown() before close(): on Linux, close() of a socket that
-        another thread is blocked reading sends nothing until the read returns,
-        and the FIN is the release."""
+        the queue.
+
+        By default with a reset: SO_LINGER 0 makes the session thread's
+        close() send a RST, which the server takes as a release at once, and
+        leaves no socket in TIME_WAIT here. shutdown(SHUT_RD) only wakes that
+        thread (on Linux, close() of a socket that another thread is blocked
+        reading sends nothing until the read returns). With normal_close,
+        shutdown(SHUT_RDWR) sends the FIN that is the release."""
         with self.cond:
             if self.state != ENDED:
                 self._closing = True
+        how = socket.SHUT_RDWR
+        if self._reset:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                how = socket.SHUT_RD
+            except OSError:
+                pass  # closed already, or no SO_LINGER here: a FIN
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.shutdown(how)
         except OSError:
             pass
         if self._thread.is_alive() and threading.current_thread() is not self._thread:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -308,6 +309,90 @@ class TestLocks(ServerCase):
         self.assertGreater(asyncio.run(main()), 0)
 
 
+def ended(ops: str, reason: str, context: "ssl.SSLContext | None" = None) -> float:
+    """baton_sessions_ended_total{reason=...} from the server's /metrics
+    (over https with context)."""
+    url = f"{'https' if context else 'http'}://{ops}/metrics"
+    with urllib.request.urlopen(url, timeout=5, context=context) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f'baton_sessions_ended_total{{reason="{reason}"}} '):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def tcp_state(local: int, remote: int) -> str:
+    """The state of this host's TCP socket local port -> remote port, from
+    /proc/net/tcp{,6}: "" if there is none, else the hex state (06 is
+    TIME_WAIT)."""
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(f) as fh:
+                next(fh)
+                for line in fh:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == local and int(fields[2].rsplit(":", 1)[1], 16) == remote:
+                        return fields[3]
+        except FileNotFoundError:
+            pass
+    return ""
+
+
+def eventually(cond, what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout}s: {what}")
+        time.sleep(0.01)
+
+
+@unittest.skipUnless(os.path.exists("/proc/net/tcp"), "SKIPPED: no /proc/net/tcp to see the client's sockets")
+class TestRelease(ServerCase):
+    """A release resets the connection by default (the server hands over as
+    on a close, and counts it as "reset"; no TIME_WAIT here); normal_close
+    closes with a FIN and leaves the socket in TIME_WAIT."""
+
+    _await_waiters = TestLocks._await_waiters
+
+    def _release(self, normal_close: bool, reason: str, time_wait: bool) -> None:
+        c = self.client(normal_close=normal_close)
+        held = c.acquire("py/rst")
+        local = held._s.sock.getsockname()[1]
+        remote = int(self.srv.addr.rsplit(":", 1)[1])
+        got = {}
+
+        def wait() -> None:
+            got["held"] = c.acquire("py/rst", timeout=10)
+
+        w = threading.Thread(target=wait)
+        w.start()
+        self._await_waiters("py/rst", 1)
+        before = ended(self.srv.ops, reason)
+        held.release()
+        w.join(10)
+        self.assertIn("held", got, "the waiter was not granted after the release")
+        self.assertGreater(got["held"].token, held.token)
+        got["held"].release()
+        eventually(lambda: ended(self.srv.ops, reason) >= before + 1, f"the server did not count the release as {reason!r}")
+        if time_wait:
+            eventually(lambda: tcp_state(local, remote) == "06", f"the client's socket {local} is not in TIME_WAIT")
+        else:
+            self.assertEqual(tcp_state(local, remote), "", f"the client's socket {local} is still there after the release")
+
+    def test_release_resets(self) -> None:
+        self._release(normal_close=False, reason="reset", time_wait=False)
+
+    def test_normal_close(self) -> None:
+        self._release(normal_close=True, reason="closed", time_wait=True)
+
+    def test_wait_given_up_resets(self) -> None:
+        c = self.client()
+        with c.lock("py/rst-wait"):
+            before = ended(self.srv.ops, "reset")
+            with self.assertRaises(TimeoutError):
+                c.acquire("py/rst-wait", timeout=0.3)
+            eventually(lambda: ended(self.srv.ops, "reset") >= before + 1, "the server did not see the waiter's reset")
+
+
 def make_certs(d: str) -> None:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, with
     the openssl command line."""
@@ -352,7 +437,7 @@ class TestTLS(unittest.TestCase):
             except ValueError:
                 continue
             if rec.get("msg") == "baton serving":
-                addr = rec["addr"]
+                addr, ops = rec["addr"], rec["ops_addr"]
                 break
         self.assertTrue(addr, "baton serve did not start with TLS")
         threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
@@ -363,6 +448,8 @@ class TestTLS(unittest.TestCase):
             self.assertGreater(held.token, 0)
             time.sleep(0.8)  # heartbeats over TLS keep it
             held.check()
+        # The release over TLS is a reset too (no close_notify first).
+        eventually(lambda: ended(ops, "reset", ctx) >= 1, "the server did not see the TLS release as a reset")
 
         # Without a client certificate the server refuses the handshake: an
         # error at once, not retried until the timeout.

@@ -13,6 +13,15 @@ export interface ClientOptions {
     tls?: tls.ConnectionOptions;
     /** Bound of each connection attempt, TLS included, in ms. Default 5 s. */
     dialTimeoutMs?: number;
+    /**
+     * Release (and give up a wait) with a normal close (FIN) instead of a
+     * reset (RST), the default. The reset reaches the server at once as a
+     * FIN does, and leaves no socket in TIME_WAIT here, where a claim storm
+     * would run out of ports; but it is sent once, where a FIN is
+     * retransmitted: on a network that loses it the lock is freed at the end
+     * of the lease instead, later but never earlier.
+     */
+    normalClose?: boolean;
 }
 /** Options of one acquire. */
 export interface AcquireOptions {
@@ -47,6 +56,7 @@ export declare class Client {
     private readonly hosts;
     private readonly tls?;
     private readonly dialTimeoutMs;
+    private readonly normalClose;
     private last;
     constructor(addrs: string[] | string, opts?: ClientOptions);
     /** Waits for the lock and resolves with it held. Release it with `held.release()`. */
@@ -57,5 +67,10 @@ export declare class Client {
      * ownership ended while fn ran.
      */
     withLock<T>(name: string, fn: (signal: AbortSignal, held: Held) => Promise<T> | T, opts?: AcquireOptions): Promise<T>;
+    /**
+     * Connects to address i: the socket that carries the protocol (TLS or
+     * TCP), and the TCP socket under it, which a release resets (a TLS
+     * socket cannot be reset itself).
+     */
     private dial;
 }

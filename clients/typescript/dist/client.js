@@ -84,6 +84,7 @@ export class Client {
     hosts;
     tls;
     dialTimeoutMs;
+    normalClose;
     last = 0;
     constructor(addrs, opts = {}) {
         const list = typeof addrs === "string" ? addrs.split(",").map((a) => a.trim()).filter(Boolean) : [...addrs];
@@ -96,6 +97,7 @@ export class Client {
         wire.checkOwner(this.owner);
         this.tls = opts.tls;
         this.dialTimeoutMs = opts.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
+        this.normalClose = opts.normalClose ?? false;
     }
     /** Waits for the lock and resolves with it held. Release it with `held.release()`. */
     async acquire(name, opts = {}) {
@@ -110,10 +112,11 @@ export class Client {
             if (signal?.aborted)
                 throw signal.reason;
             let sock;
+            let raw;
             for (let k = 0; k < this.addrs.length && !sock; k++) {
                 const i = (idx + k) % this.addrs.length;
                 try {
-                    sock = await this.dial(i, signal);
+                    [sock, raw] = await this.dial(i, signal);
                     idx = i;
                 }
                 catch (e) {
@@ -130,7 +133,7 @@ export class Client {
                 continue;
             }
             reached = true;
-            const s = new Session(sock, this.addrs[idx], name, this.leaseMs, frame);
+            const s = new Session(sock, raw, this.addrs[idx], name, this.leaseMs, frame, !this.normalClose);
             await new Promise((resolve) => {
                 if (s.state !== "waiting")
                     return resolve();
@@ -218,12 +221,18 @@ export class Client {
             throw held.signal.reason;
         return result;
     }
+    /**
+     * Connects to address i: the socket that carries the protocol (TLS or
+     * TCP), and the TCP socket under it, which a release resets (a TLS
+     * socket cannot be reset itself).
+     */
     dial(i, signal) {
         const [host, port] = this.hosts[i];
         return new Promise((resolve, reject) => {
+            const raw = net.connect({ host, port });
             const sock = this.tls
-                ? tls.connect({ ...this.tls, host, port, servername: this.tls.servername ?? (net.isIP(host) ? undefined : host) })
-                : net.connect({ host, port });
+                ? tls.connect({ ...this.tls, socket: raw, host, port, servername: this.tls.servername ?? (net.isIP(host) ? undefined : host) })
+                : raw;
             const event = this.tls ? "secureConnect" : "connect";
             const timer = setTimeout(() => fail(new ConnectionBroken(`dial ${this.addrs[i]}: timed out after ${this.dialTimeoutMs}ms`)), this.dialTimeoutMs);
             const onAbort = () => fail(signal.reason);
@@ -235,12 +244,13 @@ export class Client {
             function fail(e) {
                 cleanup();
                 sock.destroy();
+                raw.destroy();
                 reject(e);
             }
             sock.once("error", fail);
             sock.once(event, () => {
                 cleanup();
-                resolve(sock);
+                resolve([sock, raw]);
             });
             signal?.addEventListener("abort", onAbort, { once: true });
         });

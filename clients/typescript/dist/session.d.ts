@@ -30,8 +30,10 @@ export type State = "waiting" | "held" | "ended";
  */
 export declare class Session {
     private readonly sock;
+    private readonly raw;
     readonly addr: string;
     readonly name: string;
+    private readonly reset;
     state: State;
     token: bigint;
     position: number;
@@ -51,10 +53,20 @@ export declare class Session {
     private deadlineTimer?;
     private listeners;
     private closed;
-    constructor(sock: Socket, addr: string, name: string, leaseMs: number, acquire: Buffer);
+    /**
+     * sock carries the protocol; raw is the TCP socket under it (sock itself
+     * without TLS), which close resets when reset is true.
+     */
+    constructor(sock: Socket, raw: Socket, addr: string, name: string, leaseMs: number, acquire: Buffer, reset?: boolean);
     /** Calls f at every change of state (held, ended). */
     onChange(f: () => void): () => void;
-    /** Ends the session from outside: the release, or giving up the place in the queue. */
+    /**
+     * Ends the session from outside: the release, or giving up the place in
+     * the queue. The socket is closed at once, with a reset (RST, the
+     * default: the TCP socket under TLS, without close_notify) or a FIN
+     * (normalClose). Ends the client did not choose (the server's ERROR or
+     * close, a lost confirmation) close with a FIN (end).
+     */
     close(): Promise<void>;
     private notify;
     private armDeadline;

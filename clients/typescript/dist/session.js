@@ -41,8 +41,10 @@ export class Schedule {
  */
 export class Session {
     sock;
+    raw;
     addr;
     name;
+    reset;
     state = "waiting";
     token = 0n;
     position = 0;
@@ -62,10 +64,16 @@ export class Session {
     deadlineTimer;
     listeners = [];
     closed;
-    constructor(sock, addr, name, leaseMs, acquire) {
+    /**
+     * sock carries the protocol; raw is the TCP socket under it (sock itself
+     * without TLS), which close resets when reset is true.
+     */
+    constructor(sock, raw, addr, name, leaseMs, acquire, reset = true) {
         this.sock = sock;
+        this.raw = raw;
         this.addr = addr;
         this.name = name;
+        this.reset = reset;
         this.sched = new Schedule(leaseMs);
         this.closed = new Promise((resolve) => sock.once("close", () => resolve()));
         sock.setNoDelay(true);
@@ -90,11 +98,19 @@ export class Session {
             this.listeners = this.listeners.filter((g) => g !== f);
         };
     }
-    /** Ends the session from outside: the release, or giving up the place in the queue. */
+    /**
+     * Ends the session from outside: the release, or giving up the place in
+     * the queue. The socket is closed at once, with a reset (RST, the
+     * default: the TCP socket under TLS, without close_notify) or a FIN
+     * (normalClose). Ends the client did not choose (the server's ERROR or
+     * close, a lost confirmation) close with a FIN (end).
+     */
     async close() {
         if (this.state !== "ended")
             this.closing = true;
-        this.sock.destroy(); // closes the socket at once: the FIN is the release
+        if (this.reset && !this.raw.destroyed)
+            this.raw.resetAndDestroy();
+        this.sock.destroy();
         await this.closed;
         this.end(new ConnectionBroken("closed"));
     }

@@ -33,6 +33,15 @@ export interface ClientOptions {
   tls?: tls.ConnectionOptions;
   /** Bound of each connection attempt, TLS included, in ms. Default 5 s. */
   dialTimeoutMs?: number;
+  /**
+   * Release (and give up a wait) with a normal close (FIN) instead of a
+   * reset (RST), the default. The reset reaches the server at once as a
+   * FIN does, and leaves no socket in TIME_WAIT here, where a claim storm
+   * would run out of ports; but it is sent once, where a FIN is
+   * retransmitted: on a network that loses it the lock is freed at the end
+   * of the lease instead, later but never earlier.
+   */
+  normalClose?: boolean;
 }
 
 /** Options of one acquire. */
@@ -116,6 +125,7 @@ export class Client {
   private readonly hosts: Array<[string, number]>;
   private readonly tls?: tls.ConnectionOptions;
   private readonly dialTimeoutMs: number;
+  private readonly normalClose: boolean;
   private last = 0;
 
   constructor(addrs: string[] | string, opts: ClientOptions = {}) {
@@ -128,6 +138,7 @@ export class Client {
     wire.checkOwner(this.owner);
     this.tls = opts.tls;
     this.dialTimeoutMs = opts.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
+    this.normalClose = opts.normalClose ?? false;
   }
 
   /** Waits for the lock and resolves with it held. Release it with `held.release()`. */
@@ -142,10 +153,11 @@ export class Client {
     for (;;) {
       if (signal?.aborted) throw signal.reason;
       let sock: net.Socket | undefined;
+      let raw: net.Socket | undefined;
       for (let k = 0; k < this.addrs.length && !sock; k++) {
         const i = (idx + k) % this.addrs.length;
         try {
-          sock = await this.dial(i, signal);
+          [sock, raw] = await this.dial(i, signal);
           idx = i;
         } catch (e) {
           if (signal?.aborted) throw signal.reason;
@@ -159,7 +171,7 @@ export class Client {
         continue;
       }
       reached = true;
-      const s = new Session(sock, this.addrs[idx], name, this.leaseMs, frame);
+      const s = new Session(sock, raw!, this.addrs[idx], name, this.leaseMs, frame, !this.normalClose);
       await new Promise<void>((resolve) => {
         if (s.state !== "waiting") return resolve();
         const off = s.onChange(() => {
@@ -237,12 +249,18 @@ export class Client {
     return result;
   }
 
-  private dial(i: number, signal?: AbortSignal): Promise<net.Socket> {
+  /**
+   * Connects to address i: the socket that carries the protocol (TLS or
+   * TCP), and the TCP socket under it, which a release resets (a TLS
+   * socket cannot be reset itself).
+   */
+  private dial(i: number, signal?: AbortSignal): Promise<[net.Socket, net.Socket]> {
     const [host, port] = this.hosts[i];
     return new Promise((resolve, reject) => {
+      const raw = net.connect({ host, port });
       const sock: net.Socket = this.tls
-        ? tls.connect({ ...this.tls, host, port, servername: this.tls.servername ?? (net.isIP(host) ? undefined : host) })
-        : net.connect({ host, port });
+        ? tls.connect({ ...this.tls, socket: raw, host, port, servername: this.tls.servername ?? (net.isIP(host) ? undefined : host) })
+        : raw;
       const event = this.tls ? "secureConnect" : "connect";
       const timer = setTimeout(() => fail(new ConnectionBroken(`dial ${this.addrs[i]}: timed out after ${this.dialTimeoutMs}ms`)), this.dialTimeoutMs);
       const onAbort = () => fail(signal!.reason);
@@ -254,12 +272,13 @@ export class Client {
       function fail(e: Error) {
         cleanup();
         sock.destroy();
+        raw.destroy();
         reject(e);
       }
       sock.once("error", fail);
       sock.once(event, () => {
         cleanup();
-        resolve(sock);
+        resolve([sock, raw]);
       });
       signal?.addEventListener("abort", onAbort, { once: true });
     });

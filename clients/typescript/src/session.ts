@@ -65,7 +65,19 @@ export class Session {
   private listeners: Array<() => void> = [];
   private closed: Promise<void>;
 
-  constructor(private readonly sock: Socket, readonly addr: string, readonly name: string, leaseMs: number, acquire: Buffer) {
+  /**
+   * sock carries the protocol; raw is the TCP socket under it (sock itself
+   * without TLS), which close resets when reset is true.
+   */
+  constructor(
+    private readonly sock: Socket,
+    private readonly raw: Socket,
+    readonly addr: string,
+    readonly name: string,
+    leaseMs: number,
+    acquire: Buffer,
+    private readonly reset = true,
+  ) {
     this.sched = new Schedule(leaseMs);
     this.closed = new Promise((resolve) => sock.once("close", () => resolve()));
     sock.setNoDelay(true);
@@ -91,10 +103,17 @@ export class Session {
     };
   }
 
-  /** Ends the session from outside: the release, or giving up the place in the queue. */
+  /**
+   * Ends the session from outside: the release, or giving up the place in
+   * the queue. The socket is closed at once, with a reset (RST, the
+   * default: the TCP socket under TLS, without close_notify) or a FIN
+   * (normalClose). Ends the client did not choose (the server's ERROR or
+   * close, a lost confirmation) close with a FIN (end).
+   */
   async close(): Promise<void> {
     if (this.state !== "ended") this.closing = true;
-    this.sock.destroy(); // closes the socket at once: the FIN is the release
+    if (this.reset && !this.raw.destroyed) this.raw.resetAndDestroy();
+    this.sock.destroy();
     await this.closed;
     this.end(new ConnectionBroken("closed"));
   }

@@ -2,6 +2,8 @@ import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, mkdtempSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import * as https from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as baton from "../dist/index.js";
@@ -9,6 +11,41 @@ import { REPO, startServer, awaitWaiters, startProxy } from "./helpers.mjs";
 
 const vectors = JSON.parse(readFileSync(join(REPO, "wire", "testdata", "vectors.json"), "utf8"));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** baton_sessions_ended_total{reason} from the server's /metrics (https with tlsOpts). */
+async function ended(ops, reason, tlsOpts) {
+  const text = tlsOpts
+    ? await new Promise((resolve, reject) => {
+        https.get(`https://${ops}/metrics`, tlsOpts, (r) => {
+          let b = "";
+          r.on("data", (d) => (b += d));
+          r.on("end", () => resolve(b));
+        }).on("error", reject);
+      })
+    : await (await fetch(`http://${ops}/metrics`)).text();
+  const m = text.match(new RegExp(`^baton_sessions_ended_total\\{reason="${reason}"\\} (\\S+)$`, "m"));
+  return m ? Number(m[1]) : 0;
+}
+
+/** The state of this host's TCP socket local -> remote port ("" if none; "06" is TIME_WAIT). */
+function tcpState(local, remote) {
+  for (const f of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (!existsSync(f)) continue;
+    for (const line of readFileSync(f, "utf8").split("\n").slice(1)) {
+      const x = line.trim().split(/\s+/);
+      if (x.length > 3 && parseInt(x[1].split(":").pop(), 16) === local && parseInt(x[2].split(":").pop(), 16) === remote) return x[3];
+    }
+  }
+  return "";
+}
+
+async function eventually(cond, what, ms = 5000) {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`after ${ms} ms: ${what}`);
+    await sleep(10);
+  }
+}
 
 describe("the shared wire vectors", () => {
   test("frames both ways", () => {
@@ -134,6 +171,43 @@ describe("against the real server", () => {
   });
 });
 
+describe("release by reset", { skip: !existsSync("/proc/net/tcp") && "SKIPPED: no /proc/net/tcp to see the client's sockets" }, () => {
+  let srv;
+  before(async () => { srv = await startServer(); });
+  after(async () => { await srv.stop(); });
+
+  for (const [normalClose, reason, timeWait] of [[false, "reset", false], [true, "closed", true]]) {
+    test(`normalClose ${normalClose}: the server hands over on the ${reason}; ${timeWait ? "TIME_WAIT" : "no TIME_WAIT"} here`, async () => {
+      const c = new baton.Client([srv.addr], { leaseMs: 2000, normalClose });
+      const held = await c.acquire("ts/rst");
+      const local = held.session.raw.localPort;
+      const remote = held.session.raw.remotePort;
+      const next = c.acquire("ts/rst", { signal: AbortSignal.timeout(10_000) });
+      await awaitWaiters(srv, "ts/rst", 1);
+      const before = await ended(srv.ops, reason);
+      await held.release();
+      const h2 = await next;
+      assert.ok(h2.token > held.token);
+      await h2.release();
+      await eventually(async () => (await ended(srv.ops, reason)) >= before + 1, `the server did not count the release as ${reason}`);
+      if (timeWait) {
+        await eventually(() => tcpState(local, remote) === "06", `the client's socket ${local} is not in TIME_WAIT`);
+      } else {
+        assert.equal(tcpState(local, remote), "", `the client's socket ${local} is still there after the release`);
+      }
+    });
+  }
+
+  test("a wait given up resets", async () => {
+    const c = new baton.Client([srv.addr], { leaseMs: 2000 });
+    const held = await c.acquire("ts/rst-wait");
+    const before = await ended(srv.ops, "reset");
+    await assert.rejects(c.acquire("ts/rst-wait", { signal: AbortSignal.timeout(300) }), (e) => e.name === "TimeoutError");
+    await eventually(async () => (await ended(srv.ops, "reset")) >= before + 1, "the server did not see the waiter's reset");
+    await held.release();
+  });
+});
+
 describe("server deaths", () => {
   test("kill -9 of the server is a loss", async () => {
     const srv = await startServer();
@@ -187,6 +261,9 @@ describe("TLS", () => {
         await sleep(800); // heartbeats over TLS keep it
         assert.equal(signal.aborted, false);
       });
+      // The release over TLS resets the TCP socket under it (no close_notify).
+      const opsTLS = { ca: read("ca.crt"), cert: read("client.crt"), key: read("client.key") };
+      await eventually(async () => (await ended(srv.ops, "reset", opsTLS)) >= 1, "the server did not see the TLS release as a reset");
       const bare = new baton.Client([srv.addr], { leaseMs: 2000, tls: { ca: read("ca.crt") } });
       await assert.rejects(bare.acquire("ts/tls", { signal: AbortSignal.timeout(5000) }), baton.UnauthorizedError);
     } finally {
