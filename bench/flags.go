@@ -19,6 +19,8 @@ type options struct {
 	repo      string
 	doc       string
 	render    string
+	profile   bool
+	floorSess int
 
 	// Hidden: the roles the bench re-executes itself in.
 	role       string
@@ -30,7 +32,7 @@ type options struct {
 	dialPar    int
 }
 
-var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale"}
+var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "floor"}
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -45,6 +47,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
+	fs.BoolVar(&o.profile, "profile", false, "take CPU profiles of Baton and of the floor server in each floor scenario's window (into -out/profiles, with `go tool pprof -top` beside each); the profiling costs the servers a little CPU")
+	fs.IntVar(&o.floorSess, "floor-sessions", 0, "held sessions of the floor scenario's heartbeat figure (default 10000; 40 with -smoke)")
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
@@ -95,6 +99,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("bad scale")
 		}
 		o.scale = append(o.scale, n)
+	}
+	if o.floorSess < 0 || o.floorSess == 1 {
+		fmt.Fprintf(stderr, "bench: -floor-sessions %d: want 2 or more\n", o.floorSess)
+		return nil, fmt.Errorf("bad floor sessions")
+	}
+	if o.floorSess == 0 {
+		o.floorSess = 10000
+		if o.smoke {
+			o.floorSess = 40
+		}
 	}
 	if len(o.scale) == 0 {
 		o.scale = []int{10000, 18000}

@@ -7,7 +7,9 @@ import (
 	"net"
 
 	"github.com/batonlock/baton/bench/internal/baseline"
+	"github.com/batonlock/baton/bench/internal/floor"
 	"github.com/batonlock/baton/bench/internal/loadgen"
+	"github.com/batonlock/baton/bench/internal/profsig"
 )
 
 // runEcho is the baseline's echo server: a process of its own, like the
@@ -37,6 +39,40 @@ func runEcho(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "bench echo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runFloor is the floor of the floor scenario: the minimal lock server
+// and the bare accept/reply/close server, in a process of their own as
+// Baton is, so that each server's CPU time is its own. Its first line of
+// output is "LOCK_ADDR BARE_ADDR".
+func runFloor(ctx context.Context, stdout, stderr io.Writer) int {
+	loadgen.RaiseNoFile() // a descriptor per held session
+	profsig.Install()
+	lk, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(stderr, "bench floor: %v\n", err)
+		return 1
+	}
+	bare, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		lk.Close()
+		fmt.Fprintf(stderr, "bench floor: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, lk.Addr().String(), bare.Addr().String())
+	go func() { <-ctx.Done(); lk.Close(); bare.Close() }()
+	served := make(chan error, 1)
+	go func() { served <- (&floor.BareServer{}).Serve(bare) }()
+	err = floor.NewLockServer().Serve(lk)
+	bare.Close()
+	if berr := <-served; err == nil {
+		err = berr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench floor: %v\n", err)
 		return 1
 	}
 	return 0

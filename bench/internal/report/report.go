@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/bench/internal/baseline"
+	"github.com/batonlock/baton/bench/internal/floor"
 	"github.com/batonlock/baton/bench/internal/scenario"
 )
 
@@ -29,6 +30,8 @@ type Results struct {
 	Cycles   []scenario.CyclesResult   `json:"cycles,omitempty"`
 	Detect   []scenario.DetectResult   `json:"detect,omitempty"`
 	Scale    []scenario.ScaleResult    `json:"scale,omitempty"`
+	// Floor is Baton against the minimal lock server (issue 16).
+	Floor *floor.Result `json:"floor,omitempty"`
 }
 
 // Write puts results.json, results.md and the charts in dir.

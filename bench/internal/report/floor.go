@@ -1,0 +1,123 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"sort"
+	"strings"
+
+	"github.com/batonlock/baton/bench/internal/floor"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// FloorChart is the chart of Baton's figures as ratios to the floor.
+const FloorChart = "floor-ratios.png"
+
+// FloorMarkdown renders the floor comparison: each figure for the floor
+// lock server and for Baton, their ratio and issue 16's target.
+func FloorMarkdown(r *Results) string {
+	fl := r.Floor
+	if fl == nil {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("### The floor: Baton against a minimal lock server\n\n")
+	w("The floor lock server (`bench/internal/floor`, a process of its own as Baton is) speaks Baton's protocol with nothing else: FIFO per name, close = release, one global mutex, one goroutine per connection, tokens rising; the claims floor is a bare accept/reply/close server. Same clients (raw frames from the bench), same run, one after the other. Ratio: Baton ÷ floor (for rates, above 1 is more than the floor). Server CPU from the process's CPU clock (`clock_gettime` of `clock_getcpuclockid(PID)`, to the nanosecond) over each window; heartbeats counted by the load generator (a process of its own).\n\n")
+	w("| figure | floor | Baton | ratio | target | verdict |\n|---|---:|---:|---:|---:|---|\n")
+	for _, row := range fl.Rows() {
+		target := "–"
+		if row.Target > 0 {
+			target = fmt.Sprintf("≤ %.2f×", row.Target)
+		}
+		ratio := "–"
+		if row.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f×", row.Ratio)
+		}
+		w("| %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict())
+	}
+	w("\n")
+	hb := func(name string, h floor.Heartbeat) {
+		w("- %s heartbeats: %d sessions opened, %d heartbeats in %s, server CPU %s, load generator CPU %s, %d lost.\n",
+			name, h.Opened, h.Beats, Dur(h.Window), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.Lost)
+	}
+	hb("Floor", fl.Floor.Heartbeat)
+	hb("Baton", fl.Baton.Heartbeat)
+	w("- Hot lock p99 close → push: floor %s, Baton %s; after idle p99: floor %s, Baton %s.\n",
+		Dur(fl.Floor.HotLock.Latency.P99), Dur(fl.Baton.HotLock.Latency.P99), Dur(fl.Floor.AfterIdle.P99), Dur(fl.Baton.AfterIdle.P99))
+	if len(fl.Profiles) > 0 {
+		labels := make([]string, 0, len(fl.Profiles))
+		for l := range fl.Profiles {
+			labels = append(labels, l)
+		}
+		sort.Strings(labels)
+		w("- CPU profiles of this run (`go tool pprof -top` beside each, `.top.txt`): %s.\n", strings.Join(labels, ", "))
+	}
+	w("\n")
+	return b.String()
+}
+
+// floorChart draws Baton's ratio to the floor for each figure, the
+// issue's target beside it where there is one, and the floor itself as a
+// dashed line at 1.
+func floorChart(file string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "Baton ÷ the floor lock server, one run (CPU, latency: lower is better; rates: higher)"
+	p.Y.Label.Text = "ratio to the floor"
+	if r.Floor == nil {
+		return saveEmpty(p, file)
+	}
+	short := map[string]string{
+		"hot-cpu": "hot lock\nCPU/grant", "hot-rate": "hot lock\nowner changes/s",
+		"idle-p50": "handover p50\nafter 20 ms idle", "b2b-p50": "handover p50\nback to back",
+		"hb-cpu": "CPU per\nheartbeat", "claims": "claims/s", "claims-cpu": "CPU/claim",
+		"claims-rst": "claims/s\nRST release", "claims-rst-cpu": "CPU/claim\nRST release",
+	}
+	rows := r.Floor.Rows()
+	names := make([]string, len(rows))
+	ratio := make([]float64, len(rows))
+	target := make([]float64, len(rows))
+	hi := 1.0
+	for i, row := range rows {
+		names[i] = short[row.Key]
+		if names[i] == "" {
+			names[i] = row.Key
+		}
+		ratio[i], target[i] = row.Ratio, row.Target
+		hi = max(hi, row.Ratio, row.Target)
+	}
+	const barPt = 16.0
+	width := vg.Points(barPt)
+	rb := &bars{values: ratio, width: width, color: plotutil.Color(0), offset: -width / 2}
+	tb := &bars{values: target, width: width, color: plotutil.Color(1), offset: width / 2}
+	p.Add(rb, tb)
+	p.Legend.Add("Baton ÷ floor", rb)
+	p.Legend.Add("issue 16 target (at most)", tb)
+	one, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 1}, {X: float64(len(rows)) - 0.5, Y: 1}})
+	if err != nil {
+		return err
+	}
+	one.Color = color.RGBA{R: 200, A: 255}
+	one.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(one)
+	p.Legend.Add("the floor (1×)", one)
+	p.Y.Min, p.Y.Max = 0, hi*1.35
+	var ticks []plot.Tick
+	for v := 0.0; v <= p.Y.Max; v += 0.25 {
+		t := plot.Tick{Value: v}
+		if int(v*4)%2 == 0 {
+			t.Label = fmt.Sprintf("%.1f×", v)
+		}
+		ticks = append(ticks, t)
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.NominalX(names...)
+	p.Add(plotter.NewGrid())
+	return p.Save(vg.Points(max(10*72, 90*float64(len(rows))+80)), 4.5*vg.Inch, file)
+}
