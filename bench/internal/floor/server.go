@@ -6,9 +6,9 @@
 // comparison is there to show.
 //
 // The lock server is FIFO per name, a close is the release, one global
-// mutex guards the table, one goroutine serves each connection, and tokens
-// rise with every grant. Nothing else: no lease expiry, no limits, no
-// metrics, no parking, no timeouts.
+// mutex guards the table (no write is made under it), one goroutine serves
+// each connection, and tokens rise with every grant. Nothing else: no
+// lease expiry, no limits, no metrics, no parking, no timeouts.
 package floor
 
 import (
@@ -36,8 +36,15 @@ type queue struct {
 type session struct {
 	c     net.Conn
 	name  string
-	token uint64 // 0 while waiting
-	out   [wire.HeaderSize + 9]byte
+	token uint64 // 0 while waiting; guarded by LockServer.mu
+
+	// wmu orders this connection's writes: the reply to ACQUIRE before
+	// a push, a push before any ACQUIRED reply to a heartbeat. Taken
+	// before LockServer.mu, never while holding it, so no write is ever
+	// made under the global mutex.
+	wmu  sync.Mutex
+	told bool // the client knows of its grant (reply or push); guarded by wmu
+	out  [wire.HeaderSize + 9]byte
 }
 
 // NewLockServer returns an empty lock server.
@@ -71,23 +78,33 @@ func (s *LockServer) serve(c net.Conn) {
 		return
 	}
 	me := &session{c: c, name: a.Name}
+	me.wmu.Lock() // a push waits for the reply
 	s.mu.Lock()
 	q := s.locks[a.Name]
 	if q == nil {
 		q = &queue{}
 		s.locks[a.Name] = q
 	}
-	if q.holder == nil {
-		s.grant(q, me, false)
-	} else if a.NoWait() {
+	switch {
+	case q.holder == nil:
+		s.token++
+		me.token = s.token
+		q.holder = me
 		s.mu.Unlock()
+		me.told = true
+		c.Write(wire.AppendAcquired(me.out[:0], false, me.token))
+	case a.NoWait():
+		s.mu.Unlock()
+		me.wmu.Unlock()
 		c.Write(wire.AppendError(nil, wire.CodeBusy, "held"))
 		return
-	} else {
+	default:
 		q.waiters = append(q.waiters, me)
-		c.Write(wire.AppendWaiting(me.out[:0], uint32(len(q.waiters))))
+		pos := len(q.waiters)
+		s.mu.Unlock()
+		c.Write(wire.AppendWaiting(me.out[:0], uint32(pos)))
 	}
-	s.mu.Unlock()
+	me.wmu.Unlock()
 	defer s.release(me)
 	for {
 		h, _, err := r.next(c)
@@ -98,45 +115,54 @@ func (s *LockServer) serve(c net.Conn) {
 			c.Write(wire.AppendError(nil, wire.CodeProtocol, "unexpected frame"))
 			return
 		}
-		// Replies and pushes are written under the mutex, so a
-		// heartbeat's reply can never overtake the push it follows.
+		me.wmu.Lock()
 		s.mu.Lock()
-		if me.token != 0 {
-			c.Write(wire.AppendAcquired(me.out[:0], false, me.token))
-		} else {
-			pos := 0
+		token, pos := me.token, 0
+		if token == 0 {
 			for i, w := range q.waiters {
 				if w == me {
 					pos = i + 1
+					break
 				}
 			}
-			c.Write(wire.AppendWaiting(me.out[:0], uint32(pos)))
 		}
 		s.mu.Unlock()
+		if token != 0 {
+			// Granted, and the promoter has not written the push yet:
+			// write it here, ahead of the reply, as the protocol orders.
+			s.tell(me)
+			c.Write(wire.AppendAcquired(me.out[:0], false, token))
+		} else {
+			c.Write(wire.AppendWaiting(me.out[:0], uint32(pos)))
+		}
+		me.wmu.Unlock()
 	}
 }
 
-// grant makes me the holder of q and tells it; s.mu is held.
-func (s *LockServer) grant(q *queue, me *session, push bool) {
-	s.token++
-	me.token = s.token
-	q.holder = me
-	me.c.Write(wire.AppendAcquired(me.out[:0], push, me.token))
+// tell writes the push to me unless it was written already; me.wmu is
+// held.
+func (s *LockServer) tell(me *session) {
+	if !me.told {
+		me.told = true
+		me.c.Write(wire.AppendAcquired(me.out[:0], true, me.token))
+	}
 }
 
 // release ends me: a holder's end promotes the head of the queue at once,
 // a waiter's end takes it out of the queue.
 func (s *LockServer) release(me *session) {
+	var next *session
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	q := s.locks[me.name]
 	if q.holder == me {
 		q.holder = nil
 		if len(q.waiters) > 0 {
-			next := q.waiters[0]
+			next = q.waiters[0]
 			q.waiters[0] = nil
 			q.waiters = q.waiters[1:]
-			s.grant(q, next, true)
+			s.token++
+			next.token = s.token
+			q.holder = next
 		}
 	} else {
 		for i, w := range q.waiters {
@@ -148,6 +174,12 @@ func (s *LockServer) release(me *session) {
 	}
 	if q.holder == nil && len(q.waiters) == 0 {
 		delete(s.locks, me.name)
+	}
+	s.mu.Unlock()
+	if next != nil {
+		next.wmu.Lock()
+		s.tell(next)
+		next.wmu.Unlock()
 	}
 }
 
