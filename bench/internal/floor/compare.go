@@ -85,12 +85,17 @@ type HotLock struct {
 type Heartbeat struct {
 	Sessions   int           `json:"sessions"`
 	Opened     int           `json:"opened"`
+	Failed     int           `json:"failed"`
 	Beats      int64         `json:"beats"`
 	Window     time.Duration `json:"window_ns"`
 	ServerCPU  time.Duration `json:"server_cpu_ns"`
 	CPUPerBeat time.Duration `json:"cpu_per_heartbeat_ns"`
 	LoadGenCPU time.Duration `json:"loadgen_cpu_ns"`
-	Lost       int64         `json:"lost"`
+	// LostBefore counts sessions lost before the window (while opening
+	// and settling), Lost those lost in it; LastLoss is the last reason.
+	LostBefore int64  `json:"lost_before"`
+	Lost       int64  `json:"lost"`
+	LastLoss   string `json:"last_loss,omitempty"`
 }
 
 // Claims is Workers clients each claiming its own lock on a new
@@ -151,8 +156,8 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			var err error
 			f.Heartbeat, err = heartbeats(ctx, cfg, t)
 			if err == nil {
-				logf("  %s: %d sessions, %d heartbeats in %v, %s server CPU each, %d lost", t.Name, f.Heartbeat.Opened,
-					f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), f.Heartbeat.Lost)
+				logf("  %s: %d sessions, %d heartbeats in %v, %s server CPU each; sessions lost %d before the window, %d in it (last: %s)", t.Name, f.Heartbeat.Opened,
+					f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), f.Heartbeat.LostBefore, f.Heartbeat.Lost, f.Heartbeat.LastLoss)
 			}
 			return err
 		}},
@@ -311,9 +316,16 @@ func heartbeats(ctx context.Context, cfg Config, t Target) (Heartbeat, error) {
 	if err := json.Unmarshal([]byte(line), &ready); err != nil {
 		return r, fmt.Errorf("load generator said %q: %w", line, err)
 	}
-	r.Opened = ready.Opened
-	if ready.Failed > 0 || ready.Opened == 0 {
-		return r, fmt.Errorf("load generator opened %d of %d sessions: %s", ready.Opened, cfg.Sessions, ready.FirstError)
+	// On a loaded machine a few sessions can fail to open (Baton ends a
+	// holder whose beats come late while thousands of others dial, and
+	// its waiter is granted instead of queued); they are counted, and
+	// CPU per heartbeat does not depend on the number held.
+	r.Opened, r.Failed = ready.Opened, ready.Failed
+	if ready.Failed > 0 {
+		r.LastLoss = "open: " + ready.FirstError
+	}
+	if ready.Opened == 0 {
+		return r, fmt.Errorf("load generator opened no session of %d: %s", cfg.Sessions, ready.FirstError)
 	}
 	sleepCtx(ctx, cfg.Settle)
 	s0, err := genStats(ctx, gen)
@@ -347,7 +359,10 @@ func heartbeats(ctx context.Context, cfg Config, t Target) (Heartbeat, error) {
 	}
 	r.Beats = s1.Heartbeats - s0.Heartbeats
 	r.ServerCPU, r.LoadGenCPU = c1-c0, g1-g0
-	r.Lost = s1.Lost
+	r.LostBefore, r.Lost = s0.Lost, s1.Lost-s0.Lost
+	if s1.LastLoss != "" {
+		r.LastLoss = s1.LastLoss
+	}
 	if r.Beats > 0 {
 		r.CPUPerBeat = r.ServerCPU / time.Duration(r.Beats)
 	}

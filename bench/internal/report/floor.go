@@ -42,8 +42,8 @@ func FloorMarkdown(r *Results) string {
 	}
 	w("\n")
 	hb := func(name string, h floor.Heartbeat) {
-		w("- %s heartbeats: %d sessions opened, %d heartbeats in %s, server CPU %s, load generator CPU %s, %d lost.\n",
-			name, h.Opened, h.Beats, Dur(h.Window), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.Lost)
+		w("- %s heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s, server CPU %s, load generator CPU %s; sessions lost %d before the window, %d in it.\n",
+			name, h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
 	}
 	hb("Floor", fl.Floor.Heartbeat)
 	hb("Baton", fl.Baton.Heartbeat)
