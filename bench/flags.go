@@ -10,17 +10,18 @@ import (
 )
 
 type options struct {
-	scenarios map[string]bool
-	systems   map[string]bool // empty: every system available
-	smoke     bool
-	out       string
-	duration  time.Duration
-	scale     []int
-	repo      string
-	doc       string
-	render    string
-	profile   bool
-	floorSess int
+	scenarios   map[string]bool
+	systems     map[string]bool // empty: every system available
+	smoke       bool
+	out         string
+	duration    time.Duration
+	scale       []int
+	repo        string
+	doc         string
+	render      string
+	profile     bool
+	floorSess   int
+	floorRounds int
 
 	// Hidden: the roles the bench re-executes itself in.
 	role       string
@@ -49,6 +50,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 	fs.BoolVar(&o.profile, "profile", false, "take CPU profiles of Baton and of the floor server in each floor scenario's window (into -out/profiles, with `go tool pprof -top` beside each); the profiling costs the servers a little CPU")
 	fs.IntVar(&o.floorSess, "floor-sessions", 0, "held sessions of the floor scenario's heartbeat figure (default 10000; 40 with -smoke)")
+	fs.IntVar(&o.floorRounds, "floor-rounds", 0, "rounds of the floor scenario, the floor and Baton in turn; its table gives medians (default 3; 1 with -smoke)")
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
@@ -108,6 +110,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.floorSess = 10000
 		if o.smoke {
 			o.floorSess = 40
+		}
+	}
+	if o.floorRounds < 0 {
+		fmt.Fprintf(stderr, "bench: -floor-rounds %d must not be negative\n", o.floorRounds)
+		return nil, fmt.Errorf("bad floor rounds")
+	}
+	if o.floorRounds == 0 {
+		o.floorRounds = 3
+		if o.smoke {
+			o.floorRounds = 1
 		}
 	}
 	if len(o.scale) == 0 {

@@ -20,7 +20,7 @@ import (
 func floorSizes(o *options, exe string) floor.Config {
 	cfg := floor.Config{
 		Contenders: 8, Duration: o.duration, Workers: 16, Sessions: o.floorSess,
-		Settle: 3 * time.Second, Window: 10 * time.Second,
+		Settle: 3 * time.Second, Window: 10 * time.Second, Rounds: o.floorRounds,
 		LoadGen: func(cfg loadgen.Config) (string, []string) { return exe, scenario.LoadGenArgs(cfg) },
 	}
 	if o.smoke {

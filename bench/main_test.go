@@ -75,8 +75,13 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("floor row %q without a ratio: %+v", row.Figure, row)
 			}
 		}
-		if f.Floor.Heartbeat.Opened != 40 || f.Baton.Heartbeat.Opened != 40 {
-			t.Errorf("floor heartbeats: %d and %d sessions opened, want 40", f.Floor.Heartbeat.Opened, f.Baton.Heartbeat.Opened)
+		if len(f.Rounds) != 1 {
+			t.Errorf("floor: %d rounds, want 1 in a smoke run", len(f.Rounds))
+		}
+		for _, rd := range f.Rounds {
+			if rd.Floor.Heartbeat.Opened != 40 || rd.Baton.Heartbeat.Opened != 40 {
+				t.Errorf("floor heartbeats: %d and %d sessions opened, want 40", rd.Floor.Heartbeat.Opened, rd.Baton.Heartbeat.Opened)
+			}
 		}
 	}
 	for _, f := range []string{"results.md", report.HandoverChart, report.ThroughputChart, report.MemoryChart, report.FloorChart} {

@@ -40,6 +40,10 @@ type Config struct {
 	Sessions   int           // held sessions of the heartbeat figure
 	Settle     time.Duration // after the sessions opened, before the heartbeat window
 	Window     time.Duration // the heartbeat window
+	// Rounds repeats every scenario, the floor and Baton in turn (floor
+	// first in odd rounds, Baton first in even ones); the table gives
+	// medians. 0 is 1.
+	Rounds int
 	// LoadGen is the command line of the load generator (the bench
 	// binary in its load role), a process of its own.
 	LoadGen func(loadgen.Config) (string, []string)
@@ -50,11 +54,16 @@ type Config struct {
 type Result struct {
 	Contenders int           `json:"contenders"`
 	Idle       time.Duration `json:"idle_ns"`
-	Floor      Figures       `json:"floor"`
-	Baton      Figures       `json:"baton"`
-	// Profiles are the files of the CPU profiles taken in this run
-	// (scenario label -> path), if any.
+	Rounds     []Round       `json:"rounds"`
+	// Profiles are the files of the CPU profiles taken in this run, in
+	// its first round (scenario label -> path), if any.
 	Profiles map[string]string `json:"profiles,omitempty"`
+}
+
+// Round is one pass of every scenario over both servers.
+type Round struct {
+	Floor Figures `json:"floor"`
+	Baton Figures `json:"baton"`
 }
 
 // Figures are one server's.
@@ -110,11 +119,14 @@ type Claims struct {
 	Errors      int           `json:"errors"`
 }
 
-// Compare runs every scenario against the floor and then Baton, the two
-// runs of a scenario next to each other so that they share the machine's
-// mood. logf reports progress.
+// Compare runs every scenario against the floor and Baton, the runs of a
+// scenario next to each other so that they share the machine's mood, and
+// cfg.Rounds times. logf reports progress.
 func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(string, ...any)) (Result, error) {
-	res := Result{Contenders: cfg.Contenders, Idle: Idle, Floor: Figures{System: floor.Name}, Baton: Figures{System: baton.Name}}
+	res := Result{Contenders: cfg.Contenders, Idle: Idle, Rounds: make([]Round, max(1, cfg.Rounds))}
+	for i := range res.Rounds {
+		res.Rounds[i] = Round{Floor: Figures{System: floor.Name}, Baton: Figures{System: baton.Name}}
+	}
 	for _, step := range []struct {
 		name string
 		run  func(t Target, f *Figures) error
@@ -162,16 +174,27 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			return err
 		}},
 	} {
-		logf("floor: %s", step.name)
-		for _, side := range []struct {
-			t Target
-			f *Figures
-		}{{floor, &res.Floor}, {baton, &res.Baton}} {
-			if err := ctx.Err(); err != nil {
-				return res, err
+		for i := range res.Rounds {
+			logf("floor: %s, round %d of %d", step.name, i+1, len(res.Rounds))
+			type side struct {
+				t Target
+				f *Figures
 			}
-			if err := step.run(side.t, side.f); err != nil {
-				return res, fmt.Errorf("%s, %s: %w", step.name, side.t.Name, err)
+			sides := []side{{floor, &res.Rounds[i].Floor}, {baton, &res.Rounds[i].Baton}}
+			if i%2 == 1 {
+				sides[0], sides[1] = sides[1], sides[0]
+			}
+			for _, sd := range sides {
+				if err := ctx.Err(); err != nil {
+					return res, err
+				}
+				t := sd.t
+				if i > 0 {
+					t.Profile = nil // one profile per scenario: the first round's
+				}
+				if err := step.run(t, sd.f); err != nil {
+					return res, fmt.Errorf("%s, %s: %w", step.name, t.Name, err)
+				}
 			}
 		}
 	}

@@ -142,11 +142,16 @@ func (c *Capture) Stop() error {
 }
 
 // Top is `go tool pprof -top` of the profile at file for the binary bin,
-// its first n entries.
+// its first n entries by flat time and then by cumulative time.
 func Top(ctx context.Context, bin, file string, n int) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", fmt.Sprintf("-nodecount=%d", n), bin, file).Output()
-	if err != nil {
-		return "", fmt.Errorf("go tool pprof -top %s: %w", file, err)
+	var out []byte
+	for _, order := range [][]string{nil, {"-cum"}} {
+		args := append([]string{"tool", "pprof", "-top", fmt.Sprintf("-nodecount=%d", n)}, order...)
+		b, err := exec.CommandContext(ctx, "go", append(args, bin, file)...).Output()
+		if err != nil {
+			return "", fmt.Errorf("go tool pprof -top %s: %w", file, err)
+		}
+		out = append(append(out, b...), '\n')
 	}
 	return string(out), nil
 }

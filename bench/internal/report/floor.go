@@ -28,7 +28,10 @@ func FloorMarkdown(r *Results) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("### The floor: Baton against a minimal lock server\n\n")
 	w("The floor lock server (`bench/internal/floor`, a process of its own as Baton is) speaks Baton's protocol with nothing else: FIFO per name, close = release, one global mutex, one goroutine per connection, tokens rising; the claims floor is a bare accept/reply/close server. Same clients (raw frames from the bench), same run, one after the other. Ratio: Baton ÷ floor (for rates, above 1 is more than the floor). Server CPU from the process's CPU clock (`clock_gettime` of `clock_getcpuclockid(PID)`, to the nanosecond) over each window; heartbeats counted by the load generator (a process of its own; half holders, half waiters, every session on a %s lease, a beat every lease/4). A session lost in the heartbeat window (Baton ends one whose beats come late; the floor never does) is counted below.\n\n", Dur(floor.HeartbeatLease))
-	w("| figure | floor | Baton | ratio | target | verdict |\n|---|---:|---:|---:|---:|---|\n")
+	if len(fl.Rounds) > 1 {
+		w("%d rounds, the floor and Baton in turn in each (the floor first in odd rounds); floor and Baton give each figure's median over the rounds, ratio the median of the rounds' ratios, each round's in the last column.\n\n", len(fl.Rounds))
+	}
+	w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
 	for _, row := range fl.Rows() {
 		target := "–"
 		if row.Target > 0 {
@@ -38,17 +41,20 @@ func FloorMarkdown(r *Results) string {
 		if row.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f×", row.Ratio)
 		}
-		w("| %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict())
+		each := make([]string, len(row.Ratios))
+		for i, x := range row.Ratios {
+			each[i] = fmt.Sprintf("%.2f", x)
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
 	w("\n")
-	hb := func(name string, h floor.Heartbeat) {
-		w("- %s heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s, server CPU %s, load generator CPU %s; sessions lost %d before the window, %d in it.\n",
-			name, h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
+	for i, rd := range fl.Rounds {
+		for _, f := range []floor.Figures{rd.Floor, rd.Baton} {
+			h := f.Heartbeat
+			w("- Round %d, %s: hot lock p99 close → push %s, after idle p99 %s; heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s, server CPU %s, load generator CPU %s, sessions lost %d before the window and %d in it.\n",
+				i+1, f.System, Dur(f.HotLock.Latency.P99), Dur(f.AfterIdle.P99), h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
+		}
 	}
-	hb("Floor", fl.Floor.Heartbeat)
-	hb("Baton", fl.Baton.Heartbeat)
-	w("- Hot lock p99 close → push: floor %s, Baton %s; after idle p99: floor %s, Baton %s.\n",
-		Dur(fl.Floor.HotLock.Latency.P99), Dur(fl.Baton.HotLock.Latency.P99), Dur(fl.Floor.AfterIdle.P99), Dur(fl.Baton.AfterIdle.P99))
 	if len(fl.Profiles) > 0 {
 		labels := make([]string, 0, len(fl.Profiles))
 		for l := range fl.Profiles {
