@@ -15,7 +15,7 @@ func TestRowsMedians(t *testing.T) {
 		return r
 	}
 	res := Result{Contenders: 8, Idle: Idle, Rounds: []Round{
-		round(40*time.Microsecond, 60*time.Microsecond, 1000, 900), // 1.5, 0.9
+		round(40*time.Microsecond, 60*time.Microsecond, 1000, 900),  // 1.5, 0.9
 		round(50*time.Microsecond, 45*time.Microsecond, 1000, 1200), // 0.9, 1.2
 		round(40*time.Microsecond, 38*time.Microsecond, 2000, 2000), // 0.95, 1.0
 	}}
