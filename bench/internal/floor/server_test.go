@@ -115,8 +115,19 @@ func TestLockServerFIFO(t *testing.T) {
 		t.Errorf("new holder's heartbeat reply %+v, want token %d, no push", f, p2.Token)
 	}
 	w2.Close()
-	// The lock is free again.
-	again, g3 := acquire(t, addr, "a", wire.TypeAcquired)
+	// The lock is free again: at once if the server has read the close,
+	// else by a push once it does.
+	again := dial(t, addr)
+	if err := again.Acquire("a", time.Minute, "test"); err != nil {
+		t.Fatal(err)
+	}
+	g3, err := again.ReadFrame()
+	if err == nil && g3.Type == wire.TypeWaiting {
+		g3, err = again.ReadFrame()
+	}
+	if err != nil || g3.Type != wire.TypeAcquired {
+		t.Fatalf("after the last holder's close: %+v, %v; want ACQUIRED", g3, err)
+	}
 	if g3.Token <= p2.Token {
 		t.Errorf("token %d after %d: tokens must rise", g3.Token, p2.Token)
 	}

@@ -51,8 +51,8 @@ func FloorMarkdown(r *Results) string {
 	for i, rd := range fl.Rounds {
 		for _, f := range []floor.Figures{rd.Floor, rd.Baton} {
 			h := f.Heartbeat
-			w("- Round %d, %s: hot lock p99 close → push %s, after idle p99 %s; heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s, server CPU %s, load generator CPU %s, sessions lost %d before the window and %d in it.\n",
-				i+1, f.System, Dur(f.HotLock.Latency.P99), Dur(f.AfterIdle.P99), h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
+			w("- Round %d, %s: hot lock p99 close → push %s, after idle p99 %s; heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s (round trip p50 %s, p99 %s), server CPU %s, load generator CPU %s, sessions lost %d before the window and %d in it.\n",
+				i+1, f.System, Dur(f.HotLock.Latency.P99), Dur(f.AfterIdle.P99), h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.RTT.P50), Dur(h.RTT.P99), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
 		}
 	}
 	if len(fl.Profiles) > 0 {
