@@ -31,6 +31,7 @@ type options struct {
 	longLease  time.Duration
 	sources    int
 	dialPar    int
+	prefix     string
 }
 
 var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "floor"}
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.longLease, "long-lease", 30*time.Second, "internal: the long lease of the scale scenario")
 	fs.IntVar(&o.sources, "sources", 1, "internal: source addresses 127.0.0.1 .. 127.0.0.N")
 	fs.IntVar(&o.dialPar, "dial-par", 64, "internal: dials in flight")
+	fs.StringVar(&o.prefix, "lock-prefix", "", "internal: load generator's prefix of lock names")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -131,9 +131,9 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 	}
 	for _, step := range []struct {
 		name string
-		run  func(t Target, f *Figures) error
+		run  func(t Target, f *Figures, round int) error
 	}{
-		{"hot lock", func(t Target, f *Figures) error {
+		{"hot lock", func(t Target, f *Figures, _ int) error {
 			var err error
 			f.HotLock, err = hotLock(ctx, cfg, t)
 			if err == nil {
@@ -142,7 +142,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			}
 			return err
 		}},
-		{"handover after idle", func(t Target, f *Figures) error {
+		{"handover after idle", func(t Target, f *Figures, _ int) error {
 			var err error
 			f.AfterIdle, err = afterIdle(ctx, cfg, t)
 			if err == nil {
@@ -150,7 +150,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			}
 			return err
 		}},
-		{"uncontended claims", func(t Target, f *Figures) error {
+		{"uncontended claims", func(t Target, f *Figures, _ int) error {
 			var err error
 			f.Claims, err = claims(ctx, cfg, t, false)
 			if err == nil {
@@ -158,7 +158,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			}
 			return err
 		}},
-		{"uncontended claims, RST release", func(t Target, f *Figures) error {
+		{"uncontended claims, RST release", func(t Target, f *Figures, _ int) error {
 			var err error
 			f.ClaimsRST, err = claims(ctx, cfg, t, true)
 			if err == nil {
@@ -166,9 +166,9 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			}
 			return err
 		}},
-		{"heartbeats", func(t Target, f *Figures) error {
+		{"heartbeats", func(t Target, f *Figures, round int) error {
 			var err error
-			f.Heartbeat, err = heartbeats(ctx, cfg, t)
+			f.Heartbeat, err = heartbeats(ctx, cfg, t, round)
 			if err == nil {
 				logf("  %s: %d sessions, %d heartbeats in %v, %s server CPU each, round trip p50 %s p99 %s; sessions lost %d before the window, %d in it (last: %s)", t.Name, f.Heartbeat.Opened,
 					f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), dur(f.Heartbeat.RTT.P50), dur(f.Heartbeat.RTT.P99), f.Heartbeat.LostBefore, f.Heartbeat.Lost, f.Heartbeat.LastLoss)
@@ -194,7 +194,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				if i > 0 {
 					t.Profile = nil // one profile per scenario: the first round's
 				}
-				if err := step.run(t, sd.f); err != nil {
+				if err := step.run(t, sd.f, i); err != nil {
 					return res, fmt.Errorf("%s, %s: %w", step.name, t.Name, err)
 				}
 			}
@@ -316,10 +316,10 @@ const HeartbeatLease = 5 * time.Second
 // (half holders, half waiters, in pairs on one lock, each beating every
 // lease/4) and divides the server's CPU over the window by the heartbeats
 // answered in it.
-func heartbeats(ctx context.Context, cfg Config, t Target) (Heartbeat, error) {
+func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat, error) {
 	r := Heartbeat{Sessions: cfg.Sessions}
 	lc := loadgen.Config{Addr: t.Addr, Sessions: cfg.Sessions, ShortLease: HeartbeatLease, LongLease: HeartbeatLease,
-		Sources: cfg.Sessions/5000 + 1, DialPar: 200}
+		Sources: cfg.Sessions/5000 + 1, DialPar: 200, Prefix: fmt.Sprintf("floor-%d-", round)}
 	name, args := cfg.LoadGen(lc)
 	gen, err := proc.Start(name, args...)
 	if err != nil {
