@@ -350,6 +350,11 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if o.floorBefore != "" {
+		if err := loadFloorBefore(o.floorBefore, res); err != nil {
+			fail("-floor-before: %v", err)
+		}
+	}
 	res.Elapsed = time.Since(started)
 	res.Machine.LoadEnd = report.LoadAvg()
 	if ctx.Err() != nil {
@@ -386,6 +391,12 @@ func runRender(o *options, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(b, &res); err != nil {
 		fmt.Fprintf(stderr, "bench: %s: %v\n", o.render, err)
 		return 1
+	}
+	if o.floorBefore != "" {
+		if err := loadFloorBefore(o.floorBefore, &res); err != nil {
+			fmt.Fprintf(stderr, "bench: -floor-before: %v\n", err)
+			return 1
+		}
 	}
 	out := o.out
 	if out == "" {

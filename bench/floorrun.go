@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/batonlock/baton/bench/internal/loadgen"
 	"github.com/batonlock/baton/bench/internal/proc"
 	"github.com/batonlock/baton/bench/internal/profsig"
+	"github.com/batonlock/baton/bench/internal/report"
 	"github.com/batonlock/baton/bench/internal/scenario"
 )
 
@@ -115,4 +117,23 @@ func runFloorScenario(ctx context.Context, o *options, exe, bin string, srv *bat
 		logf("  %s: floor %s, baton %s, %.2f× %s", row.Figure, row.Floor, row.Baton, row.Ratio, row.Verdict())
 	}
 	return &r, err
+}
+
+// loadFloorBefore puts the floor comparison of the earlier run in the
+// results.json at path beside this run's (-floor-before).
+func loadFloorBefore(path string, res *report.Results) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var prev report.Results
+	if err := json.Unmarshal(b, &prev); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if prev.Floor == nil {
+		return fmt.Errorf("%s: no floor comparison in that run", path)
+	}
+	res.FloorBefore = prev.Floor
+	res.FloorBeforeFrom = prev.Started.UTC().Format("2006-01-02 15:04 UTC")
+	return nil
 }

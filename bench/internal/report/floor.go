@@ -31,7 +31,16 @@ func FloorMarkdown(r *Results) string {
 	if len(fl.Rounds) > 1 {
 		w("%d rounds, the floor and Baton in turn in each (the floor first in odd rounds); floor and Baton give each figure's median over the rounds, ratio the median of the rounds' ratios, each round's in the last column.\n\n", len(fl.Rounds))
 	}
-	w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
+	before := map[string]floor.Row{}
+	if r.FloorBefore != nil {
+		for _, row := range r.FloorBefore.Rows() {
+			before[row.Key] = row
+		}
+		w("Ratio before: the same figure in the run of %s (`-floor-before`).\n\n", r.FloorBeforeFrom)
+		w("| figure | floor | Baton | ratio | ratio before | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---:|---|---|\n")
+	} else {
+		w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
+	}
 	for _, row := range fl.Rows() {
 		target := "–"
 		if row.Target > 0 {
@@ -44,6 +53,14 @@ func FloorMarkdown(r *Results) string {
 		each := make([]string, len(row.Ratios))
 		for i, x := range row.Ratios {
 			each[i] = fmt.Sprintf("%.2f", x)
+		}
+		if r.FloorBefore != nil {
+			prev := "–"
+			if b, ok := before[row.Key]; ok && b.Ratio > 0 {
+				prev = fmt.Sprintf("%.2f×", b.Ratio)
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, prev, target, row.Verdict(), strings.Join(each, " · "))
+			continue
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
@@ -84,8 +101,15 @@ func floorChart(file string, r *Results) error {
 		"claims-rst": "claims/s\nRST release", "claims-rst-cpu": "CPU/claim\nRST release",
 	}
 	rows := r.Floor.Rows()
+	before := map[string]float64{}
+	if r.FloorBefore != nil {
+		for _, row := range r.FloorBefore.Rows() {
+			before[row.Key] = row.Ratio
+		}
+	}
 	names := make([]string, len(rows))
 	ratio := make([]float64, len(rows))
+	prev := make([]float64, len(rows))
 	target := make([]float64, len(rows))
 	hi := 1.0
 	for i, row := range rows {
@@ -93,16 +117,29 @@ func floorChart(file string, r *Results) error {
 		if names[i] == "" {
 			names[i] = row.Key
 		}
-		ratio[i], target[i] = row.Ratio, row.Target
-		hi = max(hi, row.Ratio, row.Target)
+		ratio[i], target[i], prev[i] = row.Ratio, row.Target, before[row.Key]
+		hi = max(hi, row.Ratio, row.Target, prev[i])
 	}
 	const barPt = 16.0
 	width := vg.Points(barPt)
-	rb := &bars{values: ratio, width: width, color: plotutil.Color(0), offset: -width / 2}
-	tb := &bars{values: target, width: width, color: plotutil.Color(1), offset: width / 2}
-	p.Add(rb, tb)
-	p.Legend.Add("Baton ÷ floor", rb)
-	p.Legend.Add("issue 16 target (at most)", tb)
+	// Bars side by side: before (if given), this run, the target.
+	series := []struct {
+		label  string
+		values []float64
+	}{{"Baton ÷ floor", ratio}, {"issue 16 target (at most)", target}}
+	if r.FloorBefore != nil {
+		series = append([]struct {
+			label  string
+			values []float64
+		}{{"Baton ÷ floor, before (" + r.FloorBeforeFrom + ")", prev}}, series...)
+		series[1].label = "Baton ÷ floor, this run"
+	}
+	for k, sr := range series {
+		b := &bars{values: sr.values, width: width, color: plotutil.Color(k),
+			offset: width * vg.Length(float64(k)-float64(len(series)-1)/2)}
+		p.Add(b)
+		p.Legend.Add(sr.label, b)
+	}
 	one, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 1}, {X: float64(len(rows)) - 0.5, Y: 1}})
 	if err != nil {
 		return err
