@@ -128,9 +128,11 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		logf("skipped: %s", msg)
 	}
 
-	var prof *profiler
+	var (
+		prof *profiler
+		bin  string
+	)
 	logf("building %s/cmd/baton", o.repo)
-	bin, err := "", error(nil)
 	if o.profile {
 		// The servers write their profiles here (package profsig); the
 		// children inherit the variable.
