@@ -15,6 +15,7 @@ import (
 	"github.com/batonlock/baton/bench/internal/loadgen"
 	"github.com/batonlock/baton/bench/internal/peers"
 	"github.com/batonlock/baton/bench/internal/proc"
+	"github.com/batonlock/baton/bench/internal/profsig"
 	"github.com/batonlock/baton/bench/internal/report"
 	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/system"
@@ -127,8 +128,24 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		logf("skipped: %s", msg)
 	}
 
+	var (
+		prof *profiler
+		bin  string
+	)
 	logf("building %s/cmd/baton", o.repo)
-	bin, err := batonsys.Build(ctx, o.repo, tmp)
+	if o.profile {
+		// The servers write their profiles here (package profsig); the
+		// children inherit the variable.
+		prof = &profiler{profDir: filepath.Join(tmp, "profiles"), out: out, logf: logf}
+		if err := os.MkdirAll(prof.profDir, 0o755); err != nil {
+			logf("%v", err)
+			return 1
+		}
+		os.Setenv(profsig.Env, prof.profDir)
+		bin, err = batonsys.BuildProfiled(ctx, o.repo, tmp, profsig.MainSource)
+	} else {
+		bin, err = batonsys.Build(ctx, o.repo, tmp)
+	}
 	if err != nil {
 		logf("%v", err)
 		return 1
@@ -167,7 +184,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	// Baton: the real server, a process of its own.
 	var systems []system.System
 	var srv *batonsys.Server
-	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"]
+	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"] || o.scenarios["floor"]
 	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
 		srv, err = batonsys.StartServer(ctx, bin, tmp)
 		if err != nil {
@@ -290,6 +307,13 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			res.Detect = append(res.Detect, d)
 		}
 	}
+	if o.scenarios["floor"] && srv != nil && ctx.Err() == nil {
+		fl, err := runFloorScenario(ctx, o, exe, bin, srv, prof, logf)
+		if err != nil {
+			fail("floor: %v", err)
+		}
+		res.Floor = fl
+	}
 	if srv != nil {
 		srv.Stop() // the scale steps each start a fresh server
 	}
@@ -328,6 +352,11 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if o.floorBefore != "" {
+		if err := loadFloorBefore(o.floorBefore, res); err != nil {
+			fail("-floor-before: %v", err)
+		}
+	}
 	res.Elapsed = time.Since(started)
 	res.Machine.LoadEnd = report.LoadAvg()
 	if ctx.Err() != nil {
@@ -364,6 +393,12 @@ func runRender(o *options, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(b, &res); err != nil {
 		fmt.Fprintf(stderr, "bench: %s: %v\n", o.render, err)
 		return 1
+	}
+	if o.floorBefore != "" {
+		if err := loadFloorBefore(o.floorBefore, &res); err != nil {
+			fmt.Fprintf(stderr, "bench: -floor-before: %v\n", err)
+			return 1
+		}
 	}
 	out := o.out
 	if out == "" {

@@ -10,15 +10,19 @@ import (
 )
 
 type options struct {
-	scenarios map[string]bool
-	systems   map[string]bool // empty: every system available
-	smoke     bool
-	out       string
-	duration  time.Duration
-	scale     []int
-	repo      string
-	doc       string
-	render    string
+	scenarios   map[string]bool
+	systems     map[string]bool // empty: every system available
+	smoke       bool
+	out         string
+	duration    time.Duration
+	scale       []int
+	repo        string
+	doc         string
+	render      string
+	profile     bool
+	floorSess   int
+	floorRounds int
+	floorBefore string
 
 	// Hidden: the roles the bench re-executes itself in.
 	role       string
@@ -28,9 +32,10 @@ type options struct {
 	longLease  time.Duration
 	sources    int
 	dialPar    int
+	prefix     string
 }
 
-var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale"}
+var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "floor"}
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -45,6 +50,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
+	fs.BoolVar(&o.profile, "profile", false, "take CPU profiles of Baton and of the floor server in each floor scenario's window (into -out/profiles, with `go tool pprof -top` beside each); the profiling costs the servers a little CPU")
+	fs.IntVar(&o.floorSess, "floor-sessions", 0, "held sessions of the floor scenario's heartbeat figure (default 10000; 40 with -smoke)")
+	fs.IntVar(&o.floorRounds, "floor-rounds", 0, "rounds of the floor scenario, the floor and Baton in turn; its table gives medians (default 3; 1 with -smoke)")
+	fs.StringVar(&o.floorBefore, "floor-before", "", "results.json of an earlier run (docs/bench/floor-before.json): its floor ratios go beside this run's, in the table and the chart (with -render too)")
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
@@ -53,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.longLease, "long-lease", 30*time.Second, "internal: the long lease of the scale scenario")
 	fs.IntVar(&o.sources, "sources", 1, "internal: source addresses 127.0.0.1 .. 127.0.0.N")
 	fs.IntVar(&o.dialPar, "dial-par", 64, "internal: dials in flight")
+	fs.StringVar(&o.prefix, "lock-prefix", "", "internal: load generator's prefix of lock names")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -95,6 +105,26 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("bad scale")
 		}
 		o.scale = append(o.scale, n)
+	}
+	if o.floorSess < 0 || o.floorSess == 1 {
+		fmt.Fprintf(stderr, "bench: -floor-sessions %d: want 2 or more\n", o.floorSess)
+		return nil, fmt.Errorf("bad floor sessions")
+	}
+	if o.floorSess == 0 {
+		o.floorSess = 10000
+		if o.smoke {
+			o.floorSess = 40
+		}
+	}
+	if o.floorRounds < 0 {
+		fmt.Fprintf(stderr, "bench: -floor-rounds %d must not be negative\n", o.floorRounds)
+		return nil, fmt.Errorf("bad floor rounds")
+	}
+	if o.floorRounds == 0 {
+		o.floorRounds = 3
+		if o.smoke {
+			o.floorRounds = 1
+		}
 	}
 	if len(o.scale) == 0 {
 		o.scale = []int{10000, 18000}

@@ -42,6 +42,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "":
 	case "echo":
 		return runEcho(ctx, stdout, stderr)
+	case "floor":
+		return runFloor(ctx, stdout, stderr)
 	case "load":
 		return runLoad(ctx, o, stdin, stdout, stderr)
 	default:

@@ -67,10 +67,30 @@ func TestSmoke(t *testing.T) {
 	if len(r.Scale) != 1 || r.Scale[0].Opened != 40 || r.Scale[0].Live == 0 || r.Scale[0].HeartbeatsPerSec <= 0 {
 		t.Errorf("scale: %+v, want 40 sessions opened and heartbeats counted", r.Scale)
 	}
-	for _, f := range []string{"results.md", report.HandoverChart, report.ThroughputChart, report.MemoryChart} {
+	if f := r.Floor; f == nil {
+		t.Errorf("no floor comparison")
+	} else {
+		for _, row := range f.Rows() {
+			if row.Ratio <= 0 {
+				t.Errorf("floor row %q without a ratio: %+v", row.Figure, row)
+			}
+		}
+		if len(f.Rounds) != 1 {
+			t.Errorf("floor: %d rounds, want 1 in a smoke run", len(f.Rounds))
+		}
+		for _, rd := range f.Rounds {
+			if rd.Floor.Heartbeat.Opened != 40 || rd.Baton.Heartbeat.Opened != 40 {
+				t.Errorf("floor heartbeats: %d and %d sessions opened, want 40", rd.Floor.Heartbeat.Opened, rd.Baton.Heartbeat.Opened)
+			}
+		}
+	}
+	for _, f := range []string{"results.md", report.HandoverChart, report.ThroughputChart, report.MemoryChart, report.FloorChart} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v (size %v)", f, err, st)
 		}
+	}
+	if !strings.Contains(stdout.String(), "### The floor") {
+		t.Errorf("stdout lacks the floor table:\n%s", stdout.String())
 	}
 	if !strings.Contains(stdout.String(), "### Handover") {
 		t.Errorf("stdout lacks the handover table:\n%s", stdout.String())
@@ -83,6 +103,7 @@ func TestFlags(t *testing.T) {
 		{"-duration", "-1s"},
 		{"-scale-sessions", "1"},
 		{"-scale-sessions", "ten"},
+		{"-floor-sessions", "1"},
 		{"extra"},
 	} {
 		var stderr strings.Builder

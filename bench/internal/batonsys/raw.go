@@ -3,6 +3,7 @@ package batonsys
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/batonlock/baton/bench/internal/rawwire"
@@ -15,13 +16,24 @@ import (
 // System it shows how much of a figure is the server and how much the Go
 // client. Its sessions never heartbeat, so a claim must end within the
 // lease (one minute).
-type RawSystem struct{ srv *Server }
+type RawSystem struct {
+	name, addr string
+	rst        bool
+}
 
 // NewRawSystem measures srv without the Go client.
-func NewRawSystem(srv *Server) *RawSystem { return &RawSystem{srv: srv} }
+func NewRawSystem(srv *Server) *RawSystem { return &RawSystem{name: "baton-wire", addr: srv.Addr} }
+
+// NewRawSystemAt speaks raw frames to any server of Baton's protocol at
+// addr (the floor lock server too), under the label name. With rst, a
+// release is a reset (SO_LINGER 0, then close): the client keeps no
+// TIME_WAIT, and the server reads ECONNRESET instead of EOF.
+func NewRawSystemAt(name, addr string, rst bool) *RawSystem {
+	return &RawSystem{name: name, addr: addr, rst: rst}
+}
 
 // Name implements system.System.
-func (s *RawSystem) Name() string { return "baton-wire" }
+func (s *RawSystem) Name() string { return s.name }
 
 // Version implements system.System.
 func (s *RawSystem) Version(context.Context) (string, error) {
@@ -30,7 +42,7 @@ func (s *RawSystem) Version(context.Context) (string, error) {
 
 // NewClient implements system.System.
 func (s *RawSystem) NewClient(_ context.Context, id int) (system.Client, error) {
-	return &rawClient{addr: s.srv.Addr, owner: fmt.Sprintf("bench-wire-%d", id)}, nil
+	return &rawClient{addr: s.addr, owner: fmt.Sprintf("bench-wire-%d", id), rst: s.rst}, nil
 }
 
 // Close implements system.System.
@@ -38,6 +50,7 @@ func (s *RawSystem) Close() error { return nil }
 
 type rawClient struct {
 	addr, owner string
+	rst         bool
 	held        *rawwire.Conn
 	name        string
 }
@@ -83,9 +96,17 @@ func (c *rawClient) Unlock(_ context.Context, name string) error {
 	if c.held == nil || c.name != name {
 		return fmt.Errorf("unlock %q: not held by this client", name)
 	}
-	err := c.held.Close()
+	err := c.release()
 	c.held = nil
 	return err
+}
+
+// release closes the held connection, with a reset if c.rst.
+func (c *rawClient) release() error {
+	if tc, ok := c.held.Conn.(*net.TCPConn); ok && c.rst {
+		tc.SetLinger(0)
+	}
+	return c.held.Close()
 }
 
 func (c *rawClient) Close() error {

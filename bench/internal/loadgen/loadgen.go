@@ -32,6 +32,9 @@ type Config struct {
 	LongLease  time.Duration // the other half
 	Sources    int           // source addresses 127.0.0.1 .. 127.0.0.Sources
 	DialPar    int           // dials in flight
+	// Prefix starts every lock name, so that a run's names never meet
+	// the sessions of an earlier run the server has not ended yet.
+	Prefix string
 }
 
 // Ready is the first line the generator prints.
@@ -187,7 +190,7 @@ func (g *generator) openPair(ctx context.Context, k int) (int, error) {
 	if k%2 == 1 {
 		lease = g.cfg.LongLease
 	}
-	name := fmt.Sprintf("scale-%d", k)
+	name := fmt.Sprintf("%sscale-%d", g.cfg.Prefix, k)
 	opened := 0
 	for role, want := range []wire.Type{wire.TypeAcquired, wire.TypeWaiting} {
 		j := 2*k + role

@@ -29,6 +29,9 @@ func Charts(dir string, r *Results) error {
 	if err := throughputChart(filepath.Join(dir, ThroughputChart), r); err != nil {
 		return err
 	}
+	if err := floorChart(filepath.Join(dir, FloorChart), r); err != nil {
+		return err
+	}
 	return memoryChart(filepath.Join(dir, MemoryChart), r)
 }
 

@@ -27,7 +27,7 @@ func TestChartsFromResults(t *testing.T) {
 	if err := Charts(dir, r); err != nil {
 		t.Fatalf("Charts: %v", err)
 	}
-	for _, f := range []string{HandoverChart, ThroughputChart, MemoryChart} {
+	for _, f := range []string{HandoverChart, ThroughputChart, MemoryChart, FloorChart} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

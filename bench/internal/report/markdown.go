@@ -140,6 +140,8 @@ func Markdown(r *Results) string {
 		w("\n")
 	}
 
+	w("%s", FloorMarkdown(r))
+
 	if len(r.Detect) > 0 {
 		w("### Failure detection: a silent holder with lease L\n\n")
 		w("Error: (waiter receives the ACQUIRED push) − (just before the holder writes its last frame) − L.\n\n")

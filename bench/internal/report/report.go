@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/bench/internal/baseline"
+	"github.com/batonlock/baton/bench/internal/floor"
 	"github.com/batonlock/baton/bench/internal/scenario"
 )
 
@@ -29,6 +30,12 @@ type Results struct {
 	Cycles   []scenario.CyclesResult   `json:"cycles,omitempty"`
 	Detect   []scenario.DetectResult   `json:"detect,omitempty"`
 	Scale    []scenario.ScaleResult    `json:"scale,omitempty"`
+	// Floor is Baton against the minimal lock server (issue 16).
+	Floor *floor.Result `json:"floor,omitempty"`
+	// FloorBefore is an earlier run's floor comparison (-floor-before),
+	// drawn beside this one; FloorBeforeFrom says which run.
+	FloorBefore     *floor.Result `json:"floor_before,omitempty"`
+	FloorBeforeFrom string        `json:"floor_before_from,omitempty"`
 }
 
 // Write puts results.json, results.md and the charts in dir.

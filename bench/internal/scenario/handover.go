@@ -20,6 +20,10 @@ type HandoverConfig struct {
 	Hold     time.Duration // how long each holder keeps the lock; 0 is back to back
 	Duration time.Duration // the measured window
 	Name     string        // the lock
+	// OnWindow, if set, is called as the measured window opens (true)
+	// and closes (false): the floor comparison reads the server's CPU
+	// time there.
+	OnWindow func(open bool)
 }
 
 // HandoverResult is one handover run of one system.
@@ -122,11 +126,17 @@ func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (Hando
 		time.Sleep(5 * time.Millisecond)
 	}
 	sleepCtx(ctx, 100*time.Millisecond)
+	if cfg.OnWindow != nil {
+		cfg.OnWindow(true)
+	}
 	measuring.Store(true)
 	start := time.Now()
 	sleepCtx(ctx, cfg.Duration)
 	measuring.Store(false)
 	window := time.Since(start)
+	if cfg.OnWindow != nil {
+		cfg.OnWindow(false)
+	}
 	close(stop)
 	// Let the queue drain in order; then cut whoever still waits.
 	if !waitTimeout(&wg, 10*time.Second) {

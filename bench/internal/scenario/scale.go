@@ -232,5 +232,5 @@ func LoadGenArgs(cfg loadgen.Config) []string {
 	return []string{"-role", "load", "-addr", cfg.Addr,
 		"-sessions", strconv.Itoa(cfg.Sessions),
 		"-short-lease", cfg.ShortLease.String(), "-long-lease", cfg.LongLease.String(),
-		"-sources", strconv.Itoa(cfg.Sources), "-dial-par", strconv.Itoa(cfg.DialPar)}
+		"-sources", strconv.Itoa(cfg.Sources), "-dial-par", strconv.Itoa(cfg.DialPar), "-lock-prefix", cfg.Prefix}
 }

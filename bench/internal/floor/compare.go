@@ -1,0 +1,439 @@
+package floor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/batonlock/baton/bench/internal/batonsys"
+	"github.com/batonlock/baton/bench/internal/loadgen"
+	"github.com/batonlock/baton/bench/internal/proc"
+	"github.com/batonlock/baton/bench/internal/scenario"
+	"github.com/batonlock/baton/bench/internal/stats"
+)
+
+// Idle is the hold before each "after idle" handover.
+const Idle = 20 * time.Millisecond
+
+// A Target is one server under comparison, in a process of its own.
+type Target struct {
+	Name string
+	// Addr serves Baton's protocol (the floor lock server, or Baton).
+	Addr string
+	// ClaimAddr takes the uncontended claims: the bare server for the
+	// floor, Baton itself for Baton.
+	ClaimAddr string
+	// PID is the server process, whose CPU time /proc gives.
+	PID int
+	// Profile, if set, starts a CPU profile of the process for the
+	// scenario label and returns the function that ends it.
+	Profile func(label string) (stop func())
+}
+
+// Config sizes the comparison.
+type Config struct {
+	Contenders int           // clients on the hot lock
+	Duration   time.Duration // window of the hot lock, the idle handovers and the claims
+	Workers    int           // uncontended claimers
+	Sessions   int           // held sessions of the heartbeat figure
+	Settle     time.Duration // after the sessions opened, before the heartbeat window
+	Window     time.Duration // the heartbeat window
+	// Rounds repeats every scenario, the floor and Baton in turn (floor
+	// first in odd rounds, Baton first in even ones); the table gives
+	// medians. 0 is 1.
+	Rounds int
+	// LoadGen is the command line of the load generator (the bench
+	// binary in its load role), a process of its own.
+	LoadGen func(loadgen.Config) (string, []string)
+}
+
+// Result is one run of the comparison: the same scenarios, the same
+// clients, against the floor and against Baton.
+type Result struct {
+	Contenders int           `json:"contenders"`
+	Idle       time.Duration `json:"idle_ns"`
+	Rounds     []Round       `json:"rounds"`
+	// Profiles are the files of the CPU profiles taken in this run, in
+	// its first round (scenario label -> path), if any.
+	Profiles map[string]string `json:"profiles,omitempty"`
+}
+
+// Round is one pass of every scenario over both servers.
+type Round struct {
+	Floor Figures `json:"floor"`
+	Baton Figures `json:"baton"`
+}
+
+// Figures are one server's.
+type Figures struct {
+	System    string        `json:"system"`
+	HotLock   HotLock       `json:"hot_lock"`
+	AfterIdle stats.Summary `json:"after_idle"`
+	Heartbeat Heartbeat     `json:"heartbeat"`
+	Claims    Claims        `json:"claims"`
+	ClaimsRST Claims        `json:"claims_rst"`
+}
+
+// HotLock is Contenders raw-wire clients on one lock, each re-queuing as
+// soon as it lets go.
+type HotLock struct {
+	Grants        int           `json:"grants"`
+	Window        time.Duration `json:"window_ns"`
+	ServerCPU     time.Duration `json:"server_cpu_ns"`
+	CPUPerGrant   time.Duration `json:"cpu_per_grant_ns"`
+	ChangesPerSec float64       `json:"owner_changes_per_sec"`
+	// Latency is close -> push read, back to back.
+	Latency stats.Summary `json:"latency"`
+	Errors  int           `json:"errors"`
+}
+
+// Heartbeat is the server's CPU per heartbeat with Sessions held sessions
+// heartbeating from the load generator.
+type Heartbeat struct {
+	Sessions   int           `json:"sessions"`
+	Opened     int           `json:"opened"`
+	Failed     int           `json:"failed"`
+	Beats      int64         `json:"beats"`
+	Window     time.Duration `json:"window_ns"`
+	ServerCPU  time.Duration `json:"server_cpu_ns"`
+	CPUPerBeat time.Duration `json:"cpu_per_heartbeat_ns"`
+	LoadGenCPU time.Duration `json:"loadgen_cpu_ns"`
+	// LostBefore counts sessions lost before the window (while opening
+	// and settling), Lost those lost in it; LastLoss is the last reason.
+	LostBefore int64  `json:"lost_before"`
+	Lost       int64  `json:"lost"`
+	LastLoss   string `json:"last_loss,omitempty"`
+	// RTT is the load generator's heartbeat round trip in the window.
+	RTT stats.Summary `json:"rtt"`
+}
+
+// Claims is Workers clients each claiming its own lock on a new
+// connection and releasing it, back to back.
+type Claims struct {
+	Workers     int           `json:"workers"`
+	RST         bool          `json:"rst"`
+	PerSec      float64       `json:"per_sec"`
+	Latency     stats.Summary `json:"latency"`
+	ServerCPU   time.Duration `json:"server_cpu_ns"`
+	CPUPerClaim time.Duration `json:"cpu_per_claim_ns"`
+	Errors      int           `json:"errors"`
+}
+
+// Compare runs every scenario against the floor and Baton, the runs of a
+// scenario next to each other so that they share the machine's mood, and
+// cfg.Rounds times. logf reports progress.
+func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(string, ...any)) (Result, error) {
+	res := Result{Contenders: cfg.Contenders, Idle: Idle, Rounds: make([]Round, max(1, cfg.Rounds))}
+	for i := range res.Rounds {
+		res.Rounds[i] = Round{Floor: Figures{System: floor.Name}, Baton: Figures{System: baton.Name}}
+	}
+	for _, step := range []struct {
+		name string
+		run  func(t Target, f *Figures, round int) error
+	}{
+		{"hot lock", func(t Target, f *Figures, _ int) error {
+			var err error
+			f.HotLock, err = hotLock(ctx, cfg, t)
+			if err == nil {
+				logf("  %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s",
+					t.Name, f.HotLock.Grants, f.HotLock.ChangesPerSec, dur(f.HotLock.CPUPerGrant), dur(f.HotLock.Latency.P50))
+			}
+			return err
+		}},
+		{"handover after idle", func(t Target, f *Figures, _ int) error {
+			var err error
+			f.AfterIdle, err = afterIdle(ctx, cfg, t)
+			if err == nil {
+				logf("  %s: close → push after %v idle p50 %s p99 %s (%d)", t.Name, Idle, dur(f.AfterIdle.P50), dur(f.AfterIdle.P99), f.AfterIdle.N)
+			}
+			return err
+		}},
+		{"uncontended claims", func(t Target, f *Figures, _ int) error {
+			var err error
+			f.Claims, err = claims(ctx, cfg, t, false)
+			if err == nil {
+				logf("  %s: %.0f claims/s, %s server CPU per claim, p50 %s", t.Name, f.Claims.PerSec, dur(f.Claims.CPUPerClaim), dur(f.Claims.Latency.P50))
+			}
+			return err
+		}},
+		{"uncontended claims, RST release", func(t Target, f *Figures, _ int) error {
+			var err error
+			f.ClaimsRST, err = claims(ctx, cfg, t, true)
+			if err == nil {
+				logf("  %s: %.0f claims/s, %s server CPU per claim, p50 %s", t.Name, f.ClaimsRST.PerSec, dur(f.ClaimsRST.CPUPerClaim), dur(f.ClaimsRST.Latency.P50))
+			}
+			return err
+		}},
+		{"heartbeats", func(t Target, f *Figures, round int) error {
+			var err error
+			f.Heartbeat, err = heartbeats(ctx, cfg, t, round)
+			if err == nil {
+				logf("  %s: %d sessions, %d heartbeats in %v, %s server CPU each, round trip p50 %s p99 %s; sessions lost %d before the window, %d in it (last: %s)", t.Name, f.Heartbeat.Opened,
+					f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), dur(f.Heartbeat.RTT.P50), dur(f.Heartbeat.RTT.P99), f.Heartbeat.LostBefore, f.Heartbeat.Lost, f.Heartbeat.LastLoss)
+			}
+			return err
+		}},
+	} {
+		for i := range res.Rounds {
+			logf("floor: %s, round %d of %d", step.name, i+1, len(res.Rounds))
+			type side struct {
+				t Target
+				f *Figures
+			}
+			sides := []side{{floor, &res.Rounds[i].Floor}, {baton, &res.Rounds[i].Baton}}
+			if i%2 == 1 {
+				sides[0], sides[1] = sides[1], sides[0]
+			}
+			for _, sd := range sides {
+				if err := ctx.Err(); err != nil {
+					return res, err
+				}
+				t := sd.t
+				if i > 0 {
+					t.Profile = nil // one profile per scenario: the first round's
+				}
+				if err := step.run(t, sd.f, i); err != nil {
+					return res, fmt.Errorf("%s, %s: %w", step.name, t.Name, err)
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// profile starts t's profile for label, if profiles are wanted.
+func profile(t Target, label string) func() {
+	if t.Profile == nil {
+		return func() {}
+	}
+	return t.Profile(label)
+}
+
+// cpu is the CPU time of process pid so far: from its CPU clock, to the
+// nanosecond, where the kernel allows; else from /proc (10 ms ticks).
+func cpu(pid int) (time.Duration, error) {
+	if d, err := processCPU(pid); err == nil {
+		return d, nil
+	}
+	u, err := batonsys.ReadUsage(pid)
+	return u.CPU, err
+}
+
+func hotLock(ctx context.Context, cfg Config, t Target) (HotLock, error) {
+	var (
+		r        HotLock
+		c0, c1   time.Duration
+		e0, e1   error
+		stopProf func()
+	)
+	sys := batonsys.NewRawSystemAt(t.Name, t.Addr, false)
+	h, err := scenario.Handover(ctx, sys, scenario.HandoverConfig{
+		Waiters: cfg.Contenders - 1, Duration: cfg.Duration, Name: "floor-hot",
+		OnWindow: func(open bool) {
+			if open {
+				stopProf = profile(t, "hot-lock")
+				c0, e0 = cpu(t.PID)
+				return
+			}
+			c1, e1 = cpu(t.PID)
+			stopProf()
+		},
+	})
+	if err != nil {
+		return r, err
+	}
+	if e0 != nil || e1 != nil {
+		return r, fmt.Errorf("server CPU: %v %v", e0, e1)
+	}
+	r.Grants, r.Latency, r.Errors = h.Latency.N, h.Latency, h.Errors
+	r.ChangesPerSec = h.HandoffsPerSec
+	if h.HandoffsPerSec > 0 {
+		r.Window = time.Duration(float64(h.Latency.N) / h.HandoffsPerSec * 1e9)
+	}
+	r.ServerCPU = c1 - c0
+	if r.Grants > 0 {
+		r.CPUPerGrant = r.ServerCPU / time.Duration(r.Grants)
+	}
+	return r, nil
+}
+
+func afterIdle(ctx context.Context, cfg Config, t Target) (stats.Summary, error) {
+	var stopProf func()
+	sys := batonsys.NewRawSystemAt(t.Name, t.Addr, false)
+	h, err := scenario.Handover(ctx, sys, scenario.HandoverConfig{
+		Waiters: cfg.Contenders - 1, Hold: Idle, Duration: cfg.Duration, Name: "floor-idle",
+		OnWindow: func(open bool) {
+			if open {
+				stopProf = profile(t, "after-idle")
+			} else {
+				stopProf()
+			}
+		},
+	})
+	return h.Latency, err
+}
+
+func claims(ctx context.Context, cfg Config, t Target, rst bool) (Claims, error) {
+	r := Claims{Workers: cfg.Workers, RST: rst}
+	label := "claims"
+	if rst {
+		label = "claims-rst"
+	}
+	sys := batonsys.NewRawSystemAt(t.Name, t.ClaimAddr, rst)
+	c0, err := cpu(t.PID)
+	if err != nil {
+		return r, err
+	}
+	stopProf := profile(t, label)
+	c, err := scenario.Cycles(ctx, sys, cfg.Workers, cfg.Duration)
+	stopProf()
+	if err != nil {
+		return r, err
+	}
+	c1, err := cpu(t.PID)
+	if err != nil {
+		return r, err
+	}
+	r.PerSec, r.Latency, r.Errors = c.CyclesPerSec, c.Latency, c.Errors
+	r.ServerCPU = c1 - c0
+	if c.Latency.N > 0 {
+		r.CPUPerClaim = r.ServerCPU / time.Duration(c.Latency.N)
+	}
+	return r, nil
+}
+
+// HeartbeatLease is every session's lease in the heartbeat figure: a
+// beat every 1.25 s, 8,000 a second at 10,000 sessions, with 3.75 s of
+// slack before Baton ends a session whose beats a loaded machine delays
+// (with the scale scenario's 1 s leases, a shared machine at a load
+// average of 20 lost thousands of sessions in the window, and their ends
+// counted as heartbeat CPU).
+const HeartbeatLease = 5 * time.Second
+
+// heartbeats opens cfg.Sessions sessions on t from the load generator
+// (half holders, half waiters, in pairs on one lock, each beating every
+// lease/4) and divides the server's CPU over the window by the heartbeats
+// answered in it.
+func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat, error) {
+	r := Heartbeat{Sessions: cfg.Sessions}
+	lc := loadgen.Config{Addr: t.Addr, Sessions: cfg.Sessions, ShortLease: HeartbeatLease, LongLease: HeartbeatLease,
+		Sources: cfg.Sessions/5000 + 1, DialPar: 200, Prefix: fmt.Sprintf("floor-%d-", round)}
+	name, args := cfg.LoadGen(lc)
+	gen, err := proc.Start(name, args...)
+	if err != nil {
+		return r, err
+	}
+	defer func() {
+		io.WriteString(gen.Stdin, "stop\n")
+		select {
+		case <-gen.Done():
+		case <-time.After(30 * time.Second):
+			gen.Stop(5 * time.Second)
+		}
+	}()
+	openCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	line, err := gen.ReadLine(openCtx)
+	cancel()
+	if err != nil {
+		return r, fmt.Errorf("load generator: %w", err)
+	}
+	var ready loadgen.Ready
+	if err := json.Unmarshal([]byte(line), &ready); err != nil {
+		return r, fmt.Errorf("load generator said %q: %w", line, err)
+	}
+	// On a loaded machine a few sessions can fail to open (Baton ends a
+	// holder whose beats come late while thousands of others dial, and
+	// its waiter is granted instead of queued); they are counted, and
+	// CPU per heartbeat does not depend on the number held.
+	r.Opened, r.Failed = ready.Opened, ready.Failed
+	if ready.Failed > 0 {
+		r.LastLoss = "open: " + ready.FirstError
+	}
+	if ready.Opened == 0 {
+		return r, fmt.Errorf("load generator opened no session of %d: %s", cfg.Sessions, ready.FirstError)
+	}
+	sleepCtx(ctx, cfg.Settle)
+	s0, err := genStats(ctx, gen)
+	if err != nil {
+		return r, err
+	}
+	c0, err := cpu(t.PID)
+	if err != nil {
+		return r, err
+	}
+	g0, err := cpu(gen.PID())
+	if err != nil {
+		return r, err
+	}
+	stopProf := profile(t, "heartbeats")
+	start := time.Now()
+	sleepCtx(ctx, cfg.Window)
+	c1, err := cpu(t.PID)
+	r.Window = time.Since(start)
+	stopProf()
+	if err != nil {
+		return r, err
+	}
+	g1, err := cpu(gen.PID())
+	if err != nil {
+		return r, err
+	}
+	s1, err := genStats(ctx, gen)
+	if err != nil {
+		return r, err
+	}
+	r.Beats = s1.Heartbeats - s0.Heartbeats
+	r.ServerCPU, r.LoadGenCPU = c1-c0, g1-g0
+	r.LostBefore, r.Lost, r.RTT = s0.Lost, s1.Lost-s0.Lost, s1.RTT
+	if s1.LastLoss != "" {
+		r.LastLoss = s1.LastLoss
+	}
+	if r.Beats > 0 {
+		r.CPUPerBeat = r.ServerCPU / time.Duration(r.Beats)
+	}
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	if r.Beats == 0 {
+		return r, fmt.Errorf("no heartbeat answered in %v", r.Window)
+	}
+	return r, nil
+}
+
+func genStats(ctx context.Context, gen *proc.Process) (loadgen.Stats, error) {
+	var s loadgen.Stats
+	if _, err := io.WriteString(gen.Stdin, "stats\n"); err != nil {
+		return s, fmt.Errorf("load generator: %w", err)
+	}
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	line, err := gen.ReadLine(c)
+	if err != nil {
+		return s, fmt.Errorf("load generator: %w", err)
+	}
+	if err := json.Unmarshal([]byte(line), &s); err != nil {
+		return s, fmt.Errorf("load generator said %q: %w", line, err)
+	}
+	return s, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}

@@ -1,0 +1,37 @@
+package floor
+
+import (
+	"os"
+	"testing"
+
+	"github.com/batonlock/baton/bench/internal/batonsys"
+)
+
+// TestProcessCPU: the CPU clock agrees with /proc and moves with work.
+func TestProcessCPU(t *testing.T) {
+	pid := os.Getpid()
+	a, err := processCPU(pid)
+	if err != nil {
+		t.Skipf("no process CPU clock here: %v", err)
+	}
+	x := 0
+	for i := range 20_000_000 {
+		x ^= i
+	}
+	_ = x
+	b, err := processCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b <= a {
+		t.Errorf("CPU clock %v then %v after work", a, b)
+	}
+	u, err := batonsys.ReadUsage(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc counts whole ticks of 10 ms, read a little later.
+	if d := b - u.CPU; d < -50e6 || d > 50e6 {
+		t.Errorf("CPU clock %v, /proc %v", b, u.CPU)
+	}
+}

@@ -1,0 +1,166 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"sort"
+	"strings"
+
+	"github.com/batonlock/baton/bench/internal/floor"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// FloorChart is the chart of Baton's figures as ratios to the floor.
+const FloorChart = "floor-ratios.png"
+
+// FloorMarkdown renders the floor comparison: each figure for the floor
+// lock server and for Baton, their ratio and issue 16's target.
+func FloorMarkdown(r *Results) string {
+	fl := r.Floor
+	if fl == nil {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("### The floor: Baton against a minimal lock server\n\n")
+	w("The floor lock server (`bench/internal/floor`, a process of its own as Baton is) speaks Baton's protocol with nothing else: FIFO per name, close = release, one global mutex, one goroutine per connection, tokens rising; the claims floor is a bare accept/reply/close server. Same clients (raw frames from the bench), same run, one after the other. Ratio: Baton ÷ floor (for rates, above 1 is more than the floor). Server CPU from the process's CPU clock (`clock_gettime` of `clock_getcpuclockid(PID)`, to the nanosecond) over each window; heartbeats counted by the load generator (a process of its own; half holders, half waiters, every session on a %s lease, a beat every lease/4). A session lost in the heartbeat window (Baton ends one whose beats come late; the floor never does) is counted below.\n\n", Dur(floor.HeartbeatLease))
+	if len(fl.Rounds) > 1 {
+		w("%d rounds, the floor and Baton in turn in each (the floor first in odd rounds); floor and Baton give each figure's median over the rounds, ratio the median of the rounds' ratios, each round's in the last column.\n\n", len(fl.Rounds))
+	}
+	before := map[string]floor.Row{}
+	if r.FloorBefore != nil {
+		for _, row := range r.FloorBefore.Rows() {
+			before[row.Key] = row
+		}
+		w("Ratio before: the same figure in the run of %s (`-floor-before`).\n\n", r.FloorBeforeFrom)
+		w("| figure | floor | Baton | ratio | ratio before | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---:|---|---|\n")
+	} else {
+		w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
+	}
+	for _, row := range fl.Rows() {
+		target := "–"
+		if row.Target > 0 {
+			target = fmt.Sprintf("≤ %.2f×", row.Target)
+		}
+		ratio := "–"
+		if row.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f×", row.Ratio)
+		}
+		each := make([]string, len(row.Ratios))
+		for i, x := range row.Ratios {
+			each[i] = fmt.Sprintf("%.2f", x)
+		}
+		if r.FloorBefore != nil {
+			prev := "–"
+			if b, ok := before[row.Key]; ok && b.Ratio > 0 {
+				prev = fmt.Sprintf("%.2f×", b.Ratio)
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, prev, target, row.Verdict(), strings.Join(each, " · "))
+			continue
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
+	}
+	w("\n")
+	for i, rd := range fl.Rounds {
+		for _, f := range []floor.Figures{rd.Floor, rd.Baton} {
+			h := f.Heartbeat
+			w("- Round %d, %s: hot lock p99 close → push %s, after idle p99 %s; heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s (round trip p50 %s, p99 %s), server CPU %s, load generator CPU %s, sessions lost %d before the window and %d in it.\n",
+				i+1, f.System, Dur(f.HotLock.Latency.P99), Dur(f.AfterIdle.P99), h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.RTT.P50), Dur(h.RTT.P99), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
+		}
+	}
+	if len(fl.Profiles) > 0 {
+		labels := make([]string, 0, len(fl.Profiles))
+		for l := range fl.Profiles {
+			labels = append(labels, l)
+		}
+		sort.Strings(labels)
+		w("- CPU profiles of this run (`go tool pprof -top` beside each, `.top.txt`): %s.\n", strings.Join(labels, ", "))
+	}
+	w("\n")
+	return b.String()
+}
+
+// floorChart draws Baton's ratio to the floor for each figure, the
+// issue's target beside it where there is one, and the floor itself as a
+// dashed line at 1.
+func floorChart(file string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "Baton ÷ the floor lock server, one run (CPU, latency: lower is better; rates: higher)"
+	p.Y.Label.Text = "ratio to the floor"
+	if r.Floor == nil {
+		return saveEmpty(p, file)
+	}
+	short := map[string]string{
+		"hot-cpu": "hot lock\nCPU/grant", "hot-rate": "hot lock\nowner changes/s",
+		"idle-p50": "handover p50\nafter 20 ms idle", "b2b-p50": "handover p50\nback to back",
+		"hb-cpu": "CPU per\nheartbeat", "claims": "claims/s", "claims-cpu": "CPU/claim",
+		"claims-rst": "claims/s\nRST release", "claims-rst-cpu": "CPU/claim\nRST release",
+	}
+	rows := r.Floor.Rows()
+	before := map[string]float64{}
+	if r.FloorBefore != nil {
+		for _, row := range r.FloorBefore.Rows() {
+			before[row.Key] = row.Ratio
+		}
+	}
+	names := make([]string, len(rows))
+	ratio := make([]float64, len(rows))
+	prev := make([]float64, len(rows))
+	target := make([]float64, len(rows))
+	hi := 1.0
+	for i, row := range rows {
+		names[i] = short[row.Key]
+		if names[i] == "" {
+			names[i] = row.Key
+		}
+		ratio[i], target[i], prev[i] = row.Ratio, row.Target, before[row.Key]
+		hi = max(hi, row.Ratio, row.Target, prev[i])
+	}
+	const barPt = 16.0
+	width := vg.Points(barPt)
+	// Bars side by side: before (if given), this run, the target.
+	series := []struct {
+		label  string
+		values []float64
+	}{{"Baton ÷ floor", ratio}, {"issue 16 target (at most)", target}}
+	if r.FloorBefore != nil {
+		series = append([]struct {
+			label  string
+			values []float64
+		}{{"Baton ÷ floor, before (" + r.FloorBeforeFrom + ")", prev}}, series...)
+		series[1].label = "Baton ÷ floor, this run"
+	}
+	for k, sr := range series {
+		b := &bars{values: sr.values, width: width, color: plotutil.Color(k),
+			offset: width * vg.Length(float64(k)-float64(len(series)-1)/2)}
+		p.Add(b)
+		p.Legend.Add(sr.label, b)
+	}
+	one, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 1}, {X: float64(len(rows)) - 0.5, Y: 1}})
+	if err != nil {
+		return err
+	}
+	one.Color = color.RGBA{R: 200, A: 255}
+	one.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(one)
+	p.Legend.Add("the floor (1×)", one)
+	p.Y.Min, p.Y.Max = 0, hi*1.35
+	var ticks []plot.Tick
+	for v := 0.0; v <= p.Y.Max; v += 0.25 {
+		t := plot.Tick{Value: v}
+		if int(v*4)%2 == 0 {
+			t.Label = fmt.Sprintf("%.1f×", v)
+		}
+		ticks = append(ticks, t)
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.NominalX(names...)
+	p.Add(plotter.NewGrid())
+	return p.Save(vg.Points(max(10*72, 90*float64(len(rows))+80)), 4.5*vg.Inch, file)
+}
