@@ -198,8 +198,11 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			failures, redirects = 0, 0
 		}
 		failures++
-		if errors.Is(s.err, ErrShutdown) {
-			idx = (idx + 1) % len(c.addrs) // this one is going away
+		if errors.Is(s.err, ErrShutdown) || errors.Is(s.err, ErrUnconfirmed) {
+			// Going away, or accepting but not answering (a stopped or
+			// hung node: the kernel still completes the handshake). Try
+			// the next address first, or the same one would hold us.
+			idx = (idx + 1) % len(c.addrs)
 		}
 		if hint, ok := notLeaderHint(s.err); ok {
 			// A follower, or a leader that just lost its term. Follow its
