@@ -328,6 +328,8 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 	}
 
+	runCluster(ctx, o, bin, tmp, res, logf, fail)
+
 	res.Elapsed = time.Since(started)
 	res.Machine.LoadEnd = report.LoadAvg()
 	if ctx.Err() != nil {

@@ -29,6 +29,7 @@ type Results struct {
 	Cycles   []scenario.CyclesResult   `json:"cycles,omitempty"`
 	Detect   []scenario.DetectResult   `json:"detect,omitempty"`
 	Scale    []scenario.ScaleResult    `json:"scale,omitempty"`
+	Cluster  *scenario.ClusterResult   `json:"cluster,omitempty"`
 }
 
 // Write puts results.json, results.md and the charts in dir.
