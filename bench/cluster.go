@@ -68,6 +68,15 @@ func compareCluster(ctx context.Context, o *options, bin, tmp string, cr *scenar
 	}
 	logf("cluster: standalone baton at %s (pid %d); %d-node cluster, leader %s at %s (pid %d)",
 		srv.Addr, srv.PID(), clusterNodes, leader.ID, leader.Addr, leader.PID())
+	idle := 3 * time.Second
+	if o.smoke {
+		idle = 500 * time.Millisecond
+	}
+	cr.Idle = idleCPU(ctx, srv, cl, leader, idle)
+	if cr.Idle != nil {
+		logf("cluster: idle CPU per second: standalone %s, leader %s, each follower %s",
+			report.Dur(cr.Idle.Standalone), report.Dur(cr.Idle.Leader), report.Dur(cr.Idle.Followers))
+	}
 	// The same lease as the standalone rows of the handover table.
 	systems := []system.System{
 		batonsys.NewSystem(srv, bin, 10*time.Second),
@@ -158,6 +167,11 @@ func runFailover(ctx context.Context, o *options, bin, tmp string, cr *scenario.
 	}
 	defer cl.Stop()
 	cfg := scenario.FailoverConfig{Faults: o.failovers, Names: 3, Waiters: 2, Lease: time.Second}
+	cfg.Progress = func(n int, kind string, first time.Duration) {
+		if n%10 == 0 || n == 2*cfg.Faults {
+			logf("  failover: %d of %d faults done; the last (%s): first grant after %s", n, 2*cfg.Faults, kind, report.Dur(first))
+		}
+	}
 	logf("failover: %d-node cluster, %d kill -9 and %d SIGTERM of the leader, %d names with a holder and %d waiters, lease %v",
 		clusterNodes, cfg.Faults, cfg.Faults, cfg.Names, cfg.Waiters, cfg.Lease)
 	f, err := scenario.Failover(ctx, cl, cfg)
@@ -177,4 +191,49 @@ func runFailover(ctx context.Context, o *options, bin, tmp string, cr *scenario.
 		return fmt.Errorf("%d grants after a failover with a token not above the old holder's", n)
 	}
 	return nil
+}
+
+// idleCPU measures each server process's CPU per second over window with
+// no client connected; nil if /proc could not be read.
+func idleCPU(ctx context.Context, srv *batonsys.Server, cl *batonsys.Cluster, leader *batonsys.Node, window time.Duration) *scenario.ClusterIdle {
+	pids := []int{srv.PID(), leader.PID()}
+	for _, nd := range cl.Nodes {
+		if nd != leader {
+			pids = append(pids, nd.PID())
+		}
+	}
+	read := func() ([]time.Duration, bool) {
+		var cpu []time.Duration
+		for _, p := range pids {
+			u, err := batonsys.ReadUsage(p)
+			if err != nil {
+				return nil, false
+			}
+			cpu = append(cpu, u.CPU)
+		}
+		return cpu, true
+	}
+	c0, ok := read()
+	t0 := time.Now()
+	if !ok {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(window):
+	}
+	c1, ok := read()
+	el := time.Since(t0)
+	if !ok {
+		return nil
+	}
+	perSec := func(d time.Duration) time.Duration { return time.Duration(float64(d) / el.Seconds()) }
+	id := &scenario.ClusterIdle{Window: el, Standalone: perSec(c1[0] - c0[0]), Leader: perSec(c1[1] - c0[1])}
+	var f time.Duration
+	for i := 2; i < len(pids); i++ {
+		f += c1[i] - c0[i]
+	}
+	id.Followers = perSec(f / time.Duration(len(pids)-2))
+	return id
 }

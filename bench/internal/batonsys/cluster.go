@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -77,9 +78,21 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra ...string) 
 	return c, nil
 }
 
-// freePorts reserves n loopback ports by binding and closing them. Another
-// process could take one in between; the node then fails to start, loudly.
+// freePorts finds n free loopback ports below the kernel's ephemeral
+// range, by binding and closing them. Not a port the kernel picks: a node
+// is restarted on its ports, and in between the clients' own outgoing
+// connections take ephemeral ports (one landed on a dead node's port
+// once). Another process could still bind one in between; Start then
+// retries for a while and fails loudly.
 func freePorts(n int) ([]string, error) {
+	lo, hi := 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > lo+4*n {
+				hi = v
+			}
+		}
+	}
 	var out []string
 	var lns []net.Listener
 	defer func() {
@@ -87,10 +100,13 @@ func freePorts(n int) ([]string, error) {
 			ln.Close()
 		}
 	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("no %d free loopback ports in %d-%d", n, lo, hi-1)
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo)))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		lns = append(lns, ln)
 		out = append(out, ln.Addr().String())
@@ -99,8 +115,24 @@ func freePorts(n int) ([]string, error) {
 }
 
 // Start (re)starts nd with its data directory and waits for its "baton
-// serving" line.
+// serving" line. A port still taken (by a connection of the last life
+// closing, say) is retried for up to 5 s.
 func (c *Cluster) Start(ctx context.Context, nd *Node) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := c.start(ctx, nd)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) start(ctx context.Context, nd *Node) error {
 	if nd.p != nil {
 		return fmt.Errorf("node %s is running (pid %d)", nd.ID, nd.p.PID())
 	}
@@ -325,11 +357,10 @@ func tail(s string) string {
 // node's address, the leader's first: the scenarios then run against the
 // leader exactly as against a standalone server.
 type ClusterSystem struct {
-	c       *Cluster
-	leader  *Node
-	bin     string
-	lease   time.Duration
-	version string
+	c      *Cluster
+	leader *Node
+	bin    string
+	lease  time.Duration
 }
 
 // NewClusterSystem measures c, whose current leader is leader, with clients
@@ -380,6 +411,3 @@ func (s *ClusterSystem) Close() error { return nil }
 func (s *ClusterSystem) Metrics(ctx context.Context) (map[string]float64, error) {
 	return FetchMetrics(ctx, "http://"+s.leader.OpsAddr+"/metrics")
 }
-
-// DataDir is where nd keeps its Raft state.
-func (nd *Node) DataDir() string { return filepath.Clean(nd.dataDir) }

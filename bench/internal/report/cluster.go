@@ -60,6 +60,10 @@ func ClusterMarkdown(r *Results) string {
 					Dur(s.CPUPerHandoff), Dur(k.CPUPerHandoff), Dur(k.FollowersPerHandoff), float64(k.CPUPerHandoff)/float64(s.CPUPerHandoff))
 			}
 		}
+		if id := c.Idle; id != nil {
+			w("| (context) CPU per second with no client (%s window) | %s | leader %s, each follower %s | – | – | – |\n",
+				Dur(id.Window.Round(time.Millisecond)), Dur(id.Standalone), Dur(id.Leader), Dur(id.Followers))
+		}
 		w("\nEvery run:\n\n")
 		w("| round | system | hold | n | p50 | p99 | max | handoffs/s | errors | server mean | serving CPU / handoff | followers' CPU / handoff |\n")
 		w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -83,12 +87,14 @@ func ClusterMarkdown(r *Results) string {
 		w("### Replicated mode: failover of the leader\n\n")
 		w("%d nodes; before each fault %d names each have a holder and %d queued waiters on the leader, every session with a %s lease (so the lease bound is %s). The holders close on any ERROR; the waiters then look for the new leader among the nodes' addresses (following the `NOT_LEADER` hint, 1 to 3 ms apart) and queue again. Times run from the signal to the waiters' receipt of frames from a node other than the old leader: *serving* is the first WAITING or ACQUIRED (the new leader has committed its epoch), *first grant* the first ACQUIRED (after the grace), *every name* when the last of the %d names had a new holder. The two kinds alternate; after each fault the old leader is started again with its data directory and the next fault waits for a healthy cluster.\n\n",
 			f.Nodes, f.Names, f.Waiters, Dur(f.Lease), Dur(f.Lease), f.Names)
-		w("| fault | n | serving p50 / p99 | first grant p50 | first grant p99 | first grant max | every name p50 / p99 | failed | tokens not rising |\n")
-		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		w("| fault | n | serving p50 / p99 | first grant p50 | first grant p99 | first grant max | every name p50 / p99 | faults with a second new leader | first grant p50 / p99 with one new leader | failed | tokens not rising |\n")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, fr := range []scenario.FaultResult{f.Kill, f.Term} {
-			w("| %s | %d | %s / %s | %s | %s | %s | %s / %s | %d | %d |\n", fr.Kind, fr.FirstGrant.N, Dur(fr.Elected.P50), Dur(fr.Elected.P99),
-				Dur(fr.FirstGrant.P50), Dur(fr.FirstGrant.P99), Dur(fr.FirstGrant.Max), Dur(fr.AllGranted.P50), Dur(fr.AllGranted.P99), fr.Failed, fr.Backwards)
+			w("| %s | %d | %s / %s | %s | %s | %s | %s / %s | %d | %s / %s | %d | %d |\n", fr.Kind, fr.FirstGrant.N, Dur(fr.Elected.P50), Dur(fr.Elected.P99),
+				Dur(fr.FirstGrant.P50), Dur(fr.FirstGrant.P99), Dur(fr.FirstGrant.Max), Dur(fr.AllGranted.P50), Dur(fr.AllGranted.P99),
+				fr.MultiLeader, Dur(fr.OneLeader.P50), Dur(fr.OneLeader.P99), fr.Failed, fr.Backwards)
 		}
+		w("\nA second new leader: the epoch of the first grant is more than one above the old holder's, so a leader elected after the fault lost its leadership before it granted anything, and the next one's grace started over.\n")
 		if fr := f.Kill; fr.FirstGrant.N > 0 && f.Lease == time.Second {
 			v := "met"
 			if fr.FirstGrant.P99 > FailoverTarget {

@@ -22,10 +22,21 @@ type ClusterRun struct {
 // hot-lock rate of a cluster's leader against a standalone server, in
 // alternating rounds, and the failover scenario.
 type ClusterResult struct {
-	Nodes    int             `json:"nodes"`
-	Rounds   int             `json:"rounds"`
-	Runs     []ClusterRun    `json:"runs,omitempty"`
+	Nodes  int          `json:"nodes"`
+	Rounds int          `json:"rounds"`
+	Runs   []ClusterRun `json:"runs,omitempty"`
+	// Idle is the CPU each server process spent per second with no client
+	// at all, before the rounds: what Raft costs in the background.
+	Idle     *ClusterIdle    `json:"idle,omitempty"`
 	Failover *FailoverResult `json:"failover,omitempty"`
+}
+
+// ClusterIdle is CPU time per second of an idle window.
+type ClusterIdle struct {
+	Window     time.Duration `json:"window_ns"`
+	Standalone time.Duration `json:"standalone_ns"`
+	Leader     time.Duration `json:"leader_ns"`
+	Followers  time.Duration `json:"followers_ns"` // the mean of the followers
 }
 
 // ClusterFigure is the median over rounds of one system and one handover

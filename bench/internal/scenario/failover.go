@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ type FailoverConfig struct {
 	Names   int           // names with a holder and waiters at each fault
 	Waiters int           // waiters per name
 	Lease   time.Duration // every session's lease, so the lease bound B
+	// Progress, if not nil, is called after each fault with its number
+	// (from 1), its kind and the time to its first grant (0: none).
+	Progress func(n int, kind string, firstGrant time.Duration)
 }
 
 // FaultResult is one kind of fault, over every time it was injected.
@@ -35,6 +39,17 @@ type FaultResult struct {
 	FirstGrant stats.Summary `json:"first_grant"`
 	// AllGranted runs from the signal until every name had a new holder.
 	AllGranted stats.Summary `json:"all_granted"`
+	// Leaderships counts, per fault, the leaders that committed an epoch
+	// from the signal to the first grant (the epoch in the token's high
+	// bits, against the old holder's): 1 is the one new leader; more means
+	// a new leader lost its leadership during its grace and the next
+	// started a grace of its own. MultiLeader is the number of faults
+	// with more than one; OneLeader the first-grant times of the others.
+	MultiLeader int           `json:"multi_leader"`
+	OneLeader   stats.Summary `json:"first_grant_one_leader"`
+	// MultiLeaderLog is what the surviving nodes logged about leadership
+	// in the last fault with a second new leader: why the first lost it.
+	MultiLeaderLog string `json:"multi_leader_log,omitempty"`
 	// Backwards counts grants whose token was not above the old holder's
 	// for the name (fencing tokens going back: must stay 0).
 	Backwards int    `json:"backwards"`
@@ -50,6 +65,16 @@ type FailoverResult struct {
 	Lease   time.Duration `json:"lease_ns"`
 	Kill    FaultResult   `json:"kill"`
 	Term    FaultResult   `json:"term"`
+	// Samples is every fault, in order, for a closer look.
+	Samples []FaultSample `json:"samples,omitempty"`
+}
+
+// FaultSample is one fault.
+type FaultSample struct {
+	Kind       string        `json:"kind"`
+	Elected    time.Duration `json:"elected_ns"`
+	FirstGrant time.Duration `json:"first_grant_ns"` // 0: no grant
+	Leaders    int           `json:"leaders"`        // epochs from the old holder's to the first grant's
 }
 
 // Failover injects cfg.Faults kill -9s and as many SIGTERMs of the leader of
@@ -63,10 +88,16 @@ type FailoverResult struct {
 // the old leader is started again with its data directory, and the next
 // fault waits for a healthy cluster (every node following one leader whose
 // grace is over).
-func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (FailoverResult, error) {
-	res := FailoverResult{Nodes: len(cl.Nodes), Names: cfg.Names, Waiters: cfg.Waiters, Lease: cfg.Lease,
+func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (res FailoverResult, err error) {
+	res = FailoverResult{Nodes: len(cl.Nodes), Names: cfg.Names, Waiters: cfg.Waiters, Lease: cfg.Lease,
 		Kill: FaultResult{Kind: "kill -9"}, Term: FaultResult{Kind: "SIGTERM"}}
-	var rec [2]struct{ elected, first, all stats.Recorder }
+	var rec [2]struct{ elected, first, all, one stats.Recorder }
+	defer func() { // what was measured, also when a fault stops the run
+		for k, fr := range []*FaultResult{&res.Kill, &res.Term} {
+			fr.Elected, fr.FirstGrant, fr.AllGranted = rec[k].elected.Summary(), rec[k].first.Summary(), rec[k].all.Summary()
+			fr.OneLeader = rec[k].one.Summary()
+		}
+	}()
 	for i := range 2 * cfg.Faults {
 		if ctx.Err() != nil {
 			break
@@ -76,15 +107,36 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (Fa
 		if kind == 1 {
 			fr = &res.Term
 		}
-		o, err := oneFault(ctx, cl, cfg, kind == 0, i)
+		o, old, err := oneFault(ctx, cl, cfg, kind == 0, i)
 		if err != nil {
 			fr.Failed++
 			fr.LastError = err.Error()
-			if o == nil {
-				return res, fmt.Errorf("fault %d (%s): %w", i, fr.Kind, err)
+		}
+		if old != nil {
+			// The old leader comes back with its data directory, as a
+			// follower, whatever the fault measured.
+			if err := cl.Start(ctx, old); err != nil {
+				return res, fmt.Errorf("fault %d (%s): restarting %s: %w", i+1, fr.Kind, old.ID, err)
 			}
 		}
+		if o == nil {
+			return res, fmt.Errorf("fault %d (%s): %w", i+1, fr.Kind, err)
+		}
+		if cfg.Progress != nil {
+			var first time.Duration
+			if o != nil {
+				first = o.first
+			}
+			cfg.Progress(i+1, fr.Kind, first)
+		}
 		if o != nil {
+			res.Samples = append(res.Samples, FaultSample{Kind: fr.Kind, Elected: o.elected, FirstGrant: o.first, Leaders: o.leaders})
+			if o.leaders > 1 {
+				fr.MultiLeader++
+				fr.MultiLeaderLog = o.log
+			} else if o.first > 0 {
+				rec[kind].one.Add(o.first)
+			}
 			fr.Backwards += o.backwards
 			if o.elected > 0 {
 				rec[kind].elected.Add(o.elected)
@@ -97,13 +149,10 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (Fa
 			}
 		}
 	}
-	for k, fr := range []*FaultResult{&res.Kill, &res.Term} {
-		fr.Elected, fr.FirstGrant, fr.AllGranted = rec[k].elected.Summary(), rec[k].first.Summary(), rec[k].all.Summary()
-	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	if res.Kill.FirstGrant.N == 0 || res.Term.FirstGrant.N == 0 {
+	if rec[0].first.Summary().N == 0 || rec[1].first.Summary().N == 0 {
 		return res, fmt.Errorf("no grant after a fault (kill -9: %s; SIGTERM: %s)", res.Kill.LastError, res.Term.LastError)
 	}
 	return res, nil
@@ -112,15 +161,18 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (Fa
 // faultOutcome is what one fault measured.
 type faultOutcome struct {
 	elected, first, all time.Duration
+	leaders             int // epochs from the old holder's token to the first grant's
+	log                 string
 	backwards           int
 }
 
-// oneFault runs one fault. A nil outcome with an error means the cluster
-// could not be brought back: the scenario stops.
-func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kill bool, seq int) (*faultOutcome, error) {
+// oneFault runs one fault and returns what it measured and the node it
+// stopped (nil if none), which the caller starts again. A nil outcome means
+// the fault could not be measured at all: the scenario stops.
+func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kill bool, seq int) (*faultOutcome, *batonsys.Node, error) {
 	leader, err := cl.WaitHealthy(ctx, 30*time.Second)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var addrs []string
 	for _, nd := range cl.Nodes {
@@ -136,7 +188,7 @@ func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kil
 		name := fmt.Sprintf("failover-%d-%d", seq, k)
 		h, tok, err := holdOn(fctx, leader.Addr, name, cfg.Lease)
 		if err != nil {
-			return nil, fmt.Errorf("holder of %s on leader %s: %w", name, leader.ID, err)
+			return nil, nil, fmt.Errorf("holder of %s on leader %s: %w", name, leader.ID, err)
 		}
 		tokens[k] = tok
 		wg.Add(1)
@@ -160,9 +212,9 @@ func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kil
 		select {
 		case <-queued:
 		case <-time.After(10 * time.Second):
-			return nil, errors.New("waiters not queued on the leader within 10s")
+			return nil, nil, errors.New("waiters not queued on the leader within 10s")
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 
@@ -195,6 +247,7 @@ wait:
 			left--
 			if out.first == 0 {
 				out.first = d
+				out.leaders = int(e.token>>epochShift) - int(tokens[e.k]>>epochShift)
 			}
 			if e.token <= tokens[e.k] {
 				out.backwards++
@@ -206,20 +259,24 @@ wait:
 			why = fmt.Errorf("%d of %d names without a new holder 15s after the signal", left, cfg.Names)
 			break wait
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			<-sigErr
+			return nil, leader, ctx.Err()
 		}
 	}
 	cancel()
 	wg.Wait()
+	if out.leaders > 1 {
+		out.log = leadershipLog(cl, leader)
+	}
 	if err := <-sigErr; err != nil {
-		return nil, err
+		return out, leader, errors.Join(why, err)
 	}
-	// The old leader comes back with its data directory, as a follower.
-	if err := cl.Start(ctx, leader); err != nil {
-		return nil, err
-	}
-	return out, why
+	return out, leader, why
 }
+
+// epochShift puts a token's epoch in its low bits: tokens are
+// epoch<<40 | counter (package cluster).
+const epochShift = 40
 
 // holdOn takes name on addr with lease and returns the session and token.
 func holdOn(ctx context.Context, addr, name string, lease time.Duration) (*rawwire.Conn, uint64, error) {
@@ -366,4 +423,24 @@ func (w *failoverWaiter) send(ctx context.Context, e waiterEvent) {
 	case w.ev <- e:
 	case <-ctx.Done():
 	}
+}
+
+// leadershipLog is the lines about leadership (and Raft's warnings) that
+// the nodes other than old logged in their current lives, the last 30.
+func leadershipLog(cl *batonsys.Cluster, old *batonsys.Node) string {
+	var lines []string
+	for _, nd := range cl.Nodes {
+		if nd == old {
+			continue
+		}
+		for _, l := range strings.Split(nd.Log(), "\n") {
+			if strings.Contains(l, "leadership") || strings.Contains(l, "raft:") || strings.Contains(l, "[WARN]") || strings.Contains(l, "[ERROR]") {
+				lines = append(lines, nd.ID+": "+l)
+			}
+		}
+	}
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
 }
