@@ -102,6 +102,9 @@ func ClusterMarkdown(r *Results) string {
 			}
 			w("\nGoal (issue 13, item 8): with 1 s leases, first grant on the new leader within %s of a kill -9 of the leader, p99 over %d faults: %s, **%s**.\n", Dur(FailoverTarget), fr.FirstGrant.N, Dur(fr.FirstGrant.P99), v)
 		}
+		if f.SetupRetries > 0 {
+			w("\n%d time(s) the leader changed (or refused a session) while a fault was being set up, before any signal, and the fault was set up again; the last: %s\n", f.SetupRetries, f.LastSetupError)
+		}
 		for _, fr := range []scenario.FaultResult{f.Kill, f.Term} {
 			if fr.LastError != "" {
 				w("\n%s: last error: %s\n", fr.Kind, fr.LastError)

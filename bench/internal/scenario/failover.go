@@ -65,6 +65,11 @@ type FailoverResult struct {
 	Lease   time.Duration `json:"lease_ns"`
 	Kill    FaultResult   `json:"kill"`
 	Term    FaultResult   `json:"term"`
+	// SetupRetries counts faults set up again because the leader changed
+	// (or refused a session) before the signal, with no fault injected:
+	// on a loaded machine, a spurious election.
+	SetupRetries   int    `json:"setup_retries"`
+	LastSetupError string `json:"last_setup_error,omitempty"`
 	// Samples is every fault, in order, for a closer look.
 	Samples []FaultSample `json:"samples,omitempty"`
 }
@@ -98,7 +103,8 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (re
 			fr.OneLeader = rec[k].one.Summary()
 		}
 	}()
-	for i := range 2 * cfg.Faults {
+	setupFails := 0
+	for i := 0; i < 2*cfg.Faults; i++ {
 		if ctx.Err() != nil {
 			break
 		}
@@ -108,6 +114,18 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (re
 			fr = &res.Term
 		}
 		o, old, err := oneFault(ctx, cl, cfg, kind == 0, i)
+		if errors.Is(err, errSetup) {
+			// The leader changed while the holders and waiters were
+			// being set up (before any signal): try this fault again.
+			res.SetupRetries++
+			res.LastSetupError = err.Error()
+			if setupFails++; setupFails > 5 {
+				return res, fmt.Errorf("fault %d: set-up failed 6 times in a row: %w", i+1, err)
+			}
+			i--
+			continue
+		}
+		setupFails = 0
 		if err != nil {
 			fr.Failed++
 			fr.LastError = err.Error()
@@ -188,7 +206,7 @@ func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kil
 		name := fmt.Sprintf("failover-%d-%d", seq, k)
 		h, tok, err := holdOn(fctx, leader.Addr, name, cfg.Lease)
 		if err != nil {
-			return nil, nil, fmt.Errorf("holder of %s on leader %s: %w", name, leader.ID, err)
+			return nil, nil, fmt.Errorf("%w: holder of %s on leader %s: %w", errSetup, name, leader.ID, err)
 		}
 		tokens[k] = tok
 		wg.Add(1)
@@ -211,8 +229,8 @@ func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kil
 	for range cfg.Names * cfg.Waiters {
 		select {
 		case <-queued:
-		case <-time.After(10 * time.Second):
-			return nil, nil, errors.New("waiters not queued on the leader within 10s")
+		case <-time.After(5 * time.Second):
+			return nil, nil, fmt.Errorf("%w: waiters not queued on leader %s within 5s", errSetup, leader.ID)
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
@@ -273,6 +291,9 @@ wait:
 	}
 	return out, leader, why
 }
+
+// errSetup is a fault that could not be set up: no signal was sent.
+var errSetup = errors.New("set-up before the fault")
 
 // epochShift puts a token's epoch in its low bits: tokens are
 // epoch<<40 | counter (package cluster).
