@@ -29,7 +29,8 @@ type options struct {
 	sources    int
 	dialPar    int
 
-	failovers int // faults of each kind in the failover scenario
+	failovers    int      // faults of each kind in the failover scenario
+	clusterFlags []string // extra flags of every cluster node
 }
 
 var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "cluster", "failover"}
@@ -46,6 +47,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
 	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")
+	clusterFlags := fs.String("cluster-flags", "", "extra `flags` for every node of the cluster scenarios, space-separated (e.g. -raft-leader-lease-timeout=300ms)")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
@@ -91,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.duration = time.Second
 		}
 	}
+	o.clusterFlags = strings.Fields(*clusterFlags)
 	if o.failovers < 0 {
 		fmt.Fprintf(stderr, "bench: -failovers %d must not be negative\n", o.failovers)
 		return nil, fmt.Errorf("bad failovers")

@@ -25,6 +25,7 @@ type Node struct {
 	ID, Addr, OpsAddr, RaftAddr string
 	dataDir                     string
 	p                           *proc.Process // nil while stopped
+	last                        *proc.Process // the last life, for its log
 }
 
 // PID is the node's process id, 0 while it is stopped.
@@ -142,7 +143,7 @@ func (c *Cluster) start(ctx context.Context, nd *Node) error {
 	if err != nil {
 		return err
 	}
-	nd.p = p
+	nd.p, nd.last = p, p
 	deadline := time.Now().Add(15 * time.Second)
 	for !servingLine.MatchString(p.Stderr()) {
 		select {
@@ -208,10 +209,13 @@ func (c *Cluster) Stop() {
 
 // Log is what nd wrote to stderr in its current (or last) life.
 func (nd *Node) Log() string {
-	if nd.p == nil {
-		return ""
+	switch {
+	case nd.p != nil:
+		return nd.p.Stderr()
+	case nd.last != nil:
+		return nd.last.Stderr()
 	}
-	return nd.p.Stderr()
+	return ""
 }
 
 // Ready reports whether nd's /readyz is 200: it leads and serves.
@@ -392,8 +396,8 @@ func (s *ClusterSystem) Addrs() []string {
 	return addrs
 }
 
-// Leader is the node the clients find first.
-func (s *ClusterSystem) Leader() *Node { return s.leader }
+// SetLeader points new clients at leader first (after a leader change).
+func (s *ClusterSystem) SetLeader(leader *Node) { s.leader = leader }
 
 // NewClient implements system.System.
 func (s *ClusterSystem) NewClient(_ context.Context, id int) (system.Client, error) {
@@ -406,8 +410,3 @@ func (s *ClusterSystem) NewClient(_ context.Context, id int) (system.Client, err
 
 // Close implements system.System; the cluster is stopped by its owner.
 func (s *ClusterSystem) Close() error { return nil }
-
-// Metrics fetches the leader's /metrics, summed over labels.
-func (s *ClusterSystem) Metrics(ctx context.Context) (map[string]float64, error) {
-	return FetchMetrics(ctx, "http://"+s.leader.OpsAddr+"/metrics")
-}

@@ -26,6 +26,9 @@ func ClusterMarkdown(r *Results) string {
 	}
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	if len(c.NodeFlags) > 0 {
+		w("Every node of the cluster scenarios below ran with `%s` beyond the defaults.\n\n", strings.Join(c.NodeFlags, " "))
+	}
 	if len(c.Runs) > 0 {
 		w("### Replicated mode: a %d-node cluster's leader against standalone Baton\n\n", c.Nodes)
 		w("Both up at once, the same handover runs (8 waiters, the Go client, 10 s leases), alternating which system goes first from round to round; the clients of the cluster are given every node's address, the leader's first. Figures are the median over %d round(s) of each run's own p50, p99 and handoffs/s. Target: the cluster within %.0f %% of standalone.\n\n", c.Rounds, ClusterTarget*100)
@@ -63,6 +66,9 @@ func ClusterMarkdown(r *Results) string {
 		if id := c.Idle; id != nil {
 			w("| (context) CPU per second with no client (%s window) | %s | leader %s, each follower %s | – | – | – |\n",
 				Dur(id.Window.Round(time.Millisecond)), Dur(id.Standalone), Dur(id.Leader), Dur(id.Followers))
+		}
+		if c.LeaderChanges > 0 {
+			w("\nThe cluster's leader changed during %d run(s) with no fault injected (a spurious election: on a loaded machine a leader can miss its leader lease, 150 ms by default); such a run measures a failover, not the steady state, and was run again. The last: %s.\n", c.LeaderChanges, c.LastLeaderChange)
 		}
 		w("\nEvery run:\n\n")
 		w("| round | system | hold | n | p50 | p99 | max | handoffs/s | errors | server mean | serving CPU / handoff | followers' CPU / handoff |\n")

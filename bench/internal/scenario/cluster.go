@@ -22,13 +22,20 @@ type ClusterRun struct {
 // hot-lock rate of a cluster's leader against a standalone server, in
 // alternating rounds, and the failover scenario.
 type ClusterResult struct {
-	Nodes  int          `json:"nodes"`
-	Rounds int          `json:"rounds"`
-	Runs   []ClusterRun `json:"runs,omitempty"`
+	Nodes  int `json:"nodes"`
+	Rounds int `json:"rounds"`
+	// NodeFlags are the flags every node got beyond the defaults.
+	NodeFlags []string     `json:"node_flags,omitempty"`
+	Runs      []ClusterRun `json:"runs,omitempty"`
 	// Idle is the CPU each server process spent per second with no client
 	// at all, before the rounds: what Raft costs in the background.
-	Idle     *ClusterIdle    `json:"idle,omitempty"`
-	Failover *FailoverResult `json:"failover,omitempty"`
+	Idle *ClusterIdle `json:"idle,omitempty"`
+	// LeaderChanges counts comparison runs during which the cluster's
+	// leader changed with no fault injected (a spurious election on a
+	// loaded machine); each was run again and is not in Runs.
+	LeaderChanges    int             `json:"leader_changes,omitempty"`
+	LastLeaderChange string          `json:"last_leader_change,omitempty"`
+	Failover         *FailoverResult `json:"failover,omitempty"`
 }
 
 // ClusterIdle is CPU time per second of an idle window.

@@ -50,6 +50,9 @@ type FaultResult struct {
 	// MultiLeaderLog is what the surviving nodes logged about leadership
 	// in the last fault with a second new leader: why the first lost it.
 	MultiLeaderLog string `json:"multi_leader_log,omitempty"`
+	// SlowestLog is the same for the fault with the slowest first grant,
+	// the old leader's last words included.
+	SlowestLog string `json:"slowest_log,omitempty"`
 	// Backwards counts grants whose token was not above the old holder's
 	// for the name (fencing tokens going back: must stay 0).
 	Backwards int    `json:"backwards"`
@@ -130,6 +133,30 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (re
 			fr.Failed++
 			fr.LastError = err.Error()
 		}
+		if o != nil {
+			// The logs first: the old leader's last words go when it is
+			// started again.
+			if o.leaders > 1 {
+				fr.MultiLeader++
+				fr.MultiLeaderLog = leadershipLog(cl, old, o.since)
+			} else if o.first > 0 {
+				rec[kind].one.Add(o.first)
+			}
+			if o.first > 0 && o.first >= rec[kind].first.Summary().Max {
+				fr.SlowestLog = leadershipLog(cl, nil, o.since)
+			}
+			res.Samples = append(res.Samples, FaultSample{Kind: fr.Kind, Elected: o.elected, FirstGrant: o.first, Leaders: o.leaders})
+			fr.Backwards += o.backwards
+			if o.elected > 0 {
+				rec[kind].elected.Add(o.elected)
+			}
+			if o.first > 0 {
+				rec[kind].first.Add(o.first)
+			}
+			if o.all > 0 {
+				rec[kind].all.Add(o.all)
+			}
+		}
 		if old != nil {
 			// The old leader comes back with its data directory, as a
 			// follower, whatever the fault measured.
@@ -141,30 +168,7 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (re
 			return res, fmt.Errorf("fault %d (%s): %w", i+1, fr.Kind, err)
 		}
 		if cfg.Progress != nil {
-			var first time.Duration
-			if o != nil {
-				first = o.first
-			}
-			cfg.Progress(i+1, fr.Kind, first)
-		}
-		if o != nil {
-			res.Samples = append(res.Samples, FaultSample{Kind: fr.Kind, Elected: o.elected, FirstGrant: o.first, Leaders: o.leaders})
-			if o.leaders > 1 {
-				fr.MultiLeader++
-				fr.MultiLeaderLog = o.log
-			} else if o.first > 0 {
-				rec[kind].one.Add(o.first)
-			}
-			fr.Backwards += o.backwards
-			if o.elected > 0 {
-				rec[kind].elected.Add(o.elected)
-			}
-			if o.first > 0 {
-				rec[kind].first.Add(o.first)
-			}
-			if o.all > 0 {
-				rec[kind].all.Add(o.all)
-			}
+			cfg.Progress(i+1, fr.Kind, o.first)
 		}
 	}
 	if ctx.Err() != nil {
@@ -180,7 +184,7 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (re
 type faultOutcome struct {
 	elected, first, all time.Duration
 	leaders             int // epochs from the old holder's token to the first grant's
-	log                 string
+	since               time.Time
 	backwards           int
 }
 
@@ -245,7 +249,7 @@ func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kil
 			sigErr <- cl.Term(leader, 15*time.Second)
 		}
 	}()
-	out := &faultOutcome{}
+	out := &faultOutcome{since: t0}
 	granted := make([]bool, cfg.Names)
 	left := cfg.Names
 	timeout := time.After(15 * time.Second)
@@ -283,9 +287,6 @@ wait:
 	}
 	cancel()
 	wg.Wait()
-	if out.leaders > 1 {
-		out.log = leadershipLog(cl, leader)
-	}
 	if err := <-sigErr; err != nil {
 		return out, leader, errors.Join(why, err)
 	}
@@ -446,22 +447,30 @@ func (w *failoverWaiter) send(ctx context.Context, e waiterEvent) {
 	}
 }
 
-// leadershipLog is the lines about leadership (and Raft's warnings) that
-// the nodes other than old logged in their current lives, the last 30.
-func leadershipLog(cl *batonsys.Cluster, old *batonsys.Node) string {
+// leadershipLog is the lines about leadership and Raft's warnings that
+// the nodes other than skip logged in their current (or, stopped, last)
+// lives since the fault, at most 40. It is read before the old leader is
+// started again.
+func leadershipLog(cl *batonsys.Cluster, skip *batonsys.Node, since time.Time) string {
+	stamp := since.UTC().Add(-time.Millisecond).Format("2006-01-02T15:04:05.000")
 	var lines []string
 	for _, nd := range cl.Nodes {
-		if nd == old {
+		if nd == skip {
 			continue
 		}
 		for _, l := range strings.Split(nd.Log(), "\n") {
-			if strings.Contains(l, "leadership") || strings.Contains(l, "raft:") || strings.Contains(l, "[WARN]") || strings.Contains(l, "[ERROR]") {
-				lines = append(lines, nd.ID+": "+l)
+			if !strings.Contains(l, "leadership") && !strings.Contains(l, "raft:") {
+				continue
 			}
+			// Both log formats start their time stamp with the date.
+			if i := strings.Index(l, "2"); i >= 0 && len(l) >= i+len(stamp) && l[i:i+len(stamp)] < stamp {
+				continue
+			}
+			lines = append(lines, nd.ID+": "+l)
 		}
 	}
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
+	if len(lines) > 40 {
+		lines = lines[:40]
 	}
 	return strings.Join(lines, "\n")
 }
