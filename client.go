@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,7 +94,11 @@ func (c *Client) Do(ctx context.Context, name string, work func(ctx context.Cont
 // While waiting, Acquire handles server conditions itself: after SHUTDOWN or
 // a broken connection it reconnects at once (to the next address if one
 // fails), after OVERLOADED with a capped, jittered backoff, each time taking
-// a new place at the end of the queue. If no address can be reached at all,
+// a new place at the end of the queue. In a cluster, a node that is not the
+// leader answers NOT_LEADER with the leader's address: Acquire goes there at
+// once if that address is one of the client's own (a few times in a row at
+// most, so that two nodes with stale views cannot spin it), and otherwise
+// tries the next address after a short jittered wait. If no address can be reached at all,
 // it fails at once rather than hide a misconfiguration. Errors of the lock's
 // rules (ErrBusy, ErrKicked) and client errors are returned, never retried.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
@@ -154,6 +159,9 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		reached  bool  // some server was reached during this call
 		failures int   // failed attempts since the server last answered
 		lastErr  error // why the last attempt failed
+		// redirects counts NOT_LEADER answers since a server last queued
+		// us: while it is within budget a hint is followed at once.
+		redirects int
 	)
 	for {
 		if ctx.Err() != nil {
@@ -187,11 +195,35 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			return nil, &opError{op: "acquire", name: name, err: s.err}
 		}
 		if s.replied {
-			failures = 0
+			failures, redirects = 0, 0
 		}
 		failures++
 		if errors.Is(s.err, ErrShutdown) {
 			idx = (idx + 1) % len(c.addrs) // this one is going away
+		}
+		if hint, ok := notLeaderHint(s.err); ok {
+			// A follower, or a leader that just lost its term. Follow its
+			// hint if it names one of our addresses, at once while the
+			// redirect budget lasts; otherwise try the next address. A
+			// hint outside the list is never followed: the list is what
+			// the operator trusts.
+			next, known := c.index(hint)
+			redirects++
+			if known && next != idx && redirects <= c.redirectBudget() {
+				idx = next
+				continue
+			}
+			if known && next != idx {
+				idx = next
+			} else {
+				idx = (idx + 1) % len(c.addrs)
+			}
+			// An election takes a few hundred milliseconds: wait about
+			// that, not the long backoff meant for an overloaded server.
+			if !sleep(ctx, jitter(min(backoffBase<<min(redirects, 8), electionBackoffCap))) {
+				return nil, acquireCtxError(ctx, name, lastErr, 0)
+			}
+			continue
 		}
 		if !atOnce || failures > 1 {
 			if !sleep(ctx, backoff(failures)) {
@@ -255,6 +287,45 @@ func retryable(err error) (atOnce, retry bool) {
 	return false, false
 }
 
+// notLeaderHint returns the leader's address that a NOT_LEADER error
+// carries (empty while no leader is known), and whether err is one.
+func notLeaderHint(err error) (string, bool) {
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeNotLeader {
+		return "", false
+	}
+	return we.Msg, true
+}
+
+// index returns the position of addr in the client's address list,
+// comparing host and port as the resolver would not: literally, after
+// normalising the form ("[::1]:7070" and "::1" spelled alike).
+func (c *Client) index(addr string) (int, bool) {
+	if addr == "" {
+		return 0, false
+	}
+	want := normalAddr(addr)
+	for i, a := range c.addrs {
+		if normalAddr(a) == want {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func normalAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort(strings.ToLower(host), port)
+}
+
+// redirectBudget is how many NOT_LEADER hints in a row are followed at
+// once: enough to go round the list twice during an election, few enough
+// that two nodes naming each other (stale views) cannot spin the client.
+func (c *Client) redirectBudget() int { return 2 * len(c.addrs) }
+
 // connect dials the addresses from *idx on, once each, and starts a session
 // on the first that answers; *idx is left on it.
 func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, name string, lease time.Duration, frame []byte) (*session, error) {
@@ -315,13 +386,20 @@ const (
 	backoffCap  = 2 * time.Second
 )
 
+// electionBackoffCap caps the wait between NOT_LEADER answers without a
+// usable hint: about one election timeout of the default Raft timers.
+const electionBackoffCap = 400 * time.Millisecond
+
 func backoff(n int) time.Duration {
 	d := backoffCap
 	if n >= 1 && n < 16 {
 		d = min(backoffBase<<(n-1), backoffCap)
 	}
-	return d/2 + rand.N(d/2+1)
+	return jitter(d)
 }
+
+// jitter draws a wait from [d/2, d].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // ctxEnded reports whether ctx has ended or its deadline has passed: a dial
 // cut short by the deadline can return before ctx.Done is closed, and its

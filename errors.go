@@ -45,6 +45,10 @@ var (
 	ErrShutdown error = &wire.Error{Code: wire.CodeShutdown}
 	// ErrOverloaded: a server limit refused the session (OVERLOADED).
 	ErrOverloaded error = &wire.Error{Code: wire.CodeOverloaded}
+	// ErrNotLeader: this node of a cluster is not the leader, or has just
+	// lost leadership (NOT_LEADER). While waiting, the client follows the
+	// leader's address in the message if it is one of its own addresses.
+	ErrNotLeader error = &wire.Error{Code: wire.CodeNotLeader}
 
 	// Sessions ended by the lock's rules (0x10-0x1F).
 

@@ -28,8 +28,12 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$ops" ] || { echo "baton serve did not report its addresses" >&2; exit 1; }
-curl -fsS "http://$ops/" | grep -q '<script type="module" src="/ui/app.js">'
-curl -fsSI "http://$ops/" | grep -qi "content-security-policy: .*script-src 'self'"
+# Into files, not pipes: grep -q stops reading at the first match, and curl
+# writing on into the closed pipe fails the step (exit 23) under pipefail.
+curl -fsS -o "$work/index.html" "http://$ops/"
+grep -q '<script type="module" src="/ui/app.js">' "$work/index.html"
+curl -fsSI -o "$work/index.head" "http://$ops/"
+grep -qi "content-security-policy: .*script-src 'self'" "$work/index.head"
 curl -fsS "http://$ops/ui/app.js" >/dev/null
 # baton watch -json sees a baton run job come and go.
 "$work/baton" watch -json -ops-addr "$ops" >"$work/watch.jsonl" 2>"$work/watch.err" &

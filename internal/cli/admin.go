@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -68,7 +69,7 @@ type adminOptions struct {
 
 func newAdminFlags(name string, o *adminOptions) *flag.FlagSet {
 	fs := newFlagSet(name)
-	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` (or http[s]://host:port) of the server's ops API")
+	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` (or http[s]://host:port) of the server's ops API; a comma-separated list for the nodes of a cluster, tried in order")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the bearer token of the ops API (else $BATON_ADMIN_TOKEN)")
 	fs.BoolVar(&o.json, "json", false, "print the API's JSON answer instead of text")
 	o.tls.register(fs, "ops listener")
@@ -175,7 +176,7 @@ func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (
 	if err := o.tls.check(); err != nil {
 		return o, "", nil, usageError(s, c.name, err.Error()), false
 	}
-	if o.tls.enabled() && strings.HasPrefix(o.opsAddr, "http://") {
+	if o.tls.enabled() && strings.Contains(o.opsAddr, "http://") {
 		return o, "", nil, usageError(s, c.name, fmt.Sprintf("ops-addr %s is plain http, but -tls-* flags are given: use https:// or drop them", o.opsAddr)), false
 	}
 	token, err := adminToken(s, o.adminTokenFile)
@@ -382,42 +383,69 @@ func adminToken(s *sys, file string) (string, error) {
 }
 
 // checkOpsAddr refuses an -ops-addr that is neither host:port nor an
-// http(s) URL.
-func checkOpsAddr(addr string) error {
-	if strings.Contains(addr, "://") {
-		u, err := url.Parse(addr)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("ops-addr %q is not host:port or an http(s) URL", addr)
-		}
-		return nil
+// http(s) URL, or a comma-separated list of them (the nodes of a cluster).
+func checkOpsAddr(list string) error {
+	addrs := splitOpsAddrs(list)
+	if len(addrs) == 0 {
+		return fmt.Errorf("ops-addr %q names no address", list)
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("ops-addr %q is not host:port: %v", addr, err)
+	for _, addr := range addrs {
+		if strings.Contains(addr, "://") {
+			u, err := url.Parse(addr)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("ops-addr %q is not host:port or an http(s) URL", addr)
+			}
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("ops-addr %q is not host:port: %v", addr, err)
+		}
 	}
 	return nil
 }
 
-// opsClient makes requests to the ops API.
-type opsClient struct {
-	addr  string // as given, for messages
-	base  string // scheme://host:port, without a trailing /
-	token string
-	hc    *http.Client
+// splitOpsAddrs splits a comma-separated -ops-addr, dropping empty items.
+func splitOpsAddrs(list string) []string {
+	var out []string
+	for a := range strings.SplitSeq(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
-// newOpsClient talks to the ops API at addr; a host:port without a scheme
-// is https when tlsCfg is not nil, else http.
+// opsClient makes requests to the ops API of one server, or of the nodes
+// of a cluster: a request that gets no answer from one node goes to the
+// next (any node answers, a follower by sending it on to the leader).
+type opsClient struct {
+	addr  string   // as given, for messages
+	bases []string // scheme://host:port of each node, without a trailing /
+	token string
+	hc    *http.Client
+
+	mu  sync.Mutex
+	cur int // index in bases of the node that answered last
+}
+
+// newOpsClient talks to the ops API at addr (a comma-separated list for a
+// cluster); a host:port without a scheme is https when tlsCfg is not nil,
+// else http.
 func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
-	base := addr
-	if !strings.Contains(addr, "://") {
-		base = "http://" + addr
-		if tlsCfg != nil {
-			base = "https://" + addr
+	var bases []string
+	for _, a := range splitOpsAddrs(addr) {
+		base := a
+		if !strings.Contains(a, "://") {
+			base = "http://" + a
+			if tlsCfg != nil {
+				base = "https://" + a
+			}
 		}
+		bases = append(bases, strings.TrimSuffix(base, "/"))
 	}
 	return &opsClient{
 		addr:  addr,
-		base:  strings.TrimSuffix(base, "/"),
+		bases: bases,
 		token: token,
 		// No keep-alive: one or a few requests, and no idle connection
 		// (or its goroutines) left behind.
@@ -429,6 +457,22 @@ func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
 	}
 }
 
+// base is the node to ask first: the one that answered last.
+func (c *opsClient) base() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bases[c.cur]
+}
+
+// rotate moves on from base, which gave no answer, to the next node.
+func (c *opsClient) rotate(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bases[c.cur] == base {
+		c.cur = (c.cur + 1) % len(c.bases)
+	}
+}
+
 // do sends one request to path (escaped) and returns the body of a 200
 // answer. Other answers are an *apiError; a failure to talk to the API is
 // a *reachError.
@@ -436,13 +480,35 @@ func (c *opsClient) do(ctx context.Context, method, path string) ([]byte, error)
 	return c.send(ctx, method, path, nil)
 }
 
-// send is do with a JSON request body (nil for none).
+// send is do with a JSON request body (nil for none). A node that cannot
+// be reached is skipped for the next; a request that may have reached a
+// node (a timeout after sending) is not sent again unless it is a GET.
 func (c *opsClient) send(ctx context.Context, method, path string, reqBody []byte) ([]byte, error) {
+	var errs []error
+	for range c.bases {
+		base := c.base()
+		body, err := c.sendTo(ctx, base, method, path, reqBody)
+		var re *reachError
+		if !errors.As(err, &re) || ctx.Err() != nil || (method != http.MethodGet && !re.unsent()) {
+			return body, err
+		}
+		errs = append(errs, err)
+		c.rotate(base)
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, &reachError{addr: c.addr, err: errors.Join(errs...)}
+}
+
+// sendTo sends one request to the node at base.
+func (c *opsClient) sendTo(ctx context.Context, base, method, path string, reqBody []byte) ([]byte, error) {
+	addr := strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
 	var rd io.Reader
 	if reqBody != nil {
 		rd = bytes.NewReader(reqBody)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("ops API request %s %s: %v", method, path, err)
 	}
@@ -454,17 +520,17 @@ func (c *opsClient) send(ctx context.Context, method, path string, reqBody []byt
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, &reachError{addr: c.addr, err: err}
+		return nil, &reachError{addr: addr, err: err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
 	if err != nil {
-		return nil, &reachError{addr: c.addr, err: err}
+		return nil, &reachError{addr: addr, err: err}
 	}
 	if resp.StatusCode == http.StatusOK {
 		return body, nil
 	}
-	ae := &apiError{addr: c.addr, status: resp.StatusCode, withToken: c.token != ""}
+	ae := &apiError{addr: addr, status: resp.StatusCode, withToken: c.token != ""}
 	var ej struct {
 		Error string `json:"error"`
 	}
@@ -527,3 +593,10 @@ func (e *reachError) Error() string {
 }
 
 func (e *reachError) Unwrap() error { return e.err }
+
+// unsent reports whether the request never left: the connection was not
+// made, so another node may be asked without doing it twice.
+func (e *reachError) unsent() bool {
+	var oe *net.OpError
+	return errors.As(e.err, &oe) && oe.Op == "dial"
+}

@@ -202,3 +202,36 @@ func TestAdminServerDown(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminAddressList: -ops-addr takes the nodes of a cluster as a list;
+// a node that refuses is skipped, for reads and for actions alike, and a
+// list where nothing answers names every refusal.
+func TestAdminAddressList(t *testing.T) {
+	t.Parallel()
+	srv := batontest.StartServer(t)
+	opsAddr := startOps(t, srv, "")
+	down := closedAddr(t)
+	holdLock(t, srv.Addr, "jobs/list", "holder:1")
+
+	code, stdout, stderr := runAdmin(t, "", "locks", "-ops-addr", down+","+opsAddr)
+	if code != exitOK || !strings.Contains(stdout, "jobs/list") {
+		t.Errorf("baton locks with the first node down: exit %d, stdout %q, stderr %q; want the lock from the second", code, stdout, stderr)
+	}
+	code, stdout, stderr = runAdmin(t, "", "release", "-ops-addr", down+", "+opsAddr, "jobs/list")
+	if code != exitOK {
+		t.Errorf("baton release with the first node down: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if n := len(srv.Srv.Locks()); n != 0 {
+		t.Errorf("%d locks after the release, want 0", n)
+	}
+	down2 := closedAddr(t)
+	code, _, stderr = runAdmin(t, "", "locks", "-ops-addr", down+","+down2)
+	want := "baton locks: cannot reach the ops API at " + down + "," + down2 + ": connection refused\n"
+	if code != exitFailure || stderr != want {
+		t.Errorf("every node down: exit %d, stderr %q; want 1, %q", code, stderr, want)
+	}
+	code, _, stderr = runAdmin(t, "", "locks", "-ops-addr", ",")
+	if code != exitUsage || !strings.Contains(stderr, "names no address") {
+		t.Errorf("-ops-addr ',': exit %d, stderr %q; want a usage error", code, stderr)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,7 +102,7 @@ func readyz(opsAddr string) int {
 // waitLeader waits for one of procs to be ready as leader.
 func waitLeader(t *testing.T, procs []*clusterProc) *clusterProc {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // elections on a loaded 2-core machine
 	for time.Now().Before(deadline) {
 		for _, p := range procs {
 			if p != nil && readyz(p.opsAddr) == http.StatusOK {
@@ -323,10 +325,10 @@ func TestBinaryClusterReplaceAndRestart(t *testing.T) {
 	<-dead.log.waited
 	dead.log.waited <- nil
 
-	if code, out := batonOut(t, "cluster", "remove", dead.id, "-ops-addr", f.opsAddr); code != 0 || !strings.Contains(out, "removed "+dead.id) {
+	if code, out := batonCluster(t, "cluster", "remove", dead.id, "-ops-addr", f.opsAddr); code != 0 || !strings.Contains(out, "removed "+dead.id) {
 		t.Fatalf("baton cluster remove via a follower: exit %d\n%s", code, out)
 	}
-	if code, out := batonOut(t, "cluster", "remove", "nobody", "-ops-addr", l.opsAddr); code != exitNotFound {
+	if code, out := batonCluster(t, "cluster", "remove", "nobody", "-ops-addr", l.opsAddr); code != exitNotFound {
 		t.Fatalf("remove of an unknown member: exit %d, want %d\n%s", code, exitNotFound, out)
 	}
 	// The replacement: a new id, an empty data dir, -join.
@@ -335,7 +337,7 @@ func TestBinaryClusterReplaceAndRestart(t *testing.T) {
 	n4.cmd = batonCmd(t, "serve", "-node-id", "n4", "-raft-addr", n4.raftAddr, "-join",
 		"-addr", n4.addr, "-ops-addr", n4.opsAddr, "-data-dir", n4.dataDir, "-shutdown-linger=0s", "-log-format=json")
 	n4.log = startLogged(t, n4.cmd)
-	if code, out := batonOut(t, "cluster", "add", "n4", n4.raftAddr, "-ops-addr", f.opsAddr); code != 0 || !strings.Contains(out, "added n4") {
+	if code, out := batonCluster(t, "cluster", "add", "n4", n4.raftAddr, "-ops-addr", f.opsAddr); code != 0 || !strings.Contains(out, "added n4") {
 		t.Fatalf("baton cluster add via a follower: exit %d\n%s", code, out)
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -387,5 +389,115 @@ func TestBinaryClusterReplaceAndRestart(t *testing.T) {
 	g2 := readGranted(t, l2.addr, "jobs", time.Second)
 	if g2.token <= second {
 		t.Fatalf("token after a full-cluster kill -9 and restart %#x, want above %#x", g2.token, second)
+	}
+}
+
+// TestBinaryRunAcrossFailover: `baton run` given every node's address (the
+// leader last, so both runs are first turned away with NOT_LEADER and must
+// follow the hint). kill -9 of the leader: the holder's command is stopped
+// (exit 77), and the waiter keeps waiting, finds the new leader and runs,
+// with a larger token.
+func TestBinaryRunAcrossFailover(t *testing.T) {
+	t.Parallel()
+	procs := newClusterProcs(t)
+	l := waitLeader(t, procs)
+	var addrs []string
+	for _, p := range procs {
+		if p != l {
+			addrs = append(addrs, p.addr)
+		}
+	}
+	addrs = append(addrs, l.addr)
+	list := strings.Join(addrs, ",")
+	dir := t.TempDir()
+
+	holder := batonCmd(t, "run", "-addr", list, "-lease", "1s", "jobs", "--",
+		"sh", "-c", `echo "$BATON_TOKEN" >"$0/held.tmp" && mv "$0/held.tmp" "$0/held" && exec sleep 60`, dir)
+	hl := startLogged(t, holder)
+	first := waitTokenFile(t, filepath.Join(dir, "held"), hl)
+
+	waiter := batonCmd(t, "run", "-addr", list, "-lease", "1s", "jobs", "--",
+		"sh", "-c", `echo "$BATON_TOKEN" >"$0/second.tmp" && mv "$0/second.tmp" "$0/second"`, dir)
+	wl := startLogged(t, waiter)
+	deadline := time.Now().Add(15 * time.Second)
+	for waitersOf(l.opsAddr, "jobs") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second run never queued on the leader")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	l.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case err := <-hl.waited:
+		hl.waited <- err
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 77 {
+			t.Fatalf("holder's baton run after kill -9 of the leader: %v, want exit 77 (lock lost)\n%s", err, strings.Join(hl.seen, "\n"))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("holder's baton run still running 15 s after its leader died")
+	}
+	select {
+	case err := <-wl.waited:
+		wl.waited <- err
+		if err != nil {
+			t.Fatalf("waiting baton run: %v, want exit 0 after the failover", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("waiting baton run did not get the lock within 30 s of the failover")
+	}
+	second := waitTokenFile(t, filepath.Join(dir, "second"), wl)
+	if second <= first {
+		t.Fatalf("token after failover %d, want above %d", second, first)
+	}
+}
+
+// waitTokenFile waits for a command run under baton run to write its token.
+func waitTokenFile(t *testing.T, path string, l *loggedCmd) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil {
+			tok, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", path, b, err)
+			}
+			return tok
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %s within 20 s\n%s", path, strings.Join(l.seen, "\n"))
+	return 0
+}
+
+// waitersOf returns the number of waiters the node at opsAddr shows for name.
+func waitersOf(opsAddr, name string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + opsAddr + "/v1/locks/" + name)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Waiters []json.RawMessage `json:"waiters"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return 0
+	}
+	return len(v.Waiters)
+}
+
+// batonCluster runs a baton cluster command, again while the answer is that
+// no leader is known: on a loaded machine a 300 ms heartbeat timeout can
+// pass and start an election, and the request was then not carried out.
+func batonCluster(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, out := batonOut(t, args...)
+		if !strings.Contains(out, "no leader is known") || time.Now().After(deadline) {
+			return code, out
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

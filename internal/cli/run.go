@@ -166,7 +166,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
-	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API, to show who holds the lock while waiting (optional)")
+	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API (a comma-separated list for a cluster), to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
 	o.tls.register(fs, "server")
 	return fs

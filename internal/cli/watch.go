@@ -109,7 +109,8 @@ type watcher struct {
 func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, path string) (connected bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ops.base+path, nil)
+	base := ops.base()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		return false, err
 	}
@@ -122,6 +123,7 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := hc.Do(req)
 	if err != nil {
+		ops.rotate(base) // the next node of a cluster, on the next try
 		return false, &reachError{addr: ops.addr, err: err}
 	}
 	defer resp.Body.Close()
