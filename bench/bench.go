@@ -357,6 +357,8 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			fail("-floor-before: %v", err)
 		}
 	}
+	runCluster(ctx, o, bin, tmp, res, logf, fail)
+
 	res.Elapsed = time.Since(started)
 	res.Machine.LoadEnd = report.LoadAvg()
 	if ctx.Err() != nil {

@@ -33,21 +33,26 @@ type options struct {
 	sources    int
 	dialPar    int
 	prefix     string
+
+	failovers    int      // faults of each kind in the failover scenario
+	clusterFlags []string // extra flags of every cluster node
 }
 
-var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "floor"}
+var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "floor", "cluster", "failover"}
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scen := fs.String("scenario", "all", "comma-separated scenarios: "+strings.Join(allScenarios, ",")+", or all (the baseline always runs)")
-	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, redis, redis-1ms: redis retrying every millisecond, postgres, etcd, zookeeper); empty: every one available")
+	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, baton-cluster: the cluster and failover scenarios, redis, redis-1ms: redis retrying every millisecond, postgres, etcd, zookeeper); empty: every one available")
 	fs.BoolVar(&o.smoke, "smoke", false, "tiny sizes, about a second a scenario, no peers (what CI runs)")
 	fs.StringVar(&o.out, "out", "", "directory for results.json, results.md and the charts (default ../docs/bench, or a temporary directory with -smoke)")
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")
+	clusterFlags := fs.String("cluster-flags", "", "extra `flags` for every node of the cluster scenarios, space-separated (e.g. '-raft-heartbeat-timeout=300ms -raft-election-timeout=300ms')")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
 	fs.BoolVar(&o.profile, "profile", false, "take CPU profiles of Baton and of the floor server in each floor scenario's window (into -out/profiles, with `go tool pprof -top` beside each); the profiling costs the servers a little CPU")
@@ -96,6 +101,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.duration = 5 * time.Second
 		if o.smoke {
 			o.duration = time.Second
+		}
+	}
+	o.clusterFlags = strings.Fields(*clusterFlags)
+	if o.failovers < 0 {
+		fmt.Fprintf(stderr, "bench: -failovers %d must not be negative\n", o.failovers)
+		return nil, fmt.Errorf("bad failovers")
+	}
+	if o.failovers == 0 {
+		o.failovers = 100
+		if o.smoke {
+			o.failovers = 2
 		}
 	}
 	for _, s := range split(*scale) {

@@ -95,6 +95,7 @@ func TestSmoke(t *testing.T) {
 	if !strings.Contains(stdout.String(), "### Handover") {
 		t.Errorf("stdout lacks the handover table:\n%s", stdout.String())
 	}
+	checkClusterSmoke(t, &r, stdout.String())
 }
 
 func TestFlags(t *testing.T) {

@@ -59,14 +59,21 @@ type Config struct {
 }
 
 // DefaultConfig returns the timers of `baton serve`, tuned for locks on a
-// LAN: with 1 s leases a new leader grants within 2.5 s of a crash (the
+// LAN: with 1 s leases a new leader grants within 2.5 s of a crash. The
 // detection takes up to 2 x HeartbeatTimeout, a failed first election up to
-// 2 x ElectionTimeout more, and the grace is the bound + 2 x 150 ms).
+// 2 x ElectionTimeout more, and the grace is the bound + 2 x
+// LeaderLeaseTimeout: 0.4 + 0.4 + 1 + 0.4 = 2.2 s, which leaves 0.3 s for
+// the epoch's commit and the clients' reconnection
+// (TestDefaultTimersFailoverBudget). The
+// earlier 300/300/150 ms summed to exactly 2.5 s with nothing left, and its
+// 150 ms leader lease made a new leader on a loaded machine step down in
+// its grace (and start it over) in 3 to 8 of 100 kill -9s, against none of
+// 90 with these (docs/benchmarks.md, section 10).
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatTimeout:   300 * time.Millisecond,
-		ElectionTimeout:    300 * time.Millisecond,
-		LeaderLeaseTimeout: 150 * time.Millisecond,
+		HeartbeatTimeout:   200 * time.Millisecond,
+		ElectionTimeout:    200 * time.Millisecond,
+		LeaderLeaseTimeout: 200 * time.Millisecond,
 		HandoverDrain:      time.Second,
 		BoundLowerEvery:    10 * time.Second,
 	}

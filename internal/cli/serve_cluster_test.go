@@ -31,8 +31,8 @@ func TestServeClusterUsageErrors(t *testing.T) {
 		{"self at another address", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7999", "-peers=" + peers}, nil, "is listed at"},
 		{"raft on all interfaces", []string{"-node-id=n1", "-raft-addr=0.0.0.0:7301", "-peers=" + peers}, nil, "must be a reachable address"},
 		{"advertise unspecified", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-addr=0.0.0.0:7101"}, nil, "advertise-addr 0.0.0.0:7101 is not an address clients can reach"},
-		{"lease timeout above heartbeat", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-raft-leader-lease-timeout=2s"}, nil, "raft-leader-lease-timeout (2s) must not exceed raft-heartbeat-timeout (300ms)"},
-		{"election below heartbeat", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-raft-election-timeout=100ms"}, nil, "raft-election-timeout (100ms) must be at least raft-heartbeat-timeout (300ms)"},
+		{"lease timeout above heartbeat", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-raft-leader-lease-timeout=2s"}, nil, "raft-leader-lease-timeout (2s) must not exceed raft-heartbeat-timeout (200ms)"},
+		{"election below heartbeat", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-raft-election-timeout=100ms"}, nil, "raft-election-timeout (100ms) must be at least raft-heartbeat-timeout (200ms)"},
 		{"env node-id alone", nil, map[string]string{"BATON_NODE_ID": "n1"}, "replicated mode needs -raft-addr"},
 	}
 	for _, tt := range tests {

@@ -80,8 +80,8 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		addr: "127.0.0.1:7070", opsAddr: "127.0.0.1:7071", ioTimeout: 5 * time.Second,
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
 		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
-		cl: clusterOptions{heartbeatTimeout: 300 * time.Millisecond, electionTimeout: 300 * time.Millisecond,
-			leaderLeaseTimeout: 150 * time.Millisecond, handoverDrain: time.Second},
+		cl: clusterOptions{heartbeatTimeout: 200 * time.Millisecond, electionTimeout: 200 * time.Millisecond,
+			leaderLeaseTimeout: 200 * time.Millisecond, handoverDrain: time.Second},
 	}
 	tests := []struct {
 		name string

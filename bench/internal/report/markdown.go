@@ -172,6 +172,7 @@ func Markdown(r *Results) string {
 		w("\n")
 		w("%s\n", Projection(r))
 	}
+	w("%s", ClusterMarkdown(r))
 	return b.String()
 }
 

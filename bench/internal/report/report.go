@@ -34,8 +34,9 @@ type Results struct {
 	Floor *floor.Result `json:"floor,omitempty"`
 	// FloorBefore is an earlier run's floor comparison (-floor-before),
 	// drawn beside this one; FloorBeforeFrom says which run.
-	FloorBefore     *floor.Result `json:"floor_before,omitempty"`
-	FloorBeforeFrom string        `json:"floor_before_from,omitempty"`
+	FloorBefore     *floor.Result           `json:"floor_before,omitempty"`
+	FloorBeforeFrom string                  `json:"floor_before_from,omitempty"`
+	Cluster         *scenario.ClusterResult `json:"cluster,omitempty"`
 }
 
 // Write puts results.json, results.md and the charts in dir.
