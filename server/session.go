@@ -479,8 +479,11 @@ func (c *session) drain() {
 	var buf [256]byte
 	for {
 		if _, err := c.conn.Read(buf[:]); err != nil {
-			if err == io.EOF && c.peerGone != nil {
-				close(c.peerGone) // see Server.EndTerm
+			// EOF or a reset: the client closed its socket (the clients
+			// release by reset, and one may release just as the ERROR
+			// comes), so it no longer believes it holds. See EndTerm.
+			if c.peerGone != nil && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)) {
+				close(c.peerGone)
 			}
 			return
 		}

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -77,5 +78,37 @@ func TestReplicatedTerms(t *testing.T) {
 	}
 	if f := n.ReadFrame(5 * time.Second); f.Type != wire.TypeAcquired || !f.Push {
 		t.Fatalf("after the grace: got %v, want the ACQUIRED push", f)
+	}
+}
+
+// TestEndTermSeesResetClose: a holder whose close is a reset (the clients
+// release by reset, and one may release just as the ERROR comes) counts as
+// gone for the drain of a planned handover, as a FIN does; otherwise the
+// next leader would wait a whole lease bound for a client that is gone.
+func TestEndTermSeesResetClose(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, func(c *server.Config) { c.Replicated = true })
+	ts.Srv.BeginTerm(time.Time{})
+	h := batontest.Dial(t, ts.Addr)
+	h.Acquire("jobs", longLease, false, "")
+	if f := h.ReadFrame(5 * time.Second); f.Type != wire.TypeAcquired {
+		t.Fatalf("holder: got %v", f)
+	}
+	holders, closed := ts.Srv.EndTerm(server.ReasonShutdown, "")
+	if holders != 1 {
+		t.Fatalf("EndTerm: %d holders, want 1", holders)
+	}
+	start := time.Now()
+	h.Conn.(*net.TCPConn).SetLinger(0)
+	h.Conn.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder's reset was never seen")
+	}
+	// Without the reset counted, only the drain's own time limit (linger,
+	// at most 1 s, + 1 s) would close the channel.
+	if el := time.Since(start); el > 1500*time.Millisecond {
+		t.Errorf("the holder's reset was seen after %v, want at once (not the drain's 2 s limit)", el)
 	}
 }
