@@ -90,17 +90,19 @@ type parkState struct {
 // park arms c's connection and reports true, after which the caller (c's
 // reader) must return without touching the connection. It reports false
 // when c cannot be parked (not a plain TCP connection, the session has
-// ended, or the poller is stopping); the reader then goes on reading.
-// Ending a session sets c.closing before it takes p.mu to unpark, and park
-// reads it under p.mu: so either the end finds the session parked and
-// wakes it, or the park sees the end; it never needs the server's mutex.
+// ended, it holds its lock with waiters, or the poller is stopping); the
+// reader then goes on reading. Ending a session sets c.closing (and a
+// waiter's arrival sets c.contended) before it takes p.mu to unpark, and
+// park reads them under p.mu: so either the end finds the session parked
+// and wakes it, or the park sees the end; it never needs the server's
+// mutex.
 func (p *idlePoller) park(c *session) bool {
 	if c.raw == nil {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopping || c.closing.Load() {
+	if p.stopping || c.closing.Load() || c.contended.Load() {
 		return false
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: c.rio.fd}
@@ -121,7 +123,7 @@ func (p *idlePoller) park(c *session) bool {
 // unparkLocked takes c out of the poller if it is parked, and reports
 // whether it was: the caller must then start c's reader. Its registration
 // is removed, so that the descriptor can be closed and reused safely.
-// c.closing must be set already. srv.mu must be held.
+// c.closing or c.contended must be set already. srv.mu must be held.
 func (p *idlePoller) unparkLocked(c *session) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -279,4 +281,11 @@ func (p *idlePoller) stop() {
 	}
 	p.stopping, p.fdsClosed = true, true
 	p.file.Close()
+}
+
+// isParked reports whether c is parked here.
+func (p *idlePoller) isParked(c *session) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return c.park.parked
 }

@@ -489,6 +489,26 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 	}
 	p.queueAcquired(true, g.Token, now)
 	fx.flush = append(fx.flush, p)
+	s.contendLocked(g.Name)
+}
+
+// contendLocked marks the holder of lock name contended if a session waits
+// behind it, and takes it out of the idle poller if it is parked there: a
+// holder with waiters keeps a reader, so that its close is read at once by
+// a goroutine already waiting for it. mu must be held.
+func (s *Server) contendLocked(name string) {
+	id, waiters, ok := s.table.HolderOf(name)
+	if !ok || waiters == 0 {
+		return
+	}
+	h := s.sessions[id]
+	if h == nil || h.ended || h.contended.Load() {
+		return
+	}
+	h.contended.Store(true) // before unparking: park reads it under the poller's mutex
+	if s.poller != nil && s.poller.unparkLocked(h) {
+		s.goLocked(h.resume) // false only once stop has ended every session
+	}
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

@@ -30,6 +30,11 @@ type session struct {
 	// closing is set when the session ends, before the poller is asked to
 	// unpark it; park reads it (see idlePoller.park).
 	closing atomic.Bool
+	// contended is set, under srv.mu, once the session holds its lock with
+	// a waiter behind it, before the poller is asked to unpark it: such a
+	// session never parks again, so that its close (the handover) wakes
+	// its own reader at once, not the poller and then a new goroutine.
+	contended atomic.Bool
 
 	// Guarded by srv.mu.
 	ended   bool
@@ -261,6 +266,7 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 		s.m.series(req.Name).wait.Observe(0)
 	} else {
 		s.m.waiting.Inc()
+		s.contendLocked(req.Name)
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
 	if in, ok := s.table.Session(now, c.id); ok {
