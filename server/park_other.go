@@ -25,4 +25,4 @@ func (p *idlePoller) park(*session) bool         { return false }
 func (p *idlePoller) unparkLocked(*session) bool { return false }
 func (p *idlePoller) run()                       {}
 func (p *idlePoller) stop()                      {}
-func (p *idlePoller) isParked(*session) bool { return false }
+func (p *idlePoller) isParked(*session) bool     { return false }
