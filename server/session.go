@@ -294,7 +294,10 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		h, err = c.readHeader(false)
 		return h, false, err
 	}
-	n, err := c.tryRead(c.hdr[:])
+	n, err, ok := c.takePending() // what the poller read before it started this reader
+	if !ok {
+		n, err = c.tryRead(c.hdr[:])
+	}
 	if err == errWouldBlock {
 		if s.poller.park(c) {
 			return h, true, nil
