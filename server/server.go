@@ -159,6 +159,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 	}()
 
+	// Options the accepted sockets inherit are set on the listener once.
+	preset := s.cfg.SendBuffer == 0 || presetListener(ln, s.cfg)
 	var backoff time.Duration
 	for {
 		conn, err := ln.Accept()
@@ -179,7 +181,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		if tc, ok := conn.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+		if tc, ok := conn.(*net.TCPConn); ok && !preset {
 			tc.SetWriteBuffer(s.cfg.SendBuffer) // best effort: the default only costs memory
 		}
 		if conn = s.admit(conn); conn != nil { // per-address cap, TLS (security.go)
