@@ -12,3 +12,12 @@ func (s *Server) HolderParked(name string) (parked, ok bool) {
 	}
 	return s.poller.isParked(c), true
 }
+
+// PollerReadersStarted is how many reader goroutines the idle poller has
+// started for sessions woken from their park.
+func (s *Server) PollerReadersStarted() uint64 {
+	if s.poller == nil {
+		return 0
+	}
+	return s.poller.readersStarted()
+}

@@ -47,6 +47,8 @@ type idlePoller struct {
 	srv    *Server
 	shards []*pollShard
 	next   atomic.Uint32 // the shard of the next session, round robin
+	// handOffs counts the readers started for woken sessions (for tests).
+	handOffs atomic.Uint64
 }
 
 // pollShard is one epoll instance and the sessions registered with it.
@@ -190,6 +192,9 @@ func (sh *pollShard) deregisterLocked(c *session) {
 	}
 	c.park.registered = false
 }
+
+// readersStarted is how many readers the shards started for woken sessions.
+func (p *idlePoller) readersStarted() uint64 { return p.handOffs.Load() }
 
 // isParked reports whether c is parked.
 func (p *idlePoller) isParked(c *session) bool {
@@ -405,6 +410,7 @@ func (sh *pollShard) handOff(c *session, flush bool) {
 	sh.deregisterLocked(c)
 	sh.mu.Unlock()
 	sh.srv.m.parked.Dec()
+	sh.srv.poller.handOffs.Add(1)
 	sh.srv.wg.Add(1) // the shard's goroutine is counted: above zero
 	go func() {
 		defer sh.srv.wg.Done()

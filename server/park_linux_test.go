@@ -220,3 +220,32 @@ func TestContendedHolderNotParked(t *testing.T) {
 	waitParked(t, ts, 1)
 	holderParked(true)
 }
+
+// TestParkedHeartbeatsAnsweredByPoller: a parked session's heartbeats are
+// answered by the poller itself: no reader goroutine is started for them,
+// and the session stays parked. Frames in pieces still go to a reader.
+func TestParkedHeartbeatsAnsweredByPoller(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, parkIdle(true))
+	h, tok := hold(t, ts, "inline", longLease)
+	hold(t, ts, "other", longLease) // a second parked session
+	waitParked(t, ts, 2)
+	before := ts.Srv.PollerReadersStarted()
+	for range 50 {
+		expectHolds(t, h, tok)
+	}
+	if got := ts.Srv.PollerReadersStarted() - before; got != 0 {
+		t.Fatalf("%d readers started for 50 heartbeats of a parked session, want 0", got)
+	}
+	waitParked(t, ts, 2)
+
+	// Half a heartbeat: the poller hands the byte it read to a reader,
+	// which completes the frame.
+	h.Write([]byte{byte(wire.TypeHeartbeat)})
+	batontest.Eventually(t, frameWait, func() bool { return ts.Srv.PollerReadersStarted() > before }, "no reader started for half a frame")
+	h.Write([]byte{0, 0})
+	if got := expectAcquired(t, h); got != tok {
+		t.Fatalf("token %d, want %d", got, tok)
+	}
+	waitParked(t, ts, 2)
+}
