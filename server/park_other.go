@@ -28,4 +28,4 @@ func (p *idlePoller) unparkLocked(*session) bool { return false }
 func (p *idlePoller) run()                       {}
 func (p *idlePoller) stop()                      {}
 func (p *idlePoller) isParked(*session) bool     { return false }
-func (p *idlePoller) readersStarted() uint64 { return 0 }
+func (p *idlePoller) readersStarted() uint64     { return 0 }
