@@ -183,12 +183,16 @@ func (p *idlePoller) unparkLocked(c *session) bool {
 	return true
 }
 
-// deregisterLocked removes c's descriptor from the epoll set. sh.mu must be
-// held, and c's connection still open (only a reader closes it, and there
-// is none while the shard holds the session), so the descriptor is c's.
+// deregisterLocked removes c's descriptor from the epoll set. sh.mu must
+// be held. The removal runs under the descriptor's reference (Control): a
+// connection closed meanwhile (a failed write closes it from a flusher)
+// left the epoll set with its close, and its number may already be
+// another session's, which a removal by number would silence.
 func (sh *pollShard) deregisterLocked(c *session) {
 	if c.park.registered && !sh.fdsClosed {
-		unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_DEL, int(c.rio.fd), nil)
+		c.raw.Control(func(fd uintptr) {
+			unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+		})
 	}
 	c.park.registered = false
 }
