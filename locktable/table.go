@@ -281,6 +281,16 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	return State{Position: l.waiters}, NotRefused, dst, nil
 }
 
+// HolderOf returns the holder of lock name and how many sessions wait
+// behind it; ok is false when nobody holds it.
+func (t *Table) HolderOf(name string) (id SessionID, waiters int, ok bool) {
+	l := t.locks[name]
+	if l == nil || l.holder == nil {
+		return 0, 0, false
+	}
+	return l.holder.id, l.waiters, true
+}
+
 // Seen records a complete frame from session id at now: its lease starts
 // again in full. It returns the session's state, or false if the session is
 // not in the table (it ended, or never entered) or its lease has already run

@@ -704,3 +704,26 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+func TestHolderOf(t *testing.T) {
+	tb, c, _ := newTable(t, locktable.Config{})
+	if _, _, ok := tb.HolderOf("jobs"); ok {
+		t.Fatalf("HolderOf on an unknown lock: got ok")
+	}
+	acquire(t, tb, c.now, 1, req("jobs", time.Minute))
+	check := func(wantID locktable.SessionID, wantWaiters int) {
+		t.Helper()
+		id, w, ok := tb.HolderOf("jobs")
+		if !ok || id != wantID || w != wantWaiters {
+			t.Fatalf("HolderOf: got %d, %d waiters, %v; want %d, %d waiters, true", id, w, ok, wantID, wantWaiters)
+		}
+	}
+	check(1, 0)
+	acquire(t, tb, c.now, 2, req("jobs", time.Minute))
+	acquire(t, tb, c.now, 3, req("jobs", time.Minute))
+	check(1, 2)
+	tb.Release(c.now, 1, nil)
+	check(2, 1)
+	tb.Release(c.now, 3, nil)
+	check(2, 0)
+}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -121,6 +122,7 @@ func benchHandover(b *testing.B, idle time.Duration, park bool) {
 	holder.Acquire("bench", time.Minute, false, "")
 	holder.ReadFrame(time.Second)
 	var total time.Duration
+	var each []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	// ns/op includes dialling the next waiter; ns/handover is the figure.
@@ -138,10 +140,22 @@ func benchHandover(b *testing.B, idle time.Duration, park bool) {
 		if f := waiter.ReadFrame(time.Second); !f.Push {
 			b.Fatalf("got %v, want the ACQUIRED push", f)
 		}
-		total += time.Since(start)
+		d := time.Since(start)
+		total += d
+		each = append(each, d)
 		holder = waiter
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/handover")
+	b.ReportMetric(float64(p50(each).Nanoseconds()), "p50-ns/handover")
+}
+
+// p50 is the median of ds (which it sorts).
+func p50(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 // BenchmarkLoopbackCloseNotify is the physical floor of a handover: a bare
@@ -200,6 +214,7 @@ func benchCloseNotify(b *testing.B, idle time.Duration) {
 	}
 	holder := dial()
 	var total time.Duration
+	var each []time.Duration
 	var buf [3]byte
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -211,9 +226,12 @@ func benchCloseNotify(b *testing.B, idle time.Duration) {
 		if _, err := io.ReadFull(waiter, buf[:]); err != nil {
 			b.Fatal(err)
 		}
-		total += time.Since(start)
+		d := time.Since(start)
+		total += d
+		each = append(each, d)
 		holder = waiter
 	}
 	holder.Close()
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/handover")
+	b.ReportMetric(float64(p50(each).Nanoseconds()), "p50-ns/handover")
 }

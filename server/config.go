@@ -41,8 +41,10 @@ type Config struct {
 	// ParkIdle makes a session that has nothing to read give up its reader
 	// goroutine while an epoll poller watches its connection (Linux, plain
 	// TCP): a parked session costs no goroutine stack, about two thirds of
-	// its memory, and its next frame costs one goroutine start. False keeps
-	// one reader goroutine per session for its whole life.
+	// its memory; the poller answers its heartbeats itself, and any other
+	// frame (or its close) costs one goroutine start. A holder with waiters
+	// never parks: its close is the handover. False keeps one reader
+	// goroutine per session for its whole life.
 	ParkIdle bool
 	// SendBuffer is the kernel send buffer of each session's socket, in
 	// bytes (SO_SNDBUF; Linux doubles it). A session's output is a few

@@ -30,25 +30,35 @@ func TestParkIdleSessions(t *testing.T) {
 	ts := batontest.StartServer(t, parkIdle(true))
 	reg := ts.Srv.Registry()
 
+	// An idle holder without waiters parks; a frame wakes it and is
+	// answered; it parks again; its close ends the session.
+	h0, tok0 := hold(t, ts, "p", longLease)
+	waitParked(t, ts, 1)
+	expectHolds(t, h0, tok0)
+	waitParked(t, ts, 1)
+	h0.Conn.Close()
+	batontest.Eventually(t, frameWait, func() bool { _, ok := ts.Srv.Lock("p"); return !ok }, "lock p still listed after its parked holder's close")
+	waitParked(t, ts, 0)
+
+	// Waiters park (their holder does not: TestContendedHolderNotParked);
+	// a frame wakes a parked waiter and is answered.
 	h, tok := hold(t, ts, "p", longLease)
 	w1 := queue(t, ts, "p", longLease, 1)
 	w2 := queue(t, ts, "p", longLease, 2)
-	waitParked(t, ts, 3)
-
-	// A frame wakes a parked session and is answered; it parks again.
-	expectHolds(t, h, tok)
+	waitParked(t, ts, 2)
 	expectQueued(t, w2, 2)
-	waitParked(t, ts, 3)
+	waitParked(t, ts, 2)
 
-	// A parked holder's close promotes a parked waiter at once.
+	// The holder's close promotes a parked waiter at once.
 	h.Conn.Close()
 	tok1 := expectPush(t, w1, frameWait)
 	if tok1 <= tok {
 		t.Fatalf("push token %d, want > %d", tok1, tok)
 	}
-	waitParked(t, ts, 2)
+	waitParked(t, ts, 1)
 
-	// Force-release of a parked holder: ERROR, close, promotion.
+	// Force-release: ERROR, close, promotion of the parked waiter, which
+	// then holds without waiters and parks.
 	if _, err := ts.Srv.ForceRelease("p"); err != nil {
 		t.Fatal(err)
 	}
@@ -57,29 +67,39 @@ func TestParkIdleSessions(t *testing.T) {
 	if tok2 <= tok1 {
 		t.Fatalf("push token %d, want > %d", tok2, tok1)
 	}
+	waitParked(t, ts, 1)
+
+	// Force-release of a parked holder.
+	f, _ := hold(t, ts, "f", longLease)
+	waitParked(t, ts, 2)
+	if _, err := ts.Srv.ForceRelease("f"); err != nil {
+		t.Fatal(err)
+	}
+	expectError(t, f, wire.CodeForceReleased)
+	waitParked(t, ts, 1)
 
 	// Kick of a parked waiter.
 	k := queue(t, ts, "p", longLease, 1)
-	waitParked(t, ts, 2)
+	waitParked(t, ts, 1)
 	lv, _ := ts.Srv.Lock("p")
 	if _, err := ts.Srv.Kick(lv.Waiters[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	expectError(t, k, wire.CodeKicked)
 
-	// Lease expiry of a parked holder: its waiter is pushed, it gets ERROR.
-	short, _ := hold(t, ts, "q", 300*time.Millisecond)
-	sw := queue(t, ts, "q", longLease, 1)
-	waitParked(t, ts, 3)
-	expectPush(t, sw, time.Second+frameWait)
+	// Lease expiry of a parked waiter, then of a parked holder.
+	qh, _ := hold(t, ts, "q", longLease)
+	short := queue(t, ts, "q", 300*time.Millisecond, 1)
 	expectError(t, short, wire.CodeLeaseExpired)
+	qh.Conn.Close()
+	lone, _ := hold(t, ts, "s", 300*time.Millisecond)
+	expectError(t, lone, wire.CodeLeaseExpired)
 
 	// A parked session reset by its peer ends and leaves the table.
 	r, _ := hold(t, ts, "r", longLease)
-	waitParked(t, ts, 3)
 	resetConn(t, r)
 	batontest.Eventually(t, frameWait, func() bool { _, ok := ts.Srv.Lock("r"); return !ok }, "lock r still listed after its parked holder's reset")
-	eventuallyMetric(t, reg, "baton_connections", "", 2)
+	eventuallyMetric(t, reg, "baton_connections", "", 1)
 	expectHolds(t, w2, tok2)
 }
 
@@ -95,7 +115,7 @@ func TestParkedSessionsCostNoGoroutine(t *testing.T) {
 		conns[i].Acquire("many", longLease, false, "")
 		conns[i].ReadFrame(frameWait)
 	}
-	waitParked(t, ts, n)
+	waitParked(t, ts, n-1) // all but the holder, which has waiters
 	if got := runtime.NumGoroutine() - before; got > n/10 {
 		t.Fatalf("%d goroutines more with %d parked sessions, want at most %d", got, n, n/10)
 	}
@@ -114,13 +134,15 @@ func TestShutdownWithParkedSessions(t *testing.T) {
 	ts := batontest.StartServer(t, parkIdle(true))
 	h, _ := hold(t, ts, "s", longLease)
 	w := queue(t, ts, "s", longLease, 1)
-	waitParked(t, ts, 2)
+	lone, _ := hold(t, ts, "t", longLease)
+	waitParked(t, ts, 2) // w and lone: a holder with waiters keeps its reader
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- ts.Srv.Shutdown(ctx) }()
 	expectError(t, h, wire.CodeShutdown)
 	expectError(t, w, wire.CodeShutdown)
+	expectError(t, lone, wire.CodeShutdown)
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
@@ -145,10 +167,85 @@ func TestParkWithConnsPerIPCap(t *testing.T) {
 	ts := batontest.StartServer(t, parkIdle(true), func(c *server.Config) { c.MaxConnsPerIP = 10 })
 	h, tok := hold(t, ts, "cap", longLease)
 	w := queue(t, ts, "cap", longLease, 1)
-	waitParked(t, ts, 2)
+	waitParked(t, ts, 1)
 	expectHolds(t, h, tok)
 	h.Conn.Close()
 	if got := expectPush(t, w, frameWait); got <= tok {
 		t.Fatalf("push token %d, want > %d", got, tok)
 	}
+}
+
+// TestContendedHolderNotParked: a holder parks while it has no waiter; the
+// first waiter takes it out of the poller before the waiter hears WAITING,
+// and a promoted waiter with a waiter behind it is never parked. Its close
+// is then read by its own reader, and the lock passes on.
+func TestContendedHolderNotParked(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, parkIdle(true))
+	holderParked := func(want bool) {
+		t.Helper()
+		parked, ok := ts.Srv.HolderParked("c")
+		if !ok || parked != want {
+			t.Fatalf("holder parked = %v (held: %v), want %v", parked, ok, want)
+		}
+	}
+	h, tok := hold(t, ts, "c", longLease)
+	waitParked(t, ts, 1)
+	holderParked(true)
+
+	// The unpark happens under the server's mutex before WAITING is queued:
+	// once the waiter has read WAITING, the holder is out of the poller.
+	w1 := queue(t, ts, "c", longLease, 1)
+	holderParked(false)
+	w2 := queue(t, ts, "c", longLease, 2)
+	waitParked(t, ts, 2) // the waiters, not the holder
+	holderParked(false)
+
+	// A heartbeat does not park it again.
+	expectHolds(t, h, tok)
+	waitParked(t, ts, 2)
+	holderParked(false)
+
+	// Its close promotes w1, which has w2 behind it: w1 leaves the poller
+	// before its push is queued.
+	h.Conn.Close()
+	tok1 := expectPush(t, w1, frameWait)
+	if tok1 <= tok {
+		t.Fatalf("push token %d, want > %d", tok1, tok)
+	}
+	holderParked(false)
+	w1.Conn.Close()
+	expectPush(t, w2, frameWait)
+	// w2 has no waiter: it parks like any idle holder.
+	waitParked(t, ts, 1)
+	holderParked(true)
+}
+
+// TestParkedHeartbeatsAnsweredByPoller: a parked session's heartbeats are
+// answered by the poller itself: no reader goroutine is started for them,
+// and the session stays parked. Frames in pieces still go to a reader.
+func TestParkedHeartbeatsAnsweredByPoller(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, parkIdle(true))
+	h, tok := hold(t, ts, "inline", longLease)
+	hold(t, ts, "other", longLease) // a second parked session
+	waitParked(t, ts, 2)
+	before := ts.Srv.PollerReadersStarted()
+	for range 50 {
+		expectHolds(t, h, tok)
+	}
+	if got := ts.Srv.PollerReadersStarted() - before; got != 0 {
+		t.Fatalf("%d readers started for 50 heartbeats of a parked session, want 0", got)
+	}
+	waitParked(t, ts, 2)
+
+	// Half a heartbeat: the poller hands the byte it read to a reader,
+	// which completes the frame.
+	h.Write([]byte{byte(wire.TypeHeartbeat)})
+	batontest.Eventually(t, frameWait, func() bool { return ts.Srv.PollerReadersStarted() > before }, "no reader started for half a frame")
+	h.Write([]byte{0, 0})
+	if got := expectAcquired(t, h); got != tok {
+		t.Fatalf("token %d, want %d", got, tok)
+	}
+	waitParked(t, ts, 2)
 }

@@ -16,6 +16,8 @@ func (c *session) initRaw(*net.TCPConn) {}
 
 var errWouldBlock error
 
+func (c *session) takePending() (int, error, bool) { return 0, nil, false }
+
 // tryRead is never called: no session has a raw connection here.
 func (c *session) tryRead([]byte) (int, error) { return 0, errWouldBlock }
 
@@ -25,3 +27,5 @@ func (p *idlePoller) park(*session) bool         { return false }
 func (p *idlePoller) unparkLocked(*session) bool { return false }
 func (p *idlePoller) run()                       {}
 func (p *idlePoller) stop()                      {}
+func (p *idlePoller) isParked(*session) bool     { return false }
+func (p *idlePoller) readersStarted() uint64     { return 0 }

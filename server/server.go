@@ -162,6 +162,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 	}()
 
+	// Options the accepted sockets inherit are set on the listener once.
+	preset := s.cfg.SendBuffer == 0 || presetListener(ln, s.cfg)
 	var backoff time.Duration
 	for {
 		conn, err := ln.Accept()
@@ -182,7 +184,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		if tc, ok := conn.(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+		if tc, ok := conn.(*net.TCPConn); ok && !preset {
 			tc.SetWriteBuffer(s.cfg.SendBuffer) // best effort: the default only costs memory
 		}
 		if conn = s.admit(conn); conn != nil { // per-address cap, TLS (security.go)
@@ -492,6 +494,26 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 	}
 	p.queueAcquired(true, g.Token, now)
 	fx.flush = append(fx.flush, p)
+	s.contendLocked(g.Name)
+}
+
+// contendLocked marks the holder of lock name contended if a session waits
+// behind it, and takes it out of the idle poller if it is parked there: a
+// holder with waiters keeps a reader, so that its close is read at once by
+// a goroutine already waiting for it. mu must be held.
+func (s *Server) contendLocked(name string) {
+	id, waiters, ok := s.table.HolderOf(name)
+	if !ok || waiters == 0 {
+		return
+	}
+	h := s.sessions[id]
+	if h == nil || h.ended || h.contended.Load() {
+		return
+	}
+	h.contended.Store(true) // before unparking: park reads it under the poller's mutex
+	if s.poller != nil && s.poller.unparkLocked(h) {
+		s.goLocked(h.resume) // false only once stop has ended every session
+	}
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

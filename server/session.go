@@ -30,6 +30,11 @@ type session struct {
 	// closing is set when the session ends, before the poller is asked to
 	// unpark it; park reads it (see idlePoller.park).
 	closing atomic.Bool
+	// contended is set, under srv.mu, once the session holds its lock with
+	// a waiter behind it, before the poller is asked to unpark it: such a
+	// session never parks again, so that its close (the handover) wakes
+	// its own reader at once, not the poller and then a new goroutine.
+	contended atomic.Bool
 
 	// Guarded by srv.mu.
 	ended   bool
@@ -261,6 +266,7 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 		s.m.series(req.Name).wait.Observe(0)
 	} else {
 		s.m.waiting.Inc()
+		s.contendLocked(req.Name)
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
 	if in, ok := s.table.Session(now, c.id); ok {
@@ -288,7 +294,10 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		h, err = c.readHeader(false)
 		return h, false, err
 	}
-	n, err := c.tryRead(c.hdr[:])
+	n, err, ok := c.takePending() // what the poller read before it started this reader
+	if !ok {
+		n, err = c.tryRead(c.hdr[:])
+	}
 	if err == errWouldBlock {
 		if s.poller.park(c) {
 			return h, true, nil
@@ -333,21 +342,49 @@ func (c *session) finishHeader(n int, err error, first bool) (wire.Header, error
 	return wire.ParseHeader(c.hdr[:])
 }
 
-// readFailure classifies a failed read.
+// readFailure classifies a failed read. It ends every session, so it looks
+// through the errors the reads return by type, not by errors.As and
+// errors.Is, which go through reflection.
 func (c *session) readFailure(err error, first bool) (EndReason, string) {
-	var we *wire.Error
-	switch {
-	case errors.As(err, &we):
+	err = ioCause(err)
+	if we, ok := err.(*wire.Error); ok {
 		return ReasonProtocolError, we.Msg
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	}
+	switch err {
+	case os.ErrDeadlineExceeded:
 		if first {
 			return ReasonReadTimeout, fmt.Sprintf("no complete ACQUIRE within io-timeout (%v)", c.srv.cfg.IOTimeout)
 		}
 		return ReasonReadTimeout, fmt.Sprintf("frame not completed within io-timeout (%v)", c.srv.cfg.IOTimeout)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+	case io.EOF, io.ErrUnexpectedEOF, net.ErrClosed:
 		return ReasonClosed, ""
 	}
 	return ReasonReset, ""
+}
+
+// ioCause unwraps what net and os wrap around the cause of a failed read or
+// write: *net.OpError and *os.SyscallError (and TLS's wrapping of those, by
+// the general Unwrap, off the plain TCP path).
+func ioCause(err error) error {
+	for {
+		switch e := err.(type) {
+		case *net.OpError:
+			err = e.Err
+		case *os.SyscallError:
+			err = e.Err
+		case *wire.Error, syscall.Errno:
+			return err
+		default:
+			if err == os.ErrDeadlineExceeded || err == io.EOF || err == io.ErrUnexpectedEOF || err == net.ErrClosed {
+				return err
+			}
+			if u := errors.Unwrap(err); u != nil {
+				err = u
+				continue
+			}
+			return err
+		}
+	}
 }
 
 // queueState queues the reply to a frame: ACQUIRED (same token) or WAITING.
@@ -428,9 +465,8 @@ func (c *session) flush() {
 // writeFailed ends the session after a failed write and closes the socket,
 // which also wakes the reader.
 func (c *session) writeFailed(err error) {
-
 	reason := ReasonReset
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if ioCause(err) == os.ErrDeadlineExceeded {
 		reason = ReasonWriteTimeout
 	}
 	s := c.srv

@@ -54,7 +54,7 @@ func (s *Server) start(t testing.TB, addr string) {
 	var ln net.Listener
 	// On Restart the old port may linger briefly; retry the bind.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		ln, err = net.Listen("tcp", addr)
+		ln, err = server.Listen(context.Background(), cfg, addr)
 		if err == nil || time.Now().After(deadline) {
 			break
 		}

@@ -307,7 +307,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	// in use must leave nothing behind, and opening the token store spends
 	// an epoch (and may start a crash grace) that a failed start would waste;
 	// in a cluster, Raft would start taking part in elections.
-	ln, err := net.Listen("tcp", o.addr)
+	ln, err := server.Listen(context.Background(), o.serverConfig(), o.addr)
 	if err != nil {
 		return nil, failure(s, name, fmt.Sprintf("addr: %v", err))
 	}

@@ -1,0 +1,39 @@
+//go:build unix
+
+package server
+
+import (
+	"net"
+	"syscall"
+)
+
+// listenerOptions sets, on a listening socket before it binds, the options
+// its accepted connections inherit: SO_SNDBUF (Config.SendBuffer). Every
+// option of the listener belongs here, in one place.
+func listenerOptions(fd uintptr, cfg Config) error {
+	if cfg.SendBuffer > 0 {
+		return syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, cfg.SendBuffer)
+	}
+	return nil
+}
+
+// presetListener sets the inherited options on ln, for listeners not made
+// with ListenConfig, and reports whether its connections then need no
+// option of their own. Connections already waiting in its backlog keep the
+// system's defaults (only SO_SNDBUF: a bound on what a non-reading client
+// can make the kernel hold, not on correctness).
+func presetListener(ln net.Listener, cfg Config) bool {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return false
+	}
+	raw, err := tl.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = listenerOptions(fd, cfg) }); err != nil || serr != nil {
+		return false
+	}
+	return true
+}
