@@ -52,9 +52,11 @@ type session struct {
 	// lingerUntil is the read deadline halfClose set, zero before it; drain
 	// restores it (see there).
 	lingerUntil time.Time
-	// peerGone, if not nil, is closed when drain sees the client's close;
-	// set by EndTerm under srv.mu before the session ends.
-	peerGone chan struct{}
+	// peerGone, if not nil, is closed when drain sees the client's close,
+	// or a write fails on its reset; set by EndTerm under srv.mu before the
+	// session ends.
+	peerGone     chan struct{}
+	peerGoneOnce sync.Once
 }
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
@@ -466,8 +468,13 @@ func (c *session) flush() {
 // which also wakes the reader.
 func (c *session) writeFailed(err error) {
 	reason := ReasonReset
-	if ioCause(err) == os.ErrDeadlineExceeded {
+	switch cause := ioCause(err); {
+	case cause == os.ErrDeadlineExceeded:
 		reason = ReasonWriteTimeout
+	case cause == syscall.ECONNRESET || cause == syscall.EPIPE:
+		// The client reset its socket: it closed, as far as a planned
+		// handover's drain is concerned (the close then ends drain's read).
+		c.markPeerGone()
 	}
 	s := c.srv
 	// End first, close after: the reader, woken by the close, must find the
@@ -476,6 +483,14 @@ func (c *session) writeFailed(err error) {
 	s.endLocked(time.Now(), c, reason, "", true)
 	s.mu.Unlock()
 	c.conn.Close()
+}
+
+// markPeerGone tells EndTerm's drain, if it waits for this session, that
+// the client has closed its socket.
+func (c *session) markPeerGone() {
+	if c.peerGone != nil {
+		c.peerGoneOnce.Do(func() { close(c.peerGone) })
+	}
 }
 
 // halfClose follows the session's ERROR with a FIN and makes the reader stop
@@ -518,8 +533,8 @@ func (c *session) drain() {
 			// EOF or a reset: the client closed its socket (the clients
 			// release by reset, and one may release just as the ERROR
 			// comes), so it no longer believes it holds. See EndTerm.
-			if c.peerGone != nil && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)) {
-				close(c.peerGone)
+			if err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
+				c.markPeerGone()
 			}
 			return
 		}
