@@ -133,7 +133,7 @@ func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
 
 // toLeaderAs is toLeader for a request authorized by a login cookie when
 // byCookie; a proxied event stream ends when stillAuthorized turns false.
-func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bool, stillAuthorized func() bool) bool {
+func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bool, stillAuthorized func() bool) (sent bool) {
 	if h.cluster == nil {
 		return false
 	}
@@ -167,6 +167,11 @@ func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bo
 		},
 		Transport: h.proxyTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				// The client left, or a stream was ended on purpose
+				// (endWhen): nobody to answer, and its header may be out.
+				return
+			}
 			h.log.Warn("ops: cannot reach the leader", "leader_ops_addr", addr, "err", err)
 			writeError(w, http.StatusBadGateway, fmt.Sprintf("leader at %s did not answer: %v", addr, err))
 		},
@@ -197,6 +202,7 @@ func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bo
 			if v := recover(); v != nil && v != http.ErrAbortHandler {
 				panic(v)
 			}
+			sent = true // recovered or not: the stream was answered here
 		}()
 	}
 	p.ServeHTTP(w, r)
