@@ -149,12 +149,21 @@ async function pollFreshness() {
 
 // ---- API calls ----
 
+// Requests under way, so that a logout can let them finish first: one that
+// reached the server after the logout would be refused, a console error.
+const inflight = new Set();
+function tracked(p) {
+  inflight.add(p);
+  p.finally(() => inflight.delete(p)).catch(() => {});
+  return p;
+}
+
 async function api(method, path) {
   const headers = {};
   if (method !== "GET" && state.csrf) headers["X-Baton-CSRF"] = state.csrf;
   let res;
   try {
-    res = await fetch(path, { method, headers, credentials: "same-origin" });
+    res = await tracked(fetch(path, { method, headers, credentials: "same-origin" }));
   } catch (err) {
     return { ok: false, status: 0, body: { error: String(err) } };
   }
@@ -462,7 +471,7 @@ function sumOf(m, name) { return (m.get(name) || []).reduce((a, s) => a + s.valu
 async function pollServer() {
   if (document.hidden || !state.authed) return;
   try {
-    const res = await fetch("/metrics");
+    const res = await tracked(fetch("/metrics"));
     if (res.ok) {
       metrics = parseMetrics(await res.text());
       const now = Date.now(), total = sumOf(metrics, "baton_grants_total");
@@ -475,6 +484,7 @@ async function pollServer() {
     }
   } catch { /* the next poll tries again */ }
   // Every poll, not only on the server page: a follower says so in a banner.
+  if (!state.authed) return; // logged out while /metrics was asked
   const r = await api("GET", "/v1/cluster");
   cluster = r.ok && r.body && typeof r.body === "object" ? r.body : null;
   renderBanner();
@@ -569,6 +579,7 @@ $("logout").addEventListener("click", async () => {
   // No stream or poll asks /v1/ while the logout is under way.
   state.authed = false;
   if (state.source) { state.source.close(); state.source = null; }
+  await Promise.allSettled([...inflight]);
   await fetch("/ui/logout", { method: "POST", credentials: "same-origin" });
   await start();
 });
