@@ -320,29 +320,11 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 	r := Heartbeat{Sessions: cfg.Sessions}
 	lc := loadgen.Config{Addr: t.Addr, Sessions: cfg.Sessions, ShortLease: HeartbeatLease, LongLease: HeartbeatLease,
 		Sources: cfg.Sessions/5000 + 1, DialPar: 200, Prefix: fmt.Sprintf("floor-%d-", round)}
-	name, args := cfg.LoadGen(lc)
-	gen, err := proc.Start(name, args...)
+	gen, ready, stop, err := scenario.StartLoadGen(ctx, cfg.LoadGen, lc)
 	if err != nil {
 		return r, err
 	}
-	defer func() {
-		io.WriteString(gen.Stdin, "stop\n")
-		select {
-		case <-gen.Done():
-		case <-time.After(30 * time.Second):
-			gen.Stop(5 * time.Second)
-		}
-	}()
-	openCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	line, err := gen.ReadLine(openCtx)
-	cancel()
-	if err != nil {
-		return r, fmt.Errorf("load generator: %w", err)
-	}
-	var ready loadgen.Ready
-	if err := json.Unmarshal([]byte(line), &ready); err != nil {
-		return r, fmt.Errorf("load generator said %q: %w", line, err)
-	}
+	defer stop()
 	// On a loaded machine a few sessions can fail to open (Baton ends a
 	// holder whose beats come late while thousands of others dial, and
 	// its waiter is granted instead of queued); they are counted, and

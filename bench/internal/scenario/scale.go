@@ -106,29 +106,11 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	res.Sources = cfg.Sessions/5000 + 1
 	lc := loadgen.Config{Addr: srv.Addr, Sessions: cfg.Sessions, ShortLease: cfg.ShortLease,
 		LongLease: cfg.LongLease, Sources: res.Sources, DialPar: 200}
-	name, args := cfg.LoadGen(lc)
-	gen, err := proc.Start(name, args...)
+	gen, ready, stop, err := StartLoadGen(ctx, cfg.LoadGen, lc)
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		io.WriteString(gen.Stdin, "stop\n")
-		select {
-		case <-gen.Done():
-		case <-time.After(30 * time.Second):
-			gen.Stop(5 * time.Second)
-		}
-	}()
-	openCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	line, err := gen.ReadLine(openCtx)
-	cancel()
-	if err != nil {
-		return res, fmt.Errorf("load generator: %w", err)
-	}
-	var ready loadgen.Ready
-	if err := json.Unmarshal([]byte(line), &ready); err != nil {
-		return res, fmt.Errorf("load generator said %q: %w", line, err)
-	}
+	defer stop()
 	res.Opened, res.Failed = ready.Opened, ready.Failed
 	res.LostOpening, res.OpenTime = ready.Lost, ready.OpenTime
 	if ready.Opened == 0 {
@@ -233,4 +215,38 @@ func LoadGenArgs(cfg loadgen.Config) []string {
 		"-sessions", strconv.Itoa(cfg.Sessions),
 		"-short-lease", cfg.ShortLease.String(), "-long-lease", cfg.LongLease.String(),
 		"-sources", strconv.Itoa(cfg.Sources), "-dial-par", strconv.Itoa(cfg.DialPar), "-lock-prefix", cfg.Prefix}
+}
+
+// StartLoadGen starts the load generator (a process of its own) with lc
+// and waits, up to 5 minutes, for its line saying the sessions are open.
+// stop asks it to end and waits for it; call it once done with gen.
+func StartLoadGen(ctx context.Context, cmdLine func(loadgen.Config) (string, []string), lc loadgen.Config) (gen *proc.Process, ready loadgen.Ready, stop func(), err error) {
+	name, args := cmdLine(lc)
+	gen, err = proc.Start(name, args...)
+	if err != nil {
+		return nil, ready, nil, err
+	}
+	stop = func() {
+		io.WriteString(gen.Stdin, "stop\n")
+		select {
+		case <-gen.Done():
+		case <-time.After(30 * time.Second):
+			gen.Stop(5 * time.Second)
+		}
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	line, err := gen.ReadLine(openCtx)
+	cancel()
+	if err == nil {
+		if jerr := json.Unmarshal([]byte(line), &ready); jerr != nil {
+			err = fmt.Errorf("load generator said %q: %w", line, jerr)
+		}
+	} else {
+		err = fmt.Errorf("load generator: %w", err)
+	}
+	if err != nil {
+		stop()
+		return nil, ready, nil, err
+	}
+	return gen, ready, stop, nil
 }
