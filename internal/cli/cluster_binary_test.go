@@ -45,7 +45,9 @@ func freeAddrs(t *testing.T, n int) []string {
 	return out
 }
 
-func newClusterProcs(t *testing.T) []*clusterProc {
+// clusterLayout picks the addresses and data directories of three nodes,
+// and returns them with their -peers list.
+func clusterLayout(t *testing.T) ([]*clusterProc, string) {
 	t.Helper()
 	a := freeAddrs(t, 9)
 	var procs []*clusterProc
@@ -55,8 +57,14 @@ func newClusterProcs(t *testing.T) []*clusterProc {
 		procs = append(procs, p)
 		peers = append(peers, p.id+"="+p.raftAddr)
 	}
+	return procs, strings.Join(peers, ",")
+}
+
+func newClusterProcs(t *testing.T) []*clusterProc {
+	t.Helper()
+	procs, peers := clusterLayout(t)
 	for _, p := range procs {
-		p.start(t, strings.Join(peers, ","))
+		p.start(t, peers)
 	}
 	return procs
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -280,18 +279,11 @@ func (b *cliBrowser) consoleErrors() []string {
 // false (and the nodes stopped) if one could not bind its ports.
 func startDashCluster(t *testing.T, tokenFile string) ([]*clusterProc, bool) {
 	t.Helper()
-	a := freeAddrs(t, 9)
-	var procs []*clusterProc
-	var peers []string
-	for i := range 3 {
-		p := &clusterProc{id: fmt.Sprintf("n%d", i+1), addr: a[3*i], opsAddr: a[3*i+1], raftAddr: a[3*i+2], dataDir: filepath.Join(t.TempDir(), "data")}
-		procs = append(procs, p)
-		peers = append(peers, p.id+"="+p.raftAddr)
-	}
+	procs, peers := clusterLayout(t)
 	logs := t.TempDir()
 	exited := make([]chan struct{}, len(procs))
 	for i, p := range procs {
-		p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-peers", strings.Join(peers, ","),
+		p.cmd = batonCmd(t, "serve", "-node-id", p.id, "-raft-addr", p.raftAddr, "-peers", peers,
 			"-addr", p.addr, "-ops-addr", p.opsAddr, "-data-dir", p.dataDir, "-admin-token-file", tokenFile,
 			"-shutdown-linger=0s", "-log-format=json",
 			// Slower Raft timers than the default: a loaded CI machine must
