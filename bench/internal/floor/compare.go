@@ -2,14 +2,11 @@ package floor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/batonlock/baton/bench/internal/batonsys"
 	"github.com/batonlock/baton/bench/internal/loadgen"
-	"github.com/batonlock/baton/bench/internal/proc"
 	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/stats"
 )
@@ -336,8 +333,8 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 	if ready.Opened == 0 {
 		return r, fmt.Errorf("load generator opened no session of %d: %s", cfg.Sessions, ready.FirstError)
 	}
-	sleepCtx(ctx, cfg.Settle)
-	s0, err := genStats(ctx, gen)
+	scenario.Sleep(ctx, cfg.Settle)
+	s0, err := scenario.GenStats(ctx, gen)
 	if err != nil {
 		return r, err
 	}
@@ -351,7 +348,7 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 	}
 	stopProf := profile(t, "heartbeats")
 	start := time.Now()
-	sleepCtx(ctx, cfg.Window)
+	scenario.Sleep(ctx, cfg.Window)
 	c1, err := cpu(t.PID)
 	r.Window = time.Since(start)
 	stopProf()
@@ -362,7 +359,7 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 	if err != nil {
 		return r, err
 	}
-	s1, err := genStats(ctx, gen)
+	s1, err := scenario.GenStats(ctx, gen)
 	if err != nil {
 		return r, err
 	}
@@ -382,32 +379,6 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 		return r, fmt.Errorf("no heartbeat answered in %v", r.Window)
 	}
 	return r, nil
-}
-
-func genStats(ctx context.Context, gen *proc.Process) (loadgen.Stats, error) {
-	var s loadgen.Stats
-	if _, err := io.WriteString(gen.Stdin, "stats\n"); err != nil {
-		return s, fmt.Errorf("load generator: %w", err)
-	}
-	c, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	line, err := gen.ReadLine(c)
-	if err != nil {
-		return s, fmt.Errorf("load generator: %w", err)
-	}
-	if err := json.Unmarshal([]byte(line), &s); err != nil {
-		return s, fmt.Errorf("load generator said %q: %w", line, err)
-	}
-	return s, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 func dur(d time.Duration) string {

@@ -9,102 +9,23 @@ package profsig
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 )
 
-// Env names the directory the profiles are written to.
-const Env = "BENCH_PROFILE_DIR"
+//go:embed handler.go
+var handlerSource string
 
-// Install starts the signal handler if Env is set. Its goroutine lives as
-// long as the process.
-func Install() {
-	dir := os.Getenv(Env)
-	if dir == "" {
-		return
-	}
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGUSR1, syscall.SIGUSR2)
-	go serve(dir, ch)
-}
-
-func serve(dir string, ch <-chan os.Signal) {
-	final := filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", os.Getpid()))
-	var f *os.File
-	for sig := range ch {
-		switch {
-		case sig == syscall.SIGUSR1 && f == nil:
-			var err error
-			if f, err = os.Create(final + ".part"); err != nil {
-				f = nil
-				continue
-			}
-			if pprof.StartCPUProfile(f) != nil {
-				f.Close()
-				f = nil
-			}
-		case sig == syscall.SIGUSR2 && f != nil:
-			pprof.StopCPUProfile()
-			f.Close()
-			f = nil
-			os.Rename(final+".part", final)
-		}
-	}
-}
-
-// MainSource is Install and serve as a file of package main, for the
-// overlay that builds a profiling cmd/baton.
-const MainSource = `package main
-
-import (
-	"fmt"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"runtime/pprof"
-	"syscall"
-)
-
-// Written by the bench's build overlay (bench/internal/profsig): CPU
-// profiles between SIGUSR1 and SIGUSR2.
-func init() {
-	dir := os.Getenv("` + Env + `")
-	if dir == "" {
-		return
-	}
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGUSR1, syscall.SIGUSR2)
-	go func() {
-		final := filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", os.Getpid()))
-		var f *os.File
-		for sig := range ch {
-			switch {
-			case sig == syscall.SIGUSR1 && f == nil:
-				var err error
-				if f, err = os.Create(final + ".part"); err != nil {
-					f = nil
-					continue
-				}
-				if pprof.StartCPUProfile(f) != nil {
-					f.Close()
-					f = nil
-				}
-			case sig == syscall.SIGUSR2 && f != nil:
-				pprof.StopCPUProfile()
-				f.Close()
-				f = nil
-				os.Rename(final+".part", final)
-			}
-		}
-	}()
-}
-`
+// MainSource is handler.go as a file of package main that installs the
+// handler at start, for the overlay that builds a profiling cmd/baton.
+var MainSource = strings.Replace(handlerSource, "package profsig", "package main", 1) +
+	"\nfunc init() { Install() }\n"
 
 // A Capture is a profile being taken of one process.
 type Capture struct {

@@ -207,6 +207,9 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	sleepUntil(ctx.Done(), d)
 }
 
+// Sleep waits d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) { sleepCtx(ctx, d) }
+
 // waitTimeout waits for wg, at most d; it reports whether wg finished.
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	done := make(chan struct{})

@@ -121,7 +121,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	}
 
 	sleepCtx(ctx, cfg.Settle)
-	if _, err := genStats(ctx, gen); err != nil { // resets the RTT window
+	if _, err := GenStats(ctx, gen); err != nil { // resets the RTT window
 		return res, err
 	}
 	u0, m0, err := sample(ctx, srv)
@@ -144,7 +144,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	}
 	res.LoadGenCPU = g1.CPU - g0.CPU
 	res.Window = time.Since(start)
-	gs, err := genStats(ctx, gen)
+	gs, err := GenStats(ctx, gen)
 	if err != nil {
 		return res, err
 	}
@@ -192,7 +192,8 @@ func sample(ctx context.Context, srv *batonsys.Server) (batonsys.Usage, map[stri
 	return u, m, err
 }
 
-func genStats(ctx context.Context, gen *proc.Process) (loadgen.Stats, error) {
+// GenStats asks the load generator for its counters since the last ask.
+func GenStats(ctx context.Context, gen *proc.Process) (loadgen.Stats, error) {
 	var s loadgen.Stats
 	if _, err := io.WriteString(gen.Stdin, "stats\n"); err != nil {
 		return s, fmt.Errorf("load generator: %w", err)
