@@ -1,4 +1,4 @@
-package clusterharness
+package baton
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/internal/batontest"
 )
 
@@ -17,8 +16,7 @@ import (
 // the same address, for ever; it now moves on to the next address, as after
 // SHUTDOWN or NOT_LEADER. In the fault schedule this made the first grant
 // after a SIGSTOP of the leader wait for the SIGCONT (3 s), not election +
-// grace (about 2 s) as after kill -9. It needs no cluster, so it runs
-// everywhere.
+// grace (about 2 s) as after kill -9; the cluster fault harness found it.
 func TestClientLeavesFrozenNode(t *testing.T) {
 	frozen, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: the kernel queues the handshakes
 	if err != nil {
@@ -26,13 +24,13 @@ func TestClientLeavesFrozenNode(t *testing.T) {
 	}
 	defer frozen.Close()
 	good := batontest.StartServer(t)
-	c, err := baton.New([]string{frozen.Addr().String(), good.Addr}, baton.WithLease(lease))
+	c, err := New([]string{frozen.Addr().String(), good.Addr}, WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The first attempt may spend 0.8 × lease on the frozen node; the
 	// second must go to the good one.
-	const within = 3 * lease
+	const within = 3 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	start := time.Now()
