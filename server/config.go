@@ -46,6 +46,16 @@ type Config struct {
 	// never parks: its close is the handover. False keeps one reader
 	// goroutine per session for its whole life.
 	ParkIdle bool
+	// ParkAfter is how long a session's first wait for a frame (after
+	// ACQUIRE is answered) keeps its reader goroutine before the session
+	// parks, with ParkIdle. Most sessions are over or change hands sooner:
+	// a short claim, a waiter in a busy queue. They never pay for a park
+	// (two epoll_ctl, a read that finds nothing, a goroutine start to wake
+	// it) and their close or promotion is read by a goroutine already
+	// waiting, as without parking; a session that stays idle parks a
+	// moment later, so the memory of many idle sessions is the same. Later
+	// waits park at once. Zero parks at once; must not be negative.
+	ParkAfter time.Duration
 	// SendBuffer is the kernel send buffer of each session's socket, in
 	// bytes (SO_SNDBUF; Linux doubles it). A session's output is a few
 	// small frames, so a small buffer costs nothing; it bounds what a client
@@ -92,6 +102,7 @@ func DefaultConfig() Config {
 		MaxSessions:       250000,
 		MaxWaitersPerLock: 10000,
 		ParkIdle:          true,
+		ParkAfter:         200 * time.Millisecond,
 		SendBuffer:        16 << 10,
 	}
 }
@@ -106,6 +117,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max-sessions (%d) must be positive", c.MaxSessions)
 	case c.MaxWaitersPerLock <= 0:
 		return fmt.Errorf("max-waiters (%d) must be positive", c.MaxWaitersPerLock)
+	case c.ParkAfter < 0:
+		return fmt.Errorf("park-after (%v) must not be negative", c.ParkAfter)
 	case c.SendBuffer < 0:
 		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
 	case c.MaxConnsPerIP < 0:

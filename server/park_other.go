@@ -21,6 +21,9 @@ func (c *session) takePending() (int, error, bool) { return 0, nil, false }
 // tryRead is never called: no session has a raw connection here.
 func (c *session) tryRead([]byte) (int, error) { return 0, errWouldBlock }
 
+// writeNow is never called: no session has a raw connection here.
+func (c *session) writeNow() bool { return false }
+
 func newIdlePoller(*Server) (*idlePoller, error) { return nil, nil }
 
 func (p *idlePoller) park(*session) bool         { return false }

@@ -27,6 +27,9 @@ type session struct {
 	raw  syscall.RawConn
 	rio  rawIO     // the reader's state for non-blocking reads on raw
 	park parkState // guarded by the poller's mutex
+	// waited is set by the reader once its first wait for a frame has begun
+	// (see firstWait): later waits park at once.
+	waited bool
 	// closing is set when the session ends, before the poller is asked to
 	// unpark it; park reads it (see idlePoller.park).
 	closing atomic.Bool
@@ -114,7 +117,7 @@ func (c *session) end(reason EndReason, msg string) {
 			self = true
 			continue
 		}
-		p.flush()
+		p.send()
 	}
 	if self {
 		c.flush()
@@ -154,7 +157,7 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	if reason, msg, ok := c.acquire(req); !ok {
 		return reason, msg, false
 	}
-	c.flush()
+	c.send()
 	return c.serveLoop()
 }
 
@@ -201,7 +204,7 @@ func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
 		}
 		s.mu.Unlock()
 		s.m.heartbeats.Inc()
-		c.flush()
+		c.send()
 	}
 }
 
@@ -297,7 +300,12 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		return h, false, err
 	}
 	n, err, ok := c.takePending() // what the poller read before it started this reader
-	if !ok {
+	switch {
+	case ok:
+	case !c.waited:
+		c.waited = true
+		n, err = c.firstWait()
+	default:
 		n, err = c.tryRead(c.hdr[:])
 	}
 	if err == errWouldBlock {
@@ -311,6 +319,35 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	}
 	h, err = c.finishHeader(n, err, false)
 	return h, false, err
+}
+
+// firstWait waits for the session's first frame after ACQUIRE in Go's
+// runtime poller, for at most Config.ParkAfter (see there), and then reads
+// without waiting: errWouldBlock if the session is still idle and should
+// park.
+func (c *session) firstWait() (int, error) {
+	after := c.srv.cfg.ParkAfter
+	if after <= 0 {
+		return 0, errWouldBlock
+	}
+	c.conn.SetReadDeadline(time.Now().Add(after))
+	n, err := c.conn.Read(c.hdr[:])
+	if err == nil || ioCause(err) == os.ErrDeadlineExceeded {
+		// A later blocking read (drain's among them) must not inherit the
+		// deadline. If the server ended the session meanwhile, clearing
+		// halfClose's deadline is harmless: drain sets it again.
+		c.conn.SetReadDeadline(time.Time{})
+	}
+	if err == nil {
+		return n, nil
+	}
+	if ioCause(err) != os.ErrDeadlineExceeded {
+		return n, err // the client's close or reset
+	}
+	if c.closing.Load() {
+		return 0, errEnded
+	}
+	return c.tryRead(c.hdr[:]) // idle: park, unless something came just now
 }
 
 // readHeader reads one frame header. Once its first byte has arrived, the
@@ -417,6 +454,15 @@ func (c *session) queueError(code wire.Code, msg string) {
 	c.out = wire.AppendError(c.out, code, msg)
 	c.finish = true
 	c.wmu.Unlock()
+}
+
+// send writes what is queued: at once, without a deadline or a wait, when
+// the socket takes it all (a reply or a push nearly always fits), and
+// otherwise by flush.
+func (c *session) send() {
+	if c.raw == nil || !c.writeNow() {
+		c.flush()
+	}
 }
 
 // flush writes what is queued, unless another goroutine already is (it will
