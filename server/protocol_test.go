@@ -232,6 +232,43 @@ func TestProtocolErrorOfHolderHandsOver(t *testing.T) {
 	}
 }
 
+// TestFramesWithTheAcquire: what a client sends in the same write as its
+// ACQUIRE (the server reads the first frame with one read where it can) is
+// answered after it, in order, for short and long ACQUIREs, whole frames
+// and a frame split across the ACQUIRE's write and the next.
+func TestFramesWithTheAcquire(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, ioTimeout(time.Second))
+	long := strings.Repeat("o", wire.MaxOwner)
+	for _, tt := range []struct{ name, owner string }{{"with-short", "o"}, {strings.Repeat("n", wire.MaxName), long}} {
+		c := batontest.Dial(t, ts.Addr)
+		hb := wire.AppendHeartbeat(nil)
+		first := append(acquireFrame(1, 0, 10000, tt.name, tt.owner), heartbeats(3)...)
+		c.Write(append(first, hb[:1]...)) // and the first byte of a fourth
+		tok := expectAcquired(t, c)
+		for range 3 {
+			if got := expectAcquired(t, c); got != tok {
+				t.Fatalf("%s: token %d, want %d", tt.name[:4], got, tok)
+			}
+		}
+		c.Write(hb[1:])
+		if got := expectAcquired(t, c); got != tok {
+			t.Fatalf("%s: token %d after the split heartbeat, want %d", tt.name[:4], got, tok)
+		}
+		// A waiter's extra frames are answered WAITING.
+		w := batontest.Dial(t, ts.Addr)
+		w.Write(append(acquireFrame(1, 0, 10000, tt.name, tt.owner), heartbeats(2)...))
+		for range 3 {
+			expectWaiting(t, w, 1)
+		}
+		c.Conn.Close()
+		if got := expectPush(t, w, frameWait); got <= tok {
+			t.Fatalf("push token %d, want > %d", got, tok)
+		}
+		w.Conn.Close()
+	}
+}
+
 // TestSplitFramesAccepted: frames may arrive in pieces, within io-timeout.
 func TestSplitFramesAccepted(t *testing.T) {
 	t.Parallel()

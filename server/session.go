@@ -27,6 +27,9 @@ type session struct {
 	raw  syscall.RawConn
 	rio  rawIO     // the reader's state for non-blocking reads on raw
 	park parkState // guarded by the poller's mutex
+	// extra is what the client sent after its ACQUIRE in the same read,
+	// for the reader to take first.
+	extra []byte
 	// waited is set by the reader once its first wait for a frame has begun
 	// (see firstWait): later waits park at once.
 	waited bool
@@ -134,18 +137,14 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	}
 	// The first frame, whole, within io-timeout of accept (of the handshake with TLS).
 	c.conn.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
-	h, err := c.readHeader(true)
+	var buf [firstReadSize]byte
+	h, payload, err := c.readFirst(buf[:])
 	if err != nil {
 		reason, msg = c.readFailure(err, true)
 		return reason, msg, false
 	}
 	if h.Type != wire.TypeAcquire {
 		return ReasonProtocolError, fmt.Sprintf("first frame must be ACQUIRE, got %v", h.Type), false
-	}
-	payload := make([]byte, h.Length)
-	if _, err := io.ReadFull(c.conn, payload); err != nil {
-		reason, msg = c.readFailure(err, true)
-		return reason, msg, false
 	}
 	c.conn.SetReadDeadline(time.Time{})
 	req, err := wire.DecodeAcquire(payload)
@@ -159,6 +158,42 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	}
 	c.send()
 	return c.serveLoop()
+}
+
+// firstReadSize is the first read's buffer: a header and a usual ACQUIRE
+// payload (names and owners are mostly short) in one read.
+const firstReadSize = 128
+
+// readFirst reads the first frame, most often in one read into buf. It
+// returns its payload only for an ACQUIRE (the caller refuses any other
+// frame). What the client sent after the frame (a HEARTBEAT sent before
+// the answer came) is kept in c.extra for nextHeader.
+func (c *session) readFirst(buf []byte) (wire.Header, []byte, error) {
+	n, err := io.ReadAtLeast(c.conn, buf, wire.HeaderSize)
+	if err != nil {
+		return wire.Header{}, nil, err
+	}
+	h, err := wire.ParseHeader(buf)
+	if err != nil || h.Type != wire.TypeAcquire {
+		return h, nil, err
+	}
+	end := wire.HeaderSize + int(h.Length)
+	if end > len(buf) { // a long payload: n < end
+		payload := make([]byte, h.Length)
+		got := copy(payload, buf[wire.HeaderSize:n])
+		if _, err := io.ReadFull(c.conn, payload[got:]); err != nil {
+			return h, nil, err
+		}
+		return h, payload, nil
+	}
+	if n < end {
+		if _, err := io.ReadFull(c.conn, buf[n:end]); err != nil {
+			return h, nil, err
+		}
+	} else if n > end {
+		c.extra = append([]byte(nil), buf[end:n]...)
+	}
+	return h, buf[wire.HeaderSize:end], nil
 }
 
 // serveLoop answers the frames after ACQUIRE until the session ends or
@@ -295,6 +330,12 @@ var errEnded = errors.New("session ended by the server")
 // and the caller must return without touching the connection.
 func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	s := c.srv
+	if len(c.extra) > 0 { // sent with the ACQUIRE (readFirst)
+		n := copy(c.hdr[:], c.extra)
+		c.extra = c.extra[n:]
+		h, err = c.finishHeader(n, nil, false)
+		return h, false, err
+	}
 	if c.raw == nil {
 		h, err = c.readHeader(false)
 		return h, false, err
