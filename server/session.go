@@ -346,6 +346,12 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	case !c.waited:
 		c.waited = true
 		n, err = c.firstWait()
+	case c.contended.Load() && !c.closing.Load():
+		// It never parks: one read that waits, not one that finds
+		// nothing first (a heartbeat is answered, the next is a while off).
+		n, err = c.conn.Read(c.hdr[:])
+		h, err = c.finishHeader(n, err, false)
+		return h, false, err
 	default:
 		n, err = c.tryRead(c.hdr[:])
 	}
