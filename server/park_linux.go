@@ -19,6 +19,10 @@ import (
 // idlePoller watches the connections of idle sessions, so that a session
 // that sends nothing costs no goroutine (and no goroutine stack, two thirds
 // of a session's memory). A parked session's reader goroutine has ended.
+// A session parks when its reader finds nothing to read, except on its
+// first wait, which stays in Go's poller for Config.ParkAfter: most
+// sessions end or change hands sooner, and a park would cost them more
+// than it saves.
 // When its connection becomes readable, the poller reads it without
 // waiting: a lone HEARTBEAT (what a parked session sends, four times a
 // lease) is answered right there, the reply written without waiting, and
