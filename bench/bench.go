@@ -336,7 +336,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			}
 			logf("scale: baton, %d sessions", n)
 			sc, err := scenario.Scale(ctx, scenario.ScaleConfig{
-				Sessions: n, ShortLease: time.Second, LongLease: 30 * time.Second,
+				Sessions: n, ShortLease: o.shortLease, LongLease: 30 * time.Second,
 				Settle: sz.scaleSettle, Window: sz.scaleWindow, Probe: sz.scaleProbe,
 				BatonBin: bin, Dir: tmp,
 				LoadGen: func(cfg loadgen.Config) (string, []string) { return exe, scenario.LoadGenArgs(cfg) },

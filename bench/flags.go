@@ -63,7 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server or the load generator")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
 	fs.IntVar(&o.sessions, "sessions", 0, "internal: load generator's session count")
-	fs.DurationVar(&o.shortLease, "short-lease", time.Second, "internal: the short lease of the scale scenario")
+	fs.DurationVar(&o.shortLease, "short-lease", time.Second, "the short lease of the scale scenario (half its sessions; the other half 30s)")
 	fs.DurationVar(&o.longLease, "long-lease", 30*time.Second, "internal: the long lease of the scale scenario")
 	fs.IntVar(&o.sources, "sources", 1, "internal: source addresses 127.0.0.1 .. 127.0.0.N")
 	fs.IntVar(&o.dialPar, "dial-par", 64, "internal: dials in flight")

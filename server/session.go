@@ -30,6 +30,9 @@ type session struct {
 	// extra is what the client sent after its ACQUIRE in the same read,
 	// for the reader to take first.
 	extra []byte
+	// lean is set by a reader goroutine started after ACQUIRE (resume),
+	// whose stack has not grown through it; see handOn.
+	lean bool
 	// waited is set by the reader once its first wait for a frame has begun
 	// (see firstWait): later waits park at once.
 	waited bool
@@ -92,8 +95,10 @@ func (c *session) serve() {
 	}
 }
 
-// resume is the reader of a session woken from its park.
+// resume is the reader of a session woken from its park (or handed on,
+// see handOn).
 func (c *session) resume() {
+	c.lean = true
 	reason, msg, parked := c.serveLoop()
 	if !parked {
 		c.end(reason, msg)
@@ -349,6 +354,9 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	case c.contended.Load() && !c.closing.Load():
 		// It never parks: one read that waits, not one that finds
 		// nothing first (a heartbeat is answered, the next is a while off).
+		if c.handOn() {
+			return h, true, nil
+		}
 		n, err = c.conn.Read(c.hdr[:])
 		h, err = c.finishHeader(n, err, false)
 		return h, false, err
@@ -362,10 +370,31 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		if c.closing.Load() {
 			return h, false, errEnded
 		}
+		if c.handOn() {
+			return h, true, nil
+		}
 		n, err = c.conn.Read(c.hdr[:])
 	}
 	h, err = c.finishHeader(n, err, false)
 	return h, false, err
+}
+
+// handOn gives a session that cannot park (it holds with waiters) a new
+// reader goroutine, once, and reports whether it did: the caller must then
+// return as if parked, without touching the connection. Such a session
+// keeps a reader waiting for as long as it holds; the reader that came
+// through ACQUIRE grew its stack to twice what waiting needs, a new one
+// keeps the small stack a parked session's woken reader has.
+func (c *session) handOn() bool {
+	if c.lean {
+		return false
+	}
+	c.lean = true
+	s := c.srv
+	s.mu.Lock()
+	ok := s.goLocked(c.resume)
+	s.mu.Unlock()
+	return ok
 }
 
 // firstWait waits for the session's first frame after ACQUIRE in Go's
