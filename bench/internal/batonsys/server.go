@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,10 +34,14 @@ func Build(ctx context.Context, root, dir string) (string, error) {
 
 // Server is a running `baton serve`.
 type Server struct {
-	Addr    string // protocol address
-	OpsAddr string // ops HTTP address
-	p       *proc.Process
-	dataDir string
+	// Addr is the protocol address; for a listener on every address
+	// (extra "-addr 0.0.0.0:0"), its port on 127.0.0.1, with Everywhere
+	// set: then any 127.0.0.0/8 address reaches it too.
+	Addr       string
+	Everywhere bool
+	OpsAddr    string // ops HTTP address
+	p          *proc.Process
+	dataDir    string
 }
 
 var servingLine = regexp.MustCompile(`msg="baton serving".* addr=(\S+) ops_addr=(\S+)`)
@@ -59,6 +64,11 @@ func StartServer(ctx context.Context, bin, dir string, extra ...string) (*Server
 	for {
 		if m := servingLine.FindStringSubmatch(p.Stderr()); m != nil {
 			s.Addr, s.OpsAddr = m[1], m[2]
+			if host, port, err := net.SplitHostPort(s.Addr); err == nil {
+				if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+					s.Addr, s.Everywhere = net.JoinHostPort("127.0.0.1", port), true
+				}
+			}
 			return s, nil
 		}
 		select {

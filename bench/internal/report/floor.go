@@ -43,7 +43,10 @@ func FloorMarkdown(r *Results) string {
 	}
 	for _, row := range fl.Rows() {
 		target := "–"
-		if row.Target > 0 {
+		switch {
+		case row.Target > 0 && row.AtLeast:
+			target = fmt.Sprintf("≥ %.2f×", row.Target)
+		case row.Target > 0:
 			target = fmt.Sprintf("≤ %.2f×", row.Target)
 		}
 		ratio := "–"
@@ -64,12 +67,18 @@ func FloorMarkdown(r *Results) string {
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
+	w("\nThe rows \"Baton, … RST release ÷ normal close\" are Baton against itself: each round runs the same clients twice, one run releasing by reset (`SO_LINGER 0` before the close; the Go client's default) and one closing normally (FIN), back to back (the reset first in odd rounds); the Baton column gives the two medians, RST / normal close. Every claims and hot-lock run dials the servers at a loopback address of its own (127.42.x.y; both listen on every address), so the TIME_WAIT sockets of a run's normal close do not slow the dials of the runs after it.\n")
 	w("\n")
 	for i, rd := range fl.Rounds {
 		for _, f := range []floor.Figures{rd.Floor, rd.Baton} {
 			h := f.Heartbeat
 			w("- Round %d, %s: hot lock p99 close → push %s, after idle p99 %s; heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s (round trip p50 %s, p99 %s), server CPU %s, load generator CPU %s, sessions lost %d before the window and %d in it.\n",
 				i+1, f.System, Dur(f.HotLock.Latency.P99), Dur(f.AfterIdle.P99), h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.RTT.P50), Dur(h.RTT.P99), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
+			if g := f.GoClient; g != nil {
+				w("- Round %d, %s with the Go client: claims %.0f/s with a normal close, %.0f/s with RST (server CPU per claim %s, %s); hot lock %.0f and %.0f owner changes/s (server CPU per grant %s, %s).\n",
+					i+1, f.System, g.Claims.PerSec, g.ClaimsRST.PerSec, Dur(g.Claims.CPUPerClaim), Dur(g.ClaimsRST.CPUPerClaim),
+					g.HotLock.ChangesPerSec, g.HotLockRST.ChangesPerSec, Dur(g.HotLock.CPUPerGrant), Dur(g.HotLockRST.CPUPerGrant))
+			}
 		}
 	}
 	if len(fl.Profiles) > 0 {
@@ -99,8 +108,14 @@ func floorChart(file string, r *Results) error {
 		"idle-p50": "handover p50\nafter 20 ms idle", "b2b-p50": "handover p50\nback to back",
 		"hb-cpu": "CPU per\nheartbeat", "claims": "claims/s", "claims-cpu": "CPU/claim",
 		"claims-rst": "claims/s\nRST release", "claims-rst-cpu": "CPU/claim\nRST release",
+		"hot-rst-cpu": "hot lock, RST\nCPU/grant", "hot-rst-rate": "hot lock, RST\nowner changes/s",
 	}
-	rows := r.Floor.Rows()
+	var rows []floor.Row
+	for _, row := range r.Floor.Rows() {
+		if !row.Self { // Baton ÷ Baton: not a ratio to the floor
+			rows = append(rows, row)
+		}
+	}
 	before := map[string]float64{}
 	if r.FloorBefore != nil {
 		for _, row := range r.FloorBefore.Rows() {

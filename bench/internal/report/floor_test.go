@@ -25,6 +25,9 @@ func TestFloorBeforeAfter(t *testing.T) {
 	if !strings.Contains(md, "| hot lock, 8 contenders: server CPU per grant | 40.0 µs | 40.0 µs | 1.00× | ≤ 1.00× | met |") {
 		t.Errorf("floor table without the expected row:\n%s", md)
 	}
+	if !strings.Contains(md, "RST release ÷ normal close") || !strings.Contains(md, "| ≥ 2.00× |") {
+		t.Errorf("floor table without the RST rows and their minimum:\n%s", md)
+	}
 	r.FloorBefore, r.FloorBeforeFrom = floorResult(40*time.Microsecond, 60*time.Microsecond), "2026-12-04 06:04 UTC"
 	md = FloorMarkdown(r)
 	if !strings.Contains(md, "| 1.00× | 1.50× | ≤ 1.00× | met |") || !strings.Contains(md, "2026-12-04 06:04 UTC") {
