@@ -107,6 +107,8 @@ type HotLock struct {
 	// Latency is close -> push read, back to back.
 	Latency stats.Summary `json:"latency"`
 	Errors  int           `json:"errors"`
+	// TimeWait is the machine's TIME_WAIT count as the window closed.
+	TimeWait TimeWait `json:"time_wait"`
 }
 
 // Heartbeat is the server's CPU per heartbeat with Sessions held sessions
@@ -139,6 +141,8 @@ type Claims struct {
 	ServerCPU   time.Duration `json:"server_cpu_ns"`
 	CPUPerClaim time.Duration `json:"cpu_per_claim_ns"`
 	Errors      int           `json:"errors"`
+	// TimeWait is the machine's TIME_WAIT count at the end of the run.
+	TimeWait TimeWait `json:"time_wait"`
 }
 
 // Compare runs every scenario against the floor and Baton, the runs of a
@@ -151,11 +155,11 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 	}
 	var fresh Fresh
 	logHot := func(t Target, how string, h HotLock) {
-		logf("  %s, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s",
-			t.Name, how, h.Grants, h.ChangesPerSec, dur(h.CPUPerGrant), dur(h.Latency.P50))
+		logf("  %s, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s; %v",
+			t.Name, how, h.Grants, h.ChangesPerSec, dur(h.CPUPerGrant), dur(h.Latency.P50), h.TimeWait)
 	}
 	logClaims := func(t Target, how string, c Claims) {
-		logf("  %s, %s: %.0f claims/s, %s server CPU per claim, p50 %s", t.Name, how, c.PerSec, dur(c.CPUPerClaim), dur(c.Latency.P50))
+		logf("  %s, %s: %.0f claims/s, %s server CPU per claim, p50 %s; %v", t.Name, how, c.PerSec, dur(c.CPUPerClaim), dur(c.Latency.P50), c.TimeWait)
 	}
 	for _, step := range []struct {
 		name      string
@@ -349,6 +353,7 @@ func hotLock(ctx context.Context, cfg Config, t Target, sys system.System, rst b
 				return
 			}
 			c1, e1 = cpu(t.PID)
+			r.TimeWait = readTimeWait()
 			stopProf()
 		},
 	})
@@ -404,6 +409,7 @@ func claims(ctx context.Context, cfg Config, t Target, sys system.System, rst bo
 	if err != nil {
 		return r, err
 	}
+	r.TimeWait = readTimeWait()
 	r.PerSec, r.Latency, r.Errors = c.CyclesPerSec, c.Latency, c.Errors
 	r.ServerCPU = c1 - c0
 	if c.Latency.N > 0 {

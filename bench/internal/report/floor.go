@@ -68,6 +68,9 @@ func FloorMarkdown(r *Results) string {
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
 	w("\nThe rows \"Baton, … RST release ÷ normal close\" are Baton against itself: each round runs the same clients twice, one run releasing by reset (`SO_LINGER 0` before the close; the Go client's default) and one closing normally (FIN), back to back (the reset first in odd rounds); the Baton column gives the two medians, RST / normal close. Every claims and hot-lock run dials the servers at a loopback address of its own (127.42.x.y; both listen on every address), so the TIME_WAIT sockets of a run's normal close do not slow the dials of the runs after it.\n")
+	if full := fl.FullTimeWait(); len(full) > 0 {
+		w("\n**The machine's TIME_WAIT table was full** (net.ipv4.tcp_max_tw_buckets, shared with every other process) at the end of: %s. The kernel then keeps no TIME_WAIT for a closed connection, so a normal close there cost less than it does below the ceiling, and the RST ÷ normal close ratios of those rounds are too low.\n", strings.Join(full, "; "))
+	}
 	w("\n")
 	for i, rd := range fl.Rounds {
 		for _, f := range []floor.Figures{rd.Floor, rd.Baton} {
