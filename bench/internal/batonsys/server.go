@@ -49,12 +49,27 @@ var servingLine = regexp.MustCompile(`msg="baton serving".* addr=(\S+) ops_addr=
 // StartServer runs bin serve on 127.0.0.1 ports chosen by the kernel, with
 // a fresh data directory under dir, and waits for its "baton serving" line.
 func StartServer(ctx context.Context, bin, dir string, extra ...string) (*Server, error) {
+	return startServer(ctx, nil, bin, dir, extra)
+}
+
+// StartServerIn is StartServer in the network namespace netns, through
+// `ip netns exec` (which execs bin: the PID is the server's). Its
+// addresses are the namespace's.
+func StartServerIn(ctx context.Context, netns, bin, dir string, extra ...string) (*Server, error) {
+	return startServer(ctx, []string{"ip", "netns", "exec", netns}, bin, dir, extra)
+}
+
+func startServer(ctx context.Context, prefix []string, bin, dir string, extra []string) (*Server, error) {
 	dataDir, err := os.MkdirTemp(dir, "data-")
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"serve", "-addr", "127.0.0.1:0", "-ops-addr", "127.0.0.1:0",
 		"-data-dir", dataDir, "-shutdown-linger", "0s"}, extra...)
+	if len(prefix) > 0 {
+		args = append(append(prefix[1:len(prefix):len(prefix)], bin), args...)
+		bin = prefix[0]
+	}
 	p, err := proc.Start(bin, args...)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,9 @@ type Result struct {
 	Contenders int           `json:"contenders"`
 	Idle       time.Duration `json:"idle_ns"`
 	Rounds     []Round       `json:"rounds"`
+	// RealNetwork is the claims pair with tcp_tw_reuse=0, or nil (a run
+	// from before it).
+	RealNetwork *RealNetwork `json:"real_network,omitempty"`
 	// Profiles are the files of the CPU profiles taken in this run, in
 	// its first round (scenario label -> path), if any.
 	Profiles map[string]string `json:"profiles,omitempty"`
@@ -143,6 +146,24 @@ type Claims struct {
 	Errors      int           `json:"errors"`
 	// TimeWait is the machine's TIME_WAIT count at the end of the run.
 	TimeWait TimeWait `json:"time_wait"`
+	// LastError is the last claim's failure, if any failed.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// RealNetwork is the Go client's uncontended claims on Baton with a
+// normal close and with the reset, client and server in a network
+// namespace of the bench's own (one per run) with net.ipv4.tcp_tw_reuse=0:
+// what a connection between two hosts gets, where Linux's default (2)
+// reuses no TIME_WAIT port. A normal close then leaves the client's
+// port for one server address in TIME_WAIT for a minute, and once all
+// of them are (28,232 with the default port range) every connect fails
+// until the oldest expire. Measured once per run, outside the rounds,
+// when the bench runs as root with ip(8); else Skipped says why.
+type RealNetwork struct {
+	Skipped   string        `json:"skipped,omitempty"`
+	Window    time.Duration `json:"window_ns"`
+	Claims    Claims        `json:"claims"`
+	ClaimsRST Claims        `json:"claims_rst"`
 }
 
 // Compare runs every scenario against the floor and Baton, the runs of a
@@ -316,6 +337,9 @@ func (f *Fresh) Addr(t Target, addr string) string {
 	return net.JoinHostPort(fmt.Sprintf("127.42.%d.%d", f.n/250, f.n%250+1), port)
 }
 
+// CPU is the CPU time of process pid so far (see cpu).
+func CPU(pid int) (time.Duration, error) { return cpu(pid) }
+
 // profile starts t's profile for label, if profiles are wanted.
 func profile(t Target, label string) func() {
 	if t.Profile == nil {
@@ -410,7 +434,7 @@ func claims(ctx context.Context, cfg Config, t Target, sys system.System, rst bo
 		return r, err
 	}
 	r.TimeWait = readTimeWait()
-	r.PerSec, r.Latency, r.Errors = c.CyclesPerSec, c.Latency, c.Errors
+	r.PerSec, r.Latency, r.Errors, r.LastError = c.CyclesPerSec, c.Latency, c.Errors, c.LastError
 	r.ServerCPU = c1 - c0
 	if c.Latency.N > 0 {
 		r.CPUPerClaim = r.ServerCPU / time.Duration(c.Latency.N)

@@ -146,6 +146,14 @@ func (r *Result) selfRows() []Row {
 			Baton: fmt.Sprintf("%.0f / %.0f", median(rv), median(nv)),
 			Ratio: median(ratios), Ratios: ratios, Target: sp.target, AtLeast: true, Self: true, HigherBetter: true})
 	}
+	if rn := r.RealNetwork; rn != nil && rn.Skipped == "" {
+		// Once per run, not per round.
+		ratio := ratioOf(rn.ClaimsRST.PerSec, rn.Claims.PerSec)
+		rows = append(rows, Row{Key: "self-claims-go-netns",
+			Figure: fmt.Sprintf("Baton, uncontended claims/s, %d workers, the Go client, client and server in a network namespace with tcp_tw_reuse=0 (as between two hosts), %s each, once per run: RST release ÷ normal close", rn.Claims.Workers, dur(rn.Window)),
+			Floor:  "–", Baton: fmt.Sprintf("%.0f / %.0f", rn.ClaimsRST.PerSec, rn.Claims.PerSec),
+			Ratio: ratio, Ratios: []float64{ratio}, AtLeast: true, Self: true, HigherBetter: true})
+	}
 	return rows
 }
 

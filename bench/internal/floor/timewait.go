@@ -25,7 +25,11 @@ func (tw TimeWait) Full() bool { return tw.Max > 0 && tw.Count >= tw.Max-tw.Max/
 
 // readTimeWait reads the count and the ceiling; zeros where the platform
 // has neither.
-func readTimeWait() TimeWait {
+func readTimeWait() TimeWait { return ReadTimeWait() }
+
+// ReadTimeWait is readTimeWait, for the bench's claims role in a network
+// namespace (which reads its namespace's count).
+func ReadTimeWait() TimeWait {
 	var tw TimeWait
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_max_tw_buckets"); err == nil {
 		tw.Max, _ = strconv.Atoi(strings.TrimSpace(string(b)))

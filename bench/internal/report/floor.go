@@ -68,6 +68,13 @@ func FloorMarkdown(r *Results) string {
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
 	w("\nThe rows \"Baton, … RST release ÷ normal close\" are Baton against itself: each round runs the same clients twice, one run releasing by reset (`SO_LINGER 0` before the close; the Go client's default) and one closing normally (FIN), back to back (the reset first in odd rounds); the Baton column gives the two medians, RST / normal close. Every claims and hot-lock run dials the servers at a loopback address of its own (127.42.x.y; both listen on every address), so the TIME_WAIT sockets of a run's normal close do not slow the dials of the runs after it.\n")
+	if rn := fl.RealNetwork; rn != nil && rn.Skipped != "" {
+		w("\nThe claims with tcp_tw_reuse=0 in a network namespace were not measured: %s.\n", rn.Skipped)
+	} else if rn != nil {
+		w("\nWith tcp_tw_reuse=0 (a network namespace per run, the Go client and Baton in it, %s each): the reset %.0f claims/s (server CPU per claim %s, %d failed, %s left in TIME_WAIT), the normal close %.0f claims/s (%s, %d failed%s, %d left in TIME_WAIT).\n",
+			Dur(rn.Window), rn.ClaimsRST.PerSec, Dur(rn.ClaimsRST.CPUPerClaim), rn.ClaimsRST.Errors, fmt.Sprint(rn.ClaimsRST.TimeWait.Count),
+			rn.Claims.PerSec, Dur(rn.Claims.CPUPerClaim), rn.Claims.Errors, lastErr(rn.Claims.LastError), rn.Claims.TimeWait.Count)
+	}
 	if full := fl.FullTimeWait(); len(full) > 0 {
 		w("\n**The machine's TIME_WAIT table was full** (net.ipv4.tcp_max_tw_buckets, shared with every other process) at the end of: %s. The kernel then keeps no TIME_WAIT for a closed connection, so a normal close there cost less than it does below the ceiling, and the RST ÷ normal close ratios of those rounds are too low.\n", strings.Join(full, "; "))
 	}
@@ -181,4 +188,12 @@ func floorChart(file string, r *Results) error {
 	p.NominalX(names...)
 	p.Add(plotter.NewGrid())
 	return p.Save(vg.Points(max(10*72, 90*float64(len(rows))+80)), 4.5*vg.Inch, file)
+}
+
+// lastErr is ", the last: err" or nothing.
+func lastErr(err string) string {
+	if err == "" {
+		return ""
+	}
+	return ", the last: `" + err + "`"
 }
