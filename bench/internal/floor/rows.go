@@ -30,6 +30,9 @@ type Row struct {
 	HigherBetter bool `json:"higher_better,omitempty"`
 	// Key names the row for charts and tests.
 	Key string `json:"key"`
+	// Measured: some round has a figure for it (a results.json from
+	// before the row existed has none; tables leave such rows out).
+	Measured bool `json:"measured"`
 }
 
 // Verdict is "met", "not met" or "–" (no target).
@@ -84,7 +87,8 @@ func (r *Result) Rows() []Row {
 			fv, bv = append(fv, f), append(bv, b)
 			ratios = append(ratios, ratioOf(b, f))
 		}
-		row := Row{Key: sp.key, Figure: sp.figure, Ratio: median(ratios), Ratios: ratios, Target: sp.target, HigherBetter: !sp.isDur}
+		row := Row{Key: sp.key, Figure: sp.figure, Ratio: median(ratios), Ratios: ratios, Target: sp.target, HigherBetter: !sp.isDur,
+			Measured: slices.ContainsFunc(append(fv, bv...), func(x float64) bool { return x != 0 })}
 		if sp.isDur {
 			row.Floor, row.Baton = dur(time.Duration(median(fv))), dur(time.Duration(median(bv)))
 		} else {
@@ -143,15 +147,16 @@ func (r *Result) selfRows() []Row {
 			ratios = append(ratios, ratioOf(sp.rst(b), sp.normal(b)))
 		}
 		rows = append(rows, Row{Key: sp.key, Figure: sp.figure, Floor: "–",
-			Baton: fmt.Sprintf("%.0f / %.0f", median(rv), median(nv)),
-			Ratio: median(ratios), Ratios: ratios, Target: sp.target, AtLeast: true, Self: true, HigherBetter: true})
+			Measured: slices.ContainsFunc(append(nv, rv...), func(x float64) bool { return x != 0 }),
+			Baton:    fmt.Sprintf("%.0f / %.0f", median(rv), median(nv)),
+			Ratio:    median(ratios), Ratios: ratios, Target: sp.target, AtLeast: true, Self: true, HigherBetter: true})
 	}
 	if rn := r.RealNetwork; rn != nil && rn.Skipped == "" {
 		// Once per run, not per round.
 		ratio := ratioOf(rn.ClaimsRST.PerSec, rn.Claims.PerSec)
 		rows = append(rows, Row{Key: "self-claims-go-netns",
 			Figure: fmt.Sprintf("Baton, uncontended claims/s, %d workers, the Go client, client and server in a network namespace with tcp_tw_reuse=0 (as between two hosts), %s each, once per run: RST release ÷ normal close", rn.Claims.Workers, dur(rn.Window)),
-			Floor:  "–", Baton: fmt.Sprintf("%.0f / %.0f", rn.ClaimsRST.PerSec, rn.Claims.PerSec),
+			Floor:  "–", Baton: fmt.Sprintf("%.0f / %.0f", rn.ClaimsRST.PerSec, rn.Claims.PerSec), Measured: true,
 			Ratio: ratio, Ratios: []float64{ratio}, AtLeast: true, Self: true, HigherBetter: true})
 	}
 	return rows

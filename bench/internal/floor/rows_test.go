@@ -37,6 +37,9 @@ func TestRowsMedians(t *testing.T) {
 	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
 		t.Errorf("median of 1..4 = %v, want 2.5", got)
 	}
+	if !cpu.Measured || rows[2].Measured {
+		t.Errorf("measured: CPU row %v, a row never measured %v; want true, false", cpu.Measured, rows[2].Measured)
+	}
 	if rows[2].Ratio != 0 || rows[2].Verdict() != "not met" {
 		t.Errorf("a row never measured: %+v, want ratio 0 and not met", rows[2])
 	}

@@ -42,6 +42,9 @@ func FloorMarkdown(r *Results) string {
 		w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
 	}
 	for _, row := range fl.Rows() {
+		if !row.Measured {
+			continue // a run from before this figure existed
+		}
 		target := "–"
 		switch {
 		case row.Target > 0 && row.AtLeast:
@@ -67,7 +70,13 @@ func FloorMarkdown(r *Results) string {
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
-	w("\nThe rows \"Baton, … RST release ÷ normal close\" are Baton against itself: each round runs the same clients twice, one run releasing by reset (`SO_LINGER 0` before the close; the Go client's default) and one closing normally (FIN), back to back (the reset first in odd rounds); the Baton column gives the two medians, RST / normal close. Every claims and hot-lock run dials the servers at a loopback address of its own (127.42.x.y; both listen on every address), so the TIME_WAIT sockets of a run's normal close do not slow the dials of the runs after it.\n")
+	self := false
+	for _, row := range fl.Rows() {
+		self = self || row.Self && row.Measured
+	}
+	if self {
+		w("\nThe rows \"Baton, … RST release ÷ normal close\" are Baton against itself: each round runs the same clients twice, one run releasing by reset (`SO_LINGER 0` before the close; the Go client's default) and one closing normally (FIN), back to back (the reset first in odd rounds); the Baton column gives the two medians, RST / normal close. Every claims and hot-lock run dials the servers at a loopback address of its own (127.42.x.y; both listen on every address), so the TIME_WAIT sockets of a run's normal close do not slow the dials of the runs after it.\n")
+	}
 	if rn := fl.RealNetwork; rn != nil && rn.Skipped != "" {
 		w("\nThe claims with tcp_tw_reuse=0 in a network namespace were not measured: %s.\n", rn.Skipped)
 	} else if rn != nil {
@@ -122,7 +131,7 @@ func floorChart(file string, r *Results) error {
 	}
 	var rows []floor.Row
 	for _, row := range r.Floor.Rows() {
-		if !row.Self { // Baton ÷ Baton: not a ratio to the floor
+		if !row.Self && row.Measured { // Self: Baton ÷ Baton, not a ratio to the floor
 			rows = append(rows, row)
 		}
 	}
