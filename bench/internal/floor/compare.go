@@ -3,6 +3,7 @@ package floor
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -174,7 +175,9 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 	for i := range res.Rounds {
 		res.Rounds[i] = Round{Floor: Figures{System: floor.Name}, Baton: Figures{System: baton.Name, GoClient: &GoClient{}}}
 	}
-	var fresh Fresh
+	// A random start: the runs of a bench started within a minute of
+	// another's do not dial the addresses whose TIME_WAIT sockets it left.
+	fresh := Fresh{n: rand.IntN(200) * 250}
 	logHot := func(t Target, how string, h HotLock) {
 		logf("  %s, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s; %v",
 			t.Name, how, h.Grants, h.ChangesPerSec, dur(h.CPUPerGrant), dur(h.Latency.P50), h.TimeWait)
@@ -314,14 +317,14 @@ func goClient(t Target, addr string, rst bool) *batonsys.System {
 }
 
 // Fresh hands each run of the comparison a loopback address of its own
-// to dial a server that listens on every address: 127.42.0.1, 127.42.0.2,
-// ... (all of 127.0.0.0/8 is loopback). A normal close leaves the
-// client's side of every connection in TIME_WAIT for a minute, tens of
-// thousands of sockets after a run of claims; a later run to the same
-// address and port searches past them for a free local port on every
-// dial (with 127.0.0.1 the RST runs after a normal-close run measured
-// that search, not the reset). A new destination address makes every
-// local port free again for the kernel's check of the connection's
+// to dial a server that listens on every address: 127.42.x.y, counting
+// up from where n starts (all of 127.0.0.0/8 is loopback). A normal close
+// leaves the client's side of every connection in TIME_WAIT for a minute,
+// tens of thousands of sockets after a run of claims; a later run to the
+// same address and port would search past them for a free local port on
+// every dial (with 127.0.0.1 the RST runs after a normal-close run
+// measured that search, not the reset). A new destination address makes
+// every local port free again for the kernel's check of the connection's
 // four addresses, so each run's dials pay only for the sockets it leaves
 // itself.
 type Fresh struct{ n int }
