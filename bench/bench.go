@@ -186,7 +186,13 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	var srv *batonsys.Server
 	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"] || o.scenarios["floor"]
 	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
-		srv, err = batonsys.StartServer(ctx, bin, tmp)
+		var extra []string
+		if o.scenarios["floor"] {
+			// Every address, so that each of the floor scenario's runs
+			// dials it at a loopback address of its own (floor.Fresh).
+			extra = []string{"-addr", "0.0.0.0:0"}
+		}
+		srv, err = batonsys.StartServer(ctx, bin, tmp, extra...)
 		if err != nil {
 			logf("%v", err)
 			return 1

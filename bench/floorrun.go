@@ -109,9 +109,13 @@ func runFloorScenario(ctx context.Context, o *options, exe, bin string, srv *bat
 		return nil, fmt.Errorf("floor server: %w", err)
 	}
 	logf("floor: the floor lock server at %s, the bare server at %s (pid %d); Baton at %s (pid %d)", lockAddr, bareAddr, fp.PID(), srv.Addr, srv.PID())
-	ft := floor.Target{Name: "floor", Addr: lockAddr, ClaimAddr: bareAddr, PID: fp.PID(), Profile: prof.target("floor", fp.PID(), exe)}
-	bt := floor.Target{Name: "baton", Addr: srv.Addr, ClaimAddr: srv.Addr, PID: srv.PID(), Profile: prof.target("baton", srv.PID(), bin)}
-	r, err := floor.Compare(ctx, floorSizes(o, exe), ft, bt, logf)
+	ft := floor.Target{Name: "floor", Addr: lockAddr, ClaimAddr: bareAddr, PID: fp.PID(), Everywhere: true, Profile: prof.target("floor", fp.PID(), exe)}
+	bt := floor.Target{Name: "baton", Addr: srv.Addr, ClaimAddr: srv.Addr, PID: srv.PID(), Everywhere: srv.Everywhere, Profile: prof.target("baton", srv.PID(), bin)}
+	cfg := floorSizes(o, exe)
+	r, err := floor.Compare(ctx, cfg, ft, bt, logf)
+	if err == nil && ctx.Err() == nil {
+		r.RealNetwork = realNetwork(ctx, o, exe, bin, cfg.Workers, logf)
+	}
 	r.Profiles = prof.tops(ctx)
 	for _, row := range r.Rows() {
 		logf("  %s: floor %s, baton %s, %.2f× %s", row.Figure, row.Floor, row.Baton, row.Ratio, row.Verdict())

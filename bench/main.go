@@ -46,6 +46,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runFloor(ctx, stdout, stderr)
 	case "load":
 		return runLoad(ctx, o, stdin, stdout, stderr)
+	case "claims":
+		return runClaims(ctx, o, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "bench: unknown -role %q\n", o.role)
 		return 2

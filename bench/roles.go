@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 
 	"github.com/batonlock/baton/bench/internal/baseline"
 	"github.com/batonlock/baton/bench/internal/floor"
@@ -55,18 +56,24 @@ func runFloor(ctx context.Context, stdout, stderr io.Writer) int {
 	// socket options per accept for it): the model has no use for it, so
 	// the floor does not pay for it.
 	lc := net.ListenConfig{KeepAlive: -1}
-	lk, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	// Every address, as Baton's in this scenario, so that each run dials
+	// the floor at a loopback address of its own (floor.Fresh); the
+	// addresses printed are the ports on 127.0.0.1.
+	lk, err := lc.Listen(ctx, "tcp4", "0.0.0.0:0")
 	if err != nil {
 		fmt.Fprintf(stderr, "bench floor: %v\n", err)
 		return 1
 	}
-	bare, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	bare, err := lc.Listen(ctx, "tcp4", "0.0.0.0:0")
 	if err != nil {
 		lk.Close()
 		fmt.Fprintf(stderr, "bench floor: %v\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, lk.Addr().String(), bare.Addr().String())
+	loopback := func(ln net.Listener) string {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
+	fmt.Fprintln(stdout, loopback(lk), loopback(bare))
 	go func() { <-ctx.Done(); lk.Close(); bare.Close() }()
 	served := make(chan error, 1)
 	go func() { served <- (&floor.BareServer{}).Serve(bare) }()

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,10 +34,14 @@ func Build(ctx context.Context, root, dir string) (string, error) {
 
 // Server is a running `baton serve`.
 type Server struct {
-	Addr    string // protocol address
-	OpsAddr string // ops HTTP address
-	p       *proc.Process
-	dataDir string
+	// Addr is the protocol address; for a listener on every address
+	// (extra "-addr 0.0.0.0:0"), its port on 127.0.0.1, with Everywhere
+	// set: then any 127.0.0.0/8 address reaches it too.
+	Addr       string
+	Everywhere bool
+	OpsAddr    string // ops HTTP address
+	p          *proc.Process
+	dataDir    string
 }
 
 var servingLine = regexp.MustCompile(`msg="baton serving".* addr=(\S+) ops_addr=(\S+)`)
@@ -44,12 +49,27 @@ var servingLine = regexp.MustCompile(`msg="baton serving".* addr=(\S+) ops_addr=
 // StartServer runs bin serve on 127.0.0.1 ports chosen by the kernel, with
 // a fresh data directory under dir, and waits for its "baton serving" line.
 func StartServer(ctx context.Context, bin, dir string, extra ...string) (*Server, error) {
+	return startServer(ctx, nil, bin, dir, extra)
+}
+
+// StartServerIn is StartServer in the network namespace netns, through
+// `ip netns exec` (which execs bin: the PID is the server's). Its
+// addresses are the namespace's.
+func StartServerIn(ctx context.Context, netns, bin, dir string, extra ...string) (*Server, error) {
+	return startServer(ctx, []string{"ip", "netns", "exec", netns}, bin, dir, extra)
+}
+
+func startServer(ctx context.Context, prefix []string, bin, dir string, extra []string) (*Server, error) {
 	dataDir, err := os.MkdirTemp(dir, "data-")
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"serve", "-addr", "127.0.0.1:0", "-ops-addr", "127.0.0.1:0",
 		"-data-dir", dataDir, "-shutdown-linger", "0s"}, extra...)
+	if len(prefix) > 0 {
+		args = append(append(prefix[1:len(prefix):len(prefix)], bin), args...)
+		bin = prefix[0]
+	}
 	p, err := proc.Start(bin, args...)
 	if err != nil {
 		return nil, err
@@ -59,6 +79,11 @@ func StartServer(ctx context.Context, bin, dir string, extra ...string) (*Server
 	for {
 		if m := servingLine.FindStringSubmatch(p.Stderr()); m != nil {
 			s.Addr, s.OpsAddr = m[1], m[2]
+			if host, port, err := net.SplitHostPort(s.Addr); err == nil {
+				if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+					s.Addr, s.Everywhere = net.JoinHostPort("127.0.0.1", port), true
+				}
+			}
 			return s, nil
 		}
 		select {

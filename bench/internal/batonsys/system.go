@@ -15,22 +15,32 @@ import (
 // System is Baton through its Go client: each Lock is baton.Acquire on a
 // new connection, each Unlock is Lock.Release (the close).
 type System struct {
-	srv     *Server
-	bin     string
-	lease   time.Duration
-	version string
+	name, addr string
+	bin        string
+	lease      time.Duration
+	opts       []baton.Option
 }
 
 // NewSystem measures the server srv with clients holding leases of lease.
 func NewSystem(srv *Server, bin string, lease time.Duration) *System {
-	return &System{srv: srv, bin: bin, lease: lease}
+	return &System{name: "baton", addr: srv.Addr, bin: bin, lease: lease}
+}
+
+// NewSystemAt is the Go client against the server at addr, labelled name,
+// with opts for every client beyond the lease and the owner (for example
+// baton.WithNormalClose). Its Version is not known.
+func NewSystemAt(name, addr string, lease time.Duration, opts ...baton.Option) *System {
+	return &System{name: name, addr: addr, lease: lease, opts: opts}
 }
 
 // Name implements system.System.
-func (s *System) Name() string { return "baton" }
+func (s *System) Name() string { return s.name }
 
 // Version is `baton version` plus the repository's commit.
 func (s *System) Version(ctx context.Context) (string, error) {
+	if s.bin == "" {
+		return "", fmt.Errorf("%s: no binary to ask", s.name)
+	}
 	out, err := exec.CommandContext(ctx, s.bin, "version").Output()
 	if err != nil {
 		return "", fmt.Errorf("baton version: %w", err)
@@ -44,7 +54,8 @@ func (s *System) Version(ctx context.Context) (string, error) {
 
 // NewClient implements system.System.
 func (s *System) NewClient(_ context.Context, id int) (system.Client, error) {
-	c, err := baton.New([]string{s.srv.Addr}, baton.WithLease(s.lease), baton.WithOwner(fmt.Sprintf("bench-%d", id)))
+	opts := append([]baton.Option{baton.WithLease(s.lease), baton.WithOwner(fmt.Sprintf("bench-%d", id))}, s.opts...)
+	c, err := baton.New([]string{s.addr}, opts...)
 	if err != nil {
 		return nil, err
 	}

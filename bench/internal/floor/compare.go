@@ -3,12 +3,16 @@ package floor
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"time"
 
+	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/bench/internal/batonsys"
 	"github.com/batonlock/baton/bench/internal/loadgen"
 	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/stats"
+	"github.com/batonlock/baton/bench/internal/system"
 )
 
 // Idle is the hold before each "after idle" handover.
@@ -24,6 +28,10 @@ type Target struct {
 	ClaimAddr string
 	// PID is the server process, whose CPU time /proc gives.
 	PID int
+	// Everywhere: the server listens on every address (Addr and
+	// ClaimAddr give its ports on 127.0.0.1), so each run of the
+	// comparison dials it at a loopback address of its own (Fresh).
+	Everywhere bool
 	// Profile, if set, starts a CPU profile of the process for the
 	// scenario label and returns the function that ends it.
 	Profile func(label string) (stop func())
@@ -52,6 +60,9 @@ type Result struct {
 	Contenders int           `json:"contenders"`
 	Idle       time.Duration `json:"idle_ns"`
 	Rounds     []Round       `json:"rounds"`
+	// RealNetwork is the claims pair with tcp_tw_reuse=0, or nil (a run
+	// from before it).
+	RealNetwork *RealNetwork `json:"real_network,omitempty"`
 	// Profiles are the files of the CPU profiles taken in this run, in
 	// its first round (scenario label -> path), if any.
 	Profiles map[string]string `json:"profiles,omitempty"`
@@ -71,11 +82,27 @@ type Figures struct {
 	Heartbeat Heartbeat     `json:"heartbeat"`
 	Claims    Claims        `json:"claims"`
 	ClaimsRST Claims        `json:"claims_rst"`
+	// HotLockRST is HotLock with every client releasing by reset.
+	HotLockRST HotLock `json:"hot_lock_rst"`
+	// GoClient is Baton's alone: the claims and the hot lock again with
+	// the Go client, which releases by reset unless WithNormalClose.
+	GoClient *GoClient `json:"go_client,omitempty"`
 }
 
-// HotLock is Contenders raw-wire clients on one lock, each re-queuing as
-// soon as it lets go.
+// GoClient are the uncontended claims and the hot lock with the Go
+// client (github.com/batonlock/baton) instead of the raw-wire clients,
+// with a normal close (WithNormalClose) and with its default, the reset.
+type GoClient struct {
+	Claims     Claims  `json:"claims"`
+	ClaimsRST  Claims  `json:"claims_rst"`
+	HotLock    HotLock `json:"hot_lock"`
+	HotLockRST HotLock `json:"hot_lock_rst"`
+}
+
+// HotLock is Contenders clients on one lock, each re-queuing as soon as
+// it lets go.
 type HotLock struct {
+	RST           bool          `json:"rst"`
 	Grants        int           `json:"grants"`
 	Window        time.Duration `json:"window_ns"`
 	ServerCPU     time.Duration `json:"server_cpu_ns"`
@@ -84,6 +111,8 @@ type HotLock struct {
 	// Latency is close -> push read, back to back.
 	Latency stats.Summary `json:"latency"`
 	Errors  int           `json:"errors"`
+	// TimeWait is the machine's TIME_WAIT count as the window closed.
+	TimeWait TimeWait `json:"time_wait"`
 }
 
 // Heartbeat is the server's CPU per heartbeat with Sessions held sessions
@@ -116,6 +145,26 @@ type Claims struct {
 	ServerCPU   time.Duration `json:"server_cpu_ns"`
 	CPUPerClaim time.Duration `json:"cpu_per_claim_ns"`
 	Errors      int           `json:"errors"`
+	// TimeWait is the machine's TIME_WAIT count at the end of the run.
+	TimeWait TimeWait `json:"time_wait"`
+	// LastError is the last claim's failure, if any failed.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// RealNetwork is the Go client's uncontended claims on Baton with a
+// normal close and with the reset, client and server in a network
+// namespace of the bench's own (one per run) with net.ipv4.tcp_tw_reuse=0:
+// what a connection between two hosts gets, where Linux's default (2)
+// reuses no TIME_WAIT port. A normal close then leaves the client's
+// port for one server address in TIME_WAIT for a minute, and once all
+// of them are (28,232 with the default port range) every connect fails
+// until the oldest expire. Measured once per run, outside the rounds,
+// when the bench runs as root with ip(8); else Skipped says why.
+type RealNetwork struct {
+	Skipped   string        `json:"skipped,omitempty"`
+	Window    time.Duration `json:"window_ns"`
+	Claims    Claims        `json:"claims"`
+	ClaimsRST Claims        `json:"claims_rst"`
 }
 
 // Compare runs every scenario against the floor and Baton, the runs of a
@@ -124,46 +173,75 @@ type Claims struct {
 func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(string, ...any)) (Result, error) {
 	res := Result{Contenders: cfg.Contenders, Idle: Idle, Rounds: make([]Round, max(1, cfg.Rounds))}
 	for i := range res.Rounds {
-		res.Rounds[i] = Round{Floor: Figures{System: floor.Name}, Baton: Figures{System: baton.Name}}
+		res.Rounds[i] = Round{Floor: Figures{System: floor.Name}, Baton: Figures{System: baton.Name, GoClient: &GoClient{}}}
+	}
+	// A random start: the runs of a bench started within a minute of
+	// another's do not dial the addresses whose TIME_WAIT sockets it left.
+	fresh := Fresh{n: rand.IntN(200) * 250}
+	logHot := func(t Target, how string, h HotLock) {
+		logf("  %s, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s; %v",
+			t.Name, how, h.Grants, h.ChangesPerSec, dur(h.CPUPerGrant), dur(h.Latency.P50), h.TimeWait)
+	}
+	logClaims := func(t Target, how string, c Claims) {
+		logf("  %s, %s: %.0f claims/s, %s server CPU per claim, p50 %s; %v", t.Name, how, c.PerSec, dur(c.CPUPerClaim), dur(c.Latency.P50), c.TimeWait)
 	}
 	for _, step := range []struct {
-		name string
-		run  func(t Target, f *Figures, round int) error
+		name      string
+		batonOnly bool
+		run       func(t Target, f *Figures, round int) error
 	}{
-		{"hot lock", func(t Target, f *Figures, _ int) error {
-			var err error
-			f.HotLock, err = hotLock(ctx, cfg, t)
-			if err == nil {
-				logf("  %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s",
-					t.Name, f.HotLock.Grants, f.HotLock.ChangesPerSec, dur(f.HotLock.CPUPerGrant), dur(f.HotLock.Latency.P50))
-			}
-			return err
+		{"hot lock, normal close and RST release", false, func(t Target, f *Figures, round int) error {
+			return releases(round, func(rst bool) error {
+				sys := batonsys.NewRawSystemAt(t.Name, fresh.Addr(t, t.Addr), rst)
+				h, err := hotLock(ctx, cfg, t, sys, rst, "raw-wire")
+				if err == nil {
+					logHot(t, releaseName(rst), h)
+					*pick(rst, &f.HotLock, &f.HotLockRST) = h
+				}
+				return err
+			})
 		}},
-		{"handover after idle", func(t Target, f *Figures, _ int) error {
+		{"handover after idle", false, func(t Target, f *Figures, _ int) error {
 			var err error
-			f.AfterIdle, err = afterIdle(ctx, cfg, t)
+			f.AfterIdle, err = afterIdle(ctx, cfg, t, fresh.Addr(t, t.Addr))
 			if err == nil {
 				logf("  %s: close → push after %v idle p50 %s p99 %s (%d)", t.Name, Idle, dur(f.AfterIdle.P50), dur(f.AfterIdle.P99), f.AfterIdle.N)
 			}
 			return err
 		}},
-		{"uncontended claims", func(t Target, f *Figures, _ int) error {
-			var err error
-			f.Claims, err = claims(ctx, cfg, t, false)
-			if err == nil {
-				logf("  %s: %.0f claims/s, %s server CPU per claim, p50 %s", t.Name, f.Claims.PerSec, dur(f.Claims.CPUPerClaim), dur(f.Claims.Latency.P50))
-			}
-			return err
+		{"uncontended claims, normal close and RST release", false, func(t Target, f *Figures, round int) error {
+			return releases(round, func(rst bool) error {
+				sys := batonsys.NewRawSystemAt(t.Name, fresh.Addr(t, t.ClaimAddr), rst)
+				c, err := claims(ctx, cfg, t, sys, rst, "raw-wire")
+				if err == nil {
+					logClaims(t, releaseName(rst), c)
+					*pick(rst, &f.Claims, &f.ClaimsRST) = c
+				}
+				return err
+			})
 		}},
-		{"uncontended claims, RST release", func(t Target, f *Figures, _ int) error {
-			var err error
-			f.ClaimsRST, err = claims(ctx, cfg, t, true)
-			if err == nil {
-				logf("  %s: %.0f claims/s, %s server CPU per claim, p50 %s", t.Name, f.ClaimsRST.PerSec, dur(f.ClaimsRST.CPUPerClaim), dur(f.ClaimsRST.Latency.P50))
+		{"Go client: claims and hot lock, normal close and RST release", true, func(t Target, f *Figures, round int) error {
+			g := f.GoClient
+			if err := releases(round, func(rst bool) error {
+				c, err := claims(ctx, cfg, t, goClient(t, fresh.Addr(t, t.ClaimAddr), rst), rst, "go")
+				if err == nil {
+					logClaims(t, "Go client, "+releaseName(rst), c)
+					*pick(rst, &g.Claims, &g.ClaimsRST) = c
+				}
+				return err
+			}); err != nil {
+				return err
 			}
-			return err
+			return releases(round, func(rst bool) error {
+				h, err := hotLock(ctx, cfg, t, goClient(t, fresh.Addr(t, t.Addr), rst), rst, "go")
+				if err == nil {
+					logHot(t, "Go client, "+releaseName(rst), h)
+					*pick(rst, &g.HotLock, &g.HotLockRST) = h
+				}
+				return err
+			})
 		}},
-		{"heartbeats", func(t Target, f *Figures, round int) error {
+		{"heartbeats", false, func(t Target, f *Figures, round int) error {
 			var err error
 			f.Heartbeat, err = heartbeats(ctx, cfg, t, round)
 			if err == nil {
@@ -188,6 +266,9 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 					return res, err
 				}
 				t := sd.t
+				if step.batonOnly && t.Name != baton.Name {
+					continue
+				}
 				if i > 0 {
 					t.Profile = nil // one profile per scenario: the first round's
 				}
@@ -199,6 +280,68 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 	}
 	return res, nil
 }
+
+// releases runs one scenario with a normal close and with an RST release,
+// one after the other: the reset first in odd rounds (round 0, 2, ...
+// counted from 0), the normal close first in even ones, so that neither
+// always runs on a machine the other has just warmed or loaded.
+func releases(round int, run func(rst bool) error) error {
+	for _, rst := range []bool{round%2 == 0, round%2 != 0} {
+		if err := run(rst); err != nil {
+			return fmt.Errorf("%s: %w", releaseName(rst), err)
+		}
+	}
+	return nil
+}
+
+func releaseName(rst bool) string {
+	if rst {
+		return "RST release"
+	}
+	return "normal close"
+}
+
+// pick is normal, or withRST if rst.
+func pick[T any](rst bool, normal, withRST *T) *T {
+	if rst {
+		return withRST
+	}
+	return normal
+}
+
+// goClient is the Go client against t at addr: its default, the reset
+// release, or a normal close. The lease is long enough that no heartbeat
+// falls in a claim; the hot lock's clients beat as they wait.
+func goClient(t Target, addr string, rst bool) *batonsys.System {
+	return batonsys.NewSystemAt(t.Name+"-go", addr, 10*time.Second, baton.WithNormalClose(!rst))
+}
+
+// Fresh hands each run of the comparison a loopback address of its own
+// to dial a server that listens on every address: 127.42.x.y, counting
+// up from where n starts (all of 127.0.0.0/8 is loopback). A normal close
+// leaves the client's side of every connection in TIME_WAIT for a minute,
+// tens of thousands of sockets after a run of claims; a later run to the
+// same address and port would search past them for a free local port on
+// every dial (with 127.0.0.1 the RST runs after a normal-close run
+// measured that search, not the reset). A new destination address makes
+// every local port free again for the kernel's check of the connection's
+// four addresses, so each run's dials pay only for the sockets it leaves
+// itself.
+type Fresh struct{ n int }
+
+// Addr is addr (host:port) with a loopback host not handed out before,
+// or addr itself if t does not listen everywhere.
+func (f *Fresh) Addr(t Target, addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if !t.Everywhere || err != nil {
+		return addr
+	}
+	f.n++
+	return net.JoinHostPort(fmt.Sprintf("127.42.%d.%d", f.n/250, f.n%250+1), port)
+}
+
+// CPU is the CPU time of process pid so far (see cpu).
+func CPU(pid int) (time.Duration, error) { return cpu(pid) }
 
 // profile starts t's profile for label, if profiles are wanted.
 func profile(t Target, label string) func() {
@@ -218,23 +361,26 @@ func cpu(pid int) (time.Duration, error) {
 	return u.CPU, err
 }
 
-func hotLock(ctx context.Context, cfg Config, t Target) (HotLock, error) {
+// hotLock runs cfg.Contenders clients of sys (on t, releasing by reset
+// if rst) on one lock; client names the clients in the profile's label.
+func hotLock(ctx context.Context, cfg Config, t Target, sys system.System, rst bool, client string) (HotLock, error) {
 	var (
-		r        HotLock
+		r        = HotLock{RST: rst}
 		c0, c1   time.Duration
 		e0, e1   error
 		stopProf func()
 	)
-	sys := batonsys.NewRawSystemAt(t.Name, t.Addr, false)
+	lbl := label("hot-lock", client, rst)
 	h, err := scenario.Handover(ctx, sys, scenario.HandoverConfig{
 		Waiters: cfg.Contenders - 1, Duration: cfg.Duration, Name: "floor-hot",
 		OnWindow: func(open bool) {
 			if open {
-				stopProf = profile(t, "hot-lock")
+				stopProf = profile(t, lbl)
 				c0, e0 = cpu(t.PID)
 				return
 			}
 			c1, e1 = cpu(t.PID)
+			r.TimeWait = readTimeWait()
 			stopProf()
 		},
 	})
@@ -256,9 +402,9 @@ func hotLock(ctx context.Context, cfg Config, t Target) (HotLock, error) {
 	return r, nil
 }
 
-func afterIdle(ctx context.Context, cfg Config, t Target) (stats.Summary, error) {
+func afterIdle(ctx context.Context, cfg Config, t Target, addr string) (stats.Summary, error) {
 	var stopProf func()
-	sys := batonsys.NewRawSystemAt(t.Name, t.Addr, false)
+	sys := batonsys.NewRawSystemAt(t.Name, addr, false)
 	h, err := scenario.Handover(ctx, sys, scenario.HandoverConfig{
 		Waiters: cfg.Contenders - 1, Hold: Idle, Duration: cfg.Duration, Name: "floor-idle",
 		OnWindow: func(open bool) {
@@ -272,18 +418,15 @@ func afterIdle(ctx context.Context, cfg Config, t Target) (stats.Summary, error)
 	return h.Latency, err
 }
 
-func claims(ctx context.Context, cfg Config, t Target, rst bool) (Claims, error) {
+// claims runs cfg.Workers clients of sys (on t, releasing by reset if
+// rst), each claiming its own lock on a new connection, back to back.
+func claims(ctx context.Context, cfg Config, t Target, sys system.System, rst bool, client string) (Claims, error) {
 	r := Claims{Workers: cfg.Workers, RST: rst}
-	label := "claims"
-	if rst {
-		label = "claims-rst"
-	}
-	sys := batonsys.NewRawSystemAt(t.Name, t.ClaimAddr, rst)
 	c0, err := cpu(t.PID)
 	if err != nil {
 		return r, err
 	}
-	stopProf := profile(t, label)
+	stopProf := profile(t, label("claims", client, rst))
 	c, err := scenario.Cycles(ctx, sys, cfg.Workers, cfg.Duration)
 	stopProf()
 	if err != nil {
@@ -293,7 +436,8 @@ func claims(ctx context.Context, cfg Config, t Target, rst bool) (Claims, error)
 	if err != nil {
 		return r, err
 	}
-	r.PerSec, r.Latency, r.Errors = c.CyclesPerSec, c.Latency, c.Errors
+	r.TimeWait = readTimeWait()
+	r.PerSec, r.Latency, r.Errors, r.LastError = c.CyclesPerSec, c.Latency, c.Errors, c.LastError
 	r.ServerCPU = c1 - c0
 	if c.Latency.N > 0 {
 		r.CPUPerClaim = r.ServerCPU / time.Duration(c.Latency.N)
@@ -379,6 +523,19 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 		return r, fmt.Errorf("no heartbeat answered in %v", r.Window)
 	}
 	return r, nil
+}
+
+// label names a profile: "claims", "claims-rst", "hot-lock-go-rst", ...
+// (the raw-wire clients' runs keep the names they had before the Go
+// client's).
+func label(scenario, client string, rst bool) string {
+	if client != "raw-wire" {
+		scenario += "-" + client
+	}
+	if rst {
+		scenario += "-rst"
+	}
+	return scenario
 }
 
 func dur(d time.Duration) string {

@@ -35,6 +35,9 @@ type Conn struct {
 // Dial connects to addr, from the local address laddr if not nil.
 func Dial(ctx context.Context, addr string, laddr net.Addr) (*Conn, error) {
 	d := net.Dialer{LocalAddr: laddr}
+	if laddr != nil {
+		d.Control = bindNoPort
+	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ func FloorMarkdown(r *Results) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("### The floor: Baton against a minimal lock server\n\n")
-	w("The floor lock server (`bench/internal/floor`, a process of its own as Baton is) speaks Baton's protocol with nothing else: FIFO per name, close = release, one global mutex, one goroutine per connection, tokens rising; the claims floor is a bare accept/reply/close server. Same clients (raw frames from the bench), same run, one after the other. Ratio: Baton ÷ floor (for rates, above 1 is more than the floor). Server CPU from the process's CPU clock (`clock_gettime` of `clock_getcpuclockid(PID)`, to the nanosecond) over each window; heartbeats counted by the load generator (a process of its own; half holders, half waiters, every session on a %s lease, a beat every lease/4). A session lost in the heartbeat window (Baton ends one whose beats come late; the floor never does) is counted below.\n\n", Dur(floor.HeartbeatLease))
+	w("The floor lock server (`bench/internal/floor`, a process of its own as Baton is) speaks Baton's protocol with nothing else: FIFO per name, close = release, one global mutex, one goroutine per connection, tokens rising; the claims floor is a bare accept/reply/close server. Same clients (raw frames from the bench; the Go client too in Baton's RST ÷ normal close rows), same run, one after the other. Ratio: Baton ÷ floor (for rates, above 1 is more than the floor). Server CPU from the process's CPU clock (`clock_gettime` of `clock_getcpuclockid(PID)`, to the nanosecond) over each window; heartbeats counted by the load generator (a process of its own; half holders, half waiters, every session on a %s lease, a beat every lease/4). A session lost in the heartbeat window (Baton ends one whose beats come late; the floor never does) is counted below.\n\n", Dur(floor.HeartbeatLease))
 	if len(fl.Rounds) > 1 {
 		w("%d rounds, the floor and Baton in turn in each (the floor first in odd rounds); floor and Baton give each figure's median over the rounds, ratio the median of the rounds' ratios, each round's in the last column.\n\n", len(fl.Rounds))
 	}
@@ -42,8 +42,14 @@ func FloorMarkdown(r *Results) string {
 		w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
 	}
 	for _, row := range fl.Rows() {
+		if !row.Measured {
+			continue // a run from before this figure existed
+		}
 		target := "–"
-		if row.Target > 0 {
+		switch {
+		case row.Target > 0 && row.AtLeast:
+			target = fmt.Sprintf("≥ %.2f×", row.Target)
+		case row.Target > 0:
 			target = fmt.Sprintf("≤ %.2f×", row.Target)
 		}
 		ratio := "–"
@@ -64,12 +70,34 @@ func FloorMarkdown(r *Results) string {
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Floor, row.Baton, ratio, target, row.Verdict(), strings.Join(each, " · "))
 	}
+	self := false
+	for _, row := range fl.Rows() {
+		self = self || row.Self && row.Measured
+	}
+	if self {
+		w("\nThe rows \"Baton, … RST release ÷ normal close\" are Baton against itself: each round runs the same clients twice, one run releasing by reset (`SO_LINGER 0` before the close; the Go client's default) and one closing normally (FIN), back to back (the reset first in odd rounds); the Baton column gives the two medians, RST / normal close. Every claims and hot-lock run dials the servers at a loopback address of its own (127.42.x.y; both listen on every address), so the TIME_WAIT sockets of a run's normal close do not slow the dials of the runs after it.\n")
+	}
+	if rn := fl.RealNetwork; rn != nil && rn.Skipped != "" {
+		w("\nThe claims with tcp_tw_reuse=0 in a network namespace were not measured: %s.\n", rn.Skipped)
+	} else if rn != nil {
+		w("\nWith tcp_tw_reuse=0 (a network namespace per run, the Go client and Baton in it, %s each): the reset %.0f claims/s (server CPU per claim %s, %d failed, %s left in TIME_WAIT), the normal close %.0f claims/s (%s, %d failed%s, %d left in TIME_WAIT).\n",
+			Dur(rn.Window), rn.ClaimsRST.PerSec, Dur(rn.ClaimsRST.CPUPerClaim), rn.ClaimsRST.Errors, fmt.Sprint(rn.ClaimsRST.TimeWait.Count),
+			rn.Claims.PerSec, Dur(rn.Claims.CPUPerClaim), rn.Claims.Errors, lastErr(rn.Claims.LastError), rn.Claims.TimeWait.Count)
+	}
+	if full := fl.FullTimeWait(); len(full) > 0 {
+		w("\n**The machine's TIME_WAIT table was full** (net.ipv4.tcp_max_tw_buckets, shared with every other process) at the end of: %s. The kernel then keeps no TIME_WAIT for a closed connection, so a normal close there cost less than it does below the ceiling, and the RST ÷ normal close ratios of those rounds are too low.\n", strings.Join(full, "; "))
+	}
 	w("\n")
 	for i, rd := range fl.Rounds {
 		for _, f := range []floor.Figures{rd.Floor, rd.Baton} {
 			h := f.Heartbeat
 			w("- Round %d, %s: hot lock p99 close → push %s, after idle p99 %s; heartbeats: %d sessions opened (%d failed to open), %d heartbeats in %s (round trip p50 %s, p99 %s), server CPU %s, load generator CPU %s, sessions lost %d before the window and %d in it.\n",
 				i+1, f.System, Dur(f.HotLock.Latency.P99), Dur(f.AfterIdle.P99), h.Opened, h.Failed, h.Beats, Dur(h.Window), Dur(h.RTT.P50), Dur(h.RTT.P99), Dur(h.ServerCPU), Dur(h.LoadGenCPU), h.LostBefore, h.Lost)
+			if g := f.GoClient; g != nil {
+				w("- Round %d, %s with the Go client: claims %.0f/s with a normal close, %.0f/s with RST (server CPU per claim %s, %s); hot lock %.0f and %.0f owner changes/s (server CPU per grant %s, %s).\n",
+					i+1, f.System, g.Claims.PerSec, g.ClaimsRST.PerSec, Dur(g.Claims.CPUPerClaim), Dur(g.ClaimsRST.CPUPerClaim),
+					g.HotLock.ChangesPerSec, g.HotLockRST.ChangesPerSec, Dur(g.HotLock.CPUPerGrant), Dur(g.HotLockRST.CPUPerGrant))
+			}
 		}
 	}
 	if len(fl.Profiles) > 0 {
@@ -99,8 +127,14 @@ func floorChart(file string, r *Results) error {
 		"idle-p50": "handover p50\nafter 20 ms idle", "b2b-p50": "handover p50\nback to back",
 		"hb-cpu": "CPU per\nheartbeat", "claims": "claims/s", "claims-cpu": "CPU/claim",
 		"claims-rst": "claims/s\nRST release", "claims-rst-cpu": "CPU/claim\nRST release",
+		"hot-rst-cpu": "hot lock, RST\nCPU/grant", "hot-rst-rate": "hot lock, RST\nowner changes/s",
 	}
-	rows := r.Floor.Rows()
+	var rows []floor.Row
+	for _, row := range r.Floor.Rows() {
+		if !row.Self && row.Measured { // Self: Baton ÷ Baton, not a ratio to the floor
+			rows = append(rows, row)
+		}
+	}
 	before := map[string]float64{}
 	if r.FloorBefore != nil {
 		for _, row := range r.FloorBefore.Rows() {
@@ -163,4 +197,12 @@ func floorChart(file string, r *Results) error {
 	p.NominalX(names...)
 	p.Add(plotter.NewGrid())
 	return p.Save(vg.Points(max(10*72, 90*float64(len(rows))+80)), 4.5*vg.Inch, file)
+}
+
+// lastErr is ", the last: err" or nothing.
+func lastErr(err string) string {
+	if err == "" {
+		return ""
+	}
+	return ", the last: `" + err + "`"
 }

@@ -14,6 +14,8 @@ func floorResult(floorCPU, batonCPU time.Duration) *floor.Result {
 	var rd floor.Round
 	rd.Floor.System, rd.Baton.System = "floor", "baton"
 	rd.Floor.HotLock.CPUPerGrant, rd.Baton.HotLock.CPUPerGrant = floorCPU, batonCPU
+	rd.Baton.GoClient = &floor.GoClient{}
+	rd.Baton.GoClient.Claims.PerSec, rd.Baton.GoClient.ClaimsRST.PerSec = 1000, 2500
 	return &floor.Result{Contenders: 8, Idle: floor.Idle, Rounds: []floor.Round{rd}}
 }
 
@@ -24,6 +26,12 @@ func TestFloorBeforeAfter(t *testing.T) {
 	md := FloorMarkdown(r)
 	if !strings.Contains(md, "| hot lock, 8 contenders: server CPU per grant | 40.0 µs | 40.0 µs | 1.00× | ≤ 1.00× | met |") {
 		t.Errorf("floor table without the expected row:\n%s", md)
+	}
+	if !strings.Contains(md, "RST release ÷ normal close (`WithNormalClose`) | – | 2500 / 1000 | 2.50× | ≥ 2.00× | met |") {
+		t.Errorf("floor table without the Go client's RST ÷ normal close row and its minimum:\n%s", md)
+	}
+	if strings.Contains(md, "hot lock owner changes/s, 8 contenders, the Go client") || strings.Contains(md, "handover p50 after") {
+		t.Errorf("floor table with rows never measured:\n%s", md)
 	}
 	r.FloorBefore, r.FloorBeforeFrom = floorResult(40*time.Microsecond, 60*time.Microsecond), "2026-12-04 06:04 UTC"
 	md = FloorMarkdown(r)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/batonlock/baton"
+	"github.com/batonlock/baton/bench/internal/batonsys"
+	"github.com/batonlock/baton/bench/internal/floor"
+	"github.com/batonlock/baton/bench/internal/proc"
+	"github.com/batonlock/baton/bench/internal/report"
+	"github.com/batonlock/baton/bench/internal/scenario"
+)
+
+// claimsOutput is what the claims role prints: its run, and the
+// TIME_WAIT count of its network namespace at the end.
+type claimsOutput struct {
+	Cycles   scenario.CyclesResult `json:"cycles"`
+	TimeWait floor.TimeWait        `json:"time_wait"`
+}
+
+// runClaims is the claims role: -workers Go clients each claiming its own
+// lock on -addr back to back for -duration, releasing by reset, or with
+// -normal-close by a normal close. The floor scenario runs it inside a
+// network namespace, where the bench itself is not. It prints one line of
+// JSON (claimsOutput).
+func runClaims(ctx context.Context, o *options, stdout, stderr io.Writer) int {
+	if o.addr == "" || o.workers < 1 || o.duration <= 0 {
+		fmt.Fprintf(stderr, "bench claims: need -addr, -workers and -duration, got %q, %d, %v\n", o.addr, o.workers, o.duration)
+		return 2
+	}
+	sys := batonsys.NewSystemAt("baton-go", o.addr, 10*time.Second, baton.WithNormalClose(o.normalClose))
+	c, err := scenario.Cycles(ctx, sys, o.workers, o.duration)
+	out := claimsOutput{Cycles: c, TimeWait: floor.ReadTimeWait()}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench claims: %v\n", err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintf(stderr, "bench claims: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// realNetworkWindow is each run's window of the real-network claims: long
+// enough for a normal close, whose rate falls as the ports fill (about
+// 1,500 claims/s on average here), to put the 28,232 ports of the default
+// range in TIME_WAIT, with both runs and their set-up under a minute (15 s
+// windows fell short of the ceiling in one run of two).
+const realNetworkWindow = 20 * time.Second
+
+// realNetwork measures floor.RealNetwork: the Go client's claims with a
+// reset and with a normal close, each with client and server in a network
+// namespace of its own that has tcp_tw_reuse=0. It needs root and ip(8);
+// without them it says so and is skipped. Each namespace is deleted
+// before the next is made, whatever happened in it.
+func realNetwork(ctx context.Context, o *options, exe, bin string, workers int, logf func(string, ...any)) *floor.RealNetwork {
+	window := realNetworkWindow
+	if o.smoke {
+		window = o.duration
+	}
+	rn := &floor.RealNetwork{Window: window}
+	ip, err := exec.LookPath("ip")
+	switch {
+	case os.Geteuid() != 0:
+		rn.Skipped = "not root: a network namespace needs root"
+	case err != nil:
+		rn.Skipped = "no ip(8) (iproute2) to make a network namespace"
+	}
+	if rn.Skipped != "" {
+		logf("floor: claims with tcp_tw_reuse=0 in a network namespace skipped: %s", rn.Skipped)
+		return rn
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*window+15*time.Second) // under a minute in a full run
+	defer cancel()
+	for _, rst := range []bool{true, false} {
+		logf("floor: Go client claims in a network namespace with tcp_tw_reuse=0, %s, %v", releaseName(rst), window)
+		c, err := claimsInNetns(ctx, ip, exe, bin, workers, window, rst, logf)
+		if err != nil {
+			rn.Skipped = fmt.Sprintf("%s: %v", releaseName(rst), err)
+			logf("floor: claims in a network namespace failed, %s", rn.Skipped)
+			return rn
+		}
+		logf("  baton, Go client, %s: %.0f claims/s, %s server CPU per claim, p50 %s, %d failed (last: %s); %v in the namespace",
+			releaseName(rst), c.PerSec, report.Dur(c.CPUPerClaim), report.Dur(c.Latency.P50), c.Errors, c.LastError, c.TimeWait)
+		if rst {
+			rn.ClaimsRST = c
+		} else {
+			rn.Claims = c
+		}
+	}
+	return rn
+}
+
+func releaseName(rst bool) string {
+	if rst {
+		return "RST release"
+	}
+	return "normal close"
+}
+
+// claimsInNetns makes the namespace, starts Baton and the claims role in
+// it, and deletes it again.
+func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window time.Duration, rst bool, logf func(string, ...any)) (c floor.Claims, err error) {
+	c = floor.Claims{Workers: workers, RST: rst}
+	mode := "normal"
+	if rst {
+		mode = "rst"
+	}
+	ns := fmt.Sprintf("baton-bench-%d-%s", os.Getpid(), mode)
+	cmd := func(args ...string) error {
+		out, err := exec.CommandContext(ctx, ip, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := cmd("netns", "add", ns); err != nil {
+		return c, err
+	}
+	defer func() {
+		// Not ctx: the namespace goes even when the run was cut short.
+		if out, derr := exec.Command(ip, "netns", "del", ns).CombinedOutput(); derr != nil {
+			logf("floor: ip netns del %s: %v: %s", ns, derr, out)
+		}
+	}()
+	if err := cmd("netns", "exec", ns, "ip", "link", "set", "lo", "up"); err != nil {
+		return c, err
+	}
+	if err := cmd("netns", "exec", ns, "sh", "-c", "echo 0 > /proc/sys/net/ipv4/tcp_tw_reuse"); err != nil {
+		return c, err
+	}
+	dir, err := os.MkdirTemp("", "bench-netns-")
+	if err != nil {
+		return c, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := batonsys.StartServerIn(ctx, ns, bin, dir)
+	if err != nil {
+		return c, err
+	}
+	defer srv.Stop()
+	args := []string{"netns", "exec", ns, exe, "-role", "claims", "-addr", srv.Addr,
+		"-workers", fmt.Sprint(workers), "-duration", window.String()}
+	if !rst {
+		args = append(args, "-normal-close")
+	}
+	c0, err := floor.CPU(srv.PID())
+	if err != nil {
+		return c, err
+	}
+	p, err := proc.Start(ip, args...)
+	if err != nil {
+		return c, err
+	}
+	defer p.Stop(5 * time.Second)
+	line, err := p.ReadLine(ctx)
+	if err != nil {
+		return c, err
+	}
+	c1, err := floor.CPU(srv.PID())
+	if err != nil {
+		return c, err
+	}
+	var out claimsOutput
+	if err := json.Unmarshal([]byte(line), &out); err != nil {
+		return c, fmt.Errorf("claims role: %q: %w", line, err)
+	}
+	r := out.Cycles
+	c.PerSec, c.Latency, c.Errors, c.LastError, c.TimeWait = r.CyclesPerSec, r.Latency, r.Errors, r.LastError, out.TimeWait
+	c.ServerCPU = c1 - c0
+	if r.Latency.N > 0 {
+		c.CPUPerClaim = c.ServerCPU / time.Duration(r.Latency.N)
+	}
+	return c, nil
+}
