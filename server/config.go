@@ -102,7 +102,7 @@ func DefaultConfig() Config {
 		MaxSessions:       250000,
 		MaxWaitersPerLock: 10000,
 		ParkIdle:          true,
-		ParkAfter:         200 * time.Millisecond,
+		ParkAfter:         50 * time.Millisecond,
 		SendBuffer:        16 << 10,
 	}
 }

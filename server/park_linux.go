@@ -169,7 +169,9 @@ func (sh *pollShard) mayParkLocked(c *session) bool {
 // unparkLocked takes c out of the poller if it is parked, and reports
 // whether it was: the caller must then start c's reader. Its registration
 // is removed, so that the descriptor can be closed and reused safely.
-// c.closing or c.contended must be set already. srv.mu must be held.
+// c.closing or c.contended must be set already. srv.mu must be held, or
+// the caller must start c's reader itself and close the connection if it
+// cannot (see Server.wakeAfter).
 func (p *idlePoller) unparkLocked(c *session) bool {
 	sh := c.park.shard
 	if sh == nil {

@@ -207,12 +207,13 @@ func TestContendedHolderNotParked(t *testing.T) {
 	holderParked(false)
 
 	// Its close promotes w1, which has w2 behind it: w1 leaves the poller
-	// before its push is queued.
+	// right after its push is written.
 	h.Conn.Close()
 	tok1 := expectPush(t, w1, frameWait)
 	if tok1 <= tok {
 		t.Fatalf("push token %d, want > %d", tok1, tok)
 	}
+	batontest.Eventually(t, frameWait, func() bool { parked, ok := ts.Srv.HolderParked("c"); return ok && !parked }, "promoted holder with a waiter still parked")
 	holderParked(false)
 	w1.Conn.Close()
 	expectPush(t, w2, frameWait)

@@ -361,30 +361,64 @@ func (s *Server) wakeReaperLocked(deadline time.Time) {
 // writes happen after it is released.
 type effects struct {
 	flush []*session
+	// wake are new holders with waiters that may be parked: each must get
+	// its reader (contendLocked), after the pushes, which come first.
+	wake []*session
 }
 
-// deliverLocked starts a flusher for each session with output. mu must be
-// held (to start goroutines); the writes happen in the flushers.
+// deliverLocked starts a flusher for each session with output, and wakes
+// the sessions in wake. mu must be held (to start goroutines); the writes
+// happen in the flushers.
 func (fx *effects) deliverLocked(s *Server) {
 	for _, c := range fx.flush {
 		s.goLocked(c.flush)
 	}
 	fx.flush = fx.flush[:0]
+	for _, c := range fx.wake {
+		s.wakeLocked(c)
+	}
+	fx.wake = fx.wake[:0]
+}
+
+// wakeAfter gives the contended sessions in wake their readers, after the
+// caller wrote the pushes outside mu (see endLocked).
+func (s *Server) wakeAfter(wake []*session) {
+	for _, c := range wake {
+		if s.poller == nil || !s.poller.unparkLocked(c) {
+			continue
+		}
+		s.mu.Lock()
+		ok := s.goLocked(c.resume)
+		s.mu.Unlock()
+		if !ok {
+			c.conn.Close() // stopped: its end found it unparked already
+		}
+	}
+}
+
+// wakeLocked takes contended session c out of the poller, if it is parked
+// there, and starts its reader. mu must be held.
+func (s *Server) wakeLocked(c *session) {
+	if s.poller != nil && s.poller.unparkLocked(c) {
+		s.goLocked(c.resume) // false only once stop has ended every session
+	}
 }
 
 // endLocked ends session c for reason: it leaves the table (promoting the
 // next waiter if it held the lock), and gets an ERROR if the reason has a
 // code. async: whether the writes must happen in new goroutines (the caller
 // cannot block) rather than by the caller after it unlocks. mu must be held.
-// It returns what the caller must flush when !async.
-func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string, async bool) []*session {
+// When !async it returns what the caller must flush, and then the sessions
+// to pass to wakeAfter: a handover's push is written before a parked new
+// holder is woken (an epoll_ctl and a goroutine start it need not wait for).
+func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string, async bool) (flush, wake []*session) {
 	var fx effects
 	s.endOneLocked(now, c, reason, msg, &fx)
 	if async {
 		fx.deliverLocked(s)
-		return nil
+		return nil, nil
 	}
-	return fx.flush
+	return fx.flush, fx.wake
 }
 
 func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg string, fx *effects) {
@@ -494,7 +528,9 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 	}
 	p.queueAcquired(true, g.Token, now)
 	fx.flush = append(fx.flush, p)
-	s.contendLocked(g.Name)
+	if h := s.contendedLocked(g.Name); h != nil {
+		fx.wake = append(fx.wake, h)
+	}
 }
 
 // contendLocked marks the holder of lock name contended if a session waits
@@ -502,18 +538,25 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 // holder with waiters keeps a reader, so that its close is read at once by
 // a goroutine already waiting for it. mu must be held.
 func (s *Server) contendLocked(name string) {
+	if h := s.contendedLocked(name); h != nil {
+		s.wakeLocked(h)
+	}
+}
+
+// contendedLocked marks the holder of lock name contended if a session
+// waits behind it and it is not marked yet, and returns it: the caller
+// must wake it (wakeLocked, or wakeAfter outside mu). mu must be held.
+func (s *Server) contendedLocked(name string) *session {
 	id, waiters, ok := s.table.HolderOf(name)
 	if !ok || waiters == 0 {
-		return
+		return nil
 	}
 	h := s.sessions[id]
 	if h == nil || h.ended || h.contended.Load() {
-		return
+		return nil
 	}
 	h.contended.Store(true) // before unparking: park reads it under the poller's mutex
-	if s.poller != nil && s.poller.unparkLocked(h) {
-		s.goLocked(h.resume) // false only once stop has ended every session
-	}
+	return h
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

@@ -114,7 +114,7 @@ func (c *session) end(reason EndReason, msg string) {
 		s.m.connections.Dec()
 	}()
 	s.mu.Lock()
-	flush := s.endLocked(time.Now(), c, reason, msg, false)
+	flush, wake := s.endLocked(time.Now(), c, reason, msg, false)
 	s.mu.Unlock()
 	// Pushes to promoted waiters first: they are the handover. This
 	// goroutine is ending anyway, so it may spend the write on them; a stuck
@@ -127,6 +127,7 @@ func (c *session) end(reason EndReason, msg string) {
 		}
 		p.send()
 	}
+	s.wakeAfter(wake)
 	if self {
 		c.flush()
 	}
