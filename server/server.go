@@ -224,12 +224,22 @@ func (s *Server) accept(conn net.Conn) {
 	}
 	s.nextID++
 	c := newSession(s, s.nextID, conn)
-	if !s.goLocked(c.serve) {
+	if s.stopped {
 		conn.Close()
 		return
 	}
+	s.wg.Add(1)
+	go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
+
 	s.conns[c] = struct{}{}
 	s.m.connections.Inc()
+}
+
+// serveSession is a session's first reader, one of the server's goroutines
+// (see goLocked).
+func (s *Server) serveSession(c *session) {
+	defer s.wg.Done()
+	c.serve()
 }
 
 // Shutdown stops the server: Ready turns false, the listeners close, every

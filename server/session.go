@@ -33,6 +33,9 @@ type session struct {
 	// lean is set by a reader goroutine started after ACQUIRE (resume),
 	// whose stack has not grown through it; see handOn.
 	lean bool
+	// endFlush and endWake hold end's effects (a handover's push and its
+	// new holder), so that a handover allocates nothing for them.
+	endFlush, endWake [2]*session
 	// waited is set by the reader once its first wait for a frame has begun
 	// (see firstWait): later waits park at once.
 	waited bool
@@ -52,12 +55,13 @@ type session struct {
 
 	// wmu guards the output queue. Lock order: srv.mu before wmu.
 	wmu      sync.Mutex
-	out      []byte    // frames queued, in table order
-	spare    []byte    // the other buffer, reused while out is written
-	flushing bool      // a goroutine is writing; it will pick up what is queued
-	finish   bool      // after out is written: half-close, then drain and close
-	dead     bool      // a write failed or the connection is closed
-	pushAt   time.Time // when the queued push's handover began, for the histogram
+	out      []byte      // frames queued, in table order
+	spare    []byte      // the other buffer, reused while out is written
+	bufs     [2][12]byte // out's and spare's first buffers: an ACQUIRED (12 bytes) or a WAITING each
+	flushing bool        // a goroutine is writing; it will pick up what is queued
+	finish   bool        // after out is written: half-close, then drain and close
+	dead     bool        // a write failed or the connection is closed
+	pushAt   time.Time   // when the queued push's handover began, for the histogram
 	// lingerUntil is the read deadline halfClose set, zero before it; drain
 	// restores it (see there).
 	lingerUntil time.Time
@@ -70,6 +74,7 @@ type session struct {
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
 	c := &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr().String()}
+	c.out, c.spare = c.bufs[0][:0], c.bufs[1][:0]
 	if s.poller != nil {
 		plain := conn
 		if cc, ok := conn.(*countedConn); ok { // -max-conns-per-ip: only Close differs
@@ -114,7 +119,9 @@ func (c *session) end(reason EndReason, msg string) {
 		s.m.connections.Dec()
 	}()
 	s.mu.Lock()
-	flush, wake := s.endLocked(time.Now(), c, reason, msg, false)
+	fx := effects{flush: c.endFlush[:0], wake: c.endWake[:0]}
+	s.endOneLocked(time.Now(), c, reason, msg, &fx)
+	flush, wake := fx.flush, fx.wake
 	s.mu.Unlock()
 	// Pushes to promoted waiters first: they are the handover. This
 	// goroutine is ending anyway, so it may spend the write on them; a stuck
