@@ -33,8 +33,9 @@ type options struct {
 	sources     int
 	dialPar     int
 	prefix      string
-	workers     int  // the claims role's
-	normalClose bool // the claims role's
+	workers     int  // the claims role's workers, the hot-lock role's contenders
+	normalClose bool // the claims and hot-lock roles'
+	serverPID   int  // the hot-lock role's: the server whose CPU it reads
 
 	failovers    int      // faults of each kind in the failover scenario
 	clusterFlags []string // extra flags of every cluster node
@@ -62,7 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.floorRounds, "floor-rounds", 0, "rounds of the floor scenario, the floor and Baton in turn; its table gives medians (default 3; 1 with -smoke)")
 	fs.StringVar(&o.floorBefore, "floor-before", "", "results.json of an earlier run (docs/bench/floor-before.json): its floor ratios go beside this run's, in the table and the chart (with -render too)")
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
-	fs.StringVar(&o.role, "role", "", "internal: run as the echo server, the floor server, the load generator or the claims role")
+	fs.StringVar(&o.role, "role", "", "internal: run as the echo server, the floor server, the load generator, the claims role or the hot-lock role")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
 	fs.IntVar(&o.sessions, "sessions", 0, "internal: load generator's session count")
 	fs.DurationVar(&o.shortLease, "short-lease", time.Second, "the short lease of the scale scenario (half its sessions; the other half 30s)")
@@ -70,8 +71,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.sources, "sources", 1, "internal: source addresses 127.0.0.1 .. 127.0.0.N")
 	fs.IntVar(&o.dialPar, "dial-par", 64, "internal: dials in flight")
 	fs.StringVar(&o.prefix, "lock-prefix", "", "internal: load generator's prefix of lock names")
-	fs.IntVar(&o.workers, "workers", 16, "internal: the claims role's workers")
-	fs.BoolVar(&o.normalClose, "normal-close", false, "internal: the claims role's clients close normally instead of with a reset")
+	fs.IntVar(&o.workers, "workers", 16, "internal: the claims role's workers, the hot-lock role's contenders")
+	fs.BoolVar(&o.normalClose, "normal-close", false, "internal: the claims and hot-lock roles' clients close normally instead of with a reset")
+	fs.IntVar(&o.serverPID, "server-pid", 0, "internal: the hot-lock role's server, whose CPU time it reads over its window")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

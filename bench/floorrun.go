@@ -114,7 +114,7 @@ func runFloorScenario(ctx context.Context, o *options, exe, bin string, srv *bat
 	cfg := floorSizes(o, exe)
 	r, err := floor.Compare(ctx, cfg, ft, bt, logf)
 	if err == nil && ctx.Err() == nil {
-		r.RealNetwork = realNetwork(ctx, o, exe, bin, cfg.Workers, logf)
+		r.RealNetwork = realNetwork(ctx, o, exe, bin, cfg.Workers, cfg.Contenders, logf)
 	}
 	r.Profiles = prof.tops(ctx)
 	for _, row := range r.Rows() {

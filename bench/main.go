@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runLoad(ctx, o, stdin, stdout, stderr)
 	case "claims":
 		return runClaims(ctx, o, stdout, stderr)
+	case "hotlock":
+		return runHotLock(ctx, o, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "bench: unknown -role %q\n", o.role)
 		return 2

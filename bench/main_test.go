@@ -116,3 +116,22 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestRoleArgs: the roles the floor scenario runs in a network namespace
+// refuse to start without what they need, with a message.
+func TestRoleArgs(t *testing.T) {
+	for _, args := range [][]string{
+		{"-role", "claims"},
+		{"-role", "hotlock"},
+		{"-role", "hotlock", "-addr", "127.0.0.1:1", "-duration", "1s"}, // no -server-pid
+		{"-role", "hotlock", "-addr", "127.0.0.1:1", "-duration", "1s", "-server-pid", "1", "-workers", "1"},
+	} {
+		var stderr strings.Builder
+		if code := run(context.Background(), args, strings.NewReader(""), &strings.Builder{}, &stderr); code != 2 {
+			t.Errorf("bench %v exited %d, want 2", args, code)
+		}
+		if !strings.Contains(stderr.String(), "need -addr") {
+			t.Errorf("bench %v: stderr %q, want what it needs", args, stderr.String())
+		}
+	}
+}

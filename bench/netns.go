@@ -49,6 +49,31 @@ func runClaims(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// runHotLock is the hot-lock role: -workers Go clients on one lock on
+// -addr, each re-queuing as soon as it lets go, for a -duration window,
+// releasing by reset or, with -normal-close, by a normal close; the
+// server's CPU over the window is read from -server-pid's. The floor
+// scenario runs it inside a network namespace. It prints one line of
+// JSON (floor.HotLock, with the namespace's TIME_WAIT count as the
+// window closed).
+func runHotLock(ctx context.Context, o *options, stdout, stderr io.Writer) int {
+	if o.addr == "" || o.workers < 2 || o.duration <= 0 || o.serverPID <= 0 {
+		fmt.Fprintf(stderr, "bench hotlock: need -addr, -workers of 2 or more, -duration and -server-pid, got %q, %d, %v, %d\n", o.addr, o.workers, o.duration, o.serverPID)
+		return 2
+	}
+	t := floor.Target{Name: "baton", Addr: o.addr, PID: o.serverPID}
+	h, err := floor.GoClientHotLock(ctx, t, o.workers, o.duration, !o.normalClose)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench hotlock: %v\n", err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(h); err != nil {
+		fmt.Fprintf(stderr, "bench hotlock: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
 // realNetworkWindow is each run's window of the real-network claims: long
 // enough for a normal close, whose rate falls as the ports fill (about
 // 1,500 claims/s on average here), to put the 28,232 ports of the default
@@ -56,17 +81,28 @@ func runClaims(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 // windows fell short of the ceiling in one run of two).
 const realNetworkWindow = 20 * time.Second
 
-// realNetwork measures floor.RealNetwork: the Go client's claims with a
-// reset and with a normal close, each with client and server in a network
-// namespace of its own that has tcp_tw_reuse=0. It needs root and ip(8);
-// without them it says so and is skipped. Each namespace is deleted
-// before the next is made, whatever happened in it.
-func realNetwork(ctx context.Context, o *options, exe, bin string, workers int, logf func(string, ...any)) *floor.RealNetwork {
-	window := realNetworkWindow
+// realNetworkHotWindow is each run's window of the real-network hot
+// lock. Every grant is a new connection, so a normal close puts the
+// 28,232 ports in TIME_WAIT within 28,232 grants: 4.5 s at loopback's
+// 6,300 owner changes/s here, 7.5 s at the 3,800/s the reset made in the
+// namespace on a loaded machine (one run: the normal close stopped at
+// 28,225 grants, its namespace at 28,230 TIME_WAIT sockets). 20 s, as the
+// claims', keeps a margin of 2.5× for a busier machine; the four runs
+// and their set-up took 83 s.
+const realNetworkHotWindow = 20 * time.Second
+
+// realNetwork measures floor.RealNetwork: the Go client's claims, then
+// its hot lock of contenders clients, each with a reset and with a
+// normal close, each run with client and server in a network namespace
+// of its own that has tcp_tw_reuse=0. It needs root and ip(8); without
+// them it says so and is skipped. Each namespace is deleted before the
+// next is made, whatever happened in it.
+func realNetwork(ctx context.Context, o *options, exe, bin string, workers, contenders int, logf func(string, ...any)) *floor.RealNetwork {
+	window, hotWindow := realNetworkWindow, realNetworkHotWindow
 	if o.smoke {
-		window = o.duration
+		window, hotWindow = o.duration, o.duration
 	}
-	rn := &floor.RealNetwork{Window: window}
+	rn := &floor.RealNetwork{Window: window, Contenders: contenders, HotLockWindow: hotWindow}
 	ip, err := exec.LookPath("ip")
 	switch {
 	case os.Geteuid() != 0:
@@ -75,10 +111,12 @@ func realNetwork(ctx context.Context, o *options, exe, bin string, workers int, 
 		rn.Skipped = "no ip(8) (iproute2) to make a network namespace"
 	}
 	if rn.Skipped != "" {
-		logf("floor: claims with tcp_tw_reuse=0 in a network namespace skipped: %s", rn.Skipped)
+		logf("floor: claims and hot lock with tcp_tw_reuse=0 in a network namespace skipped: %s", rn.Skipped)
 		return rn
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*window+15*time.Second) // under a minute in a full run
+	// Under 100 s in a full run: the windows, and for each of the four
+	// runs a namespace, a server and the clients' set-up and drain.
+	ctx, cancel := context.WithTimeout(ctx, 2*window+2*hotWindow+20*time.Second)
 	defer cancel()
 	for _, rst := range []bool{true, false} {
 		logf("floor: Go client claims in a network namespace with tcp_tw_reuse=0, %s, %v", releaseName(rst), window)
@@ -90,11 +128,19 @@ func realNetwork(ctx context.Context, o *options, exe, bin string, workers int, 
 		}
 		logf("  baton, Go client, %s: %.0f claims/s, %s server CPU per claim, p50 %s, %d failed (last: %s); %v in the namespace",
 			releaseName(rst), c.PerSec, report.Dur(c.CPUPerClaim), report.Dur(c.Latency.P50), c.Errors, c.LastError, c.TimeWait)
-		if rst {
-			rn.ClaimsRST = c
-		} else {
-			rn.Claims = c
+		*pick(rst, &rn.Claims, &rn.ClaimsRST) = c
+	}
+	for _, rst := range []bool{true, false} {
+		logf("floor: Go client hot lock, %d contenders, in a network namespace with tcp_tw_reuse=0, %s, %v", contenders, releaseName(rst), hotWindow)
+		h, err := hotLockInNetns(ctx, ip, exe, bin, contenders, hotWindow, rst, logf)
+		if err != nil {
+			rn.HotLockSkipped = fmt.Sprintf("%s: %v", releaseName(rst), err)
+			logf("floor: hot lock in a network namespace failed, %s", rn.HotLockSkipped)
+			return rn
 		}
+		logf("  baton, Go client, hot lock, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s, %d failed (last: %s); %v in the namespace",
+			releaseName(rst), h.Grants, h.ChangesPerSec, report.Dur(h.CPUPerGrant), report.Dur(h.Latency.P50), h.Errors, h.LastError, h.TimeWait)
+		*pick(rst, &rn.HotLock, &rn.HotLockRST) = h
 	}
 	return rn
 }
@@ -106,15 +152,93 @@ func releaseName(rst bool) string {
 	return "normal close"
 }
 
-// claimsInNetns makes the namespace, starts Baton and the claims role in
-// it, and deletes it again.
+// pick is normal, or withRST if rst.
+func pick[T any](rst bool, normal, withRST *T) *T {
+	if rst {
+		return withRST
+	}
+	return normal
+}
+
+// claimsInNetns runs the claims role against Baton in a network
+// namespace of its own.
 func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window time.Duration, rst bool, logf func(string, ...any)) (c floor.Claims, err error) {
 	c = floor.Claims{Workers: workers, RST: rst}
+	err = inNetns(ctx, ip, "claims", bin, rst, logf, func(ns string, srv *batonsys.Server) error {
+		args := []string{"netns", "exec", ns, exe, "-role", "claims", "-addr", srv.Addr,
+			"-workers", fmt.Sprint(workers), "-duration", window.String()}
+		if !rst {
+			args = append(args, "-normal-close")
+		}
+		c0, err := floor.CPU(srv.PID())
+		if err != nil {
+			return err
+		}
+		line, err := roleLine(ctx, ip, args)
+		if err != nil {
+			return err
+		}
+		c1, err := floor.CPU(srv.PID())
+		if err != nil {
+			return err
+		}
+		var out claimsOutput
+		if err := json.Unmarshal([]byte(line), &out); err != nil {
+			return fmt.Errorf("claims role: %q: %w", line, err)
+		}
+		r := out.Cycles
+		c.PerSec, c.Latency, c.Errors, c.LastError, c.TimeWait = r.CyclesPerSec, r.Latency, r.Errors, r.LastError, out.TimeWait
+		c.ServerCPU = c1 - c0
+		if r.Latency.N > 0 {
+			c.CPUPerClaim = c.ServerCPU / time.Duration(r.Latency.N)
+		}
+		return nil
+	})
+	return c, err
+}
+
+// hotLockInNetns runs the hot-lock role against Baton in a network
+// namespace of its own; the role reads the server's CPU over its window.
+func hotLockInNetns(ctx context.Context, ip, exe, bin string, contenders int, window time.Duration, rst bool, logf func(string, ...any)) (h floor.HotLock, err error) {
+	h = floor.HotLock{RST: rst}
+	err = inNetns(ctx, ip, "hot", bin, rst, logf, func(ns string, srv *batonsys.Server) error {
+		args := []string{"netns", "exec", ns, exe, "-role", "hotlock", "-addr", srv.Addr,
+			"-workers", fmt.Sprint(contenders), "-duration", window.String(), "-server-pid", fmt.Sprint(srv.PID())}
+		if !rst {
+			args = append(args, "-normal-close")
+		}
+		line, err := roleLine(ctx, ip, args)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(line), &h); err != nil {
+			return fmt.Errorf("hot-lock role: %q: %w", line, err)
+		}
+		return nil
+	})
+	return h, err
+}
+
+// roleLine runs ip with args (a role of the bench in a namespace) and
+// returns the one line it prints.
+func roleLine(ctx context.Context, ip string, args []string) (string, error) {
+	p, err := proc.Start(ip, args...)
+	if err != nil {
+		return "", err
+	}
+	defer p.Stop(5 * time.Second)
+	return p.ReadLine(ctx)
+}
+
+// inNetns makes a network namespace with tcp_tw_reuse=0 named after what
+// and the release, starts Baton in it, calls run, and stops the server
+// and deletes the namespace again, whatever happened.
+func inNetns(ctx context.Context, ip, what, bin string, rst bool, logf func(string, ...any), run func(ns string, srv *batonsys.Server) error) error {
 	mode := "normal"
 	if rst {
 		mode = "rst"
 	}
-	ns := fmt.Sprintf("baton-bench-%d-%s", os.Getpid(), mode)
+	ns := fmt.Sprintf("baton-bench-%d-%s-%s", os.Getpid(), what, mode)
 	cmd := func(args ...string) error {
 		out, err := exec.CommandContext(ctx, ip, args...).CombinedOutput()
 		if err != nil {
@@ -123,7 +247,7 @@ func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window
 		return nil
 	}
 	if err := cmd("netns", "add", ns); err != nil {
-		return c, err
+		return err
 	}
 	defer func() {
 		// Not ctx: the namespace goes even when the run was cut short.
@@ -132,52 +256,20 @@ func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window
 		}
 	}()
 	if err := cmd("netns", "exec", ns, "ip", "link", "set", "lo", "up"); err != nil {
-		return c, err
+		return err
 	}
 	if err := cmd("netns", "exec", ns, "sh", "-c", "echo 0 > /proc/sys/net/ipv4/tcp_tw_reuse"); err != nil {
-		return c, err
+		return err
 	}
 	dir, err := os.MkdirTemp("", "bench-netns-")
 	if err != nil {
-		return c, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	srv, err := batonsys.StartServerIn(ctx, ns, bin, dir)
 	if err != nil {
-		return c, err
+		return err
 	}
 	defer srv.Stop()
-	args := []string{"netns", "exec", ns, exe, "-role", "claims", "-addr", srv.Addr,
-		"-workers", fmt.Sprint(workers), "-duration", window.String()}
-	if !rst {
-		args = append(args, "-normal-close")
-	}
-	c0, err := floor.CPU(srv.PID())
-	if err != nil {
-		return c, err
-	}
-	p, err := proc.Start(ip, args...)
-	if err != nil {
-		return c, err
-	}
-	defer p.Stop(5 * time.Second)
-	line, err := p.ReadLine(ctx)
-	if err != nil {
-		return c, err
-	}
-	c1, err := floor.CPU(srv.PID())
-	if err != nil {
-		return c, err
-	}
-	var out claimsOutput
-	if err := json.Unmarshal([]byte(line), &out); err != nil {
-		return c, fmt.Errorf("claims role: %q: %w", line, err)
-	}
-	r := out.Cycles
-	c.PerSec, c.Latency, c.Errors, c.LastError, c.TimeWait = r.CyclesPerSec, r.Latency, r.Errors, r.LastError, out.TimeWait
-	c.ServerCPU = c1 - c0
-	if r.Latency.N > 0 {
-		c.CPUPerClaim = c.ServerCPU / time.Duration(r.Latency.N)
-	}
-	return c, nil
+	return run(ns, srv)
 }

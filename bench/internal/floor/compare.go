@@ -60,8 +60,8 @@ type Result struct {
 	Contenders int           `json:"contenders"`
 	Idle       time.Duration `json:"idle_ns"`
 	Rounds     []Round       `json:"rounds"`
-	// RealNetwork is the claims pair with tcp_tw_reuse=0, or nil (a run
-	// from before it).
+	// RealNetwork is the claims and hot-lock pairs with tcp_tw_reuse=0,
+	// or nil (a run from before them).
 	RealNetwork *RealNetwork `json:"real_network,omitempty"`
 	// Profiles are the files of the CPU profiles taken in this run, in
 	// its first round (scenario label -> path), if any.
@@ -111,6 +111,8 @@ type HotLock struct {
 	// Latency is close -> push read, back to back.
 	Latency stats.Summary `json:"latency"`
 	Errors  int           `json:"errors"`
+	// LastError is the last failed Lock or Unlock's error, if any failed.
+	LastError string `json:"last_error,omitempty"`
 	// TimeWait is the machine's TIME_WAIT count as the window closed.
 	TimeWait TimeWait `json:"time_wait"`
 }
@@ -151,20 +153,39 @@ type Claims struct {
 	LastError string `json:"last_error,omitempty"`
 }
 
-// RealNetwork is the Go client's uncontended claims on Baton with a
-// normal close and with the reset, client and server in a network
-// namespace of the bench's own (one per run) with net.ipv4.tcp_tw_reuse=0:
-// what a connection between two hosts gets, where Linux's default (2)
-// reuses no TIME_WAIT port. A normal close then leaves the client's
-// port for one server address in TIME_WAIT for a minute, and once all
-// of them are (28,232 with the default port range) every connect fails
-// until the oldest expire. Measured once per run, outside the rounds,
-// when the bench runs as root with ip(8); else Skipped says why.
+// RealNetwork is the Go client's uncontended claims and hot lock on
+// Baton with a normal close and with the reset, client and server in a
+// network namespace of the bench's own (one per run) with
+// net.ipv4.tcp_tw_reuse=0: what a connection between two hosts gets,
+// where Linux's default (2) reuses no TIME_WAIT port. A normal close
+// then leaves the client's port for one server address in TIME_WAIT for
+// a minute, and once all of them are (28,232 with the default port
+// range) every connect fails until the oldest expire. Measured once per
+// run, outside the rounds, when the bench runs as root with ip(8); else
+// Skipped says why (and HotLockSkipped why the hot lock's pair, run
+// after the claims', is missing).
 type RealNetwork struct {
 	Skipped   string        `json:"skipped,omitempty"`
 	Window    time.Duration `json:"window_ns"`
 	Claims    Claims        `json:"claims"`
 	ClaimsRST Claims        `json:"claims_rst"`
+	// The hot lock: Contenders Go clients on one lock, each grant a new
+	// connection, HotLockWindow each.
+	HotLockSkipped string        `json:"hot_lock_skipped,omitempty"`
+	Contenders     int           `json:"contenders,omitempty"`
+	HotLockWindow  time.Duration `json:"hot_lock_window_ns,omitempty"`
+	HotLock        HotLock       `json:"hot_lock"`
+	HotLockRST     HotLock       `json:"hot_lock_rst"`
+}
+
+// GoClientHotLock runs the hot lock of the comparison with the Go
+// client on t (contenders clients on one lock for window, releasing by
+// reset if rst): the bench's hot-lock role runs it in a network
+// namespace (RealNetwork). t.PID's CPU is read over the window, and the
+// TIME_WAIT count is this process's network namespace's.
+func GoClientHotLock(ctx context.Context, t Target, contenders int, window time.Duration, rst bool) (HotLock, error) {
+	cfg := Config{Contenders: contenders, Duration: window}
+	return hotLock(ctx, cfg, t, goClient(t, t.Addr, rst), rst, "go")
 }
 
 // Compare runs every scenario against the floor and Baton, the runs of a
@@ -390,7 +411,7 @@ func hotLock(ctx context.Context, cfg Config, t Target, sys system.System, rst b
 	if e0 != nil || e1 != nil {
 		return r, fmt.Errorf("server CPU: %v %v", e0, e1)
 	}
-	r.Grants, r.Latency, r.Errors = h.Latency.N, h.Latency, h.Errors
+	r.Grants, r.Latency, r.Errors, r.LastError = h.Latency.N, h.Latency, h.Errors, h.LastError
 	r.ChangesPerSec = h.HandoffsPerSec
 	if h.HandoffsPerSec > 0 {
 		r.Window = time.Duration(float64(h.Latency.N) / h.HandoffsPerSec * 1e9)

@@ -143,3 +143,70 @@ func TestReleasesOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRealNetworkRows: the tcp_tw_reuse=0 pairs give one row each, RST ÷
+// normal close of their one run; the hot lock's is judged against issue
+// 16's hot-lock target (the claims' has none), and neither row appears
+// for a pair that was skipped or, in an earlier results.json, never run.
+func TestRealNetworkRows(t *testing.T) {
+	res := Result{Contenders: 8, Idle: Idle, Rounds: []Round{{}}}
+	rn := &RealNetwork{Window: 20 * time.Second, Contenders: 8, HotLockWindow: 10 * time.Second}
+	rn.Claims.Workers, rn.Claims.PerSec, rn.ClaimsRST.PerSec = 16, 1500, 9000
+	rn.HotLock.ChangesPerSec, rn.HotLockRST.ChangesPerSec = 2900, 5800
+	res.RealNetwork = rn
+	rows := func() map[string]Row {
+		m := map[string]Row{}
+		for _, row := range res.Rows() {
+			m[row.Key] = row
+		}
+		return m
+	}
+
+	m := rows()
+	claims, hot := m["self-claims-go-netns"], m["self-hot-go-netns"]
+	if claims.Ratio != 6 || claims.Baton != "9000 / 1500" || claims.Target != 0 || !claims.Measured {
+		t.Errorf("claims row %+v, want 6.00× (9000 / 1500), no target", claims)
+	}
+	if hot.Ratio != 2 || hot.Baton != "5800 / 2900" || len(hot.Ratios) != 1 || !hot.Self || !hot.Measured {
+		t.Errorf("hot-lock row %+v, want 2.00× (5800 / 2900), one run", hot)
+	}
+	if hot.Target != TargetHotLockRST || !hot.AtLeast || hot.Verdict() != "met" {
+		t.Errorf("hot-lock row: target %.2f (at least %v), verdict %q; want ≥ %.2f, met", hot.Target, hot.AtLeast, hot.Verdict(), TargetHotLockRST)
+	}
+	if want := "Baton, hot lock owner changes/s, 8 contenders, the Go client, in a network namespace with tcp_tw_reuse=0 (as between two hosts), 10.00 s each, once per run: RST release ÷ normal close"; hot.Figure != want {
+		t.Errorf("hot-lock row figure %q, want %q", hot.Figure, want)
+	}
+	if _, ok := m["self-hot-go"]; !ok {
+		t.Errorf("the loopback Go-client hot-lock row is gone beside the namespace's")
+	}
+
+	rn.HotLockRST.ChangesPerSec = 3190 // 1.10×
+	if hot := rows()["self-hot-go-netns"]; hot.Verdict() != "not met" {
+		t.Errorf("hot-lock row at %.2f×: verdict %q, want not met", hot.Ratio, hot.Verdict())
+	}
+	// The normal close measured nothing: no ratio, not met, no panic.
+	rn.HotLock.ChangesPerSec = 0
+	if hot := rows()["self-hot-go-netns"]; hot.Ratio != 0 || hot.Verdict() != "not met" {
+		t.Errorf("hot-lock row without a normal close: %+v", hot)
+	}
+
+	rn.HotLockSkipped = "normal close: boom"
+	if _, ok := rows()["self-hot-go-netns"]; ok {
+		t.Errorf("a hot-lock row for a skipped hot-lock pair")
+	}
+	if _, ok := rows()["self-claims-go-netns"]; !ok {
+		t.Errorf("the claims row went with the hot lock's skip")
+	}
+	rn.HotLockSkipped, rn.HotLock, rn.HotLockRST = "", HotLock{}, HotLock{} // a run from before the hot-lock pair
+	if _, ok := rows()["self-hot-go-netns"]; ok {
+		t.Errorf("a hot-lock row for a run without the hot-lock pair")
+	}
+	rn.Skipped = "not root"
+	m = rows()
+	if _, ok := m["self-claims-go-netns"]; ok {
+		t.Errorf("a claims row for a skipped real-network part")
+	}
+	if _, ok := m["self-hot-go-netns"]; ok {
+		t.Errorf("a hot-lock row for a skipped real-network part")
+	}
+}

@@ -83,6 +83,14 @@ func FloorMarkdown(r *Results) string {
 		w("\nWith tcp_tw_reuse=0 (a network namespace per run, the Go client and Baton in it, %s each): the reset %.0f claims/s (server CPU per claim %s, %d failed, %s left in TIME_WAIT), the normal close %.0f claims/s (%s, %d failed%s, %d left in TIME_WAIT).\n",
 			Dur(rn.Window), rn.ClaimsRST.PerSec, Dur(rn.ClaimsRST.CPUPerClaim), rn.ClaimsRST.Errors, fmt.Sprint(rn.ClaimsRST.TimeWait.Count),
 			rn.Claims.PerSec, Dur(rn.Claims.CPUPerClaim), rn.Claims.Errors, lastErr(rn.Claims.LastError), rn.Claims.TimeWait.Count)
+		switch h, hr := rn.HotLock, rn.HotLockRST; {
+		case rn.HotLockSkipped != "":
+			w("The hot lock with tcp_tw_reuse=0 was not measured: %s.\n", rn.HotLockSkipped)
+		case h.ChangesPerSec != 0 || hr.ChangesPerSec != 0:
+			w("The hot lock there (%d Go clients on one lock, every grant a new connection, %s each): the reset %d grants, %.0f owner changes/s (server CPU per grant %s, %d failed, %d left in TIME_WAIT), the normal close %d grants, %.0f owner changes/s (%s, %d failed%s, %d left in TIME_WAIT).\n",
+				rn.Contenders, Dur(rn.HotLockWindow), hr.Grants, hr.ChangesPerSec, Dur(hr.CPUPerGrant), hr.Errors, hr.TimeWait.Count,
+				h.Grants, h.ChangesPerSec, Dur(h.CPUPerGrant), h.Errors, lastErr(h.LastError), h.TimeWait.Count)
+		}
 	}
 	if full := fl.FullTimeWait(); len(full) > 0 {
 		w("\n**The machine's TIME_WAIT table was full** (net.ipv4.tcp_max_tw_buckets, shared with every other process) at the end of: %s. The kernel then keeps no TIME_WAIT for a closed connection, so a normal close there cost less than it does below the ceiling, and the RST ÷ normal close ratios of those rounds are too low.\n", strings.Join(full, "; "))
