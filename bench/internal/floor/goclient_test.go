@@ -14,13 +14,15 @@ func TestGoClient(t *testing.T) {
 	addr := serve(t, NewLockServer().Serve)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// A short lease: the client heartbeats every ~50 ms, so the hold
-	// below sees several heartbeats answered.
-	a, err := baton.New([]string{addr}, baton.WithLease(200*time.Millisecond))
+	// A short lease: the client heartbeats every ~250 ms, so the hold
+	// below sees several heartbeats answered. Not shorter: a client that
+	// misses its confirmation window (0.8 of the lease) on a loaded
+	// machine gives the lock up, as it must.
+	a, err := baton.New([]string{addr}, baton.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := baton.New([]string{addr}, baton.WithLease(200*time.Millisecond))
+	b, err := baton.New([]string{addr}, baton.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestGoClient(t *testing.T) {
 		got <- l
 	}()
 	// Held across several heartbeats, and still held.
-	hold := time.NewTimer(500 * time.Millisecond)
+	hold := time.NewTimer(1500 * time.Millisecond)
 	defer hold.Stop()
 	select {
 	case <-la.Done():
