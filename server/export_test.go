@@ -16,8 +16,11 @@ func (s *Server) HolderParked(name string) (parked, ok bool) {
 // PollerReadersStarted is how many reader goroutines the idle poller has
 // started for sessions woken from their park.
 func (s *Server) PollerReadersStarted() uint64 {
-	if s.poller == nil {
+	s.mu.Lock() // Serve sets the poller under mu
+	p := s.poller
+	s.mu.Unlock()
+	if p == nil {
 		return 0
 	}
-	return s.poller.readersStarted()
+	return p.readersStarted()
 }

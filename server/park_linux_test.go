@@ -222,6 +222,48 @@ func TestContendedHolderNotParked(t *testing.T) {
 	holderParked(true)
 }
 
+// TestFirstWaitKeepsReader: a session's first wait keeps its reader for
+// ParkAfter. Waiters promoted within it are pushed and read by the readers
+// that queued them: nothing parks and the poller starts no reader. A frame
+// ends the first wait, and the next wait parks; so does a session idle
+// past ParkAfter. A negative ParkAfter is refused.
+func TestFirstWaitKeepsReader(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle, c.ParkAfter = true, time.Minute })
+	reg := ts.Srv.Registry()
+	h, tok := hold(t, ts, "first", longLease)
+	before := ts.Srv.PollerReadersStarted() // the poller exists once a session does
+	w1 := queue(t, ts, "first", longLease, 1)
+	w2 := queue(t, ts, "first", longLease, 2)
+	h.Conn.Close()
+	tok1 := expectPush(t, w1, frameWait)
+	w1.Conn.Close()
+	tok2 := expectPush(t, w2, frameWait)
+	if tok1 <= tok || tok2 <= tok1 {
+		t.Fatalf("tokens %d, %d, %d: want rising", tok, tok1, tok2)
+	}
+	if got := metric(t, reg, "baton_connections_parked", ""); got != 0 {
+		t.Fatalf("%v sessions parked within ParkAfter, want 0", got)
+	}
+	if got := ts.Srv.PollerReadersStarted() - before; got != 0 {
+		t.Fatalf("the poller started %d readers, want 0", got)
+	}
+	// A frame ends the first wait: it is answered, and the next wait parks.
+	expectHolds(t, w2, tok2)
+	waitParked(t, ts, 1)
+
+	short := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle, c.ParkAfter = true, 100 * time.Millisecond })
+	hold(t, short, "idle", longLease)
+	waitParked(t, short, 1)
+
+	cfg := server.DefaultConfig()
+	cfg.NextToken = func() uint64 { return 1 }
+	cfg.ParkAfter = -time.Second
+	if _, err := server.New(cfg); err == nil || err.Error() != "park-after (-1s) must not be negative" {
+		t.Fatalf("New with ParkAfter -1s: %v", err)
+	}
+}
+
 // TestParkedHeartbeatsAnsweredByPoller: a parked session's heartbeats are
 // answered by the poller itself: no reader goroutine is started for them,
 // and the session stays parked. Frames in pieces still go to a reader.
