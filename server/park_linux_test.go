@@ -252,7 +252,7 @@ func TestFirstWaitKeepsReader(t *testing.T) {
 	expectHolds(t, w2, tok2)
 	waitParked(t, ts, 1)
 
-	short := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle, c.ParkAfter = true, 100 * time.Millisecond })
+	short := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle, c.ParkAfter = true, 100*time.Millisecond })
 	hold(t, short, "idle", longLease)
 	waitParked(t, short, 1)
 
