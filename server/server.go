@@ -230,7 +230,6 @@ func (s *Server) accept(conn net.Conn) {
 	}
 	s.wg.Add(1)
 	go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
-
 	s.conns[c] = struct{}{}
 	s.m.connections.Inc()
 }
@@ -282,7 +281,7 @@ func (s *Server) stop() {
 		all = append(all, c)
 	}
 	for _, c := range all {
-		s.endLocked(now, c, ReasonShutdown, "server shutting down", true)
+		s.endLocked(now, c, ReasonShutdown, "server shutting down")
 	}
 	if s.poller != nil {
 		s.poller.stop() // every session was unparked by its end above
@@ -391,7 +390,8 @@ func (fx *effects) deliverLocked(s *Server) {
 }
 
 // wakeAfter gives the contended sessions in wake their readers, after the
-// caller wrote the pushes outside mu (see endLocked).
+// caller wrote the pushes outside mu: a handover's push does not wait for
+// a parked new holder's epoll_ctl and goroutine start (see session.end).
 func (s *Server) wakeAfter(wake []*session) {
 	for _, c := range wake {
 		if s.poller == nil || !s.poller.unparkLocked(c) {
@@ -414,21 +414,16 @@ func (s *Server) wakeLocked(c *session) {
 	}
 }
 
-// endLocked ends session c for reason: it leaves the table (promoting the
-// next waiter if it held the lock), and gets an ERROR if the reason has a
-// code. async: whether the writes must happen in new goroutines (the caller
-// cannot block) rather than by the caller after it unlocks. mu must be held.
-// When !async it returns what the caller must flush, and then the sessions
-// to pass to wakeAfter: a handover's push is written before a parked new
-// holder is woken (an epoll_ctl and a goroutine start it need not wait for).
-func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string, async bool) (flush, wake []*session) {
+// endLocked ends session c for reason, for a caller that cannot block on
+// sockets: c leaves the table (promoting the next waiter if it held the
+// lock) and gets an ERROR if the reason has a code, and the writes happen
+// in new goroutines. A session's own reader ends it with endOneLocked and
+// writes itself: the pushes first, then wakeAfter (see session.end). mu
+// must be held.
+func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string) {
 	var fx effects
 	s.endOneLocked(now, c, reason, msg, &fx)
-	if async {
-		fx.deliverLocked(s)
-		return nil, nil
-	}
-	return fx.flush, fx.wake
+	fx.deliverLocked(s)
 }
 
 func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg string, fx *effects) {

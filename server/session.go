@@ -610,7 +610,7 @@ func (c *session) writeFailed(err error) {
 	// End first, close after: the reader, woken by the close, must find the
 	// session ended for this reason rather than record it as closed.
 	s.mu.Lock()
-	s.endLocked(time.Now(), c, reason, "", true)
+	s.endLocked(time.Now(), c, reason, "")
 	s.mu.Unlock()
 	c.conn.Close()
 }

@@ -65,7 +65,7 @@ func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <
 		}
 	}
 	for _, c := range all {
-		s.endLocked(now, c, reason, msg, true)
+		s.endLocked(now, c, reason, msg)
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
