@@ -103,23 +103,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		fmt.Fprintf(stderr, "bench: -duration %v must not be negative\n", o.duration)
 		return nil, fmt.Errorf("bad duration")
 	}
-	if o.duration == 0 {
-		o.duration = 5 * time.Second
-		if o.smoke {
-			o.duration = time.Second
-		}
-	}
+	defaultTo(&o.duration, o.smoke, 5*time.Second, time.Second)
 	o.clusterFlags = strings.Fields(*clusterFlags)
 	if o.failovers < 0 {
 		fmt.Fprintf(stderr, "bench: -failovers %d must not be negative\n", o.failovers)
 		return nil, fmt.Errorf("bad failovers")
 	}
-	if o.failovers == 0 {
-		o.failovers = 100
-		if o.smoke {
-			o.failovers = 2
-		}
-	}
+	defaultTo(&o.failovers, o.smoke, 100, 2)
 	for _, s := range split(*scale) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 2 {
@@ -132,22 +122,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		fmt.Fprintf(stderr, "bench: -floor-sessions %d: want 2 or more\n", o.floorSess)
 		return nil, fmt.Errorf("bad floor sessions")
 	}
-	if o.floorSess == 0 {
-		o.floorSess = 10000
-		if o.smoke {
-			o.floorSess = 40
-		}
-	}
+	defaultTo(&o.floorSess, o.smoke, 10000, 40)
 	if o.floorRounds < 0 {
 		fmt.Fprintf(stderr, "bench: -floor-rounds %d must not be negative\n", o.floorRounds)
 		return nil, fmt.Errorf("bad floor rounds")
 	}
-	if o.floorRounds == 0 {
-		o.floorRounds = 3
-		if o.smoke {
-			o.floorRounds = 1
-		}
-	}
+	defaultTo(&o.floorRounds, o.smoke, 3, 1)
 	if len(o.scale) == 0 {
 		o.scale = []int{10000, 18000}
 		if o.smoke {
@@ -155,6 +135,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// defaultTo sets *v, if it is zero (the flag not given), to full, or to
+// small with -smoke.
+func defaultTo[T comparable](v *T, smoke bool, full, small T) {
+	var zero T
+	switch {
+	case *v != zero:
+	case smoke:
+		*v = small
+	default:
+		*v = full
+	}
 }
 
 func split(s string) []string {

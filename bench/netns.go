@@ -119,45 +119,30 @@ func realNetwork(ctx context.Context, o *options, exe, bin string, workers, cont
 	ctx, cancel := context.WithTimeout(ctx, 2*window+2*hotWindow+20*time.Second)
 	defer cancel()
 	for _, rst := range []bool{true, false} {
-		logf("floor: Go client claims in a network namespace with tcp_tw_reuse=0, %s, %v", releaseName(rst), window)
+		logf("floor: Go client claims in a network namespace with tcp_tw_reuse=0, %s, %v", floor.ReleaseName(rst), window)
 		c, err := claimsInNetns(ctx, ip, exe, bin, workers, window, rst, logf)
 		if err != nil {
-			rn.Skipped = fmt.Sprintf("%s: %v", releaseName(rst), err)
+			rn.Skipped = fmt.Sprintf("%s: %v", floor.ReleaseName(rst), err)
 			logf("floor: claims in a network namespace failed, %s", rn.Skipped)
 			return rn
 		}
 		logf("  baton, Go client, %s: %.0f claims/s, %s server CPU per claim, p50 %s, %d failed (last: %s); %v in the namespace",
-			releaseName(rst), c.PerSec, report.Dur(c.CPUPerClaim), report.Dur(c.Latency.P50), c.Errors, c.LastError, c.TimeWait)
-		*pick(rst, &rn.Claims, &rn.ClaimsRST) = c
+			floor.ReleaseName(rst), c.PerSec, report.Dur(c.CPUPerClaim), report.Dur(c.Latency.P50), c.Errors, c.LastError, c.TimeWait)
+		*floor.Pick(rst, &rn.Claims, &rn.ClaimsRST) = c
 	}
 	for _, rst := range []bool{true, false} {
-		logf("floor: Go client hot lock, %d contenders, in a network namespace with tcp_tw_reuse=0, %s, %v", contenders, releaseName(rst), hotWindow)
+		logf("floor: Go client hot lock, %d contenders, in a network namespace with tcp_tw_reuse=0, %s, %v", contenders, floor.ReleaseName(rst), hotWindow)
 		h, err := hotLockInNetns(ctx, ip, exe, bin, contenders, hotWindow, rst, logf)
 		if err != nil {
-			rn.HotLockSkipped = fmt.Sprintf("%s: %v", releaseName(rst), err)
+			rn.HotLockSkipped = fmt.Sprintf("%s: %v", floor.ReleaseName(rst), err)
 			logf("floor: hot lock in a network namespace failed, %s", rn.HotLockSkipped)
 			return rn
 		}
 		logf("  baton, Go client, hot lock, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s, %d failed (last: %s); %v in the namespace",
-			releaseName(rst), h.Grants, h.ChangesPerSec, report.Dur(h.CPUPerGrant), report.Dur(h.Latency.P50), h.Errors, h.LastError, h.TimeWait)
-		*pick(rst, &rn.HotLock, &rn.HotLockRST) = h
+			floor.ReleaseName(rst), h.Grants, h.ChangesPerSec, report.Dur(h.CPUPerGrant), report.Dur(h.Latency.P50), h.Errors, h.LastError, h.TimeWait)
+		*floor.Pick(rst, &rn.HotLock, &rn.HotLockRST) = h
 	}
 	return rn
-}
-
-func releaseName(rst bool) string {
-	if rst {
-		return "RST release"
-	}
-	return "normal close"
-}
-
-// pick is normal, or withRST if rst.
-func pick[T any](rst bool, normal, withRST *T) *T {
-	if rst {
-		return withRST
-	}
-	return normal
 }
 
 // claimsInNetns runs the claims role against Baton in a network

@@ -359,15 +359,10 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	case !c.waited:
 		c.waited = true
 		n, err = c.firstWait()
-	case c.contended.Load() && !c.closing.Load():
-		// It never parks: one read that waits, not one that finds
+	case c.contended.Load():
+		// It never parks: one read that waits below, not one that finds
 		// nothing first (a heartbeat is answered, the next is a while off).
-		if c.handOn() {
-			return h, true, nil
-		}
-		n, err = c.conn.Read(c.hdr[:])
-		h, err = c.finishHeader(n, err, false)
-		return h, false, err
+		err = errWouldBlock
 	default:
 		n, err = c.tryRead(c.hdr[:])
 	}
@@ -416,17 +411,15 @@ func (c *session) firstWait() (int, error) {
 	}
 	c.conn.SetReadDeadline(time.Now().Add(after))
 	n, err := c.conn.Read(c.hdr[:])
-	if err == nil || ioCause(err) == os.ErrDeadlineExceeded {
+	idle := err != nil && ioCause(err) == os.ErrDeadlineExceeded
+	if err == nil || idle {
 		// A later blocking read (drain's among them) must not inherit the
 		// deadline. If the server ended the session meanwhile, clearing
 		// halfClose's deadline is harmless: drain sets it again.
 		c.conn.SetReadDeadline(time.Time{})
 	}
-	if err == nil {
-		return n, nil
-	}
-	if ioCause(err) != os.ErrDeadlineExceeded {
-		return n, err // the client's close or reset
+	if !idle {
+		return n, err // a frame, or the client's close or reset
 	}
 	if c.closing.Load() {
 		return 0, errEnded

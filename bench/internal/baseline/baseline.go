@@ -51,7 +51,7 @@ type Sizes struct {
 // Serve is the echo server: it answers each byte with itself until the
 // peer closes. It returns when ln is closed.
 func Serve(ln net.Listener) error {
-	return acceptEach(ln, func(c net.Conn) {
+	return AcceptEach(ln, func(c net.Conn) {
 		go func() {
 			defer c.Close()
 			var b [1]byte
@@ -67,9 +67,9 @@ func Serve(ln net.Listener) error {
 	})
 }
 
-// acceptEach hands every connection ln accepts to handle, until ln is
-// closed (nil) or accepting fails.
-func acceptEach(ln net.Listener, handle func(net.Conn)) error {
+// AcceptEach hands every connection ln accepts to handle, until ln is
+// closed (nil) or accepting fails. The floor servers use it too.
+func AcceptEach(ln net.Listener, handle func(net.Conn)) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -94,7 +94,7 @@ func ServeCloseNotify(ln net.Listener) error {
 			prev.Close()
 		}
 	}()
-	return acceptEach(ln, func(c net.Conn) {
+	return AcceptEach(ln, func(c net.Conn) {
 		c.Write([]byte{0})
 		if prev != nil {
 			go func(holder, next net.Conn) {

@@ -216,8 +216,8 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				sys := batonsys.NewRawSystemAt(t.Name, fresh.Addr(t, t.Addr), rst)
 				h, err := hotLock(ctx, cfg, t, sys, rst, "raw-wire")
 				if err == nil {
-					logHot(t, releaseName(rst), h)
-					*pick(rst, &f.HotLock, &f.HotLockRST) = h
+					logHot(t, ReleaseName(rst), h)
+					*Pick(rst, &f.HotLock, &f.HotLockRST) = h
 				}
 				return err
 			})
@@ -235,8 +235,8 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				sys := batonsys.NewRawSystemAt(t.Name, fresh.Addr(t, t.ClaimAddr), rst)
 				c, err := claims(ctx, cfg, t, sys, rst, "raw-wire")
 				if err == nil {
-					logClaims(t, releaseName(rst), c)
-					*pick(rst, &f.Claims, &f.ClaimsRST) = c
+					logClaims(t, ReleaseName(rst), c)
+					*Pick(rst, &f.Claims, &f.ClaimsRST) = c
 				}
 				return err
 			})
@@ -246,8 +246,8 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			if err := releases(round, func(rst bool) error {
 				c, err := claims(ctx, cfg, t, goClient(t, fresh.Addr(t, t.ClaimAddr), rst), rst, "go")
 				if err == nil {
-					logClaims(t, "Go client, "+releaseName(rst), c)
-					*pick(rst, &g.Claims, &g.ClaimsRST) = c
+					logClaims(t, "Go client, "+ReleaseName(rst), c)
+					*Pick(rst, &g.Claims, &g.ClaimsRST) = c
 				}
 				return err
 			}); err != nil {
@@ -256,8 +256,8 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			return releases(round, func(rst bool) error {
 				h, err := hotLock(ctx, cfg, t, goClient(t, fresh.Addr(t, t.Addr), rst), rst, "go")
 				if err == nil {
-					logHot(t, "Go client, "+releaseName(rst), h)
-					*pick(rst, &g.HotLock, &g.HotLockRST) = h
+					logHot(t, "Go client, "+ReleaseName(rst), h)
+					*Pick(rst, &g.HotLock, &g.HotLockRST) = h
 				}
 				return err
 			})
@@ -309,21 +309,22 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 func releases(round int, run func(rst bool) error) error {
 	for _, rst := range []bool{round%2 == 0, round%2 != 0} {
 		if err := run(rst); err != nil {
-			return fmt.Errorf("%s: %w", releaseName(rst), err)
+			return fmt.Errorf("%s: %w", ReleaseName(rst), err)
 		}
 	}
 	return nil
 }
 
-func releaseName(rst bool) string {
+// ReleaseName names the release: by reset, or a normal close.
+func ReleaseName(rst bool) string {
 	if rst {
 		return "RST release"
 	}
 	return "normal close"
 }
 
-// pick is normal, or withRST if rst.
-func pick[T any](rst bool, normal, withRST *T) *T {
+// Pick is normal, or withRST if rst.
+func Pick[T any](rst bool, normal, withRST *T) *T {
 	if rst {
 		return withRST
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/batonlock/baton/bench/internal/baseline"
 	"github.com/batonlock/baton/wire"
 )
 
@@ -54,7 +55,7 @@ func NewLockServer() *LockServer { return &LockServer{locks: map[string]*queue{}
 // own, until ln is closed (nil) or accepting fails. The connections'
 // goroutines end when their clients close.
 func (s *LockServer) Serve(ln net.Listener) error {
-	return acceptEach(ln, func(c net.Conn) { go s.serve(c) })
+	return baseline.AcceptEach(ln, func(c net.Conn) { go s.serve(c) })
 }
 
 // serve is one session: ACQUIRE, then heartbeats until the client closes.
@@ -192,7 +193,7 @@ type BareServer struct {
 
 // Serve serves every connection ln accepts until ln is closed.
 func (s *BareServer) Serve(ln net.Listener) error {
-	return acceptEach(ln, func(c net.Conn) {
+	return baseline.AcceptEach(ln, func(c net.Conn) {
 		go func() {
 			defer c.Close()
 			var r frameReader
@@ -211,21 +212,6 @@ func (s *BareServer) Serve(ln net.Listener) error {
 			}
 		}()
 	})
-}
-
-// acceptEach hands every connection ln accepts to handle, until ln is
-// closed (nil) or accepting fails.
-func acceptEach(ln net.Listener, handle func(net.Conn)) error {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		handle(c)
-	}
 }
 
 // frameReader reads whole frames through one buffer: a frame usually
