@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batonlock/baton/internal/proctest"
 )
 
 var (
@@ -37,24 +39,13 @@ func buildBaton(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "baton")
-		out, err := exec.Command(goTool, "build", "-o", binPath, "github.com/batonlock/baton/cmd/baton").CombinedOutput()
-		if err != nil {
-			buildErr = &buildError{err: err, out: string(out)}
-		}
+		binPath, buildErr = proctest.BuildBaton(goTool, dir, "baton")
 	})
 	if buildErr != nil {
-		t.Fatalf("go build ./cmd/baton: %v", buildErr)
+		t.Fatal(buildErr)
 	}
 	return binPath
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 // batonCmd is the binary with args, run in a temporary directory with an
 // environment free of BATON_ variables.
