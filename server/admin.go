@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"time"
 
@@ -101,7 +102,15 @@ func (s *Server) sessionViewLocked(in locktable.Info) SessionView {
 		Silent: in.Silent,
 	}
 	if c := s.sessions[in.ID]; c != nil {
-		v.Remote = c.remote
+		v.Remote = addrText(c.remote)
 	}
 	return v
+}
+
+// addrText is a's text, "" for none.
+func addrText(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }

@@ -2,7 +2,9 @@ package server
 
 import (
 	"errors"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/batonlock/baton/locktable"
@@ -44,6 +46,8 @@ type Subscription struct {
 	// Guarded by srv.mu.
 	cursor uint64 // the seq of the last event this subscriber has passed
 	closed bool
+	// scratch is Read's, reused: the records taken under the mutex.
+	scratch []record
 }
 
 // Errors of Subscription.Read.
@@ -58,34 +62,47 @@ var (
 // Read appends to dst up to max events after the cursor (of the
 // subscription's lock, if set) and moves the cursor past them. When there
 // are none it returns a channel that is closed when the next event comes.
+// The events' text is made after the server's mutex is released.
 func (sub *Subscription) Read(dst []Event, max int) ([]Event, <-chan struct{}, error) {
+	recs, wake, err := sub.take(max)
+	for i := range recs {
+		dst = append(dst, recs[i].event())
+	}
+	return dst, wake, err
+}
+
+// take is Read's part under the server's mutex: the records, in the
+// subscription's scratch (one reader per subscription).
+func (sub *Subscription) take(max int) ([]record, <-chan struct{}, error) {
 	s := sub.srv
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := &s.events
 	if sub.closed || s.stopped {
-		return dst, nil, ErrSubscriptionClosed
+		return nil, nil, ErrSubscriptionClosed
 	}
 	if sub.cursor > l.last || sub.cursor+1 < l.oldestLocked() {
-		return dst, nil, ErrFellBehind
+		return nil, nil, ErrFellBehind
 	}
 	n := len(l.ring)
 	oldest := l.oldestLocked()
+	recs := sub.scratch[:0]
 	for seq := sub.cursor + 1; seq <= l.last && max > 0; seq++ {
-		e := l.ring[(l.head+int(seq-oldest))%n]
+		r := &l.ring[(l.head+int(seq-oldest))%n]
 		sub.cursor = seq
-		if sub.lock == "" || e.Lock == sub.lock {
-			dst = append(dst, e)
+		if sub.lock == "" || r.lock == sub.lock {
+			recs = append(recs, *r)
 			max--
 		}
 	}
-	if len(dst) > 0 {
-		return dst, nil, nil
+	sub.scratch = recs[:0]
+	if len(recs) > 0 {
+		return recs, nil, nil
 	}
 	if l.wake == nil {
 		l.wake = make(chan struct{})
 	}
-	return dst, l.wake, nil
+	return nil, l.wake, nil
 }
 
 // Close ends the subscription. It may be called more than once.
@@ -131,6 +148,16 @@ type SubscribeResult struct {
 // Subscribe starts a feed of events: after req.After when resuming and the
 // history allows it, else after the last event. The caller must Close it.
 func (s *Server) Subscribe(req SubscribeRequest) SubscribeResult {
+	res, history := s.subscribe(req)
+	for i := range history {
+		res.History = append(res.History, history[i].event())
+	}
+	return res
+}
+
+// subscribe is Subscribe's part under the server's mutex; the history's
+// records, oldest first, are made events after it.
+func (s *Server) subscribe(req SubscribeRequest) (SubscribeResult, []record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := &s.events
@@ -143,14 +170,15 @@ func (s *Server) Subscribe(req SubscribeRequest) SubscribeResult {
 			res.Resync = true
 		}
 	}
+	var history []record
 	if req.History > 0 {
 		n := len(l.ring)
-		for i := n - 1; i >= 0 && len(res.History) < req.History; i-- {
-			if e := l.ring[(l.head+i)%n]; req.Lock == "" || e.Lock == req.Lock {
-				res.History = append(res.History, e)
+		for i := n - 1; i >= 0 && len(history) < req.History; i-- {
+			if r := &l.ring[(l.head+i)%n]; req.Lock == "" || r.lock == req.Lock {
+				history = append(history, *r)
 			}
 		}
-		slices.Reverse(res.History)
+		slices.Reverse(history)
 	}
 	if req.Snapshot || res.Resync {
 		now := time.Now()
@@ -164,14 +192,14 @@ func (s *Server) Subscribe(req SubscribeRequest) SubscribeResult {
 			}
 		}
 	}
-	return res
+	return res, history
 }
 
 // eventLog is the history ring. Guarded by Server.mu.
 type eventLog struct {
-	ring []Event // grows to EventHistory, then overwrites the oldest
-	head int     // index of the oldest event once the ring is full
-	last uint64  // seq of the newest event; 0 before the first
+	ring []record // grows to EventHistory, then overwrites the oldest
+	head int      // index of the oldest event once the ring is full
+	last uint64   // seq of the newest event; 0 before the first
 	// wake is closed at the next event, for the subscribers waiting for
 	// it; nil when none waits.
 	wake chan struct{}
@@ -179,16 +207,46 @@ type eventLog struct {
 
 // publishLocked records an event and wakes the waiting subscribers: one
 // channel close, whatever their number. mu must be held.
-func (l *eventLog) publishLocked(e Event) {
+func (l *eventLog) publishLocked(r *record) {
 	l.last++
-	e.Seq = l.last
+	r.seq = l.last
 	if len(l.ring) < EventHistory {
-		l.ring = append(l.ring, e)
+		l.ring = append(l.ring, *r)
 	} else {
-		l.ring[l.head] = e
+		l.ring[l.head] = *r
 		l.head = (l.head + 1) % EventHistory
 	}
 	l.wakeLocked()
+}
+
+// record is an event as the history keeps it: an Event without the text a
+// reader can make from it (the session id's decimal, the client's
+// address), so that recording one, three times a grant, allocates nothing.
+type record struct {
+	seq                  uint64
+	at                   time.Time
+	typ                  string // one of the Event constants
+	lock, owner          string
+	remote               net.Addr // nil if the session had left s.sessions
+	id                   locktable.SessionID
+	lease, since, silent time.Duration
+	token                uint64
+	held                 bool
+}
+
+// event is r as subscribers see it.
+func (r *record) event() Event {
+	e := Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Session: SessionView{
+		ID:     strconv.FormatUint(uint64(r.id), 10),
+		Owner:  r.owner,
+		Lease:  r.lease,
+		Held:   r.held,
+		Token:  r.token,
+		Since:  r.since,
+		Silent: r.silent,
+		Remote: addrText(r.remote),
+	}}
+	return e
 }
 
 // wakeLocked wakes every waiting subscriber. mu must be held.
@@ -205,8 +263,12 @@ func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) +
 
 // eventLocked records what happened to session in of lock at now. mu must be held.
 func (s *Server) eventLocked(now time.Time, typ string, in locktable.Info) {
-	v := s.sessionViewLocked(in)
-	s.events.publishLocked(Event{At: now, Type: typ, Lock: in.Name, Session: v})
+	r := record{at: now, typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
+		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held}
+	if c := s.sessions[in.ID]; c != nil {
+		r.remote = c.remote
+	}
+	s.events.publishLocked(&r)
 }
 
 // exitEventLocked records a session's exit from the table. mu must be held,

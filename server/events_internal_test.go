@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"testing"
 	"time"
 )
@@ -11,12 +12,13 @@ import (
 //
 //	go test -run '^$' -bench EventPublish ./server
 func BenchmarkEventPublish(b *testing.B) {
-	e := Event{At: time.Now(), Type: EventGranted, Lock: "bench", Session: SessionView{ID: "1", Owner: "o", Remote: "127.0.0.1:1"}}
+	r := record{at: time.Now(), typ: EventGranted, lock: "bench", owner: "o", id: 1,
+		remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}}
 	b.Run("nobody-waiting", func(b *testing.B) {
 		var l eventLog
 		b.ReportAllocs()
 		for b.Loop() {
-			l.publishLocked(e)
+			l.publishLocked(&r)
 		}
 	})
 	b.Run("subscribers-waiting", func(b *testing.B) {
@@ -24,7 +26,7 @@ func BenchmarkEventPublish(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			l.wake = make(chan struct{}) // what the next Read of a waiting subscriber makes
-			l.publishLocked(e)
+			l.publishLocked(&r)
 		}
 	})
 }

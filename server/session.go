@@ -17,10 +17,12 @@ import (
 
 // session is one connection: one claim on one lock.
 type session struct {
-	srv    *Server
-	id     locktable.SessionID
-	conn   net.Conn
-	remote string
+	srv  *Server
+	id   locktable.SessionID
+	conn net.Conn
+	// remote is the client's address, made text only when shown (a view,
+	// an event read, a log line): most sessions are never shown.
+	remote net.Addr
 	hdr    [wire.HeaderSize]byte // read buffer for headers; payloads only for ACQUIRE
 	// raw is the connection's descriptor for the idle poller; nil when the
 	// session cannot park (no poller, or not a plain TCP connection).
@@ -73,7 +75,7 @@ type session struct {
 }
 
 func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
-	c := &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr().String()}
+	c := &session{srv: s, id: id, conn: conn, remote: conn.RemoteAddr()}
 	c.out, c.spare = c.bufs[0][:0], c.bufs[1][:0]
 	if s.poller != nil {
 		plain := conn
