@@ -62,7 +62,8 @@ var (
 // Read appends to dst up to max events after the cursor (of the
 // subscription's lock, if set) and moves the cursor past them. When there
 // are none it returns a channel that is closed when the next event comes.
-// The events' text is made after the server's mutex is released.
+// The events' text is made after the server's mutex is released. One
+// goroutine at a time may read a subscription.
 func (sub *Subscription) Read(dst []Event, max int) ([]Event, <-chan struct{}, error) {
 	recs, wake, err := sub.take(max)
 	for i := range recs {
