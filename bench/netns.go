@@ -37,16 +37,7 @@ func runClaims(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	}
 	sys := batonsys.NewSystemAt("baton-go", o.addr, 10*time.Second, baton.WithNormalClose(o.normalClose))
 	c, err := scenario.Cycles(ctx, sys, o.workers, o.duration)
-	out := claimsOutput{Cycles: c, TimeWait: floor.ReadTimeWait()}
-	if err != nil {
-		fmt.Fprintf(stderr, "bench claims: %v\n", err)
-		return 1
-	}
-	if err := json.NewEncoder(stdout).Encode(out); err != nil {
-		fmt.Fprintf(stderr, "bench claims: %v\n", err)
-		return 1
-	}
-	return 0
+	return printResult(stdout, stderr, "bench claims", claimsOutput{Cycles: c, TimeWait: floor.ReadTimeWait()}, err)
 }
 
 // runHotLock is the hot-lock role: -workers Go clients on one lock on
@@ -63,12 +54,18 @@ func runHotLock(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	}
 	t := floor.Target{Name: "baton", Addr: o.addr, PID: o.serverPID}
 	h, err := floor.GoClientHotLock(ctx, t, o.workers, o.duration, !o.normalClose)
-	if err != nil {
-		fmt.Fprintf(stderr, "bench hotlock: %v\n", err)
-		return 1
+	return printResult(stdout, stderr, "bench hotlock", h, err)
+}
+
+// printResult ends a role that measured v: its one line of JSON on
+// stdout, or err (the run's, else the encoder's) on stderr; it returns
+// the exit code.
+func printResult(stdout, stderr io.Writer, role string, v any, err error) int {
+	if err == nil {
+		err = json.NewEncoder(stdout).Encode(v)
 	}
-	if err := json.NewEncoder(stdout).Encode(h); err != nil {
-		fmt.Fprintf(stderr, "bench hotlock: %v\n", err)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", role, err)
 		return 1
 	}
 	return 0

@@ -237,7 +237,7 @@ type record struct {
 
 // event is r as subscribers see it.
 func (r *record) event() Event {
-	e := Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Session: SessionView{
+	return Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Session: SessionView{
 		ID:     strconv.FormatUint(uint64(r.id), 10),
 		Owner:  r.owner,
 		Lease:  r.lease,
@@ -247,7 +247,6 @@ func (r *record) event() Event {
 		Silent: r.silent,
 		Remote: addrText(r.remote),
 	}}
-	return e
 }
 
 // wakeLocked wakes every waiting subscriber. mu must be held.

@@ -402,7 +402,7 @@ func hotLock(ctx context.Context, cfg Config, t Target, sys system.System, rst b
 				return
 			}
 			c1, e1 = cpu(t.PID)
-			r.TimeWait = readTimeWait()
+			r.TimeWait = ReadTimeWait()
 			stopProf()
 		},
 	})
@@ -458,7 +458,7 @@ func claims(ctx context.Context, cfg Config, t Target, sys system.System, rst bo
 	if err != nil {
 		return r, err
 	}
-	r.TimeWait = readTimeWait()
+	r.TimeWait = ReadTimeWait()
 	r.PerSec, r.Latency, r.Errors, r.LastError = c.CyclesPerSec, c.Latency, c.Errors, c.LastError
 	r.ServerCPU = c1 - c0
 	if c.Latency.N > 0 {

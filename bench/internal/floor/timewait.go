@@ -23,12 +23,8 @@ type TimeWait struct {
 // Full reports whether the count was at the ceiling (within 1 %).
 func (tw TimeWait) Full() bool { return tw.Max > 0 && tw.Count >= tw.Max-tw.Max/100 }
 
-// readTimeWait reads the count and the ceiling; zeros where the platform
-// has neither.
-func readTimeWait() TimeWait { return ReadTimeWait() }
-
-// ReadTimeWait is readTimeWait, for the bench's claims role in a network
-// namespace (which reads its namespace's count).
+// ReadTimeWait reads the count of this process's network namespace and
+// the ceiling; zeros where the platform has neither.
 func ReadTimeWait() TimeWait {
 	var tw TimeWait
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_max_tw_buckets"); err == nil {

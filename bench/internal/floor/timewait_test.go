@@ -11,7 +11,7 @@ func TestTimeWait(t *testing.T) {
 	if _, ok := sockstatTW("UDP: inuse 3 mem 1"); ok {
 		t.Errorf("a tw in the UDP line")
 	}
-	if tw := readTimeWait(); tw.Max <= 0 || tw.Count < 0 {
+	if tw := ReadTimeWait(); tw.Max <= 0 || tw.Count < 0 {
 		t.Logf("no TIME_WAIT count on this platform: %+v", tw) // not Linux
 	}
 	var r Result
