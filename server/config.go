@@ -38,23 +38,23 @@ type Config struct {
 	// (tokenstore.Store.NoteLease). In a cluster it raises the replicated
 	// lease bound; ErrNotLeader then refuses the session with NOT_LEADER.
 	NoteLease func(time.Duration) error
-	// ParkIdle makes a session that has nothing to read give up its reader
-	// goroutine while an epoll poller watches its connection (Linux, plain
-	// TCP): a parked session costs no goroutine stack, about two thirds of
-	// its memory; the poller answers its heartbeats itself, and any other
-	// frame (or its close) costs one goroutine start. A holder with waiters
-	// never parks: its close is the handover. False keeps one reader
-	// goroutine per session for its whole life.
+	// ParkIdle serves sessions without reader goroutines where it can
+	// (Linux, plain TCP): an epoll poller watches each connection from its
+	// accept, takes its ACQUIRE, answers its heartbeats, and serves its
+	// close (the handover's push included), reading and writing without
+	// waiting. A parked session costs no goroutine stack, about two thirds
+	// of its memory, and a claim costs no goroutine start. Whatever the
+	// poller does not do itself (a frame in pieces, frames back to back, a
+	// write the socket cannot take at once, an ERROR to deliver) costs one
+	// goroutine start: the session's reader, which parks it again when it
+	// is idle. False keeps one reader goroutine per session for its whole
+	// life.
 	ParkIdle bool
-	// ParkAfter is how long a session's first wait for a frame (after
-	// ACQUIRE is answered) keeps its reader goroutine before the session
-	// parks, with ParkIdle. Most sessions are over or change hands sooner:
-	// a short claim, a waiter in a busy queue. They never pay for a park
-	// (two epoll_ctl, a read that finds nothing, a goroutine start to wake
-	// it) and their close or promotion is read by a goroutine already
-	// waiting, as without parking; a session that stays idle parks a
-	// moment later, so the memory of many idle sessions is the same. Later
-	// waits park at once. Zero parks at once; must not be negative.
+	// ParkAfter is how long the first wait for a frame of a session whose
+	// ACQUIRE went to a reader goroutine (see ParkIdle) keeps that reader
+	// before the session parks: a session in that path is often busy, and
+	// a park costs it two epoll_ctl and a goroutine start. Later waits
+	// park at once. Zero parks at once; must not be negative.
 	ParkAfter time.Duration
 	// SendBuffer is the kernel send buffer of each session's socket, in
 	// bytes (SO_SNDBUF; Linux doubles it). A session's output is a few

@@ -16,37 +16,44 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// idlePoller watches the connections of idle sessions, so that a session
-// that sends nothing costs no goroutine (and no goroutine stack, two thirds
-// of a session's memory). A parked session's reader goroutine has ended.
-// A session parks when its reader finds nothing to read, except on its
-// first wait, which stays in Go's poller for Config.ParkAfter: most
-// sessions end or change hands sooner, and a park would cost them more
-// than it saves.
-// When its connection becomes readable, the poller reads it without
-// waiting: a lone HEARTBEAT (what a parked session sends, four times a
-// lease) is answered right there, the reply written without waiting, and
-// the session stays parked; anything else (another frame, part of one, the
-// client's close or a reset, a reply the socket cannot take at once) gets
-// a new reader goroutine, handed what was read. The server starts a reader
-// too when it ends a parked session, or when a waiter queues behind a
-// parked holder (a holder with waiters never parks: see contendLocked).
+// idlePoller serves sessions without goroutines of their own, so that a
+// session costs no goroutine stack (two thirds of its memory) and a claim
+// no goroutine start: a parked session has no reader goroutine, and its
+// shard reads it when its connection becomes readable, without waiting.
+// A connection parks at its accept. Its shard takes the ACQUIRE, when it
+// came whole in one read (answerFirst); answers a lone HEARTBEAT; and
+// ends the session at the client's close or reset, writing the
+// handover's push to the next holder (closeInShard). The reply is written
+// without waiting, and the session stays parked. Anything else (a frame
+// in pieces, frames back to back, a lease NoteLease may have to wait for,
+// a refusal, a reply the socket cannot take at once) gets a new reader
+// goroutine, handed what was read; it parks the session again once idle,
+// after its first wait (Config.ParkAfter). The server starts a reader too
+// when it ends a parked session, which delivers the ERROR. An adopted
+// connection that sends no whole ACQUIRE within io-timeout is handed to a
+// reader at its due time, which ends it as a reader started at accept
+// would (sweepDue).
+//
+// A holder with waiters stays parked: its close wakes its shard through
+// the same readiness that would wake a reader goroutine, and the shard
+// writes the push at once, with no goroutine start and no epoll_ctl.
 //
 // It is one shard per CPU (GOMAXPROCS), each an epoll instance with its
 // own goroutine; a session stays in one shard. A registered descriptor is
-// level-triggered and stays armed while its session is parked or being
-// answered by the shard; it is removed when a reader goroutine takes the
-// session over, and added again when that reader parks. So a heartbeat
-// costs a read and a write, and no epoll_ctl and no goroutine start.
-// Each shard's goroutine waits for its epoll descriptor through Go's
-// runtime poller (an epoll descriptor is itself pollable), not in a
+// edge-triggered (watchEvents) and stays armed while its session is parked
+// or being answered by the shard; it is removed when a reader goroutine
+// takes the session over, and added again when that reader parks. So a
+// heartbeat costs a read and a write, and no epoll_ctl and no goroutine
+// start. Each shard's goroutine waits for its epoll descriptor through
+// Go's runtime poller (an epoll descriptor is itself pollable), not in a
 // blocking epoll_wait: a wake-up costs what any goroutine's read costs,
 // with no thread of its own to wake and no P to win back.
 //
 // Why not an event-loop library (gnet, nbio): they own every read and
 // write of every connection, which would replace net.Conn, crypto/tls and
-// the per-session code with theirs. Only idle sessions' heartbeats are
-// answered here; every other frame goes through the session's reader.
+// the per-session code with theirs. Here a session keeps its net.Conn,
+// and a reader goroutine with the ordinary blocking code takes over
+// whenever the shard's fast path does not apply; TLS sessions never park.
 type idlePoller struct {
 	srv    *Server
 	shards []*pollShard
@@ -57,18 +64,27 @@ type idlePoller struct {
 
 // pollShard is one epoll instance and the sessions registered with it.
 type pollShard struct {
-	epfd    int
-	file    *os.File        // epfd, registered with Go's poller
-	ep      syscall.RawConn // waits for epfd through Go's poller
-	srv     *Server
-	events  []unix.EpollEvent
-	n       int                   // events ready, set by collect
-	collect func(fd uintptr) bool // bound once: epoll_wait without waiting
+	epfd   int
+	file   *os.File        // epfd, registered with Go's poller
+	ep     syscall.RawConn // waits for epfd through Go's poller
+	srv    *Server
+	events []unix.EpollEvent
+	// rbuf is what the shard reads a parked session's frames into: larger
+	// than a HEARTBEAT, so that a read returning one alone has drained the
+	// socket (see watchEvents).
+	rbuf [64]byte
 
 	mu        sync.Mutex
 	parked    map[int32]*session // by file descriptor
 	stopping  bool               // no new parks
 	fdsClosed bool               // epfd is closed
+	// due lists the adopted sessions whose ACQUIRE has not come, oldest
+	// first (all have the same io-timeout, so also by firstDue); dueTimer
+	// hands them to readers when it passes, which then end them with
+	// READ_TIMEOUT (see sweepDue). Armed while due is not empty.
+	dueHead, dueTail *session
+	dueTimer         *time.Timer
+	dueArmed         bool
 }
 
 // shardEvents bounds the events one shard handles in a turn, and so how
@@ -107,18 +123,22 @@ func newPollShard(s *Server) (*pollShard, error) {
 	}
 	sh := &pollShard{epfd: epfd, file: file, ep: ep, srv: s,
 		events: make([]unix.EpollEvent, shardEvents), parked: make(map[int32]*session)}
-	sh.collect = func(fd uintptr) bool {
-		n, err := unix.EpollWait(int(fd), sh.events, 0)
-		for err == unix.EINTR {
-			n, err = unix.EpollWait(int(fd), sh.events, 0)
-		}
-		if err != nil {
-			n = 0 // not expected; wait for the next readiness, as with none
-		}
-		sh.n = n
-		return n > 0 // false: Go's poller waits until epfd is readable
-	}
+	sh.dueTimer = time.AfterFunc(time.Hour, sh.sweepDue)
+	sh.dueTimer.Stop()
 	return sh, nil
+}
+
+// collect takes the ready events of the shard's epoll descriptor fd
+// without waiting, and returns how many there are.
+func (sh *pollShard) collect(fd uintptr) int {
+	n, err := unix.EpollWait(int(fd), sh.events, 0)
+	for err == unix.EINTR {
+		n, err = unix.EpollWait(int(fd), sh.events, 0)
+	}
+	if err != nil {
+		return 0 // not expected; wait for the next readiness, as with none
+	}
+	return n
 }
 
 // parkState is a session's part of the poller's bookkeeping; guarded by
@@ -127,16 +147,19 @@ type parkState struct {
 	shard      *pollShard // set once, before the session's first park
 	registered bool       // in the shard's epoll set, armed
 	parked     bool       // no reader goroutine runs; the shard may answer it
+	// inDue: in the shard's due list; dueNext and duePrev link it.
+	inDue            bool
+	dueNext, duePrev *session
 }
 
 // park parks c and reports true, after which the caller (c's reader) must
 // return without touching the connection. It reports false when c cannot
-// be parked (not a plain TCP connection, the session has ended, it holds
-// its lock with waiters, or the poller is stopping); the reader then goes
-// on reading. Ending a session sets c.closing (and a waiter's arrival sets
-// c.contended) before it takes the shard's mutex to unpark, and park reads
-// them under that mutex: so either the end finds the session parked and
-// wakes it, or the park sees the end; it never needs the server's mutex.
+// be parked (not a plain TCP connection, the session has ended, or the
+// poller is stopping); the reader then goes on reading. Ending a session
+// sets c.closing before it takes the shard's mutex to unpark, and park
+// reads it under that mutex: so either the end finds the session parked
+// and wakes it, or the park sees the end; it never needs the server's
+// mutex.
 func (p *idlePoller) park(c *session) bool {
 	sh := c.park.shard
 	if c.raw == nil || sh == nil {
@@ -148,7 +171,7 @@ func (p *idlePoller) park(c *session) bool {
 		return false
 	}
 	if !c.park.registered {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: c.rio.fd}
+		ev := unix.EpollEvent{Events: watchEvents, Fd: c.rio.fd}
 		if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(c.rio.fd), &ev); err != nil {
 			sh.srv.log.Warn("idle poller: cannot watch a connection; its reader stays", "remote", c.remote, "err", err)
 			return false
@@ -163,15 +186,104 @@ func (p *idlePoller) park(c *session) bool {
 
 // mayParkLocked reports whether c may be parked. sh.mu must be held.
 func (sh *pollShard) mayParkLocked(c *session) bool {
-	return !sh.stopping && !c.closing.Load() && !c.contended.Load()
+	return !sh.stopping && !c.closing.Load()
+}
+
+// adopt parks new session c before its first frame, so that its shard
+// reads the ACQUIRE and serves the session without a goroutine of its own,
+// and reports true. False if it cannot (the poller is stopping, the
+// session has ended, the descriptor cannot be watched): the caller then
+// starts c's reader.
+func (p *idlePoller) adopt(c *session) bool {
+	sh := c.park.shard
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.mayParkLocked(c) {
+		return false
+	}
+	ev := unix.EpollEvent{Events: watchEvents, Fd: c.rio.fd}
+	if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(c.rio.fd), &ev); err != nil {
+		return false
+	}
+	c.firstDue = time.Now().Add(sh.srv.cfg.IOTimeout)
+	c.park.registered, c.park.parked = true, true
+	sh.parked[c.rio.fd] = c
+	sh.srv.m.parked.Inc()
+	// Linked last: its due time is the latest.
+	c.park.inDue, c.park.duePrev = true, sh.dueTail
+	if sh.dueTail != nil {
+		sh.dueTail.park.dueNext = c
+	} else {
+		sh.dueHead = c
+	}
+	sh.dueTail = c
+	if !sh.dueArmed {
+		sh.dueArmed = true
+		sh.dueTimer.Reset(sh.srv.cfg.IOTimeout)
+	}
+	return true
+}
+
+// unlinkDueLocked takes c out of the due list. sh.mu must be held.
+func (sh *pollShard) unlinkDueLocked(c *session) {
+	if !c.park.inDue {
+		return
+	}
+	prev, next := c.park.duePrev, c.park.dueNext
+	if prev != nil {
+		prev.park.dueNext = next
+	} else {
+		sh.dueHead = next
+	}
+	if next != nil {
+		next.park.duePrev = prev
+	} else {
+		sh.dueTail = prev
+	}
+	c.park.inDue, c.park.duePrev, c.park.dueNext = false, nil, nil
+}
+
+// sweepDue runs on dueTimer: the adopted sessions whose ACQUIRE has not
+// come within io-timeout get readers, which find their deadline passed
+// and end them with READ_TIMEOUT, as a reader started at accept would.
+// A session the shard is serving just now leaves the list too; the shard
+// gives it a reader when it finds it still without ACQUIRE (repark).
+func (sh *pollShard) sweepDue() {
+	s := sh.srv
+	now := time.Now()
+	var late []*session
+	sh.mu.Lock()
+	for c := sh.dueHead; c != nil && !c.firstDue.After(now); c = sh.dueHead {
+		sh.unlinkDueLocked(c)
+		if c.park.parked {
+			delete(sh.parked, c.rio.fd)
+			c.park.parked = false
+			s.m.parked.Dec()
+			sh.deregisterLocked(c)
+			late = append(late, c)
+		}
+	}
+	sh.dueArmed = sh.dueHead != nil && !sh.stopping
+	if sh.dueArmed {
+		sh.dueTimer.Reset(sh.dueHead.firstDue.Sub(now))
+	}
+	sh.mu.Unlock()
+	if len(late) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, c := range late {
+		if !s.goLocked(c.resume) {
+			c.conn.Close() // stopped: its end found it unparked already
+		}
+	}
+	s.mu.Unlock()
 }
 
 // unparkLocked takes c out of the poller if it is parked, and reports
 // whether it was: the caller must then start c's reader. Its registration
 // is removed, so that the descriptor can be closed and reused safely.
-// c.closing or c.contended must be set already. srv.mu must be held, or
-// the caller must start c's reader itself and close the connection if it
-// cannot (see Server.wakeAfter).
+// c.closing must be set already, and srv.mu held.
 func (p *idlePoller) unparkLocked(c *session) bool {
 	sh := c.park.shard
 	if sh == nil {
@@ -185,6 +297,7 @@ func (p *idlePoller) unparkLocked(c *session) bool {
 	delete(sh.parked, c.rio.fd)
 	c.park.parked = false
 	sh.srv.m.parked.Dec()
+	sh.unlinkDueLocked(c)
 	sh.deregisterLocked(c)
 	return true
 }
@@ -232,11 +345,6 @@ type rawIO struct {
 	wbuf  []byte
 	wn    int
 	werr  error
-	// pending is a read the poller made and left to the reader it
-	// started: the reader takes it first (see takePending).
-	pending    bool
-	pendingN   int
-	pendingErr error
 }
 
 // initRaw readies c for parking, if its connection gives its descriptor.
@@ -294,17 +402,6 @@ func (c *session) tryRead(b []byte) (int, error) {
 	return n, nil
 }
 
-// takePending returns the read the poller made before it started this
-// reader, if any.
-func (c *session) takePending() (n int, err error, ok bool) {
-	if !c.rio.pending {
-		return 0, nil, false
-	}
-	n, err = c.rio.pendingN, c.rio.pendingErr
-	c.rio.pending, c.rio.pendingN, c.rio.pendingErr = false, 0, nil
-	return n, err, true
-}
-
 // run runs every shard, until stop. It is one of the server's goroutines;
 // the other shards run in goroutines it starts, counted likewise.
 func (p *idlePoller) run() {
@@ -319,60 +416,96 @@ func (p *idlePoller) run() {
 }
 
 // run waits for the shard's parked connections to become readable and
-// answers them (see answer), until stop.
+// answers them (see answer), until stop. It works inside the wait's
+// callback, which returns only to wait again: between two waits there is
+// one epoll_wait, not a second one that finds nothing (see watchEvents).
 func (sh *pollShard) run() {
 	woken := make([]*session, 0, shardEvents)
-	for {
-		if err := sh.ep.Read(sh.collect); err != nil {
-			if !sh.isStopping() {
-				sh.srv.log.Error("idle poller: waiting on epoll failed; parked sessions are now woken only when the server ends them", "err", err)
+	err := sh.ep.Read(func(fd uintptr) bool {
+		for {
+			n := sh.collect(fd)
+			sh.serveEvents(n, woken)
+			if n < len(sh.events) {
+				return false // drained: wait for the next edge
 			}
-			return
 		}
-		woken = woken[:0]
-		sh.mu.Lock()
-		for _, ev := range sh.events[:sh.n] {
-			c := sh.parked[ev.Fd]
-			if c == nil {
-				continue // unparked meanwhile (its descriptor is deregistered)
-			}
-			// The shard has it now: an end or a waiter's arrival no longer
-			// finds it parked, and the shard gives it a reader if it must.
-			delete(sh.parked, ev.Fd)
-			c.park.parked = false
-			woken = append(woken, c)
+	})
+	if !sh.isStopping() {
+		sh.srv.log.Error("idle poller: waiting on epoll failed; parked sessions are now woken only when the server ends them", "err", err)
+	}
+}
+
+// serveEvents answers the sessions of the shard's first n events.
+func (sh *pollShard) serveEvents(n int, woken []*session) {
+	sh.mu.Lock()
+	for _, ev := range sh.events[:n] {
+		c := sh.parked[ev.Fd]
+		if c == nil {
+			continue // unparked meanwhile (its descriptor is deregistered)
 		}
-		sh.mu.Unlock()
-		for i, c := range woken {
-			woken[i] = nil
-			if a := c.answer(); a != answered {
-				sh.handOff(c, a == needWriter)
-			}
+		// The shard has it now: an end no longer finds it parked, and the
+		// shard gives it a reader if it must.
+		delete(sh.parked, ev.Fd)
+		c.park.parked = false
+		woken = append(woken, c)
+	}
+	sh.mu.Unlock()
+	for i, c := range woken {
+		woken[i] = nil
+		switch c.answer() {
+		case needReader:
+			sh.handOff(c, c.resume)
+		case needWriter:
+			sh.handOff(c, c.flushResume)
 		}
 	}
 }
 
+// watchEvents is how a shard watches a connection: edge-triggered, so an
+// epoll_wait does not put a returned connection back on the ready list
+// (which would cost another epoll_wait, to find it no longer ready).
+// Every session the shard keeps parked was read until the socket had no
+// more: a read that did not fill its buffer, or EAGAIN.
+const watchEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+
 // What answer did, and what its caller must do.
 const (
 	answered   = iota // c is parked again
+	closed            // c has ended, and its connection is closed
+	handedOff         // c has a reader goroutine already
 	needReader        // c needs its reader goroutine
 	needWriter        // the same, and the reader must first write what is queued
 )
 
 // answer handles what woke parked session c, on its shard's goroutine and
-// without waiting: a lone HEARTBEAT is answered and c parks again.
-// Otherwise the caller must start c's reader, to which answer leaves what
-// it read. When the reply cannot be written at once, the reader writes it
-// before it reads on (with the io-timeout), as a reader always does: a
-// client that does not read its replies cannot make the server queue them.
+// without waiting: the ACQUIRE of an adopted session (answerFirst); a lone
+// HEARTBEAT, answered; the client's close or reset, the session's end
+// (closeInShard). Otherwise the caller must start c's reader, to which
+// answer leaves what it read. When the reply cannot be written at once,
+// the reader writes it before it reads on (with the io-timeout), as a
+// reader always does: a client that does not read its replies cannot make
+// the server queue them.
 func (c *session) answer() int {
+	if !c.started {
+		return c.answerFirst()
+	}
 	s := c.srv
-	n, err := c.tryRead(c.hdr[:])
+	buf := c.park.shard.rbuf[:]
+	n, err := c.tryRead(buf)
 	if err == errWouldBlock { // a stale readiness
 		return c.park.shard.repark(c)
 	}
-	if err != nil || n < wire.HeaderSize || wire.Type(c.hdr[0]) != wire.TypeHeartbeat || c.hdr[1]|c.hdr[2] != 0 {
-		c.rio.pending, c.rio.pendingN, c.rio.pendingErr = true, n, err
+	if err == io.EOF || err == unix.ECONNRESET {
+		if c.closeInShard(err) {
+			return closed
+		}
+	}
+	if err != nil {
+		c.readErr = err
+		return needReader
+	}
+	if n != wire.HeaderSize || wire.Type(buf[0]) != wire.TypeHeartbeat || buf[1]|buf[2] != 0 {
+		c.extra = append(c.extra[:0], buf[:n]...) // nextHeader takes it first
 		return needReader
 	}
 	now := time.Now()
@@ -400,13 +533,94 @@ func (c *session) answer() int {
 	return c.park.shard.repark(c)
 }
 
+// answerFirst takes the ACQUIRE of an adopted session, when it came whole
+// in one read and nothing came after it (what clients send): the session
+// enters the table, its answer is written without waiting, and it stays
+// parked. Anything else goes to a reader goroutine, with what was read:
+// a frame in parts, more than one frame, an error to report, a lease
+// longer than any noted so far (its NoteLease may wait for a disk or a
+// Raft round, which the shard must not), a refusal (its ERROR and linger).
+func (c *session) answerFirst() int {
+	s := c.srv
+	var buf [firstReadSize]byte
+	n, err := c.tryRead(buf[:])
+	if err == errWouldBlock { // a stale readiness
+		return c.park.shard.repark(c)
+	}
+	if err != nil {
+		c.readErr = err
+		return needReader
+	}
+	h, payload, used, serr := wire.Split(buf[:n])
+	if serr != nil || used != n || n == len(buf) || h.Type != wire.TypeAcquire {
+		c.extra = append([]byte(nil), buf[:n]...)
+		return needReader
+	}
+	req, derr := wire.DecodeAcquire(payload)
+	if derr != nil || (s.cfg.NoteLease != nil && int64(req.LeaseMs)*int64(time.Millisecond) > s.noted.Load()) {
+		c.extra = append([]byte(nil), buf[:n]...)
+		return needReader
+	}
+	c.started, c.waited = true, true
+	if reason, msg, ok := c.acquire(req); !ok {
+		c.park.shard.handOff(c, func() { c.end(reason, msg) })
+		return handedOff
+	}
+	if !c.writeNow() {
+		return needWriter
+	}
+	return c.park.shard.repark(c)
+}
+
+// closeInShard ends c, whose client closed or reset its connection (err),
+// on its shard's goroutine: the handover's pushes are written without
+// waiting (a new holder whose socket cannot take its push at once gets a
+// flusher), and the connection is closed. False if the server ended c
+// meanwhile: its reader must then deliver that end.
+func (c *session) closeInShard(err error) bool {
+	s := c.srv
+	reason, _ := c.readFailure(err, false)
+	s.mu.Lock()
+	if c.ended {
+		s.mu.Unlock()
+		return false
+	}
+	fx := effects{flush: c.endFlush[:0]}
+	s.endOneLocked(time.Now(), c, reason, "", &fx) // no ERROR: nothing for c
+	s.mu.Unlock()
+	for _, p := range fx.flush {
+		if p != c && (p.raw == nil || !p.writeNow()) {
+			s.mu.Lock()
+			s.goLocked(p.flush)
+			s.mu.Unlock()
+		}
+	}
+	c.park.shard.forget(c)
+	c.conn.Close()
+	s.m.connections.Dec()
+	return true
+}
+
+// forget drops c, which its shard has closed, from the shard's books.
+func (sh *pollShard) forget(c *session) {
+	sh.mu.Lock()
+	sh.unlinkDueLocked(c)
+	c.park.registered = false // the close takes it out of the epoll set
+	sh.mu.Unlock()
+	sh.srv.m.parked.Dec()
+}
+
 // repark parks c again after its shard answered it, keeping its
-// registration; needReader if it may not park.
+// registration; needReader if it may not park, or if it still has no
+// ACQUIRE and its due time has been swept (its reader ends it).
 func (sh *pollShard) repark(c *session) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !sh.mayParkLocked(c) {
+	if !sh.mayParkLocked(c) || (!c.started && !c.park.inDue) {
 		return needReader
+	}
+	if c.started {
+		sh.unlinkDueLocked(c)
 	}
 	c.park.parked = true
 	sh.parked[c.rio.fd] = c
@@ -414,9 +628,10 @@ func (sh *pollShard) repark(c *session) int {
 }
 
 // handOff deregisters c, which its shard took out of the parked set, and
-// starts its reader, which first writes c's output if flush.
-func (sh *pollShard) handOff(c *session, flush bool) {
+// starts a goroutine that runs f as c's reader.
+func (sh *pollShard) handOff(c *session, f func()) {
 	sh.mu.Lock()
+	sh.unlinkDueLocked(c)
 	sh.deregisterLocked(c)
 	sh.mu.Unlock()
 	sh.srv.m.parked.Dec()
@@ -424,11 +639,15 @@ func (sh *pollShard) handOff(c *session, flush bool) {
 	sh.srv.wg.Add(1) // the shard's goroutine is counted: above zero
 	go func() {
 		defer sh.srv.wg.Done()
-		if flush {
-			c.flush()
-		}
-		c.resume()
+		f()
 	}()
+}
+
+// flushResume is the reader of a session whose answer the shard could not
+// write at once: it writes it, then reads on.
+func (c *session) flushResume() {
+	c.flush()
+	c.resume()
 }
 
 // writeNow writes c's queued output without waiting, and reports whether
@@ -491,14 +710,20 @@ func (sh *pollShard) isStopping() bool {
 
 // stop makes run return and refuses new parks. Every session was unparked
 // before (Shutdown ends them all first). Closing a shard's file wakes its
-// goroutine; the descriptor is closed once its wait has let go of it.
+// goroutine; the close waits until the shard's wait has let go of the
+// descriptor, and the shard may be serving sessions meanwhile (taking
+// srv.mu and its own mutex), so the caller must hold neither.
 func (p *idlePoller) stop() {
 	for _, sh := range p.shards {
 		sh.mu.Lock()
-		if !sh.stopping {
+		first := !sh.stopping
+		if first {
 			sh.stopping, sh.fdsClosed = true, true
-			sh.file.Close()
+			sh.dueTimer.Stop()
 		}
 		sh.mu.Unlock()
+		if first {
+			sh.file.Close()
+		}
 	}
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +22,11 @@ func waitParked(t *testing.T, ts *batontest.Server, n float64) {
 	eventuallyMetric(t, ts.Srv.Registry(), "baton_connections_parked", "", n)
 }
 
-// TestParkIdleSessions: idle sessions give up their reader goroutines, and
-// every way a parked session can be reached still works: its frames are
-// answered, its close hands the lock over, and the server's own ends
-// (lease expiry, force-release, kick) deliver their ERROR and close.
+// TestParkIdleSessions: sessions live in the poller, without reader
+// goroutines, and every way a parked session can be reached still works:
+// its frames are answered, its close hands the lock over, and the server's
+// own ends (lease expiry, force-release, kick) deliver their ERROR and
+// close.
 func TestParkIdleSessions(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, parkIdle(true))
@@ -40,14 +42,14 @@ func TestParkIdleSessions(t *testing.T) {
 	batontest.Eventually(t, frameWait, func() bool { _, ok := ts.Srv.Lock("p"); return !ok }, "lock p still listed after its parked holder's close")
 	waitParked(t, ts, 0)
 
-	// Waiters park (their holder does not: TestContendedHolderNotParked);
+	// Waiters park, and so does their holder (see TestHandoverInPoller);
 	// a frame wakes a parked waiter and is answered.
 	h, tok := hold(t, ts, "p", longLease)
 	w1 := queue(t, ts, "p", longLease, 1)
 	w2 := queue(t, ts, "p", longLease, 2)
-	waitParked(t, ts, 2)
+	waitParked(t, ts, 3)
 	expectQueued(t, w2, 2)
-	waitParked(t, ts, 2)
+	waitParked(t, ts, 3)
 
 	// The holder's close promotes a parked waiter at once.
 	h.Conn.Close()
@@ -55,7 +57,7 @@ func TestParkIdleSessions(t *testing.T) {
 	if tok1 <= tok {
 		t.Fatalf("push token %d, want > %d", tok1, tok)
 	}
-	waitParked(t, ts, 1)
+	waitParked(t, ts, 2)
 
 	// Force-release: ERROR, close, promotion of the parked waiter, which
 	// then holds without waiters and parks.
@@ -80,7 +82,7 @@ func TestParkIdleSessions(t *testing.T) {
 
 	// Kick of a parked waiter.
 	k := queue(t, ts, "p", longLease, 1)
-	waitParked(t, ts, 1)
+	waitParked(t, ts, 2)
 	lv, _ := ts.Srv.Lock("p")
 	if _, err := ts.Srv.Kick(lv.Waiters[0].ID); err != nil {
 		t.Fatal(err)
@@ -115,7 +117,7 @@ func TestParkedSessionsCostNoGoroutine(t *testing.T) {
 		conns[i].Acquire("many", longLease, false, "")
 		conns[i].ReadFrame(frameWait)
 	}
-	waitParked(t, ts, n-1) // all but the holder, which has waiters
+	waitParked(t, ts, n)
 	if got := runtime.NumGoroutine() - before; got > n/10 {
 		t.Fatalf("%d goroutines more with %d parked sessions, want at most %d", got, n, n/10)
 	}
@@ -135,7 +137,7 @@ func TestShutdownWithParkedSessions(t *testing.T) {
 	h, _ := hold(t, ts, "s", longLease)
 	w := queue(t, ts, "s", longLease, 1)
 	lone, _ := hold(t, ts, "t", longLease)
-	waitParked(t, ts, 2) // w and lone: a holder with waiters keeps its reader
+	waitParked(t, ts, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -167,7 +169,7 @@ func TestParkWithConnsPerIPCap(t *testing.T) {
 	ts := batontest.StartServer(t, parkIdle(true), func(c *server.Config) { c.MaxConnsPerIP = 10 })
 	h, tok := hold(t, ts, "cap", longLease)
 	w := queue(t, ts, "cap", longLease, 1)
-	waitParked(t, ts, 1)
+	waitParked(t, ts, 2)
 	expectHolds(t, h, tok)
 	h.Conn.Close()
 	if got := expectPush(t, w, frameWait); got <= tok {
@@ -175,86 +177,97 @@ func TestParkWithConnsPerIPCap(t *testing.T) {
 	}
 }
 
-// TestContendedHolderNotParked: a holder parks while it has no waiter; the
-// first waiter takes it out of the poller before the waiter hears WAITING,
-// and a promoted waiter with a waiter behind it is never parked. Its close
-// is then read by its own reader, and the lock passes on.
-func TestContendedHolderNotParked(t *testing.T) {
+// TestHandoverInPoller: a holder with waiters stays parked, and its close
+// is served by the poller: the waiter is pushed ACQUIRED at once, and no
+// reader goroutine is started for either session, through a chain of
+// handovers.
+func TestHandoverInPoller(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, parkIdle(true))
-	holderParked := func(want bool) {
-		t.Helper()
-		parked, ok := ts.Srv.HolderParked("c")
-		if !ok || parked != want {
-			t.Fatalf("holder parked = %v (held: %v), want %v", parked, ok, want)
-		}
-	}
 	h, tok := hold(t, ts, "c", longLease)
-	waitParked(t, ts, 1)
-	holderParked(true)
-
-	// The unpark happens under the server's mutex before WAITING is queued:
-	// once the waiter has read WAITING, the holder is out of the poller.
 	w1 := queue(t, ts, "c", longLease, 1)
-	holderParked(false)
 	w2 := queue(t, ts, "c", longLease, 2)
-	waitParked(t, ts, 2) // the waiters, not the holder
-	holderParked(false)
-
-	// A heartbeat does not park it again.
-	expectHolds(t, h, tok)
-	waitParked(t, ts, 2)
-	holderParked(false)
-
-	// Its close promotes w1, which has w2 behind it: w1 leaves the poller
-	// right after its push is written.
-	h.Conn.Close()
-	tok1 := expectPush(t, w1, frameWait)
-	if tok1 <= tok {
-		t.Fatalf("push token %d, want > %d", tok1, tok)
+	waitParked(t, ts, 3)
+	if parked, ok := ts.Srv.HolderParked("c"); !ok || !parked {
+		t.Fatalf("holder with waiters parked = %v (held: %v), want true", parked, ok)
 	}
-	batontest.Eventually(t, frameWait, func() bool { parked, ok := ts.Srv.HolderParked("c"); return ok && !parked }, "promoted holder with a waiter still parked")
-	holderParked(false)
-	w1.Conn.Close()
-	expectPush(t, w2, frameWait)
-	// w2 has no waiter: it parks like any idle holder.
-	waitParked(t, ts, 1)
-	holderParked(true)
-}
+	before := ts.Srv.PollerReadersStarted()
+	expectHolds(t, h, tok) // a heartbeat of a holder with waiters, in the poller too
 
-// TestFirstWaitKeepsReader: a session's first wait keeps its reader for
-// ParkAfter. Waiters promoted within it are pushed and read by the readers
-// that queued them: nothing parks and the poller starts no reader. A frame
-// ends the first wait, and the next wait parks; so does a session idle
-// past ParkAfter. A negative ParkAfter is refused.
-func TestFirstWaitKeepsReader(t *testing.T) {
-	t.Parallel()
-	ts := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle, c.ParkAfter = true, time.Minute })
-	reg := ts.Srv.Registry()
-	h, tok := hold(t, ts, "first", longLease)
-	before := ts.Srv.PollerReadersStarted() // the poller exists once a session does
-	w1 := queue(t, ts, "first", longLease, 1)
-	w2 := queue(t, ts, "first", longLease, 2)
 	h.Conn.Close()
 	tok1 := expectPush(t, w1, frameWait)
+	waitParked(t, ts, 2)
 	w1.Conn.Close()
 	tok2 := expectPush(t, w2, frameWait)
 	if tok1 <= tok || tok2 <= tok1 {
 		t.Fatalf("tokens %d, %d, %d: want rising", tok, tok1, tok2)
 	}
-	if got := metric(t, reg, "baton_connections_parked", ""); got != 0 {
-		t.Fatalf("%v sessions parked within ParkAfter, want 0", got)
-	}
-	if got := ts.Srv.PollerReadersStarted() - before; got != 0 {
-		t.Fatalf("the poller started %d readers, want 0", got)
-	}
-	// A frame ends the first wait: it is answered, and the next wait parks.
-	expectHolds(t, w2, tok2)
 	waitParked(t, ts, 1)
+	if got := ts.Srv.PollerReadersStarted() - before; got != 0 {
+		t.Fatalf("the poller started %d readers for two handovers, want 0", got)
+	}
+	expectHolds(t, w2, tok2)
+}
 
-	short := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle, c.ParkAfter = true, 100*time.Millisecond })
-	hold(t, short, "idle", longLease)
-	waitParked(t, short, 1)
+// TestAdoptedAtAccept: a connection is parked from its accept, and the
+// poller takes its ACQUIRE without a reader goroutine. What the poller does
+// not take itself goes to a reader with what it read: an ACQUIRE in two
+// pieces (whose reader keeps its first wait for ParkAfter, then parks), an
+// ACQUIRE with a heartbeat behind it, and a lease longer than any that
+// Config.NoteLease has let through (it may wait for a disk). A negative
+// ParkAfter is refused.
+func TestAdoptedAtAccept(t *testing.T) {
+	t.Parallel()
+	var noted atomic.Int64
+	ts := batontest.StartServer(t, func(c *server.Config) {
+		c.ParkIdle, c.ParkAfter = true, 200*time.Millisecond
+		c.NoteLease = func(d time.Duration) error { noted.Add(1); return nil }
+	})
+	silent := batontest.Dial(t, ts.Addr)
+	waitParked(t, ts, 1)
+	before := ts.Srv.PollerReadersStarted()
+
+	// The first 30 s lease goes to a reader (NoteLease may wait); the next
+	// one is the poller's.
+	silent.Acquire("a", longLease, false, "")
+	tok := expectAcquired(t, silent)
+	if got := ts.Srv.PollerReadersStarted() - before; got != 1 {
+		t.Fatalf("%d readers for the first lease of its length, want 1", got)
+	}
+	waitParked(t, ts, 1)
+	before = ts.Srv.PollerReadersStarted()
+	w := queue(t, ts, "a", longLease, 1)
+	waitParked(t, ts, 2)
+	if got := ts.Srv.PollerReadersStarted() - before; got != 0 {
+		t.Fatalf("%d readers for an ACQUIRE the poller takes, want 0", got)
+	}
+	if got := noted.Load(); got != 2 {
+		t.Fatalf("NoteLease called %d times, want 2", got)
+	}
+
+	// In two pieces: a reader completes it, answers, and parks the session
+	// after its first wait.
+	split := batontest.Dial(t, ts.Addr)
+	frame := acquireFrame(1, 0, uint32(longLease/time.Millisecond), "b", "")
+	split.Write(frame[:4])
+	batontest.Eventually(t, frameWait, func() bool { return ts.Srv.PollerReadersStarted() > before }, "no reader started for part of an ACQUIRE")
+	split.Write(frame[4:])
+	expectAcquired(t, split)
+	waitParked(t, ts, 3)
+
+	// A heartbeat right behind the ACQUIRE: both answered, in order.
+	both := batontest.Dial(t, ts.Addr)
+	both.Write(append(acquireFrame(1, 0, uint32(longLease/time.Millisecond), "c", ""), byte(wire.TypeHeartbeat), 0, 0))
+	tokC := expectAcquired(t, both)
+	if got := expectAcquired(t, both); got != tokC {
+		t.Fatalf("heartbeat reply token %d, want %d", got, tokC)
+	}
+	waitParked(t, ts, 4)
+
+	silent.Conn.Close()
+	if got := expectPush(t, w, frameWait); got <= tok {
+		t.Fatalf("push token %d, want > %d", got, tok)
+	}
 
 	cfg := server.DefaultConfig()
 	cfg.NextToken = func() uint64 { return 1 }

@@ -16,8 +16,6 @@ func (c *session) initRaw(*net.TCPConn) {}
 
 var errWouldBlock error
 
-func (c *session) takePending() (int, error, bool) { return 0, nil, false }
-
 // tryRead is never called: no session has a raw connection here.
 func (c *session) tryRead([]byte) (int, error) { return 0, errWouldBlock }
 
@@ -27,6 +25,7 @@ func (c *session) writeNow() bool { return false }
 func newIdlePoller(*Server) (*idlePoller, error) { return nil, nil }
 
 func (p *idlePoller) park(*session) bool         { return false }
+func (p *idlePoller) adopt(*session) bool        { return false }
 func (p *idlePoller) unparkLocked(*session) bool { return false }
 func (p *idlePoller) run()                       {}
 func (p *idlePoller) stop()                      {}

@@ -3,13 +3,17 @@
 // outcomes of the lock table into frames.
 //
 // Concurrency: one mutex (Server.mu) guards the lock table and the session
-// registry; it is never held across I/O. Each session has one reader
-// goroutine, which also owns closing the connection. Frames for a session
-// are queued under Server.mu, so their order on the wire is the order of the
-// table's decisions (no ACQUIRED reply can overtake the promotion push), and
+// registry; it is never held across I/O. Each session has one reader at a
+// time, which also owns closing the connection: the idle poller's shard
+// while the session is parked (park_linux.go), or a reader goroutine. The
+// shard reads and writes without waiting, and hands the session to a
+// goroutine for anything that could wait. Frames for a session are queued
+// under Server.mu, so their order on the wire is the order of the table's
+// decisions (no ACQUIRED reply can overtake the promotion push), and
 // written by whichever goroutine finds output pending: the reader for its
-// replies, a short-lived flusher for pushes. A session's slow socket can
-// therefore delay only that session.
+// replies, the ending holder's reader for the handover's push, a
+// short-lived flusher otherwise. A session's slow socket can therefore
+// delay only that session.
 package server
 
 import (
@@ -44,6 +48,10 @@ type Server struct {
 	// serving is false while a replicated node does not lead (term.go);
 	// always true in a standalone server. Changed only under mu.
 	serving atomic.Bool
+	// noted is the longest lease Config.NoteLease has let through: one no
+	// longer than it is noted without a wait (no fsync, no Raft round), so
+	// the poller's shard may take its ACQUIRE itself (see answerFirst).
+	noted atomic.Int64
 
 	mu        sync.Mutex
 	table     *locktable.Table
@@ -114,6 +122,16 @@ func New(cfg Config) (*Server, error) {
 			"grace", time.Until(cfg.NoGrantBefore).Round(time.Millisecond).String())
 	}
 	return s, nil
+}
+
+// leaseNoted raises noted to lease.
+func (s *Server) leaseNoted(lease time.Duration) {
+	for {
+		old := s.noted.Load()
+		if int64(lease) <= old || s.noted.CompareAndSwap(old, int64(lease)) {
+			return
+		}
+	}
 }
 
 // Registry holds the server's metrics, for /metrics.
@@ -212,12 +230,13 @@ func (s *Server) startPollerLocked() {
 	s.goLocked(p.run)
 }
 
-// accept registers conn and starts its reader, or closes it at once when
-// the server is shutting down or flooded far past its session limit.
+// accept registers conn and gives it to the idle poller, whose shard reads
+// its ACQUIRE, or starts its reader; or closes it at once when the server
+// is shutting down or flooded far past its session limit.
 func (s *Server) accept(conn net.Conn) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.conns) >= s.cfg.MaxSessions+pendingSlack {
+		s.mu.Unlock()
 		s.m.refusedConns.Inc()
 		conn.Close() // no ERROR: reading the ACQUIRE would cost a goroutine per flooding connection
 		return
@@ -225,13 +244,27 @@ func (s *Server) accept(conn net.Conn) {
 	s.nextID++
 	c := newSession(s, s.nextID, conn)
 	if s.stopped {
+		s.mu.Unlock()
 		conn.Close()
 		return
 	}
-	s.wg.Add(1)
-	go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
 	s.conns[c] = struct{}{}
 	s.m.connections.Inc()
+	if c.raw == nil {
+		s.wg.Add(1)
+		go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	if s.poller.adopt(c) { // outside mu: it costs an epoll_ctl
+		return
+	}
+	s.mu.Lock()
+	if !s.goLocked(c.serve) {
+		c.conn.Close() // stopped: its end found it unparked already
+	}
+	s.mu.Unlock()
 }
 
 // serveSession is a session's first reader, one of the server's goroutines
@@ -283,13 +316,13 @@ func (s *Server) stop() {
 	for _, c := range all {
 		s.endLocked(now, c, ReasonShutdown, "server shutting down")
 	}
-	if s.poller != nil {
-		s.poller.stop() // every session was unparked by its end above
-	}
 	s.stopped = true
 	s.events.wakeLocked() // readers then see ErrSubscriptionClosed
 	s.stopping = all
 	s.mu.Unlock()
+	if s.poller != nil {
+		s.poller.stop() // every session was unparked by its end above
+	}
 	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
 	close(s.done)
 	s.stopCancel()
@@ -370,56 +403,22 @@ func (s *Server) wakeReaperLocked(deadline time.Time) {
 // writes happen after it is released.
 type effects struct {
 	flush []*session
-	// wake are new holders with waiters that may be parked: each must get
-	// its reader (contendLocked), after the pushes, which come first.
-	wake []*session
 }
 
-// deliverLocked starts a flusher for each session with output, and wakes
-// the sessions in wake. mu must be held (to start goroutines); the writes
-// happen in the flushers.
+// deliverLocked starts a flusher for each session with output. mu must be
+// held (to start goroutines); the writes happen in the flushers.
 func (fx *effects) deliverLocked(s *Server) {
 	for _, c := range fx.flush {
 		s.goLocked(c.flush)
 	}
 	fx.flush = fx.flush[:0]
-	for _, c := range fx.wake {
-		s.wakeLocked(c)
-	}
-	fx.wake = fx.wake[:0]
-}
-
-// wakeAfter gives the contended sessions in wake their readers, after the
-// caller wrote the pushes outside mu: a handover's push does not wait for
-// a parked new holder's epoll_ctl and goroutine start (see session.end).
-func (s *Server) wakeAfter(wake []*session) {
-	for _, c := range wake {
-		if s.poller == nil || !s.poller.unparkLocked(c) {
-			continue
-		}
-		s.mu.Lock()
-		ok := s.goLocked(c.resume)
-		s.mu.Unlock()
-		if !ok {
-			c.conn.Close() // stopped: its end found it unparked already
-		}
-	}
-}
-
-// wakeLocked takes contended session c out of the poller, if it is parked
-// there, and starts its reader. mu must be held.
-func (s *Server) wakeLocked(c *session) {
-	if s.poller != nil && s.poller.unparkLocked(c) {
-		s.goLocked(c.resume) // false only once stop has ended every session
-	}
 }
 
 // endLocked ends session c for reason, for a caller that cannot block on
 // sockets: c leaves the table (promoting the next waiter if it held the
 // lock) and gets an ERROR if the reason has a code, and the writes happen
 // in new goroutines. A session's own reader ends it with endOneLocked and
-// writes itself: the pushes first, then wakeAfter (see session.end). mu
-// must be held.
+// writes itself (see session.end). mu must be held.
 func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string) {
 	var fx effects
 	s.endOneLocked(now, c, reason, msg, &fx)
@@ -533,35 +532,6 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 	}
 	p.queueAcquired(true, g.Token, now)
 	fx.flush = append(fx.flush, p)
-	if h := s.contendedLocked(g.Name); h != nil {
-		fx.wake = append(fx.wake, h)
-	}
-}
-
-// contendLocked marks the holder of lock name contended if a session waits
-// behind it, and takes it out of the idle poller if it is parked there: a
-// holder with waiters keeps a reader, so that its close is read at once by
-// a goroutine already waiting for it. mu must be held.
-func (s *Server) contendLocked(name string) {
-	if h := s.contendedLocked(name); h != nil {
-		s.wakeLocked(h)
-	}
-}
-
-// contendedLocked marks the holder of lock name contended if a session
-// waits behind it and it is not marked yet, and returns it: the caller
-// must wake it (wakeLocked, or wakeAfter outside mu). mu must be held.
-func (s *Server) contendedLocked(name string) *session {
-	id, waiters, ok := s.table.HolderOf(name)
-	if !ok || waiters == 0 {
-		return nil
-	}
-	h := s.sessions[id]
-	if h == nil || h.ended || h.contended.Load() {
-		return nil
-	}
-	h.contended.Store(true) // before unparking: park reads it under the poller's mutex
-	return h
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

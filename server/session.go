@@ -32,23 +32,25 @@ type session struct {
 	// extra is what the client sent after its ACQUIRE in the same read,
 	// for the reader to take first.
 	extra []byte
-	// lean is set by a reader goroutine started after ACQUIRE (resume),
-	// whose stack has not grown through it; see handOn.
-	lean bool
-	// endFlush and endWake hold end's effects (a handover's push and its
-	// new holder), so that a handover allocates nothing for them.
-	endFlush, endWake [2]*session
+	// endFlush holds end's effects (a handover's push), so that a handover
+	// allocates nothing for them.
+	endFlush [2]*session
+	// started is set by the session's reader (the poller's shard, or a
+	// goroutine) once it has taken the ACQUIRE.
+	started bool
+	// firstDue is when the first frame must be whole: io-timeout after
+	// accept (after the handshake with TLS).
+	firstDue time.Time
+	// readErr is the error of a read the poller's shard made before it
+	// gave the session a reader goroutine: the reader reports it first
+	// (readFirst, nextHeader). What the shard read is in extra.
+	readErr error
 	// waited is set by the reader once its first wait for a frame has begun
 	// (see firstWait): later waits park at once.
 	waited bool
 	// closing is set when the session ends, before the poller is asked to
 	// unpark it; park reads it (see idlePoller.park).
 	closing atomic.Bool
-	// contended is set, under srv.mu, once the session holds its lock with
-	// a waiter behind it, before the poller is asked to unpark it: such a
-	// session never parks again, so that its close (the handover) wakes
-	// its own reader at once, not the poller and then a new goroutine.
-	contended atomic.Bool
 
 	// Guarded by srv.mu.
 	ended   bool
@@ -91,10 +93,11 @@ func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
 
 // serve is the session's reader: it reads every frame, answers it, and at
 // the end closes the connection. It is the only goroutine that closes conn,
-// except a flusher whose write failed (the socket is then useless). With
-// Config.ParkIdle, a session with nothing to read parks: this goroutine
-// ends, and resume takes over when the connection has something to read
-// or the server ends the session.
+// except a flusher whose write failed (the socket is then useless), and the
+// poller's shard while it serves the session instead. With Config.ParkIdle,
+// a session with nothing to read parks: this goroutine ends, and resume
+// takes over when the connection has something the shard does not handle
+// itself, or the server ends the session.
 func (c *session) serve() {
 	reason, msg, parked := c.serveFrames()
 	if !parked {
@@ -102,10 +105,17 @@ func (c *session) serve() {
 	}
 }
 
-// resume is the reader of a session woken from its park (or handed on,
-// see handOn).
+// resume is the reader of a session that its shard hands to a goroutine:
+// woken from its park, or before its ACQUIRE (see answerFirst).
 func (c *session) resume() {
-	c.lean = true
+	if !c.started {
+		if c.closing.Load() { // ended by the server: end delivers its ERROR
+			c.end(ReasonClosed, "")
+			return
+		}
+		c.serve()
+		return
+	}
 	reason, msg, parked := c.serveLoop()
 	if !parked {
 		c.end(reason, msg)
@@ -121,9 +131,9 @@ func (c *session) end(reason EndReason, msg string) {
 		s.m.connections.Dec()
 	}()
 	s.mu.Lock()
-	fx := effects{flush: c.endFlush[:0], wake: c.endWake[:0]}
+	fx := effects{flush: c.endFlush[:0]}
 	s.endOneLocked(time.Now(), c, reason, msg, &fx)
-	flush, wake := fx.flush, fx.wake
+	flush := fx.flush
 	s.mu.Unlock()
 	// Pushes to promoted waiters first: they are the handover. This
 	// goroutine is ending anyway, so it may spend the write on them; a stuck
@@ -136,7 +146,6 @@ func (c *session) end(reason EndReason, msg string) {
 		}
 		p.send()
 	}
-	s.wakeAfter(wake)
 	if self {
 		c.flush()
 	}
@@ -150,8 +159,12 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	if reason, msg, ok := c.handshake(); !ok { // TLS, if on (tls.go)
 		return reason, msg, false
 	}
-	// The first frame, whole, within io-timeout of accept (of the handshake with TLS).
-	c.conn.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout))
+	// The first frame, whole, within io-timeout of accept (of the handshake
+	// with TLS). A session the poller's shard handed on has its due time.
+	if c.firstDue.IsZero() {
+		c.firstDue = time.Now().Add(s.cfg.IOTimeout)
+	}
+	c.conn.SetReadDeadline(c.firstDue)
 	var buf [firstReadSize]byte
 	h, payload, err := c.readFirst(buf[:])
 	if err != nil {
@@ -168,6 +181,7 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 		errors.As(err, &we)
 		return reasonFor(we.Code), we.Msg, false
 	}
+	c.started = true
 	if reason, msg, ok := c.acquire(req); !ok {
 		return reason, msg, false
 	}
@@ -182,11 +196,24 @@ const firstReadSize = 128
 // readFirst reads the first frame, most often in one read into buf. It
 // returns its payload only for an ACQUIRE (the caller refuses any other
 // frame). What the client sent after the frame (a HEARTBEAT sent before
-// the answer came) is kept in c.extra for nextHeader.
+// the answer came) is kept in c.extra for nextHeader. What the poller's
+// shard read before it handed the session on (c.extra, c.readErr) comes
+// first.
 func (c *session) readFirst(buf []byte) (wire.Header, []byte, error) {
-	n, err := io.ReadAtLeast(c.conn, buf, wire.HeaderSize)
-	if err != nil {
+	if err := c.takeReadErr(); err != nil {
 		return wire.Header{}, nil, err
+	}
+	n := copy(buf, c.extra) // the shard reads at most len(buf)
+	c.extra = nil
+	if n < wire.HeaderSize {
+		m, err := io.ReadAtLeast(c.conn, buf[n:], wire.HeaderSize-n)
+		n += m
+		if err != nil {
+			if err == io.EOF && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return wire.Header{}, nil, err
+		}
 	}
 	h, err := wire.ParseHeader(buf)
 	if err != nil || h.Type != wire.TypeAcquire {
@@ -276,6 +303,7 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 			s.log.Error("cannot record the lease bound; session refused", "lease", lease.String(), "err", err)
 			return ReasonOverloaded, "cannot record lease " + lease.String() + " for crash recovery", false
 		}
+		s.leaseNoted(lease)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -321,7 +349,6 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 		s.m.series(req.Name).wait.Observe(0)
 	} else {
 		s.m.waiting.Inc()
-		s.contendLocked(req.Name)
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
 	if in, ok := s.table.Session(now, c.id); ok {
@@ -336,6 +363,13 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	return 0, "", true
 }
 
+// takeReadErr returns c.readErr (see there) and clears it.
+func (c *session) takeReadErr() error {
+	err := c.readErr
+	c.readErr = nil
+	return err
+}
+
 // errEnded says that the server ended the session while its reader waited.
 var errEnded = errors.New("session ended by the server")
 
@@ -345,7 +379,7 @@ var errEnded = errors.New("session ended by the server")
 // and the caller must return without touching the connection.
 func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 	s := c.srv
-	if len(c.extra) > 0 { // sent with the ACQUIRE (readFirst)
+	if len(c.extra) > 0 { // sent with the ACQUIRE (readFirst), or read by the poller's shard
 		n := copy(c.hdr[:], c.extra)
 		c.extra = c.extra[n:]
 		h, err = c.finishHeader(n, nil, false)
@@ -355,16 +389,13 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		h, err = c.readHeader(false)
 		return h, false, err
 	}
-	n, err, ok := c.takePending() // what the poller read before it started this reader
+	var n int
+	err = c.takeReadErr() // what the poller's read found before it started this reader
 	switch {
-	case ok:
+	case err != nil:
 	case !c.waited:
 		c.waited = true
 		n, err = c.firstWait()
-	case c.contended.Load():
-		// It never parks: one read that waits below, not one that finds
-		// nothing first (a heartbeat is answered, the next is a while off).
-		err = errWouldBlock
 	default:
 		n, err = c.tryRead(c.hdr[:])
 	}
@@ -375,31 +406,10 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		if c.closing.Load() {
 			return h, false, errEnded
 		}
-		if c.handOn() {
-			return h, true, nil
-		}
 		n, err = c.conn.Read(c.hdr[:])
 	}
 	h, err = c.finishHeader(n, err, false)
 	return h, false, err
-}
-
-// handOn gives a session that cannot park (it holds with waiters) a new
-// reader goroutine, once, and reports whether it did: the caller must then
-// return as if parked, without touching the connection. Such a session
-// keeps a reader waiting for as long as it holds; the reader that came
-// through ACQUIRE grew its stack to twice what waiting needs, a new one
-// keeps the small stack a parked session's woken reader has.
-func (c *session) handOn() bool {
-	if c.lean {
-		return false
-	}
-	c.lean = true
-	s := c.srv
-	s.mu.Lock()
-	ok := s.goLocked(c.resume)
-	s.mu.Unlock()
-	return ok
 }
 
 // firstWait waits for the session's first frame after ACQUIRE in Go's
