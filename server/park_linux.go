@@ -69,13 +69,13 @@ type pollShard struct {
 	ep     syscall.RawConn // waits for epfd through Go's poller
 	srv    *Server
 	events []unix.EpollEvent
-	// rbuf is what the shard reads a parked session's frames into: larger
-	// than a HEARTBEAT, so that a read returning one alone has drained the
-	// socket (see watchEvents).
-	rbuf [64]byte
+	// rbuf is what the shard reads a parked session's frames into: a usual
+	// ACQUIRE whole, and larger than a HEARTBEAT, so that a read returning
+	// one alone has drained the socket (see watchEvents).
+	rbuf [firstReadSize]byte
 
 	mu        sync.Mutex
-	parked    map[int32]*session // by file descriptor
+	parked    []*session // by file descriptor; nil where none is parked (see setParked)
 	stopping  bool               // no new parks
 	fdsClosed bool               // epfd is closed
 	// due lists the adopted sessions whose ACQUIRE has not come, oldest
@@ -122,7 +122,7 @@ func newPollShard(s *Server) (*pollShard, error) {
 		return nil, fmt.Errorf("idle poller: %w", err)
 	}
 	sh := &pollShard{epfd: epfd, file: file, ep: ep, srv: s,
-		events: make([]unix.EpollEvent, shardEvents), parked: make(map[int32]*session)}
+		events: make([]unix.EpollEvent, shardEvents)}
 	sh.dueTimer = time.AfterFunc(time.Hour, sh.sweepDue)
 	sh.dueTimer.Stop()
 	return sh, nil
@@ -179,9 +179,28 @@ func (p *idlePoller) park(c *session) bool {
 		c.park.registered = true
 	}
 	c.park.parked = true
-	sh.parked[c.rio.fd] = c
+	sh.setParked(c.rio.fd, c)
 	sh.srv.m.parked.Inc()
 	return true
+}
+
+// setParked records c as parked on descriptor fd. Descriptors are small
+// and dense, so a slice indexed by them is cheaper than a map; it grows to
+// the largest descriptor parked. sh.mu must be held.
+func (sh *pollShard) setParked(fd int32, c *session) {
+	if int(fd) >= len(sh.parked) {
+		sh.parked = append(sh.parked, make([]*session, int(fd)+1-len(sh.parked))...)
+	}
+	sh.parked[fd] = c
+}
+
+// parkedAt returns the session parked on descriptor fd, or nil. sh.mu must
+// be held.
+func (sh *pollShard) parkedAt(fd int32) *session {
+	if fd < 0 || int(fd) >= len(sh.parked) {
+		return nil
+	}
+	return sh.parked[fd]
 }
 
 // mayParkLocked reports whether c may be parked. sh.mu must be held.
@@ -207,7 +226,7 @@ func (p *idlePoller) adopt(c *session) bool {
 	}
 	c.firstDue = time.Now().Add(sh.srv.cfg.IOTimeout)
 	c.park.registered, c.park.parked = true, true
-	sh.parked[c.rio.fd] = c
+	sh.setParked(c.rio.fd, c)
 	sh.srv.m.parked.Inc()
 	// Linked last: its due time is the latest.
 	c.park.inDue, c.park.duePrev = true, sh.dueTail
@@ -256,7 +275,7 @@ func (sh *pollShard) sweepDue() {
 	for c := sh.dueHead; c != nil && !c.firstDue.After(now); c = sh.dueHead {
 		sh.unlinkDueLocked(c)
 		if c.park.parked {
-			delete(sh.parked, c.rio.fd)
+			sh.parked[c.rio.fd] = nil
 			c.park.parked = false
 			s.m.parked.Dec()
 			sh.deregisterLocked(c)
@@ -294,7 +313,7 @@ func (p *idlePoller) unparkLocked(c *session) bool {
 	if !c.park.parked {
 		return false
 	}
-	delete(sh.parked, c.rio.fd)
+	sh.parked[c.rio.fd] = nil
 	c.park.parked = false
 	sh.srv.m.parked.Dec()
 	sh.unlinkDueLocked(c)
@@ -439,13 +458,13 @@ func (sh *pollShard) run() {
 func (sh *pollShard) serveEvents(n int, woken []*session) {
 	sh.mu.Lock()
 	for _, ev := range sh.events[:n] {
-		c := sh.parked[ev.Fd]
+		c := sh.parkedAt(ev.Fd)
 		if c == nil {
 			continue // unparked meanwhile (its descriptor is deregistered)
 		}
 		// The shard has it now: an end no longer finds it parked, and the
 		// shard gives it a reader if it must.
-		delete(sh.parked, ev.Fd)
+		sh.parked[ev.Fd] = nil
 		c.park.parked = false
 		woken = append(woken, c)
 	}
@@ -542,8 +561,8 @@ func (c *session) answer() int {
 // Raft round, which the shard must not), a refusal (its ERROR and linger).
 func (c *session) answerFirst() int {
 	s := c.srv
-	var buf [firstReadSize]byte
-	n, err := c.tryRead(buf[:])
+	buf := c.park.shard.rbuf[:]
+	n, err := c.tryRead(buf)
 	if err == errWouldBlock { // a stale readiness
 		return c.park.shard.repark(c)
 	}
@@ -623,7 +642,7 @@ func (sh *pollShard) repark(c *session) int {
 		sh.unlinkDueLocked(c)
 	}
 	c.park.parked = true
-	sh.parked[c.rio.fd] = c
+	sh.setParked(c.rio.fd, c)
 	return answered
 }
 

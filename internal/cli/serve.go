@@ -128,7 +128,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.DurationVar(&o.shutdownLinger, "shutdown-linger", 2*time.Second, "how long the ops endpoints stay up after the protocol listener closes")
 	fs.IntVar(&o.maxSessions, "max-sessions", def.MaxSessions, "most sessions at once; more get ERROR OVERLOADED")
 	fs.IntVar(&o.maxWaiters, "max-waiters", def.MaxWaitersPerLock, "most waiters of one lock; more get ERROR OVERLOADED")
-	fs.BoolVar(&o.parkIdle, "park-idle", def.ParkIdle, "idle sessions give up their goroutine while epoll watches their socket (Linux; less memory per session)")
+	fs.BoolVar(&o.parkIdle, "park-idle", def.ParkIdle, "serve sessions from an epoll poller, without a goroutine each, where it can (Linux, plain TCP; less memory per session, no goroutine per claim)")
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
