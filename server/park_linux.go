@@ -76,8 +76,8 @@ type pollShard struct {
 
 	mu        sync.Mutex
 	parked    []*session // by file descriptor; nil where none is parked (see setParked)
-	stopping  bool               // no new parks
-	fdsClosed bool               // epfd is closed
+	stopping  bool       // no new parks
+	fdsClosed bool       // epfd is closed
 	// due lists the adopted sessions whose ACQUIRE has not come, oldest
 	// first (all have the same io-timeout, so also by firstDue); dueTimer
 	// hands them to readers when it passes, which then end them with
