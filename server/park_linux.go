@@ -439,11 +439,11 @@ func (p *idlePoller) run() {
 // callback, which returns only to wait again: between two waits there is
 // one epoll_wait, not a second one that finds nothing (see watchEvents).
 func (sh *pollShard) run() {
-	woken := make([]*session, 0, shardEvents)
+	ends, others := make([]*session, 0, shardEvents), make([]*session, 0, shardEvents)
 	err := sh.ep.Read(func(fd uintptr) bool {
 		for {
 			n := sh.collect(fd)
-			sh.serveEvents(n, woken)
+			sh.serveEvents(n, ends, others)
 			if n < len(sh.events) {
 				return false // drained: wait for the next edge
 			}
@@ -454,8 +454,11 @@ func (sh *pollShard) run() {
 	}
 }
 
-// serveEvents answers the sessions of the shard's first n events.
-func (sh *pollShard) serveEvents(n int, woken []*session) {
+// serveEvents answers the sessions of the shard's first n events: first
+// those whose client closed or reset (a holder's close is a handover, and
+// its push should not wait behind a turn of heartbeats), then the others.
+// ends and others are scratch, as long as the events.
+func (sh *pollShard) serveEvents(n int, ends, others []*session) {
 	sh.mu.Lock()
 	for _, ev := range sh.events[:n] {
 		c := sh.parkedAt(ev.Fd)
@@ -466,12 +469,23 @@ func (sh *pollShard) serveEvents(n int, woken []*session) {
 		// shard gives it a reader if it must.
 		sh.parked[ev.Fd] = nil
 		c.park.parked = false
-		woken = append(woken, c)
+		if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			ends = append(ends, c)
+		} else {
+			others = append(others, c)
+		}
 	}
 	sh.mu.Unlock()
+	sh.answerAll(ends, true)
+	sh.answerAll(others, false)
+}
+
+// answerAll answers the sessions in woken, and clears it; ended says
+// that their events came with their clients' close (see answer).
+func (sh *pollShard) answerAll(woken []*session, ended bool) {
 	for i, c := range woken {
 		woken[i] = nil
-		switch c.answer() {
+		switch c.answer(ended) {
 		case needReader:
 			sh.handOff(c, c.resume)
 		case needWriter:
@@ -494,6 +508,7 @@ const (
 	handedOff         // c has a reader goroutine already
 	needReader        // c needs its reader goroutine
 	needWriter        // the same, and the reader must first write what is queued
+	parkAgain         // (answerFirst, answerNext) c may park again
 )
 
 // answer handles what woke parked session c, on its shard's goroutine and
@@ -504,15 +519,38 @@ const (
 // the reader writes it before it reads on (with the io-timeout), as a
 // reader always does: a client that does not read its replies cannot make
 // the server queue them.
-func (c *session) answer() int {
-	if !c.started {
-		return c.answerFirst()
+//
+// ended says that the event came with the client's close or reset (or a
+// socket error): what came before it is answered, and then the socket is
+// read once more, for the close. Edge-triggered, the shard is not told of
+// the close again: parked with its close unread, a holder would keep its
+// lock until its lease ran out.
+func (c *session) answer(ended bool) int {
+	for {
+		var a int
+		if c.started {
+			a = c.answerNext()
+		} else {
+			a = c.answerFirst()
+		}
+		if a != parkAgain {
+			return a
+		}
+		if !ended {
+			return c.park.shard.repark(c)
+		}
+		ended = false
 	}
+}
+
+// answerNext reads a started session's socket and answers a lone
+// HEARTBEAT, or ends the session at the client's close or reset.
+func (c *session) answerNext() int {
 	s := c.srv
 	buf := c.park.shard.rbuf[:]
 	n, err := c.tryRead(buf)
 	if err == errWouldBlock { // a stale readiness
-		return c.park.shard.repark(c)
+		return parkAgain
 	}
 	if err == io.EOF || err == unix.ECONNRESET {
 		if c.closeInShard(err) {
@@ -549,7 +587,7 @@ func (c *session) answer() int {
 	if !c.writeNow() {
 		return needWriter
 	}
-	return c.park.shard.repark(c)
+	return parkAgain
 }
 
 // answerFirst takes the ACQUIRE of an adopted session, when it came whole
@@ -564,7 +602,7 @@ func (c *session) answerFirst() int {
 	buf := c.park.shard.rbuf[:]
 	n, err := c.tryRead(buf)
 	if err == errWouldBlock { // a stale readiness
-		return c.park.shard.repark(c)
+		return parkAgain
 	}
 	if err != nil {
 		c.readErr = err
@@ -588,7 +626,7 @@ func (c *session) answerFirst() int {
 	if !c.writeNow() {
 		return needWriter
 	}
-	return c.park.shard.repark(c)
+	return parkAgain
 }
 
 // closeInShard ends c, whose client closed or reset its connection (err),

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/server"
 	"github.com/batonlock/baton/wire"
+	"golang.org/x/sys/unix"
 )
 
 func parkIdle(on bool) func(*server.Config) {
@@ -304,4 +307,74 @@ func TestParkedHeartbeatsAnsweredByPoller(t *testing.T) {
 		t.Fatalf("token %d, want %d", got, tok)
 	}
 	waitParked(t, ts, 2)
+}
+
+// TestCloseRightBehindFrame: a client that closes right behind its ACQUIRE
+// or a HEARTBEAT, in the same segment, releases at once. The poller is told
+// of both by one event: it must read the close after answering the frame,
+// not park the session with its close unread until the lease ends.
+func TestCloseRightBehindFrame(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, parkIdle(true))
+	// lastWords sends frame and the client's FIN in one segment: corked,
+	// the frame waits, and the FIN rides on it.
+	lastWords := func(c *batontest.Conn, frame []byte) {
+		t.Helper()
+		tc := c.Conn.(*net.TCPConn)
+		raw, err := tc.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, 1) }); err != nil || serr != nil {
+			t.Fatalf("TCP_CORK: %v %v", err, serr)
+		}
+		c.Write(frame)
+		if err := tc.CloseWrite(); err != nil {
+			t.Fatalf("CloseWrite: %v", err)
+		}
+	}
+	// freeSoon claims name with NOWAIT until it is granted, well within the
+	// 30 s lease a lost close would hold it for.
+	freeSoon := func(name string) {
+		t.Helper()
+		deadline := time.Now().Add(frameWait)
+		for {
+			c := batontest.Dial(t, ts.Addr)
+			c.Acquire(name, longLease, true, "")
+			f := c.ReadFrame(frameWait)
+			c.Conn.Close()
+			if f.Type == wire.TypeAcquired {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("lock %q still held %v after its holder closed: %v", name, frameWait, f)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("behind-acquire-%d", i)
+		c := batontest.Dial(t, ts.Addr)
+		lastWords(c, acquireFrame(1, 0, uint32(longLease/time.Millisecond), name, ""))
+		expectAcquired(t, c)
+		freeSoon(name)
+
+		name = fmt.Sprintf("behind-heartbeat-%d", i)
+		h, tok := hold(t, ts, name, longLease)
+		waitParkedAtLeast(t, ts, 1)
+		lastWords(h, []byte{byte(wire.TypeHeartbeat), 0, 0})
+		if got := expectAcquired(t, h); got != tok {
+			t.Fatalf("heartbeat reply token %d, want %d", got, tok)
+		}
+		freeSoon(name)
+	}
+}
+
+// waitParkedAtLeast waits until at least n connections are parked.
+func waitParkedAtLeast(t *testing.T, ts *batontest.Server, n float64) {
+	t.Helper()
+	batontest.Eventually(t, frameWait, func() bool {
+		return metric(t, ts.Srv.Registry(), "baton_connections_parked", "") >= n
+	}, "too few connections parked")
 }
