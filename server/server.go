@@ -261,8 +261,9 @@ func (s *Server) accept(conn net.Conn) {
 		return
 	}
 	s.mu.Lock()
-	if !s.goLocked(c.serve) {
-		c.conn.Close() // stopped: its end found it unparked already
+	if !s.goLocked(c.serve) { // stopped: its end found it unparked already
+		c.conn.Close()
+		s.m.connections.Dec()
 	}
 	s.mu.Unlock()
 }

@@ -30,7 +30,8 @@ type session struct {
 	rio  rawIO     // the reader's state for non-blocking reads on raw
 	park parkState // guarded by the poller's mutex
 	// extra is what the client sent after its ACQUIRE in the same read,
-	// for the reader to take first.
+	// or what the poller's shard read before it handed the session to a
+	// reader goroutine: the reader takes it first.
 	extra []byte
 	// endFlush holds end's effects (a handover's push), so that a handover
 	// allocates nothing for them.
