@@ -44,8 +44,15 @@ for i in 1 2 3; do
   [ "$i" = "$leader" ] && continue
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:1720$i/readyz")
   [ "$code" = 503 ] || { echo "follower n$i: /readyz $code, want 503" >&2; exit 1; }
-  # A follower sends /v1/ lock requests on to the leader.
-  curl -fsS "http://127.0.0.1:1720$i/v1/locks" >/dev/null
+  # A follower sends /v1/ lock requests on to the leader, once it has heard
+  # from it: right after the election it may not know it yet (503, "no
+  # leader is known"), so it gets a few seconds.
+  forwarded=""
+  for _ in $(seq 1 50); do
+    if curl -fsS -o /dev/null "http://127.0.0.1:1720$i/v1/locks" 2>/dev/null; then forwarded=1; break; fi
+    sleep 0.1
+  done
+  [ -n "$forwarded" ] || { echo "follower n$i: /v1/locks not sent on to the leader within 5 s:" >&2; curl -sS "http://127.0.0.1:1720$i/v1/locks" >&2; exit 1; }
 done
 "$work/baton" cluster -ops-addr "127.0.0.1:1720$leader"
 # SIGTERM on the leader: a planned handover, exit 0, and a new leader.
