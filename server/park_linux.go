@@ -546,7 +546,6 @@ func (c *session) answer(ended bool) int {
 // answerNext reads a started session's socket and answers a lone
 // HEARTBEAT, or ends the session at the client's close or reset.
 func (c *session) answerNext() int {
-	s := c.srv
 	buf := c.park.shard.rbuf[:]
 	n, err := c.tryRead(buf)
 	if err == errWouldBlock { // a stale readiness
@@ -565,24 +564,8 @@ func (c *session) answerNext() int {
 		c.extra = append(c.extra[:0], buf[:n]...) // nextHeader takes it first
 		return needReader
 	}
-	now := time.Now()
-	s.mu.Lock()
-	if c.ended {
-		s.mu.Unlock()
+	if !c.heartbeat() {
 		return needReader // the reader delivers the end
-	}
-	st, ok := s.table.Seen(now, c.id)
-	if ok {
-		c.queueState(st)
-	} else {
-		// Too late, as in serveLoop: the session ends now.
-		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
-	}
-	ended := c.ended
-	s.mu.Unlock()
-	s.m.heartbeats.Inc()
-	if ended {
-		return needReader
 	}
 	if !c.writeNow() {
 		return needWriter

@@ -242,7 +242,6 @@ func (c *session) readFirst(buf []byte) (wire.Header, []byte, error) {
 // serveLoop answers the frames after ACQUIRE until the session ends or
 // parks.
 func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
-	s := c.srv
 	for {
 		h, parked, err := c.nextHeader()
 		if parked {
@@ -265,25 +264,35 @@ func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
 		default:
 			return ReasonProtocolError, fmt.Sprintf("unknown frame %v", h.Type), false
 		}
-		now := time.Now()
-		s.mu.Lock()
-		if c.ended {
-			s.mu.Unlock()
-			return c.reason, "", false // ended by the server meanwhile; its ERROR is queued
+		if !c.heartbeat() {
+			return c.reason, "", false // ended by the server; its ERROR is queued
 		}
-		st, ok := s.table.Seen(now, c.id)
-		if ok {
-			c.queueState(st)
-		} else {
-			// The frame came after the lease ran out, before the reaper
-			// looked: the session is over. Expire it now, not at the
-			// reaper's next turn.
-			s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
-		}
-		s.mu.Unlock()
-		s.m.heartbeats.Inc()
 		c.send()
 	}
+}
+
+// heartbeat records a HEARTBEAT of c and queues its reply, and reports
+// whether the session goes on: false if the server ended it meanwhile, or
+// ends it now, its ERROR queued either way. A frame that came after the
+// lease ran out, before the reaper looked, ends the session now, not at
+// the reaper's next turn.
+func (c *session) heartbeat() (live bool) {
+	s := c.srv
+	now := time.Now()
+	s.mu.Lock()
+	if c.ended {
+		s.mu.Unlock()
+		return false
+	}
+	if st, ok := s.table.Seen(now, c.id); ok {
+		c.queueState(st)
+	} else {
+		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
+	}
+	live = !c.ended
+	s.mu.Unlock()
+	s.m.heartbeats.Inc()
+	return live
 }
 
 // acquire enters the session in the table and queues its answer.
