@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -367,11 +366,7 @@ type rawIO struct {
 }
 
 // initRaw readies c for parking, if its connection gives its descriptor.
-func (c *session) initRaw(tc *net.TCPConn) {
-	raw, err := tc.SyscallConn()
-	if err != nil {
-		return
-	}
+func (c *session) initRaw(raw syscall.RawConn) {
 	fd := int32(-1)
 	if err := raw.Control(func(d uintptr) { fd = int32(d) }); err != nil || fd < 0 {
 		return

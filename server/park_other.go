@@ -2,7 +2,7 @@
 
 package server
 
-import "net"
+import "syscall"
 
 // Elsewhere than Linux every session keeps its reader goroutine: the idle
 // poller is built on epoll.
@@ -12,7 +12,7 @@ type parkState struct{}
 
 type rawIO struct{}
 
-func (c *session) initRaw(*net.TCPConn) {}
+func (c *session) initRaw(syscall.RawConn) {}
 
 var errWouldBlock error
 

@@ -57,7 +57,7 @@ type Server struct {
 	table     *locktable.Table
 	sessions  map[locktable.SessionID]*session // those in the table
 	conns     map[*session]struct{}            // every open connection
-	listeners map[net.Listener]struct{}
+	listeners map[net.Listener]func()          // each with what wakes its accept loop, if ln.Close does not
 	nextID    locktable.SessionID
 	stopped   bool             // no goroutine may start any more
 	armedFor  time.Time        // the reaper's wake-up; zero when idle
@@ -108,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 		}),
 		sessions:   make(map[locktable.SessionID]*session),
 		conns:      make(map[*session]struct{}),
-		listeners:  make(map[net.Listener]struct{}),
+		listeners:  make(map[net.Listener]func()),
 		reaperWake: make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
@@ -165,7 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	s.listeners[ln] = struct{}{}
+	s.listeners[ln] = nil
 	s.reaperOnce.Do(func() {
 		s.goLocked(s.reap)
 		s.startPollerLocked()
@@ -179,6 +179,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		delete(s.listeners, ln)
 		s.mu.Unlock()
 	}()
+	if raw, err := s.serveRaw(ln); raw { // sock_linux.go
+		return err
+	}
 
 	// Options the accepted sockets inherit are set on the listener once.
 	preset := s.cfg.SendBuffer == 0 || presetListener(ln, s.cfg)
@@ -305,8 +308,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) stop() {
 	s.closing.Store(true)
 	s.mu.Lock()
-	for ln := range s.listeners {
+	for ln, wake := range s.listeners {
 		ln.Close()
+		if wake != nil {
+			wake()
+		}
 	}
 	now := time.Now()
 	// closing is set, so no waiter is pushed ACQUIRED on its way out.

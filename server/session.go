@@ -85,8 +85,8 @@ func newSession(s *Server, id locktable.SessionID, conn net.Conn) *session {
 		if cc, ok := conn.(*countedConn); ok { // -max-conns-per-ip: only Close differs
 			plain = cc.Conn
 		}
-		if tc, ok := plain.(*net.TCPConn); ok {
-			c.initRaw(tc)
+		if raw := tcpRawConn(plain); raw != nil {
+			c.initRaw(raw)
 		}
 	}
 	return c
