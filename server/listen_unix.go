@@ -8,9 +8,14 @@ import (
 )
 
 // listenerOptions sets, on a listening socket before it binds, the options
-// its accepted connections inherit: SO_SNDBUF (Config.SendBuffer). Every
-// option of the listener belongs here, in one place.
+// its accepted connections inherit: SO_SNDBUF (Config.SendBuffer), and
+// TCP_NODELAY, which net's accept would set on each connection and the
+// raw accept (sock_linux.go) does not. Every option of the listener
+// belongs here, in one place.
 func listenerOptions(fd uintptr, cfg Config) error {
+	if err := syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1); err != nil {
+		return err
+	}
 	if cfg.SendBuffer > 0 {
 		return syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, cfg.SendBuffer)
 	}

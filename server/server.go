@@ -58,10 +58,13 @@ type Server struct {
 	sessions  map[locktable.SessionID]*session // those in the table
 	conns     map[*session]struct{}            // every open connection
 	listeners map[net.Listener]func()          // each with what wakes its accept loop, if ln.Close does not
-	nextID    locktable.SessionID
-	stopped   bool             // no goroutine may start any more
-	armedFor  time.Time        // the reaper's wake-up; zero when idle
-	exits     []locktable.Exit // scratch for Expire and the admin calls
+	// acceptCheck is how often a raw accept loop looks whether its
+	// listener was closed by someone else (sock_linux.go).
+	acceptCheck time.Duration
+	nextID      locktable.SessionID
+	stopped     bool             // no goroutine may start any more
+	armedFor    time.Time        // the reaper's wake-up; zero when idle
+	exits       []locktable.Exit // scratch for Expire and the admin calls
 	// releaseExits is scratch for Release.
 	releaseExits []locktable.Exit
 
@@ -106,11 +109,12 @@ func New(cfg Config) (*Server, error) {
 			NextToken:         cfg.NextToken,
 			NoGrantBefore:     cfg.NoGrantBefore,
 		}),
-		sessions:   make(map[locktable.SessionID]*session),
-		conns:      make(map[*session]struct{}),
-		listeners:  make(map[net.Listener]func()),
-		reaperWake: make(chan struct{}, 1),
-		done:       make(chan struct{}),
+		sessions:    make(map[locktable.SessionID]*session),
+		conns:       make(map[*session]struct{}),
+		listeners:   make(map[net.Listener]func()),
+		acceptCheck: time.Second,
+		reaperWake:  make(chan struct{}, 1),
+		done:        make(chan struct{}),
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.serving.Store(!cfg.Replicated)

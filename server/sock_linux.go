@@ -25,12 +25,6 @@ import (
 // an *os.File, and so to the runtime poller, only when a reader goroutine
 // first waits on it.
 
-// rawAcceptCheck is how often a raw accept loop looks whether its listener
-// was closed by someone other than the server (Shutdown wakes it at
-// once): the close takes the listener out of the loop's epoll set without
-// telling it.
-const rawAcceptCheck = time.Second
-
 // serveRaw accepts on ln as Serve does, with accept4 (see above). It
 // reports false, having accepted nothing, when it cannot run: the server
 // speaks TLS, there is no idle poller, ln is not a TCP listener, or its
@@ -45,17 +39,23 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	var lfd int
+	// A listener from Listen has its options from before it listened, so
+	// that every connection inherits them. Another one gets them now, and
+	// its connections TCP_NODELAY each, as net would give them: those in
+	// its backlog already have the system's default, and an answer
+	// waiting for the ACK of the one before it would delay a handover.
+	var lfd, nodelay int
 	var oerr error
 	if err := lraw.Control(func(fd uintptr) {
 		lfd = int(fd)
-		oerr = listenerOptions(fd, s.cfg)
+		nodelay, oerr = unix.GetsockoptInt(lfd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
 		if oerr == nil {
-			oerr = unix.SetsockoptInt(lfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			oerr = listenerOptions(fd, s.cfg)
 		}
 	}); err != nil || oerr != nil {
 		return false, nil
 	}
+	eachNoDelay := nodelay == 0
 	// An epoll set of its own watches the listener, edge-triggered: an
 	// *os.File of it waits in the runtime poller, as the shards do, and
 	// the listener stays net's, so that its Close is still the close.
@@ -86,13 +86,19 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 		if s.closing.Load() {
 			return true, ErrServerClosed
 		}
-		file.SetReadDeadline(time.Now().Add(rawAcceptCheck))
+		// Someone else's close of ln takes it out of the epoll set without
+		// a word: the deadline makes the loop look (Shutdown wakes it at
+		// once).
+		file.SetReadDeadline(time.Now().Add(s.acceptCheck))
 		var lnErr, acceptErr error
+		// Each Read begins with an accept, not a wait: Read forgets a
+		// wake-up that came before it (the runtime poller's readiness is
+		// reset), so the backlog must be looked at first. The epoll set's
+		// events are never taken: it watches only ln, and the kernel wakes
+		// the runtime poller for each new connection whether or not the
+		// last one was taken, finding the set readable while ln has a
+		// connection to accept.
 		werr := ep.Read(func(uintptr) bool {
-			// The epoll set's events are not taken: it watches only ln,
-			// and the kernel wakes the runtime poller for each new
-			// connection whether or not the last one was taken, finding
-			// the set readable while ln has a connection to accept.
 			for {
 				var nfd int
 				var sa unix.Sockaddr
@@ -109,7 +115,7 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 				switch err {
 				case nil:
 					backoff = 0
-					s.acceptSock(nfd, sa)
+					s.acceptSock(nfd, sa, eachNoDelay)
 				case unix.EAGAIN:
 					return false // wait for the next connection
 				case unix.EINTR, unix.ECONNABORTED:
@@ -137,13 +143,17 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 			s.log.Warn("raw accept stopped; accepting through net", "err", werr)
 			return false, nil
 		}
-		// A deadline: look at the listener again (lraw.Control above).
+		// The deadline: the next accept looks at the listener.
 	}
 }
 
 // acceptSock takes connection fd, from address sa, as Serve's loop takes
-// one from net's accept. Its options came from the listener.
-func (s *Server) acceptSock(fd int, sa unix.Sockaddr) {
+// one from net's accept. Its options came from the listener; noDelay sets
+// TCP_NODELAY on it too.
+func (s *Server) acceptSock(fd int, sa unix.Sockaddr, noDelay bool) {
+	if noDelay {
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
 	var conn net.Conn = &sockConn{fd: fd, remote: sockaddrTCP(sa)}
 	if conn = s.admit(conn); conn != nil { // per-address cap (no TLS here)
 		s.accept(conn)

@@ -1,0 +1,347 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonlock/baton/wire"
+	"golang.org/x/sys/unix"
+)
+
+// sockPair returns a sockConn accepted with accept4, as serveRaw makes
+// them, and the client's end.
+func sockPair(t *testing.T) (*sockConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	raw, _ := ln.(*net.TCPListener).SyscallConn()
+	var fd int
+	var sa unix.Sockaddr
+	raw.Control(func(lfd uintptr) {
+		for { // the connection is in the backlog already: Dial returned
+			fd, sa, err = unix.Accept4(int(lfd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err != unix.EAGAIN && err != unix.EINTR {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &sockConn{fd: fd, remote: sockaddrTCP(sa)}
+	t.Cleanup(func() { sc.Close() })
+	return sc, client
+}
+
+// expectEOF reads c until the connection's end, within five seconds.
+func expectEOF(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [16]byte
+	if n, err := c.Read(b[:]); err != io.EOF {
+		t.Fatalf("read %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// TestSockConnCloseWaitsForUse: a Close while the descriptor is in use
+// (the handover's push written from another goroutine) is carried out when
+// that use ends, so the descriptor's number cannot be reused under it;
+// after the Close, nothing uses it.
+func TestSockConnCloseWaitsForUse(t *testing.T) {
+	sc, client := sockPair(t)
+	if got := sc.RemoteAddr().String(); got != client.LocalAddr().String() {
+		t.Fatalf("RemoteAddr %s, want %s", got, client.LocalAddr())
+	}
+	if got := sc.LocalAddr().String(); got != client.RemoteAddr().String() {
+		t.Fatalf("LocalAddr %s, want %s", got, client.RemoteAddr())
+	}
+	raw := sc.rawConn()
+	inUse, closed := make(chan struct{}), make(chan error)
+	go func() {
+		raw.Control(func(fd uintptr) {
+			close(inUse)
+			<-closed // Close has returned: the descriptor must still be ours
+			if _, err := unix.Write(int(fd), []byte("ok")); err != nil {
+				t.Errorf("write after a Close during the use: %v", err)
+			}
+		})
+	}()
+	<-inUse
+	err := sc.Close()
+	closed <- err
+	if err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [2]byte
+	if _, err := io.ReadFull(client, b[:]); err != nil || string(b[:]) != "ok" {
+		t.Fatalf("client read %q, %v", b, err)
+	}
+	expectEOF(t, client) // the use's end closed it
+	if err := raw.Control(func(uintptr) { t.Error("Control ran after Close") }); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Control after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := sc.Read(b[:]); ioCause(err) != net.ErrClosed {
+		t.Fatalf("Read after Close: %v, want net.ErrClosed", err)
+	}
+	if err := sc.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestSockConnPollable: the first blocking call hands the descriptor to
+// the runtime poller, and errors come as net's connections give them
+// (readFailure and writeFailed classify them).
+func TestSockConnPollable(t *testing.T) {
+	sc, client := sockPair(t)
+	var b [8]byte
+
+	// Without waiting: nothing to read yet.
+	var n int
+	var rerr error
+	if err := sc.rawConn().Read(func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), b[:])
+		return true
+	}); err != nil || rerr != unix.EAGAIN {
+		t.Fatalf("raw read: %v, %v; want EAGAIN", err, rerr)
+	}
+	if sc.file != nil {
+		t.Fatal("a read that did not wait made the descriptor pollable")
+	}
+
+	// A deadline, a wait.
+	sc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := sc.Read(b[:]); ioCause(err) != os.ErrDeadlineExceeded {
+		t.Fatalf("Read past its deadline: %v", err)
+	}
+	var ne net.Error
+	if _, err := sc.Read(b[:]); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Read past its deadline: %v, want a net.Error that times out", err)
+	}
+	sc.SetReadDeadline(time.Time{})
+	go client.Write([]byte("hi"))
+	if n, err := sc.Read(b[:]); err != nil || string(b[:n]) != "hi" {
+		t.Fatalf("Read: %q, %v", b[:n], err)
+	}
+
+	// A raw read that asks to wait waits in the runtime poller.
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		client.Write([]byte("yo"))
+	}()
+	calls := 0
+	if err := sc.rawConn().Read(func(fd uintptr) bool {
+		calls++
+		n, rerr = unix.Read(int(fd), b[:])
+		return rerr != unix.EAGAIN
+	}); err != nil || rerr != nil || string(b[:n]) != "yo" {
+		t.Fatalf("raw read with a wait: %v, %v, %q after %d calls", err, rerr, b[:n], calls)
+	}
+
+	// Half-close: the client reads our FIN and can still write.
+	if _, err := sc.Write([]byte("bye")); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if err := sc.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(client); err != nil || string(got) != "bye" {
+		t.Fatalf("client read %q, %v; want bye and EOF", got, err)
+	}
+	client.Write([]byte("!"))
+	if n, err := sc.Read(b[:]); err != nil || string(b[:n]) != "!" {
+		t.Fatalf("Read after CloseWrite: %q, %v", b[:n], err)
+	}
+
+	// The client's close is EOF; its reset is ECONNRESET.
+	client.(*net.TCPConn).SetLinger(0)
+	client.Close()
+	sc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := sc.Read(b[:]); ioCause(err) != syscall.ECONNRESET {
+		t.Fatalf("Read after the client's reset: %v, want ECONNRESET", err)
+	}
+}
+
+// TestRawAcceptSessions: a plain TCP server with the idle poller accepts
+// with accept4; its connections carry TCP_NODELAY from the listener (a
+// push must not wait for the ACK of the answer before it), serve a whole
+// session, and Serve returns when the listener is closed by someone else.
+//
+// With a listener of its own (net.Listen, not Listen) and a client that
+// connected before Serve, the connection still gets TCP_NODELAY.
+func TestRawAcceptSessions(t *testing.T) {
+	t.Run("Listen", func(t *testing.T) { testRawAccept(t, true) })
+	t.Run("net.Listen", func(t *testing.T) { testRawAccept(t, false) })
+}
+
+func testRawAccept(t *testing.T, ownListen bool) {
+	cfg := DefaultConfig()
+	var next uint64
+	cfg.NextToken = func() uint64 { next++; return next }
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	if ownListen {
+		ln, err = Listen(t.Context(), cfg, "127.0.0.1:0")
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String()) // in the backlog before Serve
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	defer s.Shutdown(t.Context())
+	frame, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 30000, Name: "raw"})
+	c.Write(frame)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var reply [12]byte
+	if _, err := io.ReadFull(c, reply[:]); err != nil || wire.Type(reply[0]) != wire.TypeAcquired {
+		t.Fatalf("reply % x, %v; want ACQUIRED", reply, err)
+	}
+
+	s.mu.Lock()
+	var sc *sockConn
+	for sess := range s.conns {
+		sc, _ = sess.conn.(*sockConn)
+	}
+	s.mu.Unlock()
+	if sc == nil {
+		t.Fatal("the session's connection is not a sockConn: accepted through net")
+	}
+	var nodelay int
+	sc.rawConn().Control(func(fd uintptr) { nodelay, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY) })
+	if err != nil || nodelay != 1 {
+		t.Fatalf("TCP_NODELAY %d, %v; want 1", nodelay, err)
+	}
+
+	ln.Close()
+	select {
+	case err := <-served:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Serve returned %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * s.acceptCheck):
+		t.Fatal("Serve still running after its listener was closed")
+	}
+	// The session outlives its listener.
+	c.Write(wire.AppendHeartbeat(nil))
+	if _, err := io.ReadFull(c, reply[:]); err != nil || wire.Type(reply[0]) != wire.TypeAcquired {
+		t.Fatalf("heartbeat reply % x, %v", reply, err)
+	}
+}
+
+// TestAcceptBurst: connections that come in bursts while others end are
+// all accepted and served: the raw accept loop takes them until the
+// listener has none, and a wake-up missed would leave one in the backlog
+// (its listener check, which would find it, is an hour away here). 16
+// clients claim one lock 50 times each, half releasing by reset; every
+// claim is granted, with distinct tokens.
+func TestAcceptBurst(t *testing.T) {
+	cfg := DefaultConfig()
+	var next atomic.Uint64
+	cfg.NextToken = func() uint64 { return next.Add(1) }
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.acceptCheck = time.Hour
+	ln, err := Listen(t.Context(), cfg, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(t.Context())
+
+	const workers, claims, wait = 16, 50, 20 * time.Second
+	frame, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 30000, Name: "burst"})
+	claim := func(rst bool) (uint64, error) {
+		nc, err := net.DialTimeout("tcp", ln.Addr().String(), wait)
+		if err != nil {
+			return 0, err
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(wait))
+		nc.Write(frame)
+		for {
+			var hdr [wire.HeaderSize]byte
+			if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+				return 0, err
+			}
+			h, err := wire.ParseHeader(hdr[:])
+			if err != nil {
+				return 0, err
+			}
+			payload := make([]byte, h.Length)
+			if _, err := io.ReadFull(nc, payload); err != nil {
+				return 0, err
+			}
+			switch h.Type {
+			case wire.TypeWaiting:
+				continue
+			case wire.TypeAcquired:
+				_, tok, err := wire.DecodeAcquired(payload)
+				if rst {
+					nc.(*net.TCPConn).SetLinger(0)
+				}
+				return tok, err
+			}
+			return 0, fmt.Errorf("got %v", h.Type)
+		}
+	}
+	tokens := make(chan uint64, workers*claims)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range claims {
+				tok, err := claim((w+i)%2 == 0)
+				if err != nil {
+					errs <- fmt.Errorf("worker %d, claim %d: %w", w, i, err)
+					return
+				}
+				tokens <- tok
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(tokens)
+	seen := make(map[uint64]bool)
+	for tok := range tokens {
+		if seen[tok] {
+			t.Fatalf("token %d granted twice", tok)
+		}
+		seen[tok] = true
+	}
+	if len(seen) != workers*claims {
+		t.Fatalf("%d grants, want %d", len(seen), workers*claims)
+	}
+}
