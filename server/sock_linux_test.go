@@ -1,11 +1,16 @@
 package server
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -344,4 +349,148 @@ func TestAcceptBurst(t *testing.T) {
 	if len(seen) != workers*claims {
 		t.Fatalf("%d grants, want %d", len(seen), workers*claims)
 	}
+}
+
+// TestAcceptRetriesAfterEMFILE: with every descriptor of the process in
+// use, accept4 fails with EMFILE and leaves the connection in the backlog,
+// which announces nothing more: the loop retries after a backoff, and the
+// connection is served once a descriptor is free. The server runs in a
+// child process (this test again), whose descriptor limit it lowers.
+func TestAcceptRetriesAfterEMFILE(t *testing.T) {
+	if os.Getenv("BATON_TEST_EMFILE_CHILD") == "1" {
+		emfileChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptRetriesAfterEMFILE$")
+	cmd.Env = append(os.Environ(), "BATON_TEST_EMFILE_CHILD=1")
+	stdin, _ := cmd.StdinPipe() // the child ends when it closes
+	stdout, _ := cmd.StdoutPipe()
+	logs := new(lockedBuffer)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("child: %v; %s", err, logs)
+	}
+	addr := strings.TrimSpace(strings.TrimPrefix(line, "addr "))
+
+	acquire := func(name string) net.Conn {
+		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		frame, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 30000, Name: name})
+		nc.Write(frame)
+		return nc
+	}
+	granted := func(nc net.Conn, within time.Duration) error {
+		nc.SetReadDeadline(time.Now().Add(within))
+		var reply [12]byte
+		if _, err := io.ReadFull(nc, reply[:]); err != nil {
+			return err
+		}
+		if wire.Type(reply[0]) != wire.TypeAcquired {
+			return fmt.Errorf("reply % x, want ACQUIRED", reply)
+		}
+		return nil
+	}
+	// The child has room for a few connections (emfileRoom, give or take
+	// what it had open besides): claim until one is not served.
+	var held, late []net.Conn
+	for i := 0; len(late) == 0; i++ {
+		if i == 20 {
+			t.Fatalf("20 connections served: the child never ran out of descriptors; %s", logs)
+		}
+		nc := acquire(fmt.Sprint("held-", i))
+		if err := granted(nc, time.Second); err != nil {
+			late = append(late, nc)
+		} else {
+			held = append(held, nc)
+		}
+	}
+	late = append(late, acquire("late"))
+	if err := granted(late[1], 300*time.Millisecond); err == nil {
+		t.Fatalf("a connection served with no descriptor free; %s", logs)
+	}
+	for _, nc := range held {
+		nc.Close()
+	}
+	for i, nc := range late {
+		if err := granted(nc, 10*time.Second); err != nil {
+			t.Fatalf("late connection %d not served once descriptors were free: %v; %s", i, err, logs)
+		}
+	}
+	if !strings.Contains(logs.String(), "too many open files") {
+		t.Fatalf("no accept failure logged: %s", logs)
+	}
+}
+
+// emfileRoom is how many connections the child of
+// TestAcceptRetriesAfterEMFILE has descriptors for.
+const emfileRoom = 3
+
+func emfileChild(t *testing.T) {
+	cfg := DefaultConfig()
+	var next atomic.Uint64
+	cfg.NextToken = func() uint64 { return next.Add(1) }
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen(t.Context(), cfg, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	// One session first, so that whatever the server opens once is open.
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 30000, Name: "warm"})
+	nc.Write(frame)
+	var reply [12]byte
+	if _, err := io.ReadFull(nc, reply[:]); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	time.Sleep(100 * time.Millisecond) // the server closes its end
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ReadDir's own descriptor is closed again: len(fds)-1 are open.
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	lim.Cur = uint64(len(fds) - 1 + emfileRoom)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("addr", ln.Addr())
+	io.Copy(io.Discard, os.Stdin)
+	s.Shutdown(t.Context())
+}
+
+// lockedBuffer is a child's stderr, read while the child writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
