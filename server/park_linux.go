@@ -19,9 +19,11 @@ import (
 // session costs no goroutine stack (two thirds of its memory) and a claim
 // no goroutine start: a parked session has no reader goroutine, and its
 // shard reads it when its connection becomes readable, without waiting.
-// A connection parks at its accept. Its shard takes the ACQUIRE, when it
-// came whole in one read (answerFirst); answers a lone HEARTBEAT; and
-// ends the session at the client's close or reset, writing the
+// A connection parks at its accept (accepted with accept4 by the listener's
+// loop, so that Go's runtime poller never sees it unless a reader
+// goroutine waits on it: see sock_linux.go). Its shard takes the ACQUIRE,
+// when it came whole in one read (answerFirst); answers a lone HEARTBEAT;
+// and ends the session at the client's close or reset, writing the
 // handover's push to the next holder (closeInShard). The reply is written
 // without waiting, and the session stays parked. Anything else (a frame
 // in pieces, frames back to back, a lease NoteLease may have to wait for,

@@ -161,7 +161,11 @@ func (s *Server) goLocked(f func()) bool {
 
 // Serve accepts sessions on ln until Shutdown, and then returns
 // ErrServerClosed. Temporary accept errors (such as running out of file
-// descriptors) are retried with a backoff of up to one second.
+// descriptors) are retried with a backoff of up to one second. If ln is
+// closed by its owner instead, Serve returns an error wrapping
+// net.ErrClosed: at once, or within a second when it accepts with accept4
+// itself (a plain TCP listener with the idle poller on Linux, see
+// sock_linux.go), whose wait is not told of another's close.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.stopped || s.closing.Load() {
