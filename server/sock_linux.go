@@ -44,18 +44,7 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 	// its connections TCP_NODELAY each, as net would give them: those in
 	// its backlog already have the system's default, and an answer
 	// waiting for the ACK of the one before it would delay a handover.
-	var lfd, nodelay int
-	var oerr error
-	if err := lraw.Control(func(fd uintptr) {
-		lfd = int(fd)
-		nodelay, oerr = unix.GetsockoptInt(lfd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
-		if oerr == nil {
-			oerr = listenerOptions(fd, s.cfg)
-		}
-	}); err != nil || oerr != nil {
-		return false, nil
-	}
-	eachNoDelay := nodelay == 0
+	//
 	// An epoll set of its own watches the listener, edge-triggered: an
 	// *os.File of it waits in the runtime poller, as the shards do, and
 	// the listener stays net's, so that its Close is still the close.
@@ -63,11 +52,25 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET}
-	if unix.SetNonblock(epfd, true) != nil || unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, lfd, &ev) != nil {
+	var nodelay int
+	var oerr error
+	if err := lraw.Control(func(fd uintptr) {
+		if nodelay, oerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY); oerr != nil {
+			return
+		}
+		if oerr = listenerOptions(fd, s.cfg); oerr != nil {
+			return
+		}
+		if oerr = unix.SetNonblock(epfd, true); oerr != nil {
+			return
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET}
+		oerr = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	}); err != nil || oerr != nil {
 		unix.Close(epfd)
 		return false, nil
 	}
+	eachNoDelay := nodelay == 0
 	file := os.NewFile(uintptr(epfd), "accept")
 	defer file.Close()
 	ep, err := file.SyscallConn()
