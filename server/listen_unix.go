@@ -9,13 +9,14 @@ import (
 
 // listenerOptions sets, on a listening socket before it binds, the options
 // its accepted connections inherit: SO_SNDBUF (Config.SendBuffer), and
-// TCP_NODELAY, which net's accept would set on each connection and the
-// raw accept (sock_linux.go) does not. Every option of the listener
-// belongs here, in one place.
+// TCP_NODELAY, which net's accept sets on each connection and the raw
+// accept (sock_linux.go) does not. Every option of the listener belongs
+// here, in one place.
 func listenerOptions(fd uintptr, cfg Config) error {
-	if err := syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1); err != nil {
-		return err
-	}
+	// Best effort: a system that refuses it on a listener has no raw
+	// accept, and net's accept sets it on each connection (the raw accept
+	// reads it back from the listener).
+	syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
 	if cfg.SendBuffer > 0 {
 		return syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, cfg.SendBuffer)
 	}
