@@ -294,22 +294,18 @@ func (sc *sockConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Addr: sc.remote, Err: inner}
 }
 
-func (sc *sockConn) Read(b []byte) (int, error) {
-	f, _, err := sc.pollable()
-	if err != nil {
-		return 0, sc.opError("read", err)
-	}
-	n, err := f.Read(b)
-	return n, sc.opError("read", err)
-}
+func (sc *sockConn) Read(b []byte) (int, error) { return sc.fileIO("read", b, (*os.File).Read) }
 
-func (sc *sockConn) Write(b []byte) (int, error) {
+func (sc *sockConn) Write(b []byte) (int, error) { return sc.fileIO("write", b, (*os.File).Write) }
+
+// fileIO is Read's and Write's: op of the file, which may wait.
+func (sc *sockConn) fileIO(op string, b []byte, do func(*os.File, []byte) (int, error)) (int, error) {
 	f, _, err := sc.pollable()
 	if err != nil {
-		return 0, sc.opError("write", err)
+		return 0, sc.opError(op, err)
 	}
-	n, err := f.Write(b)
-	return n, sc.opError("write", err)
+	n, err := do(f, b)
+	return n, sc.opError(op, err)
 }
 
 // Close closes the connection; if a use of the descriptor is running, its
@@ -360,28 +356,23 @@ func (sc *sockConn) LocalAddr() net.Addr {
 	return local
 }
 
-func (sc *sockConn) SetDeadline(t time.Time) error {
-	f, _, err := sc.pollable()
-	if err != nil {
-		return sc.opError("set", err)
-	}
-	return sc.opError("set", f.SetDeadline(t))
-}
+func (sc *sockConn) SetDeadline(t time.Time) error { return sc.setDeadline(t, (*os.File).SetDeadline) }
 
 func (sc *sockConn) SetReadDeadline(t time.Time) error {
-	f, _, err := sc.pollable()
-	if err != nil {
-		return sc.opError("set", err)
-	}
-	return sc.opError("set", f.SetReadDeadline(t))
+	return sc.setDeadline(t, (*os.File).SetReadDeadline)
 }
 
 func (sc *sockConn) SetWriteDeadline(t time.Time) error {
+	return sc.setDeadline(t, (*os.File).SetWriteDeadline)
+}
+
+// setDeadline sets a deadline of the file: only a file can wait.
+func (sc *sockConn) setDeadline(t time.Time, set func(*os.File, time.Time) error) error {
 	f, _, err := sc.pollable()
 	if err != nil {
 		return sc.opError("set", err)
 	}
-	return sc.opError("set", f.SetWriteDeadline(t))
+	return sc.opError("set", set(f, t))
 }
 
 // rawConn is sc's descriptor as a syscall.RawConn (see sockConn).

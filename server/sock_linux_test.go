@@ -9,8 +9,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -365,8 +365,14 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 	cmd.Env = append(os.Environ(), "BATON_TEST_EMFILE_CHILD=1")
 	stdin, _ := cmd.StdinPipe() // the child ends when it closes
 	stdout, _ := cmd.StdoutPipe()
-	logs := new(lockedBuffer)
-	cmd.Stderr = logs
+	// The child's logs go to a file, read when a check fails.
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "child.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd.Stderr = logFile
+	logs := childLog(logFile.Name())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -477,20 +483,10 @@ func emfileChild(t *testing.T) {
 	s.Shutdown(t.Context())
 }
 
-// lockedBuffer is a child's stderr, read while the child writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+// childLog is a child's log file, read each time it is printed.
+type childLog string
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (l childLog) String() string {
+	b, _ := os.ReadFile(string(l))
+	return string(b)
 }
