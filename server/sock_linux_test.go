@@ -490,3 +490,25 @@ func (l childLog) String() string {
 	b, _ := os.ReadFile(string(l))
 	return string(b)
 }
+
+// TestSockaddrTCP: the raw accept names a client as net's accept would
+// (an IPv4 client of a dual-stack listener comes as a v4-mapped address,
+// which net prints as IPv4, and the per-address cap counts as IPv4).
+func TestSockaddrTCP(t *testing.T) {
+	for _, tc := range []struct {
+		sa   unix.Sockaddr
+		want string
+	}{
+		{&unix.SockaddrInet4{Port: 7070, Addr: [4]byte{10, 1, 2, 3}}, "10.1.2.3:7070"},
+		{&unix.SockaddrInet6{Port: 7070, Addr: [16]byte{15: 1}}, "[::1]:7070"},
+		{&unix.SockaddrInet6{Port: 7070, Addr: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}}, "127.0.0.1:7070"},
+	} {
+		addr := sockaddrTCP(tc.sa)
+		if got := addr.String(); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.sa, got, tc.want)
+		}
+		if addr.Network() != "tcp" {
+			t.Errorf("%+v: network %s", tc.sa, addr.Network())
+		}
+	}
+}
