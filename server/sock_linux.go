@@ -385,17 +385,11 @@ func (sc *sockConn) SyscallConn() (syscall.RawConn, error) { return sc.rawConn()
 type sockRaw sockConn
 
 func (r *sockRaw) Control(f func(fd uintptr)) error {
-	sc := (*sockConn)(r)
-	fraw, err := sc.enter()
-	switch {
-	case err != nil:
-		return err
-	case fraw != nil:
+	fraw, _, err := (*sockConn)(r).direct(func(fd uintptr) bool { f(fd); return true })
+	if fraw != nil {
 		return fraw.Control(f)
 	}
-	defer sc.leave()
-	f(uintptr(sc.fd))
-	return nil
+	return err
 }
 
 // Read calls f on the descriptor; if f asks to wait (returns false), the
@@ -412,21 +406,28 @@ func (r *sockRaw) Write(f func(fd uintptr) bool) error {
 
 func (r *sockRaw) use(f func(fd uintptr) bool, wait func(syscall.RawConn) error) error {
 	sc := (*sockConn)(r)
-	fraw, err := sc.enter()
+	fraw, done, err := sc.direct(f)
 	switch {
 	case err != nil:
 		return err
 	case fraw != nil:
 		return wait(fraw)
-	}
-	done := f(uintptr(sc.fd))
-	sc.leave()
-	if done {
+	case done:
 		return nil
 	}
-	_, fraw, err = sc.pollable()
-	if err != nil {
+	if _, fraw, err = sc.pollable(); err != nil {
 		return err
 	}
 	return wait(fraw)
+}
+
+// direct calls f on the descriptor as a counted use (see sockConn), and
+// returns what f returned; or, once the descriptor is the file's, the
+// file's RawConn without calling f; or net.ErrClosed.
+func (sc *sockConn) direct(f func(fd uintptr) bool) (fraw syscall.RawConn, done bool, err error) {
+	if fraw, err = sc.enter(); err != nil || fraw != nil {
+		return fraw, false, err
+	}
+	defer sc.leave()
+	return nil, f(uintptr(sc.fd)), nil
 }
