@@ -79,9 +79,7 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 	}
 	// Shutdown closes ln and then wakes this loop through the deadline.
 	s.mu.Lock()
-	if _, ok := s.listeners[ln]; ok {
-		s.listeners[ln] = func() { file.SetReadDeadline(time.Now()) }
-	}
+	s.listeners[ln] = func() { file.SetReadDeadline(time.Now()) }
 	s.mu.Unlock()
 
 	var backoff time.Duration
@@ -212,7 +210,6 @@ type sockConn struct {
 	closed bool // Close was called; the last user closes fd
 	file   *os.File
 	fraw   syscall.RawConn // file's
-	local  net.Addr
 }
 
 // enter counts a use of the descriptor, or returns file's RawConn to use
@@ -339,21 +336,12 @@ func (sc *sockConn) CloseWrite() error {
 
 func (sc *sockConn) RemoteAddr() net.Addr { return sc.remote }
 
-// LocalAddr asks the kernel, the first time: few connections are asked.
+// LocalAddr asks the kernel each time: the server never asks, so the
+// accept does not.
 func (sc *sockConn) LocalAddr() net.Addr {
-	sc.mu.Lock()
-	local := sc.local
-	sc.mu.Unlock()
-	if local != nil {
-		return local
-	}
 	var sa unix.Sockaddr
 	sc.rawConn().Control(func(fd uintptr) { sa, _ = unix.Getsockname(int(fd)) })
-	local = sockaddrTCP(sa)
-	sc.mu.Lock()
-	sc.local = local
-	sc.mu.Unlock()
-	return local
+	return sockaddrTCP(sa)
 }
 
 func (sc *sockConn) SetDeadline(t time.Time) error { return sc.setDeadline(t, (*os.File).SetDeadline) }

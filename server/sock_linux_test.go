@@ -38,12 +38,13 @@ func sockPair(t *testing.T) (*sockConn, net.Conn) {
 	var fd int
 	var sa unix.Sockaddr
 	raw.Control(func(lfd uintptr) {
-		for { // the connection is in the backlog already: Dial returned
+		for {
 			fd, sa, err = unix.Accept4(int(lfd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 			if err != unix.EAGAIN && err != unix.EINTR {
 				return
 			}
-			time.Sleep(time.Millisecond)
+			// Wait for the connection to reach the backlog.
+			unix.Poll([]unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}}, 5000)
 		}
 	})
 	if err != nil {
@@ -145,17 +146,17 @@ func TestSockConnPollable(t *testing.T) {
 		t.Fatalf("Read: %q, %v", b[:n], err)
 	}
 
-	// A raw read that asks to wait waits in the runtime poller.
-	go func() {
-		time.Sleep(10 * time.Millisecond)
-		client.Write([]byte("yo"))
-	}()
+	// A raw read that asks to wait waits in the runtime poller: the client
+	// writes only once the first call has found nothing.
 	calls := 0
 	if err := sc.rawConn().Read(func(fd uintptr) bool {
 		calls++
 		n, rerr = unix.Read(int(fd), b[:])
+		if rerr == unix.EAGAIN && calls == 1 {
+			go client.Write([]byte("yo"))
+		}
 		return rerr != unix.EAGAIN
-	}); err != nil || rerr != nil || string(b[:n]) != "yo" {
+	}); err != nil || rerr != nil || string(b[:n]) != "yo" || calls < 2 {
 		t.Fatalf("raw read with a wait: %v, %v, %q after %d calls", err, rerr, b[:n], calls)
 	}
 
@@ -171,6 +172,7 @@ func TestSockConnPollable(t *testing.T) {
 		t.Fatalf("client read %q, %v; want bye and EOF", got, err)
 	}
 	client.Write([]byte("!"))
+	sc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := sc.Read(b[:]); err != nil || string(b[:n]) != "!" {
 		t.Fatalf("Read after CloseWrite: %q, %v", b[:n], err)
 	}
@@ -465,8 +467,14 @@ func emfileChild(t *testing.T) {
 	if _, err := io.ReadFull(nc, reply[:]); err != nil {
 		t.Fatal(err)
 	}
+	// The client's half-close ends the session; the server's FIN comes
+	// after it has closed its end.
+	nc.(*net.TCPConn).CloseWrite()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, nc); err != nil {
+		t.Fatal(err)
+	}
 	nc.Close()
-	time.Sleep(100 * time.Millisecond) // the server closes its end
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
