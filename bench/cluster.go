@@ -152,13 +152,10 @@ func compareRun(ctx context.Context, s system.System, cfg scenario.HandoverConfi
 		}
 	}
 	cpu := func() (self, rest time.Duration) {
-		if u, err := batonsys.ReadUsage(serving); err == nil {
-			self = u.CPU
-		}
+		self, _ = batonsys.ProcessCPU(serving)
 		for _, p := range others {
-			if u, err := batonsys.ReadUsage(p); err == nil {
-				rest += u.CPU
-			}
+			c, _ := batonsys.ProcessCPU(p)
+			rest += c
 		}
 		return self, rest
 	}
@@ -236,11 +233,11 @@ func idleCPU(ctx context.Context, srv *batonsys.Server, cl *batonsys.Cluster, le
 	read := func() ([]time.Duration, bool) {
 		var cpu []time.Duration
 		for _, p := range pids {
-			u, err := batonsys.ReadUsage(p)
+			c, err := batonsys.ProcessCPU(p)
 			if err != nil {
 				return nil, false
 			}
-			cpu = append(cpu, u.CPU)
+			cpu = append(cpu, c)
 		}
 		return cpu, true
 	}

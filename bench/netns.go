@@ -152,7 +152,7 @@ func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window
 		if !rst {
 			args = append(args, "-normal-close")
 		}
-		c0, err := floor.CPU(srv.PID())
+		c0, err := batonsys.ProcessCPU(srv.PID())
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window
 		if err != nil {
 			return err
 		}
-		c1, err := floor.CPU(srv.PID())
+		c1, err := batonsys.ProcessCPU(srv.PID())
 		if err != nil {
 			return err
 		}

@@ -163,11 +163,34 @@ func FetchMetrics(ctx context.Context, url string) (map[string]float64, error) {
 // Usage is the server process's resident memory and CPU time so far.
 type Usage struct {
 	RSS int64         // bytes, VmRSS of /proc/PID/status
-	CPU time.Duration // utime+stime of /proc/PID/stat
+	CPU time.Duration // see ProcessCPU
 }
 
-// ReadUsage reads /proc for pid.
+// ReadUsage reads pid's memory from /proc, and its CPU time as ProcessCPU
+// does.
 func ReadUsage(pid int) (Usage, error) {
+	u, err := readProc(pid)
+	if err != nil {
+		return u, err
+	}
+	if d, err := processCPU(pid); err == nil {
+		u.CPU = d
+	}
+	return u, nil
+}
+
+// ProcessCPU is the CPU time of process pid so far: from its CPU clock, to
+// the nanosecond, where the kernel allows; else from /proc (10 ms ticks).
+func ProcessCPU(pid int) (time.Duration, error) {
+	if d, err := processCPU(pid); err == nil {
+		return d, nil
+	}
+	u, err := readProc(pid)
+	return u.CPU, err
+}
+
+// readProc reads /proc for pid: VmRSS, and utime+stime in 10 ms ticks.
+func readProc(pid int) (Usage, error) {
 	var u Usage
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

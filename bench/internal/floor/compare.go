@@ -362,9 +362,6 @@ func (f *Fresh) Addr(t Target, addr string) string {
 	return net.JoinHostPort(fmt.Sprintf("127.42.%d.%d", f.n/250, f.n%250+1), port)
 }
 
-// CPU is the CPU time of process pid so far (see cpu).
-func CPU(pid int) (time.Duration, error) { return cpu(pid) }
-
 // profile starts t's profile for label, if profiles are wanted.
 func profile(t Target, label string) func() {
 	if t.Profile == nil {
@@ -373,15 +370,8 @@ func profile(t Target, label string) func() {
 	return t.Profile(label)
 }
 
-// cpu is the CPU time of process pid so far: from its CPU clock, to the
-// nanosecond, where the kernel allows; else from /proc (10 ms ticks).
-func cpu(pid int) (time.Duration, error) {
-	if d, err := processCPU(pid); err == nil {
-		return d, nil
-	}
-	u, err := batonsys.ReadUsage(pid)
-	return u.CPU, err
-}
+// cpu is the CPU time of process pid so far.
+var cpu = batonsys.ProcessCPU
 
 // hotLock runs cfg.Contenders clients of sys (on t, releasing by reset
 // if rst) on one lock; client names the clients in the profile's label.

@@ -128,7 +128,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	if err != nil {
 		return res, err
 	}
-	g0, err := batonsys.ReadUsage(gen.PID())
+	g0, err := batonsys.ProcessCPU(gen.PID())
 	if err != nil {
 		return res, err
 	}
@@ -138,11 +138,11 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	if err != nil {
 		return res, err
 	}
-	g1, err := batonsys.ReadUsage(gen.PID())
+	g1, err := batonsys.ProcessCPU(gen.PID())
 	if err != nil {
 		return res, err
 	}
-	res.LoadGenCPU = g1.CPU - g0.CPU
+	res.LoadGenCPU = g1 - g0
 	res.Window = time.Since(start)
 	gs, err := GenStats(ctx, gen)
 	if err != nil {

@@ -1,10 +1,8 @@
-package floor
+package batonsys
 
 import (
 	"os"
 	"testing"
-
-	"github.com/batonlock/baton/bench/internal/batonsys"
 )
 
 // TestProcessCPU: the CPU clock agrees with /proc and moves with work.
@@ -26,12 +24,15 @@ func TestProcessCPU(t *testing.T) {
 	if b <= a {
 		t.Errorf("CPU clock %v then %v after work", a, b)
 	}
-	u, err := batonsys.ReadUsage(pid)
+	u, err := readProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// /proc counts whole ticks of 10 ms, read a little later.
 	if d := b - u.CPU; d < -50e6 || d > 50e6 {
 		t.Errorf("CPU clock %v, /proc %v", b, u.CPU)
+	}
+	if c, err := ProcessCPU(pid); err != nil || c < b {
+		t.Errorf("ProcessCPU %v, %v after the clock's %v", c, err, b)
 	}
 }

@@ -1,4 +1,4 @@
-package floor
+package batonsys
 
 import (
 	"fmt"
@@ -10,7 +10,8 @@ import (
 // processCPU is the CPU time (user + system) of process pid so far, in
 // nanoseconds, from its process-wide CPU clock (clock_getcpuclockid(3):
 // MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)). /proc/PID/stat counts in
-// 10 ms ticks, too coarse for the short windows of a smoke run.
+// 10 ms ticks, too coarse for the short windows of a smoke run (a second
+// of handovers costs a server a few milliseconds).
 func processCPU(pid int) (time.Duration, error) {
 	clock := (^uintptr(pid))<<3 | 2
 	var ts syscall.Timespec
