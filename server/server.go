@@ -448,22 +448,9 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 	c.reason = reason
 	c.closing.Store(true)
 	delete(s.conns, c)
-	if s.poller != nil && s.poller.unparkLocked(c) {
-		// Its reader delivers the ERROR's aftermath (drain, close).
-		if !s.goLocked(c.resume) {
-			c.conn.Close()
-		}
-	}
 	s.m.ended[reason].Inc()
-	if code := reason.code(); code != 0 {
-		c.queueError(code, msg)
-		fx.flush = append(fx.flush, c)
-		if code.Class() == wire.ClassClient {
-			if ctr := s.m.protocolErrors[code]; ctr != nil {
-				ctr.Inc()
-			}
-		}
-	}
+	// The release first: a waiter's push is the handover, and goes out
+	// before the rest of this bookkeeping (see promoteLocked).
 	if c.inTable {
 		c.inTable = false
 		// Only this call releases from the table while its exits are in use
@@ -473,6 +460,21 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 		s.applyExitsLocked(now, exits, reason, fx)
 		clear(exits)
 		s.releaseExits = exits[:0]
+	}
+	if s.poller != nil && s.poller.unparkLocked(c) {
+		// Its reader delivers the ERROR's aftermath (drain, close).
+		if !s.goLocked(c.resume) {
+			c.conn.Close()
+		}
+	}
+	if code := reason.code(); code != 0 {
+		c.queueError(code, msg)
+		fx.flush = append(fx.flush, c)
+		if code.Class() == wire.ClassClient {
+			if ctr := s.m.protocolErrors[code]; ctr != nil {
+				ctr.Inc()
+			}
+		}
 	}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("session ended", "session", uint64(c.id), "remote", c.remote, "reason", reason.String())
@@ -486,9 +488,37 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
 		if e.Cause == locktable.CauseGraceEnded {
-			s.grantEventLocked(now, e.Promoted)
 			s.promoteLocked(now, e.Promoted, 0, fx) // nobody left
+			s.grantEventLocked(now, e.Promoted)
 			continue
+		}
+		reason := cause
+		switch e.Cause {
+		case locktable.CauseExpired:
+			reason = ReasonLeaseExpired
+		case locktable.CauseForceReleased:
+			reason = ReasonForceReleased
+		case locktable.CauseKicked:
+			reason = ReasonKicked
+		}
+		// Counts before the push (the metrics are read without mu: they
+		// never show the new holder beside the old one), the events after
+		// it (read under mu, so their order is unchanged).
+		if e.Session.Held {
+			s.m.holding.Dec()
+			s.m.series(e.Session.Name).hold.Observe(e.Session.Since.Seconds())
+		} else {
+			s.m.waiting.Dec()
+		}
+		if e.Cause == locktable.CauseExpired {
+			if e.Session.Held {
+				s.m.expiredHolding.Inc()
+			} else {
+				s.m.expiredWaiting.Inc()
+			}
+		}
+		if e.HasPromoted {
+			s.promoteLocked(now, e.Promoted, reason, fx)
 		}
 		s.exitEventLocked(now, e)
 		if e.HasPromoted {
@@ -496,26 +526,6 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		}
 		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)
-		if e.Session.Held {
-			s.m.holding.Dec()
-			s.m.series(e.Session.Name).hold.Observe(e.Session.Since.Seconds())
-		} else {
-			s.m.waiting.Dec()
-		}
-		reason := cause
-		switch e.Cause {
-		case locktable.CauseExpired:
-			reason = ReasonLeaseExpired
-			if e.Session.Held {
-				s.m.expiredHolding.Inc()
-			} else {
-				s.m.expiredWaiting.Inc()
-			}
-		case locktable.CauseForceReleased:
-			reason = ReasonForceReleased
-		case locktable.CauseKicked:
-			reason = ReasonKicked
-		}
 		if c != nil {
 			c.inTable = false
 			if !c.ended {
@@ -523,16 +533,18 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 				s.endOneLocked(now, c, reason, msg, fx)
 			}
 		}
-		if e.HasPromoted {
-			s.promoteLocked(now, e.Promoted, reason, fx)
-		}
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
 }
 
-// promoteLocked counts the grant g of a waiter and queues its ACQUIRED
-// push. reason is how the previous holder's session ended (0 when there
-// was none: the end of the grace period). mu must be held.
+// promoteLocked counts the grant g of a waiter and pushes its ACQUIRED.
+// reason is how the previous holder's session ended (0 when there was
+// none: the end of the grace period). mu must be held.
+//
+// The push is the handover, so it is written here, under mu and before
+// the caller's events and its session's end, when the socket takes it at
+// once (it nearly always does): the new holder waits for nothing else.
+// Otherwise the caller's effects write it.
 func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReason, fx *effects) {
 	s.m.waiting.Dec()
 	s.m.holding.Inc()
@@ -546,7 +558,9 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 		ctr.Inc()
 	}
 	p.queueAcquired(true, g.Token, now)
-	fx.flush = append(fx.flush, p)
+	if p.raw == nil || !p.writeNow() {
+		fx.flush = append(fx.flush, p)
+	}
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {
