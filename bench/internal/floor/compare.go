@@ -18,6 +18,24 @@ import (
 // Idle is the hold before each "after idle" handover.
 const Idle = 20 * time.Millisecond
 
+// IdleSlices is how many windows the handovers after idle of a round are
+// split into, each -duration/IdleSlices long (at least minIdleSlice), the
+// floor's and Baton's alternated (ABBA…), their samples pooled per
+// server. Their p50 swings with the machine from one second to the next
+// far more than with the server: one window of -duration each, as the
+// other scenarios run, gave rounds anywhere from 0.75× to 3.5×.
+const IdleSlices = 6
+
+// minIdleSlice keeps a slice long enough for a few dozen handovers (the
+// smoke run's -duration is 1 s).
+const minIdleSlice = 500 * time.Millisecond
+
+// side is one server of a round: its target and its figures.
+type side struct {
+	t Target
+	f *Figures
+}
+
 // A Target is one server under comparison, in a process of its own.
 type Target struct {
 	Name string
@@ -210,6 +228,9 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 		name      string
 		batonOnly bool
 		run       func(t Target, f *Figures, round int) error
+		// both, instead of run, runs the scenario for both sides at once
+		// (in the round's order).
+		both func(sides [2]side, round int) error
 	}{
 		{"hot lock, normal close and RST release", false, func(t Target, f *Figures, round int) error {
 			return releases(round, func(rst bool) error {
@@ -221,14 +242,32 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				}
 				return err
 			})
-		}},
-		{"handover after idle", false, func(t Target, f *Figures, _ int) error {
-			var err error
-			f.AfterIdle, err = afterIdle(ctx, cfg, t, fresh.Addr(t, t.Addr))
-			if err == nil {
-				logf("  %s: close → push after %v idle p50 %s p99 %s (%d)", t.Name, Idle, dur(f.AfterIdle.P50), dur(f.AfterIdle.P99), f.AfterIdle.N)
+		}, nil},
+		{name: "handover after idle", both: func(sides [2]side, round int) error {
+			var pooled [2][]time.Duration
+			slice := max(cfg.Duration/IdleSlices, minIdleSlice)
+			for j := range IdleSlices {
+				order := [2]int{0, 1}
+				if j%2 == 1 {
+					order = [2]int{1, 0}
+				}
+				for _, k := range order {
+					t := sides[k].t
+					if round > 0 || j > 0 {
+						t.Profile = nil // the first slice's profile only
+					}
+					samples, err := afterIdle(ctx, cfg, t, fresh.Addr(t, t.Addr), slice)
+					if err != nil {
+						return fmt.Errorf("%s: %w", t.Name, err)
+					}
+					pooled[k] = append(pooled[k], samples...)
+				}
 			}
-			return err
+			for k, sd := range sides {
+				sd.f.AfterIdle = stats.Summarize(pooled[k])
+				logf("  %s: close → push after %v idle p50 %s p99 %s (%d in %d windows)", sd.t.Name, Idle, dur(sd.f.AfterIdle.P50), dur(sd.f.AfterIdle.P99), sd.f.AfterIdle.N, IdleSlices)
+			}
+			return nil
 		}},
 		{"uncontended claims, normal close and RST release", false, func(t Target, f *Figures, round int) error {
 			return releases(round, func(rst bool) error {
@@ -240,7 +279,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				}
 				return err
 			})
-		}},
+		}, nil},
 		{"Go client: claims and hot lock, normal close and RST release", true, func(t Target, f *Figures, round int) error {
 			g := f.GoClient
 			if err := releases(round, func(rst bool) error {
@@ -261,7 +300,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				}
 				return err
 			})
-		}},
+		}, nil},
 		{"heartbeats", false, func(t Target, f *Figures, round int) error {
 			var err error
 			f.Heartbeat, err = heartbeats(ctx, cfg, t, round)
@@ -270,17 +309,25 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 					f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), dur(f.Heartbeat.RTT.P50), dur(f.Heartbeat.RTT.P99), f.Heartbeat.LostBefore, f.Heartbeat.Lost, f.Heartbeat.LastLoss)
 			}
 			return err
-		}},
+		}, nil},
 	} {
 		for i := range res.Rounds {
 			logf("floor: %s, round %d of %d", step.name, i+1, len(res.Rounds))
-			type side struct {
-				t Target
-				f *Figures
-			}
-			sides := []side{{floor, &res.Rounds[i].Floor}, {baton, &res.Rounds[i].Baton}}
+			sides := [2]side{{floor, &res.Rounds[i].Floor}, {baton, &res.Rounds[i].Baton}}
 			if i%2 == 1 {
 				sides[0], sides[1] = sides[1], sides[0]
+			}
+			if i > 0 {
+				sides[0].t.Profile, sides[1].t.Profile = nil, nil // one profile per scenario: the first round's
+			}
+			if step.both != nil {
+				if err := ctx.Err(); err != nil {
+					return res, err
+				}
+				if err := step.both(sides, i); err != nil {
+					return res, fmt.Errorf("%s, %w", step.name, err)
+				}
+				continue
 			}
 			for _, sd := range sides {
 				if err := ctx.Err(); err != nil {
@@ -289,9 +336,6 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				t := sd.t
 				if step.batonOnly && t.Name != baton.Name {
 					continue
-				}
-				if i > 0 {
-					t.Profile = nil // one profile per scenario: the first round's
 				}
 				if err := step.run(t, sd.f, i); err != nil {
 					return res, fmt.Errorf("%s, %s: %w", step.name, t.Name, err)
@@ -414,11 +458,13 @@ func hotLock(ctx context.Context, cfg Config, t Target, sys system.System, rst b
 	return r, nil
 }
 
-func afterIdle(ctx context.Context, cfg Config, t Target, addr string) (stats.Summary, error) {
+// afterIdle runs cfg.Contenders clients on one lock on t, each holding
+// Idle before its close, for window, and returns the handovers' latencies.
+func afterIdle(ctx context.Context, cfg Config, t Target, addr string, window time.Duration) ([]time.Duration, error) {
 	var stopProf func()
 	sys := batonsys.NewRawSystemAt(t.Name, addr, false)
 	h, err := scenario.Handover(ctx, sys, scenario.HandoverConfig{
-		Waiters: cfg.Contenders - 1, Hold: Idle, Duration: cfg.Duration, Name: "floor-idle",
+		Waiters: cfg.Contenders - 1, Hold: Idle, Duration: window, Name: "floor-idle", Samples: true,
 		OnWindow: func(open bool) {
 			if open {
 				stopProf = profile(t, "after-idle")
@@ -427,7 +473,7 @@ func afterIdle(ctx context.Context, cfg Config, t Target, addr string) (stats.Su
 			}
 		},
 	})
-	return h.Latency, err
+	return h.Samples, err
 }
 
 // claims runs cfg.Workers clients of sys (on t, releasing by reset if

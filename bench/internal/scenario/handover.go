@@ -24,6 +24,9 @@ type HandoverConfig struct {
 	// and closes (false): the floor comparison reads the server's CPU
 	// time there.
 	OnWindow func(open bool)
+	// Samples keeps every latency sample in HandoverResult.Samples, for
+	// a caller that pools several runs.
+	Samples bool
 }
 
 // HandoverResult is one handover run of one system.
@@ -46,6 +49,9 @@ type HandoverResult struct {
 	// holder's session to the push written), to tell the server's part
 	// from the kernel's and the client's.
 	ServerMean time.Duration `json:"server_mean_ns,omitempty"`
+	// Samples are the latencies summarized in Latency, with
+	// HandoverConfig.Samples.
+	Samples []time.Duration `json:"-"`
 }
 
 // Handover queues cfg.Waiters clients behind a holder on one lock; every
@@ -149,6 +155,9 @@ func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (Hando
 	}
 
 	res.Latency = rec.Summary()
+	if cfg.Samples {
+		res.Samples = rec.Samples()
+	}
 	res.HandoffsPerSec = float64(res.Latency.N) / window.Seconds()
 	res.GrantsMin, res.GrantsMax = -1, 0
 	for i := range grants {

@@ -65,6 +65,13 @@ func (r *Recorder) Summary() Summary {
 	return Summarize(slices.Clone(r.samples))
 }
 
+// Samples returns a copy of what was recorded so far.
+func (r *Recorder) Samples() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.samples)
+}
+
 // Ratio is a/b, or 0 when b is 0 (no baseline measured).
 func Ratio(a, b time.Duration) float64 {
 	if b <= 0 {
