@@ -492,15 +492,6 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 			s.grantEventLocked(now, e.Promoted)
 			continue
 		}
-		reason := cause
-		switch e.Cause {
-		case locktable.CauseExpired:
-			reason = ReasonLeaseExpired
-		case locktable.CauseForceReleased:
-			reason = ReasonForceReleased
-		case locktable.CauseKicked:
-			reason = ReasonKicked
-		}
 		// Counts before the push (the metrics are read without mu: they
 		// never show the new holder beside the old one), the events after
 		// it (read under mu, so their order is unchanged).
@@ -510,12 +501,19 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		} else {
 			s.m.waiting.Dec()
 		}
-		if e.Cause == locktable.CauseExpired {
+		reason := cause
+		switch e.Cause {
+		case locktable.CauseExpired:
+			reason = ReasonLeaseExpired
 			if e.Session.Held {
 				s.m.expiredHolding.Inc()
 			} else {
 				s.m.expiredWaiting.Inc()
 			}
+		case locktable.CauseForceReleased:
+			reason = ReasonForceReleased
+		case locktable.CauseKicked:
+			reason = ReasonKicked
 		}
 		if e.HasPromoted {
 			s.promoteLocked(now, e.Promoted, reason, fx)

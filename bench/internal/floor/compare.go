@@ -230,7 +230,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 		run       func(t Target, f *Figures, round int) error
 		// both, instead of run, runs the scenario for both sides at once
 		// (in the round's order).
-		both func(sides [2]side, round int) error
+		both func(sides [2]side) error
 	}{
 		{"hot lock, normal close and RST release", false, func(t Target, f *Figures, round int) error {
 			return releases(round, func(rst bool) error {
@@ -243,7 +243,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				return err
 			})
 		}, nil},
-		{name: "handover after idle", both: func(sides [2]side, round int) error {
+		{name: "handover after idle", both: func(sides [2]side) error {
 			var pooled [2][]time.Duration
 			slice := max(cfg.Duration/IdleSlices, minIdleSlice)
 			for j := range IdleSlices {
@@ -253,7 +253,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				}
 				for _, k := range order {
 					t := sides[k].t
-					if round > 0 || j > 0 {
+					if j > 0 {
 						t.Profile = nil // the first slice's profile only
 					}
 					samples, err := afterIdle(ctx, cfg, t, fresh.Addr(t, t.Addr), slice)
@@ -324,7 +324,7 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 				if err := ctx.Err(); err != nil {
 					return res, err
 				}
-				if err := step.both(sides, i); err != nil {
+				if err := step.both(sides); err != nil {
 					return res, fmt.Errorf("%s, %w", step.name, err)
 				}
 				continue
