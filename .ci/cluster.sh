@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
-echo "--- cluster: the faultinject build (the test-only grace knob) compiles and vets"
+echo "--- cluster: the faultinject build (the test-only mutation knobs) compiles and vets"
 go vet -tags faultinject ./cluster
-go test -tags faultinject -count=1 -run "TestGraceKnob" ./cluster
+go test -tags faultinject -count=1 -run "TestMutationKnobs" ./cluster
 go build -tags faultinject -o /dev/null ./cmd/baton
 
 echo "--- cluster: three nodes on loopback"

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,8 +101,7 @@ func (tn *testNode) start(t *testing.T, cfg Config) {
 		t.Fatalf("open %s: %v", cfg.NodeID, err)
 	}
 	scfg := server.DefaultConfig()
-	scfg.Replicated = true
-	scfg.NextToken, scfg.NoteLease, scfg.LeaderHint = n.NextToken, n.NoteLease, n.LeaderHint
+	n.Hooks(&scfg)
 	scfg.Logger = cfg.Logger
 	srv, err := server.New(scfg)
 	if err != nil {
@@ -206,30 +206,31 @@ func TestFSMApplySnapshotRestore(t *testing.T) {
 		b := mustJSON(t, c)
 		return f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: b})
 	}
-	r := apply(1, command{Op: opEpoch, Node: "n1", Addr: "a:1", OpsAddr: "o:1"}).(epochResult)
-	if r.Epoch != 1 || r.HasHandoff {
-		t.Fatalf("first epoch: got %+v, want epoch 1 without handoff", r)
+	const ll = 200 * time.Millisecond
+	r := apply(1, command{Op: opEpoch, Node: "n1", Addr: "a:1", OpsAddr: "o:1", LeaderLease: ll, ClusterID: "c1"}).(epochResult)
+	if r.Epoch != 1 || r.Planned || r.Grace != 2*ll {
+		t.Fatalf("first epoch: got %+v, want epoch 1, grace %v, not planned", r, 2*ll)
 	}
-	apply(2, command{Op: opBound, Bound: 3 * time.Second})
-	apply(3, command{Op: opHandoff, Bound: 0})
-	r = apply(4, command{Op: opEpoch, Node: "n2", Addr: "b:1"}).(epochResult)
-	if r.Epoch != 2 || !r.HasHandoff || r.Handoff != 0 || r.LeaseBound != 3*time.Second {
-		t.Fatalf("epoch after handoff: got %+v, want epoch 2, handoff 0, bound 3s", r)
+	apply(2, command{Op: opBound, Epoch: 1, Bound: 3 * time.Second})
+	apply(3, command{Op: opHandoff, Epoch: 1, Bound: 0})
+	r = apply(4, command{Op: opEpoch, Node: "n2", Addr: "b:1", LeaderLease: ll, ClusterID: "c2"}).(epochResult)
+	if r.Epoch != 2 || !r.Planned || r.Grace != 0 || r.LeaseBound != 3*time.Second {
+		t.Fatalf("epoch after handoff: got %+v, want epoch 2, planned grace 0, bound 3s", r)
 	}
-	r = apply(5, command{Op: opEpoch, Node: "n1", Addr: "a:2"}).(epochResult)
-	if r.HasHandoff {
-		t.Fatalf("the handoff bound was used twice: %+v", r)
+	if r = apply(5, command{Op: opEpoch, Node: "n1", Addr: "a:2", LeaderLease: ll}).(epochResult); r.Planned || r.Grace != 3*time.Second+2*ll {
+		t.Fatalf("the handoff was used twice: %+v", r)
 	}
-	// Each leader records its leader lease timeout; the next one learns
-	// the longest (nodes may run with different timers).
+	// Each leader records its leader lease timeout; the next one's grace
+	// covers the longest (nodes may run with different timers).
 	apply(7, command{Op: opEpoch, Node: "n3", Addr: "c:1", LeaderLease: 3 * time.Second})
-	apply(8, command{Op: opEpoch, Node: "n2", Addr: "b:1", LeaderLease: 150 * time.Millisecond})
-	if r = apply(9, command{Op: opEpoch, Node: "n1", Addr: "a:2", LeaderLease: 150 * time.Millisecond}).(epochResult); r.MaxLeaderLease != 3*time.Second {
-		t.Fatalf("epoch after a leader with a 3s lease timeout: MaxLeaderLease %v, want 3s", r.MaxLeaderLease)
+	if r = apply(8, command{Op: opEpoch, Node: "n2", Addr: "b:1", LeaderLease: ll}).(epochResult); r.Grace != 9*time.Second {
+		t.Fatalf("epoch after a leader with a 3s lease timeout: grace %v, want 9s", r.Grace)
 	}
 	if err, ok := apply(6, command{Op: "nonsense"}).(error); !ok || !strings.Contains(err.Error(), "unknown command") {
 		t.Fatalf("unknown command: got %v, want an error", err)
 	}
+	apply(9, command{Op: opJoined, Members: []string{"n2", "n1"}})
+	apply(10, command{Op: opJoined, Members: []string{"n1", "n3"}})
 
 	snap, err := f.Snapshot()
 	if err != nil {
@@ -244,11 +245,58 @@ func TestFSMApplySnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := g.get()
-	if got.Epoch != 6 || got.LeaseBound != 3*time.Second || got.Nodes["n1"].Addr != "a:2" || got.Nodes["n2"].Addr != "b:1" || got.Nodes["n3"].LeaderLease != 3*time.Second {
-		t.Fatalf("restored %+v, want epoch 6, bound 3s, n1 at a:2, n2 at b:1, n3 with a 3s leader lease", got)
+	if got.Epoch != 5 || got.LeaseBound != 3*time.Second || got.Nodes["n1"].Addr != "a:2" || got.Nodes["n2"].Addr != "b:1" || got.Nodes["n3"].LeaderLease != 3*time.Second {
+		t.Fatalf("restored %+v, want epoch 5, bound 3s, n1 at a:2, n2 at b:1, n3 with a 3s leader lease", got)
+	}
+	if got.ClusterID != "c1" || got.Inherited != 9*time.Second || !slices.Equal(got.Joined, []string{"n1", "n2", "n3"}) {
+		t.Fatalf("restored cluster id %q, inherited %v, joined %v; want c1 (the first epoch's), 9s, [n1 n2 n3]", got.ClusterID, got.Inherited, got.Joined)
 	}
 	if err := g.Restore(io.NopCloser(strings.NewReader("{not json"))); err == nil {
 		t.Fatal("restore of a broken snapshot: got nil error")
+	}
+}
+
+// TestFSMStaleEpochCommands: a bound or a handoff that names an epoch that
+// is no longer current changes nothing and is answered errStaleEpoch (a
+// handover whose leader lost and regained leadership during its drain
+// must not hand off for a later epoch).
+func TestFSMStaleEpochCommands(t *testing.T) {
+	f := newFSM()
+	apply := func(i uint64, c command) any {
+		return f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: mustJSON(t, c)})
+	}
+	apply(1, command{Op: opEpoch, Node: "n1", LeaderLease: time.Second})
+	apply(2, command{Op: opBound, Epoch: 1, Bound: 30 * time.Second})
+	apply(3, command{Op: opEpoch, Node: "n2", LeaderLease: time.Second}) // n2 takes epoch 2
+	for _, c := range []command{{Op: opHandoff, Epoch: 1, Bound: 0}, {Op: opBound, Epoch: 1, Bound: time.Second}} {
+		if err, _ := apply(4, c).(error); !errors.Is(err, errStaleEpoch) {
+			t.Errorf("%s of epoch 1 during epoch 2: got %v, want errStaleEpoch", c.Op, err)
+		}
+	}
+	if st := f.get(); st.LeaseBound != 30*time.Second || st.HandoffEpoch != 0 {
+		t.Fatalf("stale commands changed the state: bound %v, handoff epoch %d", st.LeaseBound, st.HandoffEpoch)
+	}
+	r := apply(5, command{Op: opEpoch, Node: "n3", LeaderLease: time.Second}).(epochResult)
+	if r.Planned || r.Grace != 32*time.Second {
+		t.Fatalf("epoch after a stale handoff: %+v, want the crash grace 32s", r)
+	}
+}
+
+// TestFSMEpochSpace: near the end of the epoch space no new epoch is taken.
+func TestFSMEpochSpace(t *testing.T) {
+	f := newFSM()
+	f.st.Epoch = maxEpoch - epochReserve - 1
+	in := func(i uint64) any {
+		return f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: mustJSON(t, command{Op: opEpoch, Node: "n1"})})
+	}
+	if r, ok := in(1).(epochResult); !ok || r.Epoch != maxEpoch-epochReserve {
+		t.Fatalf("last epoch: got %+v", r)
+	}
+	if err, _ := in(2).(error); !errors.Is(err, errEpochsExhausted) {
+		t.Fatalf("an epoch past the reserve: got %v, want errEpochsExhausted", err)
+	}
+	if f.get().Epoch != maxEpoch-epochReserve {
+		t.Fatal("a refused epoch moved the counter")
 	}
 }
 
@@ -258,23 +306,28 @@ func (*memSink) ID() string    { return "mem" }
 func (*memSink) Cancel() error { return nil }
 func (*memSink) Close() error  { return nil }
 
-func TestGraceFor(t *testing.T) {
-	const lease = 250 * time.Millisecond
+// TestGraceOf: the grace of the next epoch, from what the previous one
+// left in the replicated state.
+func TestGraceOf(t *testing.T) {
+	const ll = 250 * time.Millisecond
 	for _, tc := range []struct {
-		r    epochResult
-		want time.Duration
+		name        string
+		st          state
+		want        time.Duration
+		wantPlanned bool
 	}{
-		{epochResult{}, 2 * lease},
-		{epochResult{LeaseBound: 5 * time.Second}, 5*time.Second + 2*lease},
-		{epochResult{LeaseBound: 5 * time.Second, HasHandoff: true}, 0},
-		{epochResult{LeaseBound: 5 * time.Second, HasHandoff: true, Handoff: 5 * time.Second}, 5 * time.Second},
-		// An earlier leader with a longer lease timeout than ours steps
-		// down on its own timer: the grace covers it.
-		{epochResult{LeaseBound: time.Second, MaxLeaderLease: 3 * time.Second}, 7 * time.Second},
-		{epochResult{LeaseBound: time.Second, MaxLeaderLease: lease / 2}, time.Second + 2*lease},
+		{"first", state{}, 2 * ll, false},
+		{"crash", state{Epoch: 3, LeaseBound: 5 * time.Second}, 5*time.Second + 2*ll, false},
+		{"planned, every holder closed", state{Epoch: 3, LeaseBound: 5 * time.Second, HandoffEpoch: 3}, 0, true},
+		{"planned, a holder left open", state{Epoch: 3, LeaseBound: 5 * time.Second, HandoffEpoch: 3, Handoff: 5 * time.Second}, 5 * time.Second, true},
+		{"handoff of an older epoch", state{Epoch: 4, LeaseBound: 5 * time.Second, HandoffEpoch: 3}, 5*time.Second + 2*ll, false},
+		// A leader that crashed inside its own grace leaves that grace to
+		// the next: its predecessor's clients may still believe.
+		{"crash inside an inherited grace", state{Epoch: 4, LeaseBound: time.Second, Inherited: 30 * time.Second}, 30 * time.Second, false},
 	} {
-		if got := graceFor(tc.r, lease); got != tc.want {
-			t.Errorf("graceFor(%+v): got %v, want %v", tc.r, got, tc.want)
+		got, planned := graceOf(tc.st, ll)
+		if got != tc.want || planned != tc.wantPlanned {
+			t.Errorf("%s: graceOf(%+v) = %v, planned %v; want %v, planned %v", tc.name, tc.st, got, planned, tc.want, tc.wantPlanned)
 		}
 	}
 }
@@ -599,8 +652,7 @@ func (*nullServer) EndTerm(server.EndReason, string) (int, <-chan struct{}) {
 func (*nullServer) MaxLease() time.Duration       { return 0 }
 func (*nullServer) GraceRemaining() time.Duration { return 0 }
 
-// TestDefaultTimersFailoverBudget: issue 13 wants, with 1 s leases, the
-// first grant on a new leader within 2.5 s of a kill -9 of the old one.
+// TestDefaultTimersFailoverBudget: with 1 s leases, the first grant on a new leader within 2.5 s of a kill -9 of the old one.
 // The default timers' worst case with one failed election (detection up
 // to 2 x HeartbeatTimeout, since Raft draws its timeout between 1x and 2x;
 // a refused first election up to 2 x ElectionTimeout more; the grace of
@@ -611,7 +663,8 @@ func (*nullServer) GraceRemaining() time.Duration { return 0 }
 func TestDefaultTimersFailoverBudget(t *testing.T) {
 	c := DefaultConfig()
 	const bound, target, room = time.Second, 2500 * time.Millisecond, 250 * time.Millisecond
-	worst := 2*c.HeartbeatTimeout + 2*c.ElectionTimeout + graceFor(epochResult{LeaseBound: bound}, c.LeaderLeaseTimeout)
+	grace, _ := graceOf(state{LeaseBound: bound}, c.LeaderLeaseTimeout)
+	worst := 2*c.HeartbeatTimeout + 2*c.ElectionTimeout + grace
 	if worst > target-room {
 		t.Errorf("worst kill -9 to first grant with the default timers: %v; want at most %v (%v less than the %v target)", worst, target-room, room, target)
 	}

@@ -18,6 +18,8 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
 			func() float64 { return float64(n.fsm.get().Epoch) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_cluster_leadership_gained_total", Help: "Times this node became the serving leader."},
 			func() float64 { return float64(n.leaderChanges.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_cluster_leader_lease_lapses_total", Help: "Terms this node ended itself because its leader lease (anchored at the send times a quorum acknowledged) ran out before a grant or confirmation."},
+			func() float64 { return float64(n.leaseLapses.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_lease_bound_seconds", Help: "The committed lease bound: the longest lease a leader may have granted."},
 			func() float64 { return n.bound().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_grace_remaining_seconds", Help: "How long this leader still grants nothing after taking over."},

@@ -1,13 +1,15 @@
 // Package cluster is Baton's replicated mode on hashicorp/raft: the small
-// replicated state (epoch, lease bound, handoff bound), the leader loop that
-// turns leadership into a serving lock server and back, and membership.
+// replicated state (epoch, lease bound, the grace each epoch inherits, the
+// handoff), the leader loop that turns leadership into a serving lock
+// server and back, the leader's own send-anchored lease, and membership.
 //
 // The lock table, queues, heartbeats and per-grant tokens are not
 // replicated: they live in the leader's memory (package server), which
-// sees this package only through server.Config's NextToken, NoteLease and
-// LeaderHint and its BeginTerm/EndTerm calls. A grant, a handover or a
-// heartbeat never waits for Raft; only an ACQUIRE whose lease is longer
-// than the committed bound does (once per longer lease).
+// sees this package only through the hooks Node.Hooks sets in its Config
+// (tokens, the lease bound, may I grant or confirm now?) and its
+// BeginTerm/EndTerm calls. A grant, a handover or a heartbeat never waits
+// for Raft; only an ACQUIRE whose lease is longer than the committed bound
+// does (once per longer lease).
 package cluster
 
 import (
@@ -18,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,22 +57,41 @@ type Node struct {
 	transport raft.Transport
 	boltStore *raftboltdb.BoltStore
 	tok       tokens
+	lease     *leaderLease
 
 	srv Server
-	// leading is true between a committed epoch (BeginTerm) and the loss
-	// of leadership (EndTerm).
+	// leading is true between a committed epoch (BeginTerm) and the end of
+	// the term (EndTerm, or the server failing closed).
 	leading       atomic.Bool
 	leaderChanges atomic.Uint64
+	leaseLapses   atomic.Uint64 // terms the server ended on a lapsed leader lease
+	// epoch is the epoch this node serves while leading, and epochIndex
+	// the index of its entry in the log.
+	epoch, epochIndex atomic.Uint64
 	// raiseMu serialises bound changes, so that concurrent ACQUIREs with
-	// the same longer lease make one Raft write.
+	// the same longer lease make one Raft write, and no lease is let
+	// through while a lowering is being committed.
 	raiseMu sync.Mutex
+	// fastBound is the longest lease NoteLease lets through without Raft.
+	// It is the committed bound, except while a lowering is on its way:
+	// then it is already the lower target, so that no session is admitted
+	// on a bound that the pending commit may lower (see lowerBound).
+	fastBound atomic.Int64
 	// noted is the longest lease NoteLease let through since the last
 	// look at lowering the bound, in nanoseconds: a session between
 	// NoteLease and the table is not yet in MaxLease.
 	noted atomic.Int64
 	// lowerTo is the bound the previous lowering look would have allowed;
 	// the bound is lowered only to the larger of two looks in a row.
+	// Owned by the leader loop.
 	lowerTo time.Duration
+
+	// termLost is signalled by the server when it failed closed (its
+	// leader lease had run out); the leader loop then takes a new epoch.
+	termLost chan struct{}
+	// handovers carries Handover's request to the leader loop, so that a
+	// handover and an establishment never run at once.
+	handovers chan chan error
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -140,23 +162,28 @@ func openWith(cfg Config, log *slog.Logger, rc *raft.Config, logs raft.LogStore,
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
+	lease := newLeaderLease(raft.ServerID(cfg.NodeID), cfg.LeaderLeaseTimeout)
+	lt := &leaseTransport{Transport: trans, lease: lease}
 	if !has && !cfg.Join {
 		var conf raft.Configuration
 		for _, p := range cfg.Peers {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, lt, conf); err != nil {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 	}
 	f := newFSM()
-	r, err := raft.NewRaft(rc, f, logs, stable, snaps, trans)
+	r, err := raft.NewRaft(rc, f, logs, stable, snaps, lt)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	lease.setConfig(func() raft.Configuration { return r.GetConfiguration().Configuration() })
 	return &Node{
-		cfg: cfg, log: log, raft: r, fsm: f, transport: trans,
-		stop: make(chan struct{}), done: make(chan struct{}),
+		cfg: cfg, log: log, raft: r, fsm: f, transport: lt, lease: lease,
+		termLost:  make(chan struct{}, 1),
+		handovers: make(chan chan error),
+		stop:      make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -168,45 +195,116 @@ func (n *Node) Start(srv Server) {
 	go n.run()
 }
 
+// Hooks sets what a replicated server needs of this node in cfg: tokens,
+// the lease bound, the leader lease and the leader's address.
+func (n *Node) Hooks(cfg *server.Config) {
+	cfg.Replicated = true
+	cfg.NextToken = n.NextToken
+	cfg.NoteLease = n.NoteLease
+	cfg.TryNoteLease = n.TryNoteLease
+	cfg.LeaderHint = n.LeaderHint
+	cfg.MayServe = n.MayServe
+	cfg.TermLost = n.TermLost
+}
+
 // NextToken is server.Config.NextToken.
 func (n *Node) NextToken() uint64 { return n.tok.next() }
 
 // LeaderHint is server.Config.LeaderHint: the leader's advertised client
 // address, "" while none is known (or while this node is the one taking
-// over, so that no client is sent back to it).
+// over, so that no client is sent back to it). Only a current member's
+// address is ever handed out.
 func (n *Node) LeaderHint() string {
-	_, id := n.raft.LeaderWithID()
-	if id == "" || string(id) == n.cfg.NodeID {
+	a, ok := n.leaderAddrs()
+	if !ok {
 		return ""
 	}
-	return n.fsm.get().Nodes[string(id)].Addr
+	return a.Addr
+}
+
+// leaderAddrs is the advertised addresses of the leader Raft names, if it
+// is another node and a current member of the configuration: what the
+// replicated state says of a node that is not a member (a removed one) is
+// never trusted.
+func (n *Node) leaderAddrs() (nodeAddrs, bool) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" || string(id) == n.cfg.NodeID || !n.isMember(id) {
+		return nodeAddrs{}, false
+	}
+	a, ok := n.fsm.get().Nodes[string(id)]
+	return a, ok && a.Addr != ""
+}
+
+func (n *Node) isMember(id raft.ServerID) bool {
+	for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// MayServe is server.Config.MayServe: whether this leader's own lease,
+// anchored at the send times a quorum acknowledged, still holds at now.
+func (n *Node) MayServe(now time.Time) bool { return n.lease.valid(now) }
+
+// TermLost is server.Config.TermLost: the server failed closed and ended
+// every session; the leader loop takes a new epoch once the lease holds
+// again, if this node still leads.
+func (n *Node) TermLost() {
+	n.leaseLapses.Add(1)
+	n.leading.Store(false)
+	select {
+	case n.termLost <- struct{}{}:
+	default:
+	}
 }
 
 // NoteLease is server.Config.NoteLease: a lease longer than the committed
 // bound is committed through Raft before its session is queued, so that
-// every later leader's grace covers it. Shorter ones cost an atomic load.
+// every later leader's grace covers it. Shorter ones cost two atomics.
 func (n *Node) NoteLease(lease time.Duration) error {
-	for { // keep the longest lease seen, for lowerBound
+	_, err := n.noteLease(lease, true)
+	return err
+}
+
+// TryNoteLease is server.Config.TryNoteLease: NoteLease for a caller that
+// must not wait (the idle poller's shard); false when it would need Raft.
+func (n *Node) TryNoteLease(lease time.Duration) (bool, error) {
+	return n.noteLease(lease, false)
+}
+
+func (n *Node) noteLease(lease time.Duration, mayWait bool) (bool, error) {
+	// Noted before the bound is read: a lowering that sets fastBound after
+	// this read finds the lease in noted (see lowerBound).
+	for {
 		old := n.noted.Load()
 		if int64(lease) <= old || n.noted.CompareAndSwap(old, int64(lease)) {
 			break
 		}
 	}
-	if lease <= n.bound() {
+	if int64(lease) <= n.fastBound.Load() {
 		if !n.leading.Load() {
-			return server.ErrNotLeader
+			return true, server.ErrNotLeader
 		}
-		return nil
+		return true, nil
+	}
+	if !mayWait {
+		return false, nil
 	}
 	n.raiseMu.Lock()
 	defer n.raiseMu.Unlock()
-	if lease <= n.bound() {
-		return nil
-	}
 	if !n.leading.Load() {
-		return server.ErrNotLeader
+		return true, server.ErrNotLeader
 	}
-	return n.apply(command{Op: opBound, Bound: lease})
+	if int64(lease) <= n.fastBound.Load() {
+		return true, nil
+	}
+	if err := n.apply(command{Op: opBound, Epoch: n.epoch.Load(), Bound: lease}); err != nil {
+		return true, err
+	}
+	n.fastBound.Store(int64(lease))
+	return true, nil
 }
 
 func (n *Node) bound() time.Duration {
@@ -222,26 +320,37 @@ func (n *Node) apply(c command) error {
 }
 
 func (n *Node) applyResult(c command) (any, error) {
+	r, _, err := n.applyIndexed(c)
+	return r, err
+}
+
+// applyIndexed is applyResult that also returns the entry's log index.
+func (n *Node) applyIndexed(c command) (any, uint64, error) {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	f := n.raft.Apply(b, applyTimeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
-			return nil, server.ErrNotLeader
+			return nil, 0, server.ErrNotLeader
 		}
-		return nil, fmt.Errorf("cluster: raft apply %s: %w", c.Op, err)
+		return nil, 0, fmt.Errorf("cluster: raft apply %s: %w", c.Op, err)
 	}
 	if err, ok := f.Response().(error); ok {
-		return nil, err
+		if errors.Is(err, errStaleEpoch) {
+			return nil, 0, server.ErrNotLeader
+		}
+		return nil, 0, err
 	}
-	return f.Response(), nil
+	return f.Response(), f.Index(), nil
 }
 
-// run is the leader loop: it follows Raft's leadership signal. LeaderCh
-// keeps only the latest value, so a true while already leading means that
-// leadership was lost and won again in between: the old term ends first.
+// run is the leader loop: it follows Raft's leadership signal, and it alone
+// takes and ends terms. LeaderCh keeps only the latest value, so a true
+// while already leading means that leadership was lost and won again in
+// between: the old term ends first. A handover runs here too, so that no
+// new term can begin while one is handed over.
 func (n *Node) run() {
 	defer close(n.done)
 	lower := time.NewTicker(n.cfg.BoundLowerEvery)
@@ -257,9 +366,20 @@ func (n *Node) run() {
 			if isLeader {
 				n.establish()
 			}
+		case <-n.termLost:
+			// The server ended every session; the term is over. Take a
+			// new epoch if Raft still says this node leads.
+			n.leading.Store(false)
+			n.log.Warn("leader lease ran out: every session ended with NOT_LEADER", "node", n.cfg.NodeID, "epoch", n.epoch.Load())
+			if n.raft.State() == raft.Leader {
+				n.establish()
+			}
+		case done := <-n.handovers:
+			done <- n.handover()
 		case <-lower.C:
 			if n.leading.Load() {
 				n.lowerBound()
+				n.recordJoined()
 			}
 		}
 	}
@@ -267,118 +387,197 @@ func (n *Node) run() {
 
 // establish makes this new leader serve: a Barrier so that its state
 // machine has every committed entry, then the next epoch, then a fresh
-// lock table that grants nothing for the failover grace.
+// lock table that grants nothing for the epoch's failover grace.
 func (n *Node) establish() {
 	for {
 		res, err := n.commitEpoch()
 		if err == nil {
-			grace := graceFor(res, n.cfg.LeaderLeaseTimeout)
-			if graceDisabled() {
-				n.log.Warn("failover grace switched off by BATON_TEST_DISABLE_GRACE (faultinject test build): grants may overlap the old leader's")
-				grace = 0
-			}
-			n.tok.setEpoch(res.Epoch)
-			// leading first: a session admitted by BeginTerm must find
-			// NoteLease willing.
-			n.leading.Store(true)
-			n.srv.BeginTerm(time.Now().Add(grace))
-			n.leaderChanges.Add(1)
-			n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(),
-				"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.HasHandoff)
+			n.begin(res)
 			return
 		}
-		if n.raft.State() != raft.Leader {
+		if errors.Is(err, errEpochsExhausted) {
+			n.log.Error("cannot lead", "node", n.cfg.NodeID, "err", err)
+		} else if n.raft.State() != raft.Leader {
 			n.log.Warn("leadership lost while taking over", "node", n.cfg.NodeID, "err", err)
 			return
+		} else {
+			n.log.Error("cannot commit a new epoch; retrying", "node", n.cfg.NodeID, "err", err)
 		}
-		n.log.Error("cannot commit a new epoch; retrying", "node", n.cfg.NodeID, "err", err)
 		select {
 		case <-n.stop:
+			return
+		case done := <-n.handovers:
+			done <- nil // nothing served yet: nothing to hand over
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
+// begin starts serving the committed epoch res.
+func (n *Node) begin(res epochResult) {
+	grace := res.Grace
+	if graceDisabled() {
+		n.log.Warn("failover grace switched off (faultinject build): grants may overlap the old leader's")
+		grace = 0
+	}
+	if res.Epoch >= epochWarnAt {
+		n.log.Error("the epoch space is running out: recreate the cluster before it does", "epoch", res.Epoch, "epochs_left", maxEpoch-epochReserve-res.Epoch)
+	}
+	// The leader lease must hold before the first grant or confirmation:
+	// the epoch's commit needed a quorum, and heartbeats follow within a
+	// few milliseconds.
+	deadline := time.Now().Add(n.cfg.HeartbeatTimeout)
+	for !n.lease.valid(time.Now()) && time.Now().Before(deadline) {
+		time.Sleep(n.cfg.HeartbeatTimeout / 20)
+	}
+	n.tok.setEpoch(res.Epoch)
+	n.epoch.Store(res.Epoch)
+	// The bound as committed: nothing to lower in this epoch yet.
+	n.fastBound.Store(int64(res.LeaseBound))
+	n.noted.Store(0)
+	n.lowerTo = res.LeaseBound
+	// leading first: a session admitted by BeginTerm must find NoteLease
+	// willing.
+	n.leading.Store(true)
+	n.srv.BeginTerm(time.Now().Add(grace))
+	n.leaderChanges.Add(1)
+	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(),
+		"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.Planned)
+}
+
 func (n *Node) commitEpoch() (epochResult, error) {
 	if err := n.raft.Barrier(applyTimeout).Error(); err != nil {
 		return epochResult{}, fmt.Errorf("barrier: %w", err)
 	}
-	r, err := n.applyResult(command{Op: opEpoch, Node: n.cfg.NodeID, Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr, LeaderLease: n.cfg.LeaderLeaseTimeout})
+	r, index, err := n.applyIndexed(command{Op: opEpoch, Node: n.cfg.NodeID, Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr,
+		LeaderLease: n.cfg.LeaderLeaseTimeout, ClusterID: newClusterID()})
 	if err != nil {
 		return epochResult{}, err
 	}
+	n.epochIndex.Store(index)
 	return r.(epochResult), nil
-}
-
-// graceFor is the failover grace of a new leader: after a planned handoff
-// the bound its predecessor committed (0 when every holder had closed);
-// otherwise the lease bound B plus twice the leader lease timeout, the
-// time a leader cut off from the quorum may keep confirming heartbeats
-// before hashicorp/raft makes it step down (the lease check runs every
-// LeaderLeaseTimeout, so up to two of them pass). The timeout is the
-// longest of this node's and every earlier leader's: the old leader steps
-// down on its own timer, which may be longer than ours (the cluster fault
-// harness showed two holders when it was).
-func graceFor(r epochResult, leaderLease time.Duration) time.Duration {
-	if r.HasHandoff {
-		return r.Handoff
-	}
-	return r.LeaseBound + 2*max(leaderLease, r.MaxLeaderLease)
 }
 
 // revoke ends the term: every session ends with NOT_LEADER at once.
 func (n *Node) revoke() {
 	n.leading.Store(false)
 	n.srv.EndTerm(server.ReasonNotLeader, n.LeaderHint())
-	n.log.Info("leadership lost", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", n.fsm.get().Epoch)
+	n.log.Info("leadership lost", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", n.epoch.Load())
 }
 
 // lowerBound commits a lower lease bound once two looks in a row found no
 // session (in the table, or let through NoteLease since the look before)
-// that needs the current one.
+// that needs the current one. Never during the epoch's grace: clients of
+// an earlier leader may still believe in their locks for up to the bound
+// it inherited.
 func (n *Node) lowerBound() {
 	n.raiseMu.Lock()
 	defer n.raiseMu.Unlock()
+	cur := n.bound()
+	if n.srv.GraceRemaining() > 0 {
+		n.lowerTo = cur
+		return
+	}
 	need := max(n.srv.MaxLease(), time.Duration(n.noted.Swap(0)))
 	prev := n.lowerTo
 	n.lowerTo = need
 	target := max(need, prev)
-	if target >= n.bound() {
+	if target >= cur {
 		return
 	}
-	if err := n.apply(command{Op: opBound, Bound: target}); err != nil {
+	// From here on no lease above target passes NoteLease without this
+	// mutex; one that read the old fastBound was noted before this store,
+	// so the second look finds it.
+	n.fastBound.Store(int64(target))
+	target = max(target, n.srv.MaxLease(), time.Duration(n.noted.Load()))
+	if target >= cur {
+		n.fastBound.Store(int64(cur))
+		return
+	}
+	if err := n.apply(command{Op: opBound, Epoch: n.epoch.Load(), Bound: target}); err != nil {
 		n.log.Warn("cannot lower the lease bound", "to", target.String(), "err", err)
+		return // fastBound stays low: a longer lease raises the bound again
+	}
+	n.fastBound.Store(int64(target))
+}
+
+// recordJoined commits the members that acknowledged this epoch's entries
+// and are not yet recorded as holding the log (see opJoined).
+func (n *Node) recordJoined() {
+	st := n.fsm.get()
+	var add []string
+	for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+		id := string(s.ID)
+		if slices.Contains(st.Joined, id) {
+			continue
+		}
+		if id == n.cfg.NodeID || n.lease.holdsLog(s.ID, n.epochIndex.Load()) {
+			add = append(add, id)
+		}
+	}
+	if len(add) == 0 {
+		return
+	}
+	if err := n.apply(command{Op: opJoined, Members: add}); err != nil {
+		n.log.Warn("cannot record the members that hold the log", "members", add, "err", err)
 	}
 }
 
-// Handover is the planned stop of a leader (SIGTERM): every session gets
-// ERROR SHUTDOWN, the holders' closes are awaited for HandoverDrain, the
-// handoff bound is committed (0 if every holder closed, else the lease
-// bound) and leadership is transferred. On a follower it does nothing.
+// Handover is the planned stop of a leader (SIGTERM), run by the leader
+// loop: every session gets ERROR SHUTDOWN, the holders' closes are awaited
+// for HandoverDrain, the handoff is committed, and leadership is
+// transferred. On a follower it does nothing.
 func (n *Node) Handover() error {
+	if !n.started {
+		return nil
+	}
+	done := make(chan error, 1)
+	select {
+	case n.handovers <- done:
+		return <-done
+	case <-n.done:
+		return nil
+	}
+}
+
+// handover is Handover on the leader loop. The handoff covers what the
+// next leader must still wait for: the rest of this epoch's own grace
+// (clients of earlier leaders may believe until it ends), and, unless
+// every holder was seen to close, the lease bound.
+func (n *Node) handover() error {
 	if !n.leading.Load() {
 		return nil
 	}
+	epoch := n.epoch.Load()
+	graceEnds := time.Now().Add(n.srv.GraceRemaining())
 	n.raiseMu.Lock()
 	n.leading.Store(false)
 	holders, closed := n.srv.EndTerm(server.ReasonShutdown, "leader handing over")
 	n.raiseMu.Unlock()
-	bound := time.Duration(0)
+	allClosed := false
 	select {
 	case <-closed:
+		allClosed = true
 	case <-time.After(n.cfg.HandoverDrain):
-		bound = n.bound()
 	}
-	if err := n.apply(command{Op: opHandoff, Bound: bound}); err != nil {
-		return fmt.Errorf("commit handoff bound: %w", err)
+	handoff := max(time.Until(graceEnds), 0)
+	if !allClosed {
+		handoff = max(handoff, n.bound())
+	}
+	if handoffZero() {
+		n.log.Warn("handoff forced to 0 (faultinject build): the next leader may grant while holders still believe")
+		handoff = 0
+	}
+	if err := n.apply(command{Op: opHandoff, Epoch: epoch, Bound: handoff}); err != nil {
+		return fmt.Errorf("commit handoff: %w", err)
 	}
 	start := time.Now()
 	if err := n.raft.LeadershipTransfer().Error(); err != nil {
 		return fmt.Errorf("leadership transfer: %w", err)
 	}
-	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", n.fsm.get().Epoch, "holders", holders,
-		"handoff_bound", bound.String(), "transfer", time.Since(start).Round(time.Millisecond).String())
+	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", epoch, "holders", holders,
+		"all_closed", allClosed, "handoff", handoff.Round(time.Millisecond).String(), "transfer", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 
@@ -470,17 +669,18 @@ func (n *Node) members() ([]raft.Server, error) {
 // Leading reports whether this node leads with its epoch committed.
 func (n *Node) Leading() bool { return n.leading.Load() }
 
-// LeaderOpsAddr is the leader's advertised ops address ("" if unknown) and
-// whether this node is the leader.
+// LeaderOpsAddr is the leader's advertised ops address ("" if unknown, or
+// if the leader Raft names is not a current member) and whether this node
+// is the leader.
 func (n *Node) LeaderOpsAddr() (string, bool) {
 	if n.leading.Load() {
 		return n.cfg.OpsAddr, true
 	}
-	_, id := n.raft.LeaderWithID()
-	if id == "" || string(id) == n.cfg.NodeID {
+	a, ok := n.leaderAddrs()
+	if !ok {
 		return "", false
 	}
-	return n.fsm.get().Nodes[string(id)].OpsAddr, false
+	return a.OpsAddr, false
 }
 
 // View is GET /v1/cluster.
@@ -500,8 +700,11 @@ func (n *Node) View() server.ClusterView {
 	default:
 		v.Role = "follower"
 	}
-	if _, id := n.raft.LeaderWithID(); id != "" {
+	if _, id := n.raft.LeaderWithID(); id != "" && n.isMember(id) {
 		a := st.Nodes[string(id)]
+		if string(id) == n.cfg.NodeID {
+			a = nodeAddrs{Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr}
+		}
 		v.Leader = &server.ClusterNode{ID: string(id), Addr: a.Addr, OpsAddr: a.OpsAddr}
 	}
 	if n.leading.Load() {

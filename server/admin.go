@@ -40,6 +40,7 @@ func (s *Server) ForceRelease(name string) (SessionView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	s.mayServeLocked(now) // the release promotes: fail closed first if need be
 	exits, err := s.table.ForceRelease(now, name, s.exits[:0])
 	if errors.Is(err, locktable.ErrNotHeld) {
 		return SessionView{}, ErrNotHeld
@@ -58,6 +59,7 @@ func (s *Server) Kick(id string) (SessionView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	s.mayServeLocked(now)
 	exits, err := s.table.Kick(now, locktable.SessionID(n), s.exits[:0])
 	switch {
 	case errors.Is(err, locktable.ErrUnknownSession):

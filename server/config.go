@@ -38,6 +38,28 @@ type Config struct {
 	// (tokenstore.Store.NoteLease). In a cluster it raises the replicated
 	// lease bound; ErrNotLeader then refuses the session with NOT_LEADER.
 	NoteLease func(time.Duration) error
+	// TryNoteLease, if not nil, is NoteLease for a caller that must not
+	// wait (the idle poller's shard): it reports false, having recorded
+	// nothing, when noting the lease would wait for a disk write or a Raft
+	// round; the session's ACQUIRE then goes to a reader goroutine. Nil
+	// falls back to the longest lease NoteLease has let through.
+	TryNoteLease func(time.Duration) (bool, error)
+	// MaxLease, if positive, is the longest lease an ACQUIRE may ask for;
+	// a longer one is refused with ERROR BAD_REQUEST. In a cluster the
+	// lease bound is every crash failover's grace, so a lease is not only
+	// its own client's business there.
+	MaxLease time.Duration
+	// MayServe, if not nil, is asked before every grant and every
+	// confirmation (the answer to an ACQUIRE or a HEARTBEAT, a promotion):
+	// may this node still grant or confirm at now? A replicated leader
+	// answers from its own lease, anchored at the send times a quorum
+	// acknowledged (package cluster). On false the server fails closed: it
+	// stops serving, ends every session with ERROR NOT_LEADER, and calls
+	// TermLost; until the next BeginTerm every ACQUIRE is refused.
+	MayServe func(now time.Time) bool
+	// TermLost, if not nil, is called (under the server's mutex: it must
+	// not block or call the server) when the server failed closed.
+	TermLost func()
 	// ParkIdle serves sessions without reader goroutines where it can
 	// (Linux, plain TCP): an epoll poller watches each connection from its
 	// accept, takes its ACQUIRE, answers its heartbeats, and serves its
@@ -121,6 +143,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("park-after (%v) must not be negative", c.ParkAfter)
 	case c.SendBuffer < 0:
 		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
+	case c.MaxLease < 0:
+		return fmt.Errorf("max-lease (%v) must not be negative", c.MaxLease)
 	case c.MaxConnsPerIP < 0:
 		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
 	case c.TCPFastOpen && !fastOpenSupported:

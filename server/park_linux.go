@@ -574,11 +574,10 @@ func (c *session) answerNext() int {
 // in one read and nothing came after it (what clients send): the session
 // enters the table, its answer is written without waiting, and it stays
 // parked. Anything else goes to a reader goroutine, with what was read:
-// a frame in parts, more than one frame, an error to report, a lease
-// longer than any noted so far (its NoteLease may wait for a disk or a
-// Raft round, which the shard must not), a refusal (its ERROR and linger).
+// a frame in parts, more than one frame, an error to report, a lease that
+// noting would wait for (a disk write or a Raft round, which the shard must
+// not wait for: see Config.TryNoteLease), a refusal (its ERROR and linger).
 func (c *session) answerFirst() int {
-	s := c.srv
 	buf := c.park.shard.rbuf[:]
 	n, err := c.tryRead(buf)
 	if err == errWouldBlock { // a stale readiness
@@ -594,12 +593,18 @@ func (c *session) answerFirst() int {
 		return needReader
 	}
 	req, derr := wire.DecodeAcquire(payload)
-	if derr != nil || (s.cfg.NoteLease != nil && int64(req.LeaseMs)*int64(time.Millisecond) > s.noted.Load()) {
+	if derr != nil {
 		c.extra = append([]byte(nil), buf[:n]...)
 		return needReader
 	}
 	c.started, c.waited = true, true
-	if reason, msg, ok := c.acquire(req); !ok {
+	reason, msg, ok, wouldWait := c.acquire(req, false)
+	if wouldWait { // a reader takes the ACQUIRE again, and may wait
+		c.started, c.waited = false, false
+		c.extra = append([]byte(nil), buf[:n]...)
+		return needReader
+	}
+	if !ok {
 		c.park.shard.handOff(c, func() { c.end(reason, msg) })
 		return handedOff
 	}

@@ -359,6 +359,7 @@ func (s *Server) reap() {
 	for {
 		s.mu.Lock()
 		now := time.Now()
+		s.mayServeLocked(now) // an expiry may promote, and the grace's end grants
 		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
 		next, ok := s.table.NextDeadline()
 		if ok {
@@ -441,6 +442,11 @@ func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg stri
 }
 
 func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg string, fx *effects) {
+	if c.inTable && !c.ended {
+		// Leaving the table may promote a waiter: a leader that may no
+		// longer grant ends every session first (c among them).
+		s.mayServeLocked(now)
+	}
 	if c.ended {
 		return
 	}

@@ -183,7 +183,7 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 		return reasonFor(we.Code), we.Msg, false
 	}
 	c.started = true
-	if reason, msg, ok := c.acquire(req); !ok {
+	if reason, msg, ok, _ := c.acquire(req, true); !ok {
 		return reason, msg, false
 	}
 	c.send()
@@ -284,6 +284,12 @@ func (c *session) heartbeat() (live bool) {
 		s.mu.Unlock()
 		return false
 	}
+	// A reply confirms the session: a leader that may no longer confirm
+	// ends every session instead (and c with them).
+	if !s.mayServeLocked(now) && s.cfg.Replicated {
+		s.mu.Unlock()
+		return false
+	}
 	if st, ok := s.table.Seen(now, c.id); ok {
 		c.queueState(st)
 	} else {
@@ -295,36 +301,59 @@ func (c *session) heartbeat() (live bool) {
 	return live
 }
 
-// acquire enters the session in the table and queues its answer.
-func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
+// acquire enters the session in the table and queues its answer. With
+// mayWait false (the idle poller's shard) it does nothing and reports
+// wouldWait when noting the lease would wait for a disk write or a Raft
+// round: the caller then hands the ACQUIRE to a reader goroutine.
+func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg string, ok, wouldWait bool) {
 	s := c.srv
 	now := time.Now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
 	if reason, msg, ok := c.authorize(req.Name); !ok { // access rules (security.go)
-		return reason, msg, false
+		return reason, msg, false, false
+	}
+	if s.cfg.MaxLease > 0 && lease > s.cfg.MaxLease {
+		return ReasonBadRequest, fmt.Sprintf("lease %v is longer than this server's maximum of %v (-max-lease)", lease, s.cfg.MaxLease), false, false
 	}
 	// Before the table, outside mu: a lease that grows the recorded bound
-	// waits for its fsync, and must be durable before any grant with it.
+	// waits for its fsync (or its Raft commit), and must be durable before
+	// any grant with it.
 	if s.cfg.NoteLease != nil && !s.closing.Load() {
-		if err := s.cfg.NoteLease(lease); err != nil {
+		var err error
+		switch {
+		case mayWait:
+			err = s.cfg.NoteLease(lease)
+		case s.cfg.TryNoteLease != nil:
+			var done bool
+			if done, err = s.cfg.TryNoteLease(lease); !done {
+				return 0, "", false, true
+			}
+		case int64(lease) > s.noted.Load():
+			return 0, "", false, true
+		default:
+			err = s.cfg.NoteLease(lease) // no longer than one noted: no wait
+		}
+		if err != nil {
 			if errors.Is(err, ErrNotLeader) {
-				return ReasonNotLeader, s.leaderHint(), false
+				return ReasonNotLeader, s.leaderHint(), false, false
 			}
 			s.log.Error("cannot record the lease bound; session refused", "lease", lease.String(), "err", err)
-			return ReasonOverloaded, "cannot record lease " + lease.String() + " for crash recovery", false
+			return ReasonOverloaded, "cannot record lease " + lease.String() + " for crash recovery", false, false
 		}
 		s.leaseNoted(lease)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.ended {
-		return c.reason, "", false
+		return c.reason, "", false, false
 	}
 	if s.closing.Load() {
-		return ReasonShutdown, "server shutting down", false
+		return ReasonShutdown, "server shutting down", false, false
 	}
-	if !s.serving.Load() {
-		return ReasonNotLeader, s.leaderHint(), false
+	// An answer confirms (and may grant): a leader that may no longer do
+	// either ends every session, c with them.
+	if !s.mayServeLocked(now) {
+		return ReasonNotLeader, s.leaderHint(), false, false
 	}
 	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
 		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
@@ -332,24 +361,24 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	s.settleLocked(now, exits) // overdue sessions, expired on the way
 	// An error is a bug: ids are unique and the lease was checked.
 	if err != nil {
-		return ReasonProtocolError, err.Error(), false
+		return ReasonProtocolError, err.Error(), false, false
 	}
 	switch refusal {
 	case locktable.RefusedBusy:
-		return ReasonBusy, fmt.Sprintf("lock %q is held", req.Name), false
+		return ReasonBusy, fmt.Sprintf("lock %q is held", req.Name), false, false
 	case locktable.RefusedSessions:
 		s.m.refusedSess.Inc()
-		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false
+		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false, false
 	case locktable.RefusedGrace:
 		until, _ := s.table.GraceUntil()
 		if s.cfg.Replicated {
-			return ReasonBusy, fmt.Sprintf("failover grace: no lock is granted for %v more", max(until.Sub(now), 0).Round(time.Millisecond)), false
+			return ReasonBusy, fmt.Sprintf("failover grace: no lock is granted for %v more", max(until.Sub(now), 0).Round(time.Millisecond)), false, false
 		}
 		return ReasonOverloaded, fmt.Sprintf("crash-recovery grace period: no lock is granted for %v more (until %s); retry after it",
-			max(until.Sub(now), 0).Round(time.Millisecond), until.UTC().Format(time.RFC3339Nano)), false
+			max(until.Sub(now), 0).Round(time.Millisecond), until.UTC().Format(time.RFC3339Nano)), false, false
 	case locktable.RefusedWaiters:
 		s.m.refusedWaiters.Inc()
-		return ReasonOverloaded, fmt.Sprintf("lock %q has the limit of %d waiters", req.Name, s.cfg.MaxWaitersPerLock), false
+		return ReasonOverloaded, fmt.Sprintf("lock %q has the limit of %d waiters", req.Name, s.cfg.MaxWaitersPerLock), false, false
 	}
 	c.inTable = true
 	s.sessions[c.id] = c
@@ -370,7 +399,7 @@ func (c *session) acquire(req wire.Acquire) (EndReason, string, bool) {
 	}
 	c.queueState(st)
 	s.wakeReaperLocked(now.Add(lease))
-	return 0, "", true
+	return 0, "", true, false
 }
 
 // takeReadErr returns c.readErr (see there) and clears it.

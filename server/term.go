@@ -47,34 +47,17 @@ func (s *Server) BeginTerm(noGrantBefore time.Time) {
 // never closes it.
 func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <-chan struct{}) {
 	s.mu.Lock()
-	s.serving.Store(false) // before the ends: no promotion on the way out
-	now := time.Now()
-	var gone []chan struct{}
-	var all []*session
-	for c := range s.conns {
-		all = append(all, c)
-	}
-	// The holders are picked before anything ends: ending one promotes
-	// its waiter in the table (silently: serving is off).
-	for _, c := range all {
-		if c.inTable {
-			if in, ok := s.table.Session(now, c.id); ok && in.Held {
-				c.peerGone = make(chan struct{})
-				gone = append(gone, c.peerGone)
-			}
-		}
-	}
-	for _, c := range all {
-		s.endLocked(now, c, reason, msg)
-	}
+	gone := s.endTermLocked(time.Now(), reason, msg, true)
 	s.mu.Unlock()
 	done := make(chan struct{})
 	if len(gone) == 0 {
 		close(done)
 		return 0, done
 	}
-	go func() { // ends by the linger time at the latest: drain closes or returns
-		defer close(done)
+	// Ends by the linger time at the latest. done is closed only when every
+	// holder was seen to close: a drain that gives up says nothing, and the
+	// caller's own wait runs out.
+	go func() {
 		for _, ch := range gone {
 			select {
 			case <-ch:
@@ -84,8 +67,56 @@ func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <
 				return
 			}
 		}
+		close(done)
 	}()
 	return len(gone), done
+}
+
+// endTermLocked stops serving and ends every open session with reason and
+// msg, promoting nobody; with watch, it returns a channel per holder that
+// is closed when that holder's client is seen to close. mu must be held.
+func (s *Server) endTermLocked(now time.Time, reason EndReason, msg string, watch bool) (gone []chan struct{}) {
+	s.serving.Store(false) // before the ends: no promotion on the way out
+	var all []*session
+	for c := range s.conns {
+		all = append(all, c)
+	}
+	// The holders are picked before anything ends: ending one promotes
+	// its waiter in the table (silently: serving is off).
+	if watch {
+		for _, c := range all {
+			if c.inTable {
+				if in, ok := s.table.Session(now, c.id); ok && in.Held {
+					c.peerGone = make(chan struct{})
+					gone = append(gone, c.peerGone)
+				}
+			}
+		}
+	}
+	for _, c := range all {
+		s.endLocked(now, c, reason, msg)
+	}
+	return gone
+}
+
+// mayServeLocked reports whether the server may grant and confirm at now,
+// and fails closed when a replicated leader's lease has run out: it stops
+// serving, ends every session with NOT_LEADER and tells Config.TermLost.
+// Every path that can confirm or grant asks it first, with the time it
+// then uses. mu must be held.
+func (s *Server) mayServeLocked(now time.Time) bool {
+	if !s.serving.Load() || s.closing.Load() {
+		return false
+	}
+	if s.cfg.MayServe == nil || s.cfg.MayServe(now) {
+		return true
+	}
+	s.log.Warn("leader lease ran out: no grant or confirmation until a new term; ending every session")
+	s.endTermLocked(now, ReasonNotLeader, s.leaderHint(), false)
+	if s.cfg.TermLost != nil {
+		s.cfg.TermLost()
+	}
+	return false
 }
 
 // Serving reports whether the server serves sessions (a replicated node

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // newFlagSet returns an empty flag set for command name that prints nothing
@@ -103,4 +104,35 @@ func (v *choiceValue) Set(s string) error {
 	}
 	*v.p = l
 	return nil
+}
+
+// modeDuration is a duration flag whose default depends on the mode the
+// other flags choose: unset, value reports the given default.
+type modeDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (v *modeDuration) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v *modeDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	v.d, v.set = d, true
+	return nil
+}
+
+// value is the flag's duration, or def when it was not set.
+func (v *modeDuration) value(def time.Duration) time.Duration {
+	if v.set {
+		return v.d
+	}
+	return def
 }

@@ -54,6 +54,7 @@ type serveOptions struct {
 	sendBuffer     int
 	tcpFastOpen    bool
 	crashGraceMax  time.Duration
+	maxLease       modeDuration
 	logFormat      string
 	logLevel       string
 	sec            securityOptions
@@ -132,6 +133,8 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
+	fs.Var(&o.maxLease, "max-lease", "longest lease a session may ask for; longer ones get ERROR BAD_REQUEST (0: no limit; default none standalone, "+
+		clusterMaxLease.String()+" in a cluster, where the lease bound is every crash failover's wait)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
 	o.sec.register(fs)
@@ -190,8 +193,18 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.SendBuffer = o.sendBuffer
 	cfg.TCPFastOpen = o.tcpFastOpen
 	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
+	cfg.MaxLease = o.maxLease.value(0)
+	if o.cl.enabled() {
+		cfg.MaxLease = o.maxLease.value(clusterMaxLease)
+	}
 	return cfg
 }
+
+// clusterMaxLease is -max-lease's default in a cluster: a crash failover
+// waits up to the longest lease any session holds or waits with (plus
+// twice the leader lease), so an unbounded lease would let any client
+// freeze failover for as long as it likes.
+const clusterMaxLease = time.Minute
 
 func checkAddr(flagName, addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -335,10 +348,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 			unbind()
 			return nil, failure(s, name, err.Error())
 		}
-		cfg.Replicated = true
-		cfg.NextToken = node.NextToken
-		cfg.NoteLease = node.NoteLease
-		cfg.LeaderHint = node.LeaderHint
+		node.Hooks(&cfg)
 	} else {
 		if store, err = tokenstore.Open(o.dataDir); err != nil {
 			unbind()

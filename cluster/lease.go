@@ -1,0 +1,182 @@
+package cluster
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// leaderLease is the leader's own lease, anchored at send times: the leader
+// may grant and confirm while
+//
+//	now < (the latest send time that a quorum of voters acknowledged) + timeout
+//
+// A voter's acknowledgement is a reply in the same term to an AppendEntries
+// (a heartbeat or a replication) that this node sent. A voter that replied
+// had not yet moved to a later term when it did, so any leader of a later
+// term was elected after that reply, and so after the send: this node
+// confirms nothing later than timeout after the new leader's election, and
+// the new leader's grace (twice the longest leader lease, plus the lease
+// bound) covers what it confirmed.
+//
+// hashicorp/raft's own leader lease counts the arrival of responses, and is
+// checked on a timer: a leader paused by SIGSTOP (or a long GC pause) wakes
+// with it still valid and serves until the timer runs, while a newer leader
+// may already exist. This one is checked on every grant and confirmation
+// against the clock, so a paused leader fails closed the moment it wakes.
+type leaderLease struct {
+	base    time.Time // the monotonic origin of every stored time
+	timeout time.Duration
+	self    raft.ServerID
+	// config gives the current configuration (set once Raft runs).
+	config atomic.Pointer[func() raft.Configuration]
+
+	mu    sync.Mutex
+	acked map[raft.ServerID]int64 // per peer: latest acknowledged send, ns since base
+	// lastLog is each peer's last log index, as its latest reply said.
+	lastLog map[raft.ServerID]uint64
+	// until is when the lease runs out, ns since base; 0 when never held.
+	until atomic.Int64
+}
+
+func newLeaderLease(self raft.ServerID, timeout time.Duration) *leaderLease {
+	return &leaderLease{base: time.Now(), timeout: timeout, self: self, acked: map[raft.ServerID]int64{}, lastLog: map[raft.ServerID]uint64{}}
+}
+
+// setConfig gives the lease the current configuration's source.
+func (l *leaderLease) setConfig(f func() raft.Configuration) { l.config.Store(&f) }
+
+// since is t as ns since base (monotonic).
+func (l *leaderLease) since(t time.Time) int64 { return int64(t.Sub(l.base)) }
+
+// valid reports whether the lease holds at now.
+func (l *leaderLease) valid(now time.Time) bool {
+	if leaderLeaseOff() {
+		return true
+	}
+	return l.since(now) < l.until.Load()
+}
+
+// remaining is how long the lease still holds at now (0 if it does not).
+func (l *leaderLease) remaining(now time.Time) time.Duration {
+	return max(time.Duration(l.until.Load()-l.since(now)), 0)
+}
+
+// ack records that peer acknowledged a send made at sent (ns since base),
+// with lastLog its last log index, and moves the lease on.
+func (l *leaderLease) ack(peer raft.ServerID, sent int64, lastLog uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastLog[peer] = max(l.lastLog[peer], lastLog)
+	if sent <= l.acked[peer] {
+		return
+	}
+	l.acked[peer] = sent
+	l.recomputeLocked()
+}
+
+// holdsLog reports whether peer said its log reaches index.
+func (l *leaderLease) holdsLog(peer raft.ServerID, index uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastLog[peer] >= index
+}
+
+// recomputeLocked sets until from the acknowledgements of the current
+// voters. mu must be held.
+func (l *leaderLease) recomputeLocked() {
+	cf := l.config.Load()
+	if cf == nil {
+		return
+	}
+	var voters int
+	selfVoter := false
+	var times []int64
+	for _, s := range (*cf)().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID == l.self {
+			selfVoter = true
+			continue
+		}
+		times = append(times, l.acked[s.ID])
+	}
+	quorum := voters/2 + 1
+	need := quorum // acknowledgements from others
+	if selfVoter {
+		need-- // this node agrees with itself at every instant
+	}
+	if need <= 0 {
+		// A cluster of one: nobody else can be elected while it runs.
+		l.until.Store(1<<63 - 1)
+		return
+	}
+	if len(times) < need {
+		return
+	}
+	slices.Sort(times)
+	q := times[len(times)-need] // the need-th latest acknowledgement
+	if q == 0 {
+		return
+	}
+	if u := q + int64(l.timeout); u > l.until.Load() {
+		l.until.Store(u)
+	}
+}
+
+// reset forgets every acknowledgement: called when this node wins an
+// election, so that what the lease says in a term was acknowledged in it.
+func (l *leaderLease) reset() {
+	l.mu.Lock()
+	clear(l.acked)
+	l.until.Store(0)
+	l.mu.Unlock()
+}
+
+// leaseTransport is Raft's transport with the leader lease's bookkeeping:
+// every AppendEntries this node sends is timed, and a reply in the same
+// term acknowledges the send.
+type leaseTransport struct {
+	raft.Transport
+	lease *leaderLease
+}
+
+func (t *leaseTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	sent := t.lease.since(time.Now())
+	err := t.Transport.AppendEntries(id, target, args, resp)
+	if err == nil && resp.Term == args.Term {
+		t.lease.ack(id, sent, resp.LastLog)
+	}
+	return err
+}
+
+// AppendEntriesPipeline is the transport's own: pipelined replication is
+// not counted (heartbeats, sent every HeartbeatTimeout/10 to every peer
+// whether or not replication is pipelined, keep the lease moving).
+func (t *leaseTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	return t.Transport.AppendEntriesPipeline(id, target)
+}
+
+// errNoPreVote is what RequestPreVote returns over a transport without it.
+var errNoPreVote = errors.New("cluster: transport does not support pre-vote")
+
+func (t *leaseTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	pv, ok := t.Transport.(raft.WithPreVote)
+	if !ok {
+		return errNoPreVote
+	}
+	return pv.RequestPreVote(id, target, args, resp)
+}
+
+func (t *leaseTransport) Close() error {
+	if c, ok := t.Transport.(raft.WithClose); ok {
+		return c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+//go:build !faultinject
+
+package cluster
+
+import "testing"
+
+// TestMutationKnobsAbsent: a normal build ignores every knob's variable.
+func TestMutationKnobsAbsent(t *testing.T) {
+	for _, name := range []string{"BATON_TEST_DISABLE_GRACE", "BATON_TEST_HANDOFF_ZERO", "BATON_TEST_NO_LEADER_LEASE"} {
+		t.Setenv(name, "1")
+	}
+	if graceDisabled() || handoffZero() || leaderLeaseOff() {
+		t.Fatal("a normal build switched a safety rule off")
+	}
+}
