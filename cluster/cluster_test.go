@@ -64,7 +64,8 @@ func testConfig(id string) Config {
 }
 
 // newTestNode starts a node; peers nil with join for a node added later.
-func newTestNode(t *testing.T, id string, peers []Peer, join bool) *testNode {
+// mutate, if given, changes its configuration first.
+func newTestNode(t *testing.T, id string, peers []Peer, join bool, mutate ...func(*Config)) *testNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,6 +76,9 @@ func newTestNode(t *testing.T, id string, peers []Peer, join bool) *testNode {
 	cfg.RaftAddr = string(addr) + ":1"
 	cfg.Peers, cfg.Join = peers, join
 	cfg.Addr, cfg.OpsAddr = ln.Addr().String(), "ops-"+id+":1"
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	store := raft.NewInmemStore()
 	snaps := raft.NewInmemSnapshotStore()
 	tn := &testNode{id: id, addr: ln.Addr().String(), trans: trans, store: store, snaps: snaps, ln: ln}
@@ -129,7 +133,7 @@ func (tn *testNode) stop(t *testing.T) {
 	tn.srv = nil
 }
 
-func newTestCluster(t *testing.T, n int) *testCluster {
+func newTestCluster(t *testing.T, n int, mutate ...func(*Config)) *testCluster {
 	t.Helper()
 	var peers []Peer
 	for i := 1; i <= n; i++ {
@@ -138,7 +142,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	}
 	c := &testCluster{t: t}
 	for _, p := range peers {
-		c.nodes = append(c.nodes, newTestNode(t, p.ID, peers, false))
+		c.nodes = append(c.nodes, newTestNode(t, p.ID, peers, false, mutate...))
 	}
 	c.connectAll()
 	t.Cleanup(func() {

@@ -86,6 +86,10 @@ type Node struct {
 	// Owned by the leader loop.
 	lowerTo time.Duration
 
+	// beforeLowerCommit, if set (by tests), runs once in lowerBound just
+	// before a lower bound is committed.
+	beforeLowerCommit atomic.Pointer[func()]
+
 	// termLost is signalled by the server when it failed closed (its
 	// leader lease had run out); the leader loop then takes a new epoch.
 	termLost chan struct{}
@@ -494,6 +498,9 @@ func (n *Node) lowerBound() {
 	if target >= cur {
 		n.fastBound.Store(int64(cur))
 		return
+	}
+	if hook := n.beforeLowerCommit.Swap(nil); hook != nil {
+		(*hook)()
 	}
 	if err := n.apply(command{Op: opBound, Epoch: n.epoch.Load(), Bound: target}); err != nil {
 		n.log.Warn("cannot lower the lease bound", "to", target.String(), "err", err)

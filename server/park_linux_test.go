@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -368,4 +369,46 @@ func TestCloseRightBehindFrame(t *testing.T) {
 		}
 		freeSoon(name)
 	}
+}
+
+// TestSlowNoteLeaseOffTheShard: an ACQUIRE whose lease cannot be noted
+// without a wait (a Raft round in a cluster: Config.TryNoteLease says so)
+// goes to a reader goroutine; the poller's shards keep answering every
+// other parked session meanwhile.
+func TestSlowNoteLeaseOffTheShard(t *testing.T) {
+	t.Parallel()
+	var slow atomic.Bool
+	release := make(chan struct{})
+	ts := batontest.StartServer(t, func(c *server.Config) {
+		c.ParkIdle, c.ParkAfter = true, 0
+		c.NoteLease = func(time.Duration) error {
+			if slow.Load() {
+				<-release
+			}
+			return nil
+		}
+		c.TryNoteLease = func(time.Duration) (bool, error) { return !slow.Load(), nil }
+	})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the server's shutdown, which waits for the shard
+	var holders []*batontest.Conn
+	for i := range 8 {
+		h, _ := hold(t, ts, fmt.Sprintf("h%d", i), longLease)
+		holders = append(holders, h)
+	}
+	waitParked(t, ts, 8)
+	slow.Store(true)
+	for i := range 4 { // on every shard, whichever takes them
+		c := batontest.Dial(t, ts.Addr)
+		c.Acquire(fmt.Sprintf("slow%d", i), longLease, false, "")
+	}
+	time.Sleep(100 * time.Millisecond) // the slow ACQUIREs are in NoteLease
+	for i, h := range holders {
+		h.Heartbeat()
+		if f, err := h.TryReadFrame(2 * time.Second); err != nil || f.Type != wire.TypeAcquired {
+			t.Fatalf("holder %d's heartbeat while a NoteLease waits: got %v, %v; want ACQUIRED", i, f, err)
+		}
+	}
+	unblock()
 }
