@@ -154,6 +154,10 @@ func openWith(cfg Config, log *slog.Logger, rc *raft.Config, logs raft.LogStore,
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	// Over TLS the transport admits only the members of r's configuration.
+	if t, ok := trans.(*raftTransport); ok {
+		t.follow(r)
+	}
 	return &Node{
 		cfg: cfg, log: log, raft: r, fsm: f, transport: trans,
 		stop: make(chan struct{}), done: make(chan struct{}),
