@@ -395,20 +395,19 @@ func (c *trackedConn) Close() error {
 }
 
 // ForwardTLS returns the TLS configurations of the channel on which a
-// follower's ops API sends requests on to the leader's, picked on the ops
-// listener by the application protocol proto (ALPN): the leader's side
-// (server) and the follower's (client). Each side presents this node's
-// certificate and admits only a current member's, as Raft does, so the
-// caller's identity that a follower passes on can come from a member only,
-// and a request is sent on to a member only. Both are nil without Raft TLS.
+// follower's ops API sends requests on to the leader's: the leader's side
+// (server), which its ops listener takes for a handshake that offers the
+// application protocol (ALPN) proto, and the follower's (client), which
+// offers it. Each side presents this node's certificate and admits only a
+// current member's, as Raft does, so the caller's identity that a
+// follower passes on can come from a member only, and a request is sent
+// on to a member only. The channel then speaks HTTP/1.1. Both are nil
+// without Raft TLS.
 func (n *Node) ForwardTLS(proto string) (server, client *tls.Config) {
 	if n.cfg.TLS == nil {
 		return nil, nil
 	}
 	verify := func(cs tls.ConnectionState) error {
-		if cs.NegotiatedProtocol != proto {
-			return fmt.Errorf("forward channel: the peer did not take protocol %q", proto)
-		}
 		_, err := n.Member(&cs)
 		return err
 	}
@@ -416,11 +415,11 @@ func (n *Node) ForwardTLS(proto string) (server, client *tls.Config) {
 	server.MinVersion = tls.VersionTLS13
 	server.ClientAuth = tls.RequireAnyClientCert
 	server.SessionTicketsDisabled = true
-	server.NextProtos = []string{proto}
+	server.NextProtos = []string{"http/1.1"}
 	server.VerifyConnection = verify
 	client = n.cfg.TLS.Clone()
 	client.MinVersion = tls.VersionTLS13
-	client.NextProtos = []string{proto}
+	client.NextProtos = []string{proto, "http/1.1"}
 	client.InsecureSkipVerify = true // VerifyConnection checks the chain and the node
 	client.VerifyConnection = verify
 	return server, client

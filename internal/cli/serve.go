@@ -135,7 +135,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
 	o.sec.register(fs)
-	o.cl.register(fs)
+	o.cl.register(fs, &o.sec)
 	return fs
 }
 
@@ -368,7 +368,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		node.RegisterMetrics(srv.Registry())
 		node.Start(srv)
 		opsCfg.Cluster, opsCfg.NodeID = node, o.cl.nodeID
-		opsCfg.ProxyTransport, opsCfg.ProxyTLS = sec.proxyTransport()
+		opsCfg.ProxyTransport, opsCfg.ProxyTLS = sec.proxyTransport(node)
 	}
 
 	// Caught from here on: SIGHUP's default action would end the process.
