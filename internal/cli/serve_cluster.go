@@ -86,22 +86,22 @@ func (o *clusterOptions) checkTLS() error {
 	}
 	cert, _, ca, _, _ := o.raftTLSFiles()
 	opsCert, _ := o.sec.opsFiles()
-	var why string
+	listener := ""
 	switch {
 	case o.sec.tlsCert != "":
-		why = "the protocol listener speaks TLS"
+		listener = "the protocol listener"
 	case opsCert != "":
-		why = "the ops listener speaks TLS"
-	case o.raftTLSCA != "":
-		why = "raft-tls-ca is given"
-	case cert == "" && ca == "":
-		return nil // no TLS anywhere: a loopback or private-network set-up
+		listener = "the ops listener"
 	}
 	switch {
-	case cert == "":
-		return fmt.Errorf("replicated mode: %s but Raft would not: give -raft-tls-cert and -raft-tls-key, this node's certificate", why)
-	case ca == "":
-		return fmt.Errorf("replicated mode: %s but Raft would not: give -raft-tls-ca (or -tls-client-ca), the CA of the nodes' certificates", why)
+	case listener != "" && cert == "":
+		return fmt.Errorf("replicated mode: %s speaks TLS but Raft would not: give -raft-tls-cert and -raft-tls-key, this node's certificate", listener)
+	case listener != "" && ca == "":
+		return fmt.Errorf("replicated mode: %s speaks TLS but Raft would not: give -raft-tls-ca (or -tls-client-ca), the CA of the nodes' certificates", listener)
+	case o.raftTLSCA != "" && cert == "":
+		return errors.New("raft-tls-ca needs this node's certificate: give -raft-tls-cert and -raft-tls-key (or -tls-cert and -tls-key)")
+	case cert != "" && ca == "":
+		return errors.New("raft-tls-cert needs raft-tls-ca (or tls-client-ca), the CA of the nodes' certificates")
 	}
 	return nil
 }
