@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -348,6 +349,106 @@ func TestOpenRefusesCertificateOfAnotherNode(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("open with %q: %v, want %q", leaf.TLS.Leaf.Subject.CommonName, err, want)
+		}
+	}
+}
+
+// TestForwardChannel: the ops forward channel's handshakes admit a
+// current member on both sides and nothing else: a lock client's
+// certificate cannot open it to the leader, and a follower does not send
+// on to a server whose certificate names no member.
+func TestForwardChannel(t *testing.T) {
+	ca := testcerts.NewCA(t, "one CA for everything")
+	nodes, _ := tlsCluster(t, ca, 3)
+	leader := waitLeading(t, nodes)
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	serve := func(cfg *tls.Config) string {
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { // ends when the listener closes
+			defer close(done)
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.(*tls.Conn).Handshake()
+				c.Write([]byte("x"))
+				c.Close()
+			}
+		}()
+		t.Cleanup(func() { ln.Close(); <-done })
+		return ln.Addr().String()
+	}
+	dial := func(addr string, cfg *tls.Config) error {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1)) // TLS 1.3: the server's verdict on the client comes with the first read
+		return err
+	}
+	leaderSide, _ := leader.ForwardTLS("p")
+	_, followerSide := follower.ForwardTLS("p")
+	at := serve(leaderSide)
+	if err := dial(at, followerSide); err != nil {
+		t.Fatalf("member to member: %v", err)
+	}
+	worker := &tls.Config{Certificates: []tls.Certificate{ca.Client(t, "worker").TLS}, InsecureSkipVerify: true, NextProtos: []string{"p"}}
+	if err := dial(at, worker); err == nil {
+		t.Error("a lock client's certificate opened the forward channel")
+	}
+	impostor := serve(&tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}})
+	if err := dial(impostor, followerSide); err == nil {
+		t.Error("the follower accepted a server certificate that names no member")
+	}
+	if id, err := leader.Member(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.Node(t, "n2").TLS.Leaf}}); err != nil || id != "n2" {
+		t.Errorf("Member(n2's certificate): %q, %v", id, err)
+	}
+	if _, err := leader.Member(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.Node(t, "n9").TLS.Leaf}}); err == nil {
+		t.Error("Member(n9's certificate): a member, want not")
+	}
+}
+
+func TestNodeIdentity(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	for _, tt := range []struct {
+		uris []string
+		want string // "" for an error
+	}{
+		{[]string{"baton://node/n1"}, "n1"},
+		{[]string{"spiffe://example.org/x", "baton://node/db-1.eu"}, "db-1.eu"},
+		{[]string{"baton://node/n%2F1"}, "n/1"},
+		{nil, ""},
+		{[]string{"baton://node/"}, ""},
+		{[]string{"baton://node/n1?x=1"}, ""},
+		{[]string{"baton://node/n1#f"}, ""},
+		{[]string{"baton://user@node/n1"}, ""},
+		{[]string{"baton://node/n1", "baton://node/n2"}, ""},
+		{[]string{"baton://nodes/n1"}, ""},
+		{[]string{"https://node/n1"}, ""},
+	} {
+		leaf := ca.Issue(t, testcerts.Spec{CN: "x", URIs: tt.uris})
+		got, err := NodeIdentity(leaf.TLS.Leaf)
+		if (err == nil) != (tt.want != "") || got != tt.want {
+			t.Errorf("URIs %q: got %q, %v; want %q", tt.uris, got, err, tt.want)
+		}
+	}
+	for _, id := range []string{"n1", "db 1", "n/1", "ü"} {
+		leaf := ca.Issue(t, testcerts.Spec{CN: "x", URIs: []string{NodeURI(id)}})
+		if got, err := NodeIdentity(leaf.TLS.Leaf); got != id || err != nil {
+			t.Errorf("NodeIdentity(NodeURI(%q) = %q): %q, %v", id, NodeURI(id), got, err)
 		}
 	}
 }
