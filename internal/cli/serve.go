@@ -135,7 +135,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
 	o.sec.register(fs)
-	o.cl.register(fs, &o.sec)
+	o.cl.register(fs)
 	return fs
 }
 
@@ -161,7 +161,7 @@ func (o *serveOptions) check() error {
 		return err
 	}
 	if o.cl.enabled() {
-		if _, err := o.cl.config(o.addr, o.opsAddr, o.dataDir); err != nil {
+		if _, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec); err != nil {
 			return err
 		}
 	}

@@ -31,14 +31,10 @@ type clusterOptions struct {
 	// Raft's mutual TLS; the certificate and key default to -tls-cert and
 	// -tls-key, the CA to -tls-client-ca.
 	raftTLSCA, raftTLSCert, raftTLSKey string
-	sec                                *securityOptions
 }
 
-// register adds the cluster flags; sec are the listeners' TLS flags, which
-// Raft's TLS defaults to.
-func (o *clusterOptions) register(fs *flag.FlagSet, sec *securityOptions) {
+func (o *clusterOptions) register(fs *flag.FlagSet) {
 	def := cluster.DefaultConfig()
-	o.sec = sec
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's `name` in a cluster; with -raft-addr and -peers it turns on replicated mode")
 	fs.StringVar(&o.raftAddr, "raft-addr", "", "`host:port` of the Raft listener, reachable by the other nodes")
 	fs.StringVar(&o.peers, "peers", "", "the founding members, `id=host:port,...` (Raft addresses), the same on every node, this node included")
@@ -63,16 +59,17 @@ func (o *clusterOptions) raftTLSFlags() bool {
 	return o.raftTLSCA != "" || o.raftTLSCert != "" || o.raftTLSKey != ""
 }
 
-// raftTLSFiles are the files of Raft's mutual TLS after the defaults, and
-// the flags they came from (for errors); cert "" means plain TCP.
-func (o *clusterOptions) raftTLSFiles() (cert, key, ca, certFlags, caFlag string) {
+// raftTLSFiles are the files of Raft's mutual TLS after the defaults from
+// the listeners' flags sec, and the flags they came from (for errors);
+// cert "" means plain TCP.
+func (o *clusterOptions) raftTLSFiles(sec *securityOptions) (cert, key, ca, certFlags, caFlag string) {
 	cert, key, certFlags = o.raftTLSCert, o.raftTLSKey, "raft-tls-cert/raft-tls-key"
 	if cert == "" && key == "" {
-		cert, key, certFlags = o.sec.tlsCert, o.sec.tlsKey, "tls-cert/tls-key (Raft's certificate)"
+		cert, key, certFlags = sec.tlsCert, sec.tlsKey, "tls-cert/tls-key (Raft's certificate)"
 	}
 	ca, caFlag = o.raftTLSCA, "raft-tls-ca"
 	if ca == "" {
-		ca, caFlag = o.sec.tlsClientCA, "tls-client-ca (Raft's CA)"
+		ca, caFlag = sec.tlsClientCA, "tls-client-ca (Raft's CA)"
 	}
 	return cert, key, ca, certFlags, caFlag
 }
@@ -80,15 +77,15 @@ func (o *clusterOptions) raftTLSFiles() (cert, key, ca, certFlags, caFlag string
 // checkTLS refuses a cluster whose Raft port would speak plain TCP while a
 // listener speaks TLS: whoever reaches the Raft port can take the cluster
 // over, so it is never the weakest port.
-func (o *clusterOptions) checkTLS() error {
+func (o *clusterOptions) checkTLS(sec *securityOptions) error {
 	if (o.raftTLSCert == "") != (o.raftTLSKey == "") {
 		return errors.New("raft-tls-cert and raft-tls-key go together: give both or neither")
 	}
-	cert, _, ca, _, _ := o.raftTLSFiles()
-	opsCert, _ := o.sec.opsFiles()
+	cert, _, ca, _, _ := o.raftTLSFiles(sec)
+	opsCert, _ := sec.opsFiles()
 	listener := ""
 	switch {
-	case o.sec.tlsCert != "":
+	case sec.tlsCert != "":
 		listener = "the protocol listener"
 	case opsCert != "":
 		listener = "the ops listener"
@@ -107,8 +104,9 @@ func (o *clusterOptions) checkTLS() error {
 }
 
 // config turns the flags into a cluster.Config (without TLS and Logger),
-// with the advertised addresses defaulting to the listeners'.
-func (o *clusterOptions) config(addr, opsAddr, dataDir string) (cluster.Config, error) {
+// with the advertised addresses defaulting to the listeners', and checks
+// Raft's TLS against the listeners' (sec).
+func (o *clusterOptions) config(addr, opsAddr, dataDir string, sec *securityOptions) (cluster.Config, error) {
 	cfg := cluster.DefaultConfig()
 	switch {
 	case o.nodeID == "" && o.raftAddr == "" && o.peers == "" && !o.join:
@@ -151,7 +149,7 @@ func (o *clusterOptions) config(addr, opsAddr, dataDir string) (cluster.Config, 
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
-	return cfg, o.checkTLS()
+	return cfg, o.checkTLS(sec)
 }
 
 func isUnspecified(host string) bool {
@@ -182,8 +180,8 @@ func parsePeers(s string) ([]cluster.Peer, error) {
 // certificate, which must name it (baton://node/<node-id>), as server and
 // as client, and the CA of every peer in both directions. Errors name the
 // flags.
-func (o *clusterOptions) raftTLS() (*tls.Config, error) {
-	certFile, keyFile, caFile, certFlags, caFlag := o.raftTLSFiles()
+func (o *clusterOptions) raftTLS(sec *securityOptions) (*tls.Config, error) {
+	certFile, keyFile, caFile, certFlags, caFlag := o.raftTLSFiles(sec)
 	if certFile == "" {
 		return nil, nil
 	}
@@ -207,11 +205,11 @@ func (o *clusterOptions) raftTLS() (*tls.Config, error) {
 
 // openNode starts this node's Raft from the options.
 func openNode(o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.Node, error) {
-	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir)
+	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.TLS, err = o.cl.raftTLS(); err != nil {
+	if cfg.TLS, err = o.cl.raftTLS(&o.sec); err != nil {
 		return nil, err
 	}
 	cfg.Logger = logger
