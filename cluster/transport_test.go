@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/batonlock/baton/internal/batontest"
@@ -449,6 +450,34 @@ func TestNodeIdentity(t *testing.T) {
 		leaf := ca.Issue(t, testcerts.Spec{CN: "x", URIs: []string{NodeURI(id)}})
 		if got, err := NodeIdentity(leaf.TLS.Leaf); got != id || err != nil {
 			t.Errorf("NodeIdentity(NodeURI(%q) = %q): %q, %v", id, NodeURI(id), got, err)
+		}
+	}
+}
+
+// BenchmarkMemberCheck is what every read and write of a Raft connection
+// over TLS adds: a look at the latest configuration (3 members).
+func BenchmarkMemberCheck(b *testing.B) {
+	rc := raft.DefaultConfig()
+	rc.LocalID = "n1"
+	rc.Logger = hclog.NewNullLogger()
+	store := raft.NewInmemStore()
+	snaps := raft.NewInmemSnapshotStore()
+	addr, trans := raft.NewInmemTransport("n1")
+	conf := raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: addr}, {ID: "n2", Address: "n2"}, {ID: "n3", Address: "n3"}}}
+	if err := raft.BootstrapCluster(rc, store, store, snaps, trans, conf); err != nil {
+		b.Fatal(err)
+	}
+	r, err := raft.NewRaft(rc, newFSM(), store, store, snaps, trans)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Shutdown().Error()
+	m := raftMembers(r)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := stillMember(m, "n3"); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
