@@ -231,6 +231,6 @@ func (s *security) proxyTransport(node *cluster.Node) (http.RoundTripper, bool) 
 	s.forward, client = node.ForwardTLS(ops.ForwardProtocol)
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = client
-	t.ForceAttemptHTTP2 = false // the channel's protocol is HTTP/1.1 under its own ALPN name
+	t.ForceAttemptHTTP2 = false // the channel speaks HTTP/1.1 (the leader offers nothing else on it)
 	return t, true
 }
