@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
 	"github.com/batonlock/baton/wire"
 )
@@ -580,68 +578,6 @@ func mustJSON(t *testing.T, c command) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// TestRaftMutualTLS: three nodes on real loopback TCP with mutual TLS
-// elect a leader; a client with a certificate of another CA, or none, does
-// not get through the Raft port's handshake.
-func TestRaftMutualTLS(t *testing.T) {
-	ca := testcerts.NewCA(t, "cluster CA")
-	var peers []Peer
-	var lns []net.Listener
-	for i := 1; i <= 3; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), RaftAddr: ln.Addr().String()})
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	var nodes []*Node
-	for _, p := range peers {
-		leaf := ca.Server(t) // server-auth only: the accepting side must not insist on client auth
-		cfg := testConfig(p.ID)
-		cfg.RaftAddr, cfg.Peers, cfg.DataDir = p.RaftAddr, peers, t.TempDir()
-		cfg.Addr, cfg.OpsAddr = "127.0.0.1:1", "127.0.0.1:2"
-		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13}
-		n, err := Open(cfg)
-		if err != nil {
-			t.Fatalf("open %s: %v", p.ID, err)
-		}
-		n.Start(&nullServer{})
-		nodes = append(nodes, n)
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	})
-	batontest.Eventually(t, settle, func() bool {
-		for _, n := range nodes {
-			if n.Leading() {
-				return true
-			}
-		}
-		return false
-	}, "no leader over mutual TLS")
-
-	other := testcerts.NewCA(t, "someone else")
-	for name, certs := range map[string][]tls.Certificate{"foreign certificate": {other.Client(t, "intruder").TLS}, "no certificate": nil} {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", peers[0].RaftAddr,
-			&tls.Config{Certificates: certs, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13})
-		if err == nil {
-			// TLS 1.3: the server's verdict on the client arrives with the first read.
-			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, err = conn.Read(make([]byte, 1))
-			conn.Close()
-		}
-		if err == nil || strings.Contains(err.Error(), "timeout") {
-			t.Errorf("%s: got %v, want the handshake refused", name, err)
-		}
-	}
 }
 
 // nullServer stands in for the lock server where only Raft is tested.

@@ -46,9 +46,11 @@ type Config struct {
 	// bound can be lowered; it lowers it only after a whole period in which
 	// no session needed it.
 	BoundLowerEvery time.Duration
-	// TLS, if not nil, makes Raft speak mutual TLS: it must carry the
-	// node's certificate (which must name its Raft host) and RootCAs, the
-	// cluster's CA, against which both sides verify the other.
+	// TLS, if not nil, makes Raft speak mutual TLS 1.3: it must carry the
+	// node's certificate, which names the node by the URI SAN
+	// baton://node/<NodeID> (NodeURI), and RootCAs, the cluster's CA. Each
+	// side admits the other only if its certificate chains to RootCAs and
+	// names a current member (dialing: the member at the dialed address).
 	TLS *tls.Config
 	// Logger receives leadership changes; nil means slog.Default().
 	Logger *slog.Logger

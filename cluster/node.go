@@ -183,6 +183,10 @@ func openWith(cfg Config, log *slog.Logger, rc *raft.Config, logs raft.LogStore,
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	lease.setConfig(func() raft.Configuration { return r.GetConfiguration().Configuration() })
+	// Over TLS the transport admits only the members of r's configuration.
+	if t, ok := trans.(*raftTransport); ok {
+		t.follow(r)
+	}
 	return &Node{
 		cfg: cfg, log: log, raft: r, fsm: f, transport: lt, lease: lease,
 		termLost:  make(chan struct{}, 1),

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,78 +21,254 @@ const (
 	transportTimeout = 10 * time.Second
 )
 
+// A node's certificate names the node by one URI SAN of this form:
+// baton://node/<node-id>. It is what a Raft peer, and a follower sending
+// an ops request on to the leader, must prove; a certificate without it
+// (every lock client's) never speaks Raft, whichever CA signed it.
+const (
+	nodeURIScheme = "baton"
+	nodeURIHost   = "node"
+)
+
+// NodeURI is the URI SAN that names node id in its certificate.
+func NodeURI(id string) string {
+	return (&url.URL{Scheme: nodeURIScheme, Host: nodeURIHost, Path: "/" + id}).String()
+}
+
+// NodeIdentity is the node id that cert names in its URI SAN
+// baton://node/<id>. A certificate that names no node, or more than one,
+// has no node identity.
+func NodeIdentity(cert *x509.Certificate) (string, error) {
+	id := ""
+	for _, u := range cert.URIs {
+		if u.Scheme != nodeURIScheme || u.Host != nodeURIHost {
+			continue
+		}
+		name, ok := nodeName(u)
+		if !ok {
+			return "", fmt.Errorf("certificate %q: URI SAN %q is not %s", cert.Subject.CommonName, u.String(), NodeURI("<node-id>"))
+		}
+		if id != "" {
+			return "", fmt.Errorf("certificate %q names two nodes, %q and %q", cert.Subject.CommonName, id, name)
+		}
+		id = name
+	}
+	if id == "" {
+		return "", fmt.Errorf("certificate %q names no node (a URI SAN %s)", cert.Subject.CommonName, NodeURI("<node-id>"))
+	}
+	return id, nil
+}
+
+func nodeName(u *url.URL) (string, bool) {
+	if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || len(u.Path) < 2 || u.Path[0] != '/' {
+		return "", false
+	}
+	return u.Path[1:], true
+}
+
+// verifyNode checks a peer's certificate chain against the cluster's CA
+// and returns the node it names. Any extended key usage is accepted: one
+// node certificate serves as TLS server (accepting) and client (dialing),
+// and it is often issued for server use only; the node identity, not the
+// key usage, is what admits a peer.
+func verifyNode(chain []*x509.Certificate, roots *x509.CertPool) (string, error) {
+	if len(chain) == 0 {
+		return "", errors.New("the peer sent no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return "", fmt.Errorf("peer certificate not from the cluster's CA: %w", err)
+	}
+	return NodeIdentity(chain[0])
+}
+
+// ownIdentity checks that this node's certificate names it.
+func ownIdentity(c *tls.Config, nodeID string) error {
+	if len(c.Certificates) == 0 || len(c.Certificates[0].Certificate) == 0 {
+		return errors.New("raft tls: no certificate for this node")
+	}
+	leaf := c.Certificates[0].Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(c.Certificates[0].Certificate[0]); err != nil {
+			return fmt.Errorf("raft tls: this node's certificate: %w", err)
+		}
+	}
+	id, err := NodeIdentity(leaf)
+	switch {
+	case err != nil:
+		return fmt.Errorf("raft tls: %w: the other nodes would refuse node %q", err, nodeID)
+	case id != nodeID:
+		return fmt.Errorf("raft tls: this node is %q but its certificate names node %q (%s)", nodeID, id, NodeURI(id))
+	}
+	return nil
+}
+
+// membership reports the current members (the latest configuration, so a
+// member being added is admitted as soon as the leader starts adding it).
+type membership func() []raft.Server
+
+func raftMembers(r *raft.Raft) membership {
+	return func() []raft.Server { return r.GetConfiguration().Configuration().Servers }
+}
+
+// errNoMembership is the refusal before Raft runs: nothing is admitted
+// until the configuration can be read.
+var errNoMembership = errors.New("raft tls: the membership is not known yet")
+
+// admit decides whether node id may speak Raft with this node. A node
+// with a configuration (every founder, from its -peers, and every node
+// with state) admits only its members; dialing, the member at the dialed
+// address. A node waiting to join has none yet and admits any node
+// certificate, the leader that will add it among them; client
+// certificates never, since they name no node.
+func admit(members membership, id, dialed string) error {
+	if members == nil {
+		return errNoMembership
+	}
+	servers := members()
+	if len(servers) == 0 {
+		return nil
+	}
+	if dialed == "" {
+		for _, s := range servers {
+			if string(s.ID) == id {
+				return nil
+			}
+		}
+		return fmt.Errorf("raft tls: node %q is not a member", id)
+	}
+	for _, s := range servers {
+		if string(s.Address) == dialed {
+			if string(s.ID) == id {
+				return nil
+			}
+			return fmt.Errorf("raft tls: %s is member %q's address, but the certificate there names node %q", dialed, s.ID, id)
+		}
+	}
+	return fmt.Errorf("raft tls: %s is no member's address (its certificate names node %q)", dialed, id)
+}
+
+// stillMember reports whether an admitted peer is still a member: a
+// connection of a member that has been removed is closed at its next read.
+func stillMember(members membership, id string) error {
+	if members == nil {
+		return errNoMembership
+	}
+	servers := members()
+	if len(servers) == 0 {
+		return nil
+	}
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("raft tls: node %q is no longer a member", id)
+}
+
+// raftTransport is Raft's NetworkTransport over a stream that checks
+// peers against the membership once Raft runs (follow).
+type raftTransport struct {
+	*raft.NetworkTransport
+	stream *stream
+}
+
+// follow makes the stream admit the members of r's configuration. Open
+// calls it once Raft exists; until then no peer is admitted.
+func (t *raftTransport) follow(r *raft.Raft) {
+	m := raftMembers(r)
+	t.stream.members.Store(&m)
+}
+
 // newTransport is plain TCP, or mutual TLS when cfg.TLS is set: anyone who
 // reaches an unprotected Raft port can vote, append log entries and read
-// the replicated state.
+// the replicated state. Over TLS only current members speak Raft.
 func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
-	var ln net.Listener
-	var err error
+	if cfg.TLS != nil {
+		if err := ownIdentity(cfg.TLS, cfg.NodeID); err != nil {
+			return nil, err
+		}
+	}
+	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raft-addr %q: %w", cfg.RaftAddr, err)
+	}
+	st := &stream{adv: adv, tls: cfg.TLS, conns: map[net.Conn]struct{}{}}
 	if cfg.TLS == nil {
-		ln, err = net.Listen("tcp", cfg.RaftAddr)
+		st.ln, err = net.Listen("tcp", cfg.RaftAddr)
 	} else {
-		ln, err = tls.Listen("tcp", cfg.RaftAddr, serverTLS(cfg.TLS))
+		st.ln, err = tls.Listen("tcp", cfg.RaftAddr, st.serverTLS())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("raft listener %s: %w", cfg.RaftAddr, err)
 	}
-	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("raft-addr %q: %w", cfg.RaftAddr, err)
-	}
-	st := &stream{ln: ln, adv: adv, tls: cfg.TLS, conns: map[net.Conn]struct{}{}}
-	return raft.NewNetworkTransportWithLogger(st, transportPool, transportTimeout, logger), nil
+	return &raftTransport{NetworkTransport: raft.NewNetworkTransportWithLogger(st, transportPool, transportTimeout, logger), stream: st}, nil
 }
 
-// serverTLS is the accepting side of Raft's mutual TLS: the dialing node's
-// certificate must chain to the cluster's CA (c.RootCAs). Its extended key
-// usage is not checked, so that one node certificate, often issued for
-// server use only, serves both directions.
-func serverTLS(c *tls.Config) *tls.Config {
-	s := c.Clone()
-	s.ClientAuth = tls.RequireAnyClientCert
-	s.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-		if len(raw) == 0 {
-			return errors.New("raft tls: the peer sent no certificate")
-		}
-		certs := make([]*x509.Certificate, 0, len(raw))
-		for _, r := range raw {
-			cert, err := x509.ParseCertificate(r)
-			if err != nil {
-				return fmt.Errorf("raft tls: peer certificate: %w", err)
-			}
-			certs = append(certs, cert)
-		}
-		inter := x509.NewCertPool()
-		for _, cert := range certs[1:] {
-			inter.AddCert(cert)
-		}
-		_, err := certs[0].Verify(x509.VerifyOptions{Roots: c.RootCAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-		if err != nil {
-			return fmt.Errorf("raft tls: peer certificate not from the cluster's CA: %w", err)
-		}
-		return nil
-	}
-	return s
-}
-
-// stream is Raft's raft.StreamLayer: plain TCP, or mutual TLS in which
-// both sides present a certificate of the cluster's CA (tls.RootCAs) and
-// verify the other's, the dialer also checking that it names the Raft
-// host. It keeps every connection, accepted or dialed, so that Close ends
-// them all: raft's NetworkTransport closes only its listener, and a peer
-// that never closes would keep a reader goroutine for ever.
+// stream is Raft's raft.StreamLayer: plain TCP, or mutual TLS 1.3 in which
+// both sides present a node certificate of the cluster's CA (tls.RootCAs)
+// and admit the other only if it names a current member (admit). It keeps
+// every connection, accepted or dialed, so that Close ends them all:
+// raft's NetworkTransport closes only its listener, and a peer that never
+// closes would keep a reader goroutine for ever.
 type stream struct {
-	ln  net.Listener
-	adv net.Addr
-	tls *tls.Config
+	ln      net.Listener
+	adv     net.Addr
+	tls     *tls.Config
+	members atomic.Pointer[membership] // nil until Raft runs
 
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
 }
 
-func (s *stream) track(c net.Conn) (net.Conn, error) {
+func (s *stream) membership() membership {
+	if m := s.members.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// serverTLS is the accepting side: the dialing node's certificate must
+// chain to the cluster's CA and name a current member.
+func (s *stream) serverTLS() *tls.Config {
+	c := s.tls.Clone()
+	c.MinVersion = tls.VersionTLS13
+	c.ClientAuth = tls.RequireAnyClientCert
+	c.SessionTicketsDisabled = true
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		id, err := verifyNode(cs.PeerCertificates, s.tls.RootCAs)
+		if err != nil {
+			return fmt.Errorf("raft tls: %w", err)
+		}
+		return admit(s.membership(), id, "")
+	}
+	return c
+}
+
+// clientTLS is the dialing side for addr: the accepting node's
+// certificate must chain to the cluster's CA and name the member at addr.
+// The node id, not the host name, is what the peer proves, so Go's host
+// name check is replaced by that one.
+func (s *stream) clientTLS(addr string) *tls.Config {
+	c := s.tls.Clone()
+	c.MinVersion = tls.VersionTLS13
+	c.InsecureSkipVerify = true // VerifyConnection checks the chain and the node
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		id, err := verifyNode(cs.PeerCertificates, s.tls.RootCAs)
+		if err != nil {
+			return fmt.Errorf("raft tls: %s: %w", addr, err)
+		}
+		return admit(s.membership(), id, addr)
+	}
+	return c
+}
+
+func (s *stream) track(c net.Conn, peer string) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -98,7 +276,7 @@ func (s *stream) track(c net.Conn) (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 	s.conns[c] = struct{}{}
-	return &trackedConn{Conn: c, s: s}, nil
+	return &trackedConn{Conn: c, s: s, peer: peer}, nil
 }
 
 func (s *stream) Accept() (net.Conn, error) {
@@ -106,7 +284,7 @@ func (s *stream) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.track(c)
+	return s.track(c, "")
 }
 
 func (s *stream) Close() error {
@@ -124,23 +302,89 @@ func (s *stream) Addr() net.Addr { return s.adv }
 
 func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
-	var c net.Conn
-	var err error
 	if s.tls == nil {
-		c, err = d.Dial("tcp", string(addr))
-	} else {
-		c, err = tls.DialWithDialer(d, "tcp", string(addr), s.tls)
+		c, err := d.Dial("tcp", string(addr))
+		if err != nil {
+			return nil, err
+		}
+		return s.track(c, "")
 	}
+	c, err := tls.DialWithDialer(d, "tcp", string(addr), s.clientTLS(string(addr)))
 	if err != nil {
 		return nil, err
 	}
-	return s.track(c)
+	peer, _ := NodeIdentity(c.ConnectionState().PeerCertificates[0]) // verified in the handshake
+	return s.track(c, peer)
 }
 
-// trackedConn leaves its stream's set when closed.
+// trackedConn leaves its stream's set when closed. Over TLS it knows its
+// peer's node id: an accepted connection learns it in its handshake,
+// which it runs within transportTimeout on its first read or write (not
+// in the accept loop, and never open-ended); every read and write checks
+// that the peer is still a member.
 type trackedConn struct {
 	net.Conn
 	s *stream
+
+	handshake sync.Once
+	hsErr     error
+	peer      string
+}
+
+func (c *trackedConn) ready() error {
+	tc, ok := c.Conn.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	c.handshake.Do(func() {
+		if c.peer != "" { // dialed: handshaken already
+			return
+		}
+		tc.SetDeadline(time.Now().Add(transportTimeout))
+		if c.hsErr = tc.Handshake(); c.hsErr != nil {
+			return
+		}
+		tc.SetDeadline(time.Time{})
+		c.peer, _ = NodeIdentity(tc.ConnectionState().PeerCertificates[0]) // verified in the handshake
+	})
+	if c.hsErr != nil {
+		return c.hsErr
+	}
+	return c.member()
+}
+
+// member closes the connection of a peer that is no longer a member.
+func (c *trackedConn) member() error {
+	if c.peer == "" {
+		return nil
+	}
+	if err := stillMember(c.s.membership(), c.peer); err != nil {
+		c.Close()
+		return err
+	}
+	return nil
+}
+
+// Read checks the membership after the read as well: a read that was
+// waiting when the peer was removed must not deliver its next RPC.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	if err := c.ready(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		if merr := c.member(); merr != nil {
+			return 0, merr
+		}
+	}
+	return n, err
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	if err := c.ready(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *trackedConn) Close() error {
@@ -148,4 +392,62 @@ func (c *trackedConn) Close() error {
 	delete(c.s.conns, c.Conn)
 	c.s.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// ForwardTLS returns the TLS configurations of the channel on which a
+// follower's ops API sends requests on to the leader's: the leader's side
+// (server), which its ops listener takes for a handshake that offers the
+// application protocol (ALPN) proto, and the follower's (client), which
+// offers it. Each side presents this node's certificate and admits only a
+// current member's, as Raft does, so the caller's identity that a
+// follower passes on can come from a member only, and a request is sent
+// on to a member only. The channel then speaks HTTP/1.1. Both are nil
+// without Raft TLS.
+func (n *Node) ForwardTLS(proto string) (server, client *tls.Config) {
+	if n.cfg.TLS == nil {
+		return nil, nil
+	}
+	verify := func(cs tls.ConnectionState) error {
+		_, err := n.Member(&cs)
+		return err
+	}
+	server = n.cfg.TLS.Clone()
+	server.MinVersion = tls.VersionTLS13
+	server.ClientAuth = tls.RequireAnyClientCert
+	server.SessionTicketsDisabled = true
+	server.NextProtos = []string{"http/1.1"}
+	server.VerifyConnection = verify
+	client = n.cfg.TLS.Clone()
+	client.MinVersion = tls.VersionTLS13
+	client.NextProtos = []string{proto, "http/1.1"}
+	client.InsecureSkipVerify = true // VerifyConnection checks the chain and the node
+	client.VerifyConnection = verify
+	return server, client
+}
+
+// Member is the current member whose node certificate the TLS connection
+// cs presented, checked against the cluster's CA and the membership now
+// (not only at the handshake: a removed member's open connection stops
+// counting).
+func (n *Node) Member(cs *tls.ConnectionState) (string, error) {
+	if n.cfg.TLS == nil {
+		return "", errors.New("raft speaks no TLS: no node can prove it is a member")
+	}
+	if cs == nil {
+		return "", errors.New("not a TLS connection")
+	}
+	id, err := verifyNode(cs.PeerCertificates, n.cfg.TLS.RootCAs)
+	if err != nil {
+		return "", err
+	}
+	servers, err := n.members()
+	if err != nil {
+		return "", err
+	}
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("node %q is not a member", id)
 }

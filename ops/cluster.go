@@ -2,11 +2,16 @@ package ops
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -23,7 +28,29 @@ type Cluster interface {
 	LeaderOpsAddr() (addr string, self bool)
 	AddMember(id, raftAddr string) error // server.ErrNotLeader, ErrMemberExists...
 	RemoveMember(id string) error        // server.ErrNotLeader, ErrNotMember...
+	// Member is the current member whose node certificate the TLS
+	// connection cs presented; an error if it names none, or a node that
+	// is not a member now.
+	Member(cs *tls.ConnectionState) (id string, err error)
 }
+
+// ForwardProtocol is the application protocol (ALPN) that a follower
+// offers when it opens the forward channel: the TLS connection on which it
+// sends /v1/ requests on to the leader's ops listener, each side
+// presenting its node certificate and admitting only a current member's
+// (see Config.ProxyTLS). The offer only picks the handshake's
+// configuration; the channel speaks HTTP/1.1.
+const ForwardProtocol = "baton-forward"
+
+// On the forward channel a request carries, instead of the caller's
+// credentials, who the caller is: the follower has authenticated it (token
+// or login, and client certificate) and the leader decides, by its own
+// rules, what that caller may do. Only a current member's connection is
+// believed; from anyone else these headers are dropped.
+const (
+	callerCertHeader = "X-Baton-Caller-Cert" // the caller's verified client certificate, base64 DER; absent: none
+	callerAddrHeader = "X-Baton-Caller-Addr" // the caller's remote address, host:port
+)
 
 type clusterJSON struct {
 	NodeID           string          `json:"node_id"`
@@ -88,7 +115,8 @@ func (h *handler) addMember(w http.ResponseWriter, r *http.Request) {
 		h.memberFail(w, r, err)
 		return
 	}
-	h.log.Info("ops: member added", "id", req.ID, "raft_addr", req.RaftAddr, "client", r.RemoteAddr)
+	h.log.Info("ops: member added", "id", req.ID, "raft_addr", req.RaftAddr,
+		"identities", server.VerifiedIdentities(r.TLS), "client", r.RemoteAddr)
 	h.clusterStatus(w)
 }
 
@@ -97,8 +125,35 @@ func (h *handler) removeMember(w http.ResponseWriter, r *http.Request, id string
 		h.memberFail(w, r, err)
 		return
 	}
-	h.log.Info("ops: member removed", "id", id, "client", r.RemoteAddr)
+	h.log.Info("ops: member removed", "id", id,
+		"identities", server.VerifiedIdentities(r.TLS), "client", r.RemoteAddr)
 	h.clusterStatus(w)
+}
+
+// mayChangeMembership applies the admin rule of force-release to a
+// membership change, answering 403 if the access rules refuse it. A
+// member can do anything to every lock (it can lead), so a change needs
+// an admin grant of every lock name: the prefix "".
+func (h *handler) mayChangeMembership(w http.ResponseWriter, r *http.Request, action string) bool {
+	if h.acl == nil {
+		return true
+	}
+	acl := h.acl()
+	if acl == nil {
+		return true
+	}
+	ids := server.VerifiedIdentities(r.TLS)
+	if acl.MayAdmin(ids, "") {
+		return true
+	}
+	who := "without a verified client certificate"
+	if len(ids) > 0 {
+		who = "identity " + strings.Join(quoteAll(ids), ", ")
+	}
+	h.log.Warn("ops: admin action refused by the access rules", "action", action,
+		"identities", ids, "client", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, fmt.Sprintf(`client %s may not %s: a membership change needs an admin grant of every lock (the prefix "")`, who, action))
+	return false
 }
 
 func (h *handler) memberFail(w http.ResponseWriter, r *http.Request, err error) {
@@ -121,12 +176,19 @@ const forwardedBy = "X-Baton-Forwarded-By"
 
 // toLeader sends r on to the leader when this node is a follower, and
 // reports whether it did (or answered 503 for want of a leader). The
-// follower has checked the token already; the request keeps its
-// Authorization header, so the leader checks it too. A request of the
-// dashboard, authorized here by its login cookie and CSRF token (which
-// the leader does not know), goes on with the admin token instead, and
-// without the browser's Cookie, Origin and Sec-Fetch-* headers, which the
-// follower has checked and which name the follower, not the leader.
+// follower has authenticated the caller already (token, or the dashboard's
+// login cookie and CSRF token, and its client certificate). The browser's
+// Cookie, Origin and Sec-Fetch-* headers, which the follower has checked
+// and which name the follower, not the leader, never go on.
+//
+// Over TLS the request goes on the forward channel (ForwardProtocol) with
+// the caller's identity (callerCertHeader, callerAddrHeader) and without
+// its Authorization header: no credential ever leaves this node, and the
+// leader applies its own rules to the real caller. On plain HTTP there is
+// no channel a member could prove itself on, so the request keeps the
+// caller's token (a dashboard's gets the admin token), and goes on only to
+// a leader on this machine: the token never crosses a network in the clear
+// from here.
 func (h *handler) toLeader(w http.ResponseWriter, r *http.Request) bool {
 	return h.toLeaderAs(w, r, false, nil)
 }
@@ -151,6 +213,12 @@ func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bo
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("leadership is changing: node %s sent this on to %s, which does not lead either; retry", by, h.nodeID))
 		return true
 	}
+	channel := h.proxyScheme == "https"
+	if !channel && !loopbackAddr(addr) {
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this node is a follower and the ops API speaks plain HTTP: "+
+			"it sends requests on only to a leader on this machine, never a token over the network; send this to the leader at %s, or give the ops listeners TLS", addr))
+		return true
+	}
 	target := &url.URL{Scheme: h.proxyScheme, Host: addr}
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -158,11 +226,20 @@ func (h *handler) toLeaderAs(w http.ResponseWriter, r *http.Request, byCookie bo
 			pr.SetXForwarded()
 			hd := pr.Out.Header
 			hd.Set(forwardedBy, h.nodeID)
-			for _, k := range []string{"Cookie", "Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User", csrfHeader} {
+			for _, k := range []string{"Authorization", callerCertHeader, callerAddrHeader,
+				"Cookie", "Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User", csrfHeader} {
 				hd.Del(k)
 			}
-			if byCookie {
+			switch {
+			case channel:
+				hd.Set(callerAddrHeader, pr.In.RemoteAddr)
+				if cs := pr.In.TLS; cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+					hd.Set(callerCertHeader, base64.StdEncoding.EncodeToString(cs.VerifiedChains[0][0].Raw))
+				}
+			case byCookie:
 				hd.Set("Authorization", "Bearer "+h.token)
+			default:
+				hd.Set("Authorization", pr.In.Header.Get("Authorization"))
 			}
 		},
 		Transport: h.proxyTransport,
@@ -250,4 +327,71 @@ func endWhen(r *http.Request, gone func() bool) (*http.Request, context.CancelFu
 		}
 	}()
 	return r.WithContext(ctx), cancel
+}
+
+// fromFollower returns r as the caller made it when a member sent it on
+// over TLS (marked by forwardedBy): with the caller's client certificate
+// as the verified peer certificate (the follower verified it; the member
+// is trusted to) and the caller's address as RemoteAddr, so that the
+// token check is the follower's and every rule, 403 and log line after it
+// is about the real caller. forwarded reports whether it was so; when ok
+// is false the request has been answered (403: marked over TLS by a
+// connection that is not a current member's, checked for every request,
+// so that a node removed since its connection opened is refused). On
+// plain HTTP the mark only stops a second hop, and proves nothing.
+func (h *handler) fromFollower(w http.ResponseWriter, r *http.Request) (caller *http.Request, forwarded, ok bool) {
+	certB64, addr := r.Header.Get(callerCertHeader), r.Header.Get(callerAddrHeader)
+	if r.TLS == nil || r.Header.Get(forwardedBy) == "" {
+		r.Header.Del(callerCertHeader)
+		r.Header.Del(callerAddrHeader)
+		return r, false, true
+	}
+	if h.cluster == nil {
+		writeError(w, http.StatusForbidden, "this server is standalone: it takes no forwarded requests")
+		return nil, false, false
+	}
+	by, err := h.cluster.Member(r.TLS)
+	if err != nil {
+		h.log.Warn("ops: forwarded request refused", "err", err, "client", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, fmt.Sprintf("forwarded request refused: %v", err))
+		return nil, false, false
+	}
+	cs := tls.ConnectionState{Version: r.TLS.Version, HandshakeComplete: true, CipherSuite: r.TLS.CipherSuite, ServerName: r.TLS.ServerName}
+	if certB64 != "" {
+		der, err := base64.StdEncoding.DecodeString(certB64)
+		var leaf *x509.Certificate
+		if err == nil {
+			leaf, err = x509.ParseCertificate(der)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("node %s forwarded an unreadable %s: %v", by, callerCertHeader, err))
+			return nil, false, false
+		}
+		cs.PeerCertificates = []*x509.Certificate{leaf}
+		cs.VerifiedChains = [][]*x509.Certificate{{leaf}}
+	}
+	caller = r.Clone(r.Context())
+	caller.TLS = &cs
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		caller.RemoteAddr = addr
+	}
+	caller.Header.Del(callerCertHeader)
+	caller.Header.Del(callerAddrHeader)
+	h.log.Debug("ops: request forwarded by a member", "node", by, "method", r.Method, "path", r.URL.EscapedPath(),
+		"identities", server.VerifiedIdentities(&cs), "client", caller.RemoteAddr)
+	return caller, true, true
+}
+
+// loopbackAddr reports whether host:port names this machine: localhost or
+// a loopback IP (other names are not resolved).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

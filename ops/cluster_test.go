@@ -1,7 +1,9 @@
 package ops_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
@@ -57,6 +59,11 @@ func (c *fakeCluster) AddMember(id, addr string) error {
 	}
 	c.members = append(c.members, server.ClusterMember{ID: id, RaftAddr: addr, Voter: true})
 	return nil
+}
+
+// Member: the fake has no members to prove.
+func (c *fakeCluster) Member(*tls.ConnectionState) (string, error) {
+	return "", errors.New("fake cluster: no member certificates")
 }
 
 func (c *fakeCluster) RemoveMember(id string) error {

@@ -70,7 +70,10 @@ type Config struct {
 	// sends on to the leader.
 	NodeID string
 	// ProxyTransport carries requests sent on to the leader; nil means
-	// http.DefaultTransport. ProxyTLS makes them https.
+	// http.DefaultTransport. ProxyTLS makes them https on the forward
+	// channel (ForwardProtocol): ProxyTransport presents the node's
+	// certificate, and the requests carry the caller's identity instead of
+	// its credentials (cluster.go).
 	ProxyTransport http.RoundTripper
 	ProxyTLS       bool
 	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
@@ -186,6 +189,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveV1 checks the token before anything else, so that without it no
 // answer tells which paths exist.
 func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
+	// A request that a member forwarded was authenticated by that member
+	// (cluster.go); from here on, r is its caller's.
+	r, forwarded, ok := h.fromFollower(w, r)
+	if !ok {
+		return
+	}
 	// A request carries the bearer token (tools) or the dashboard's login
 	// cookie; a cookie alone never authorizes a state change without the
 	// session's CSRF token.
@@ -198,7 +207,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 			cookie, cookieID = &s, id
 		}
 	}
-	if h.auth && cookie == nil && !h.authorized(w, r) {
+	if h.auth && cookie == nil && !forwarded && !h.authorized(w, r) {
 		return
 	}
 	if !h.auth && rebound(r) {
@@ -289,12 +298,12 @@ func (h *handler) serveCluster(w http.ResponseWriter, r *http.Request, p string,
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s: this server is standalone, not a cluster node", p))
 		return
 	case len(segs) == 2 && segs[1] == "members":
-		if !allow(w, r, methodsPost) || h.toLeader(w, r) {
+		if !allow(w, r, methodsPost) || h.toLeader(w, r) || !h.mayChangeMembership(w, r, "add a member") {
 			return
 		}
 		h.addMember(w, r)
 	case len(segs) == 3 && segs[1] == "members" && segs[2] != "":
-		if !allow(w, r, []string{http.MethodDelete}) || h.toLeader(w, r) || !drainBody(w, r) {
+		if !allow(w, r, []string{http.MethodDelete}) || h.toLeader(w, r) || !drainBody(w, r) || !h.mayChangeMembership(w, r, "remove member "+strconv.Quote(segs[2])) {
 			return
 		}
 		h.removeMember(w, r, segs[2])

@@ -164,7 +164,7 @@ func (o *serveOptions) check() error {
 		return err
 	}
 	if o.cl.enabled() {
-		if _, err := o.cl.config(o.addr, o.opsAddr, o.dataDir); err != nil {
+		if _, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec); err != nil {
 			return err
 		}
 	}
@@ -378,7 +378,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		node.RegisterMetrics(srv.Registry())
 		node.Start(srv)
 		opsCfg.Cluster, opsCfg.NodeID = node, o.cl.nodeID
-		opsCfg.ProxyTransport, opsCfg.ProxyTLS = sec.proxyTransport()
+		opsCfg.ProxyTransport, opsCfg.ProxyTLS = sec.proxyTransport(node)
 	}
 
 	// Caught from here on: SIGHUP's default action would end the process.

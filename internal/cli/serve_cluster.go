@@ -2,7 +2,6 @@ package cli
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,11 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/batonlock/baton/cluster"
+	"github.com/batonlock/baton/ops"
+	"github.com/batonlock/baton/server"
 )
 
 // clusterOptions are the flags of baton serve for replicated mode
@@ -28,6 +28,9 @@ type clusterOptions struct {
 	electionTimeout         time.Duration
 	leaderLeaseTimeout      time.Duration
 	handoverDrain           time.Duration
+	// Raft's mutual TLS; the certificate and key default to -tls-cert and
+	// -tls-key, the CA to -tls-client-ca.
+	raftTLSCA, raftTLSCert, raftTLSKey string
 }
 
 func (o *clusterOptions) register(fs *flag.FlagSet) {
@@ -42,18 +45,72 @@ func (o *clusterOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.electionTimeout, "raft-election-timeout", def.ElectionTimeout, "Raft: how long a candidate waits for votes")
 	fs.DurationVar(&o.leaderLeaseTimeout, "raft-leader-lease-timeout", def.LeaderLeaseTimeout, "Raft: how long a leader out of contact with a quorum keeps leading (twice it is in every failover grace)")
 	fs.DurationVar(&o.handoverDrain, "handover-drain", def.HandoverDrain, "on SIGTERM, how long a leader waits for its holders to close before it hands over")
+	fs.StringVar(&o.raftTLSCA, "raft-tls-ca", "", "PEM `file` of the CAs that sign the nodes' certificates: Raft speaks mutual TLS, and a peer must present a certificate naming a current member by the URI SAN baton://node/<id> (default -tls-client-ca)")
+	fs.StringVar(&o.raftTLSCert, "raft-tls-cert", "", "PEM `file` of this node's certificate, which names it by the URI SAN baton://node/<node-id> (default -tls-cert)")
+	fs.StringVar(&o.raftTLSKey, "raft-tls-key", "", "PEM `file` of the private key of -raft-tls-cert (default -tls-key)")
 }
 
 // enabled reports whether any cluster flag asks for replicated mode.
 func (o *clusterOptions) enabled() bool {
-	return o.nodeID != "" || o.raftAddr != "" || o.peers != "" || o.join
+	return o.nodeID != "" || o.raftAddr != "" || o.peers != "" || o.join || o.raftTLSFlags()
+}
+
+func (o *clusterOptions) raftTLSFlags() bool {
+	return o.raftTLSCA != "" || o.raftTLSCert != "" || o.raftTLSKey != ""
+}
+
+// raftTLSFiles are the files of Raft's mutual TLS after the defaults from
+// the listeners' flags sec, and the flags they came from (for errors);
+// cert "" means plain TCP.
+func (o *clusterOptions) raftTLSFiles(sec *securityOptions) (cert, key, ca, certFlags, caFlag string) {
+	cert, key, certFlags = o.raftTLSCert, o.raftTLSKey, "raft-tls-cert/raft-tls-key"
+	if cert == "" && key == "" {
+		cert, key, certFlags = sec.tlsCert, sec.tlsKey, "tls-cert/tls-key (Raft's certificate)"
+	}
+	ca, caFlag = o.raftTLSCA, "raft-tls-ca"
+	if ca == "" {
+		ca, caFlag = sec.tlsClientCA, "tls-client-ca (Raft's CA)"
+	}
+	return cert, key, ca, certFlags, caFlag
+}
+
+// checkTLS refuses a cluster whose Raft port would speak plain TCP while a
+// listener speaks TLS: whoever reaches the Raft port can take the cluster
+// over, so it is never the weakest port.
+func (o *clusterOptions) checkTLS(sec *securityOptions) error {
+	if (o.raftTLSCert == "") != (o.raftTLSKey == "") {
+		return errors.New("raft-tls-cert and raft-tls-key go together: give both or neither")
+	}
+	cert, _, ca, _, _ := o.raftTLSFiles(sec)
+	opsCert, _ := sec.opsFiles()
+	listener := ""
+	switch {
+	case sec.tlsCert != "":
+		listener = "the protocol listener"
+	case opsCert != "":
+		listener = "the ops listener"
+	}
+	switch {
+	case listener != "" && cert == "":
+		return fmt.Errorf("replicated mode: %s speaks TLS but Raft would not: give -raft-tls-cert and -raft-tls-key, this node's certificate", listener)
+	case listener != "" && ca == "":
+		return fmt.Errorf("replicated mode: %s speaks TLS but Raft would not: give -raft-tls-ca (or -tls-client-ca), the CA of the nodes' certificates", listener)
+	case o.raftTLSCA != "" && cert == "":
+		return errors.New("raft-tls-ca needs this node's certificate: give -raft-tls-cert and -raft-tls-key (or -tls-cert and -tls-key)")
+	case cert != "" && ca == "":
+		return errors.New("raft-tls-cert needs raft-tls-ca (or tls-client-ca), the CA of the nodes' certificates")
+	}
+	return nil
 }
 
 // config turns the flags into a cluster.Config (without TLS and Logger),
-// with the advertised addresses defaulting to the listeners'.
-func (o *clusterOptions) config(addr, opsAddr, dataDir string) (cluster.Config, error) {
+// with the advertised addresses defaulting to the listeners', and checks
+// Raft's TLS against the listeners' (sec).
+func (o *clusterOptions) config(addr, opsAddr, dataDir string, sec *securityOptions) (cluster.Config, error) {
 	cfg := cluster.DefaultConfig()
 	switch {
+	case o.nodeID == "" && o.raftAddr == "" && o.peers == "" && !o.join:
+		return cfg, errors.New("raft-tls-ca, raft-tls-cert and raft-tls-key are for replicated mode: give -node-id, -raft-addr and -peers too")
 	case o.nodeID == "":
 		return cfg, errors.New("replicated mode needs -node-id (with -raft-addr and -peers)")
 	case o.raftAddr == "":
@@ -92,7 +149,7 @@ func (o *clusterOptions) config(addr, opsAddr, dataDir string) (cluster.Config, 
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
-	return cfg, nil
+	return cfg, o.checkTLS(sec)
 }
 
 func isUnspecified(host string) bool {
@@ -119,44 +176,40 @@ func parsePeers(s string) ([]cluster.Peer, error) {
 	return peers, nil
 }
 
-// raftTLS is the mutual TLS of Raft when the protocol speaks TLS: the
-// node's -tls-cert both as server and as client, and -tls-client-ca as the
-// CA of every peer in both directions.
-func raftTLS(o *securityOptions) (*tls.Config, error) {
-	if o.tlsCert == "" {
+// raftTLS loads Raft's mutual TLS (nil: plain TCP): this node's
+// certificate, which must name it (baton://node/<node-id>), as server and
+// as client, and the CA of every peer in both directions. Errors name the
+// flags.
+func (o *clusterOptions) raftTLS(sec *securityOptions) (*tls.Config, error) {
+	certFile, keyFile, caFile, certFlags, caFlag := o.raftTLSFiles(sec)
+	if certFile == "" {
 		return nil, nil
 	}
-	if o.tlsClientCA == "" {
-		return nil, errors.New("replicated mode with tls-cert needs tls-client-ca: Raft between the nodes uses mutual TLS with that CA")
-	}
-	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("raft tls: %v", err)
+		return nil, fmt.Errorf("%s: %w", certFlags, err)
 	}
-	pem, err := os.ReadFile(o.tlsClientCA)
+	id, err := cluster.NodeIdentity(cert.Leaf)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s %s: %v: the other nodes would refuse this one", certFlags, certFile, err)
+	case id != o.nodeID:
+		return nil, fmt.Errorf("%s %s names node %q (%s), but this is node %q", certFlags, certFile, id, cluster.NodeURI(id), o.nodeID)
+	}
+	pool, err := server.LoadCertPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("raft tls: %v", err)
+		return nil, fmt.Errorf("%s: %w", caFlag, err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("raft tls: no certificate in %s", o.tlsClientCA)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS13,
-	}, nil
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}, nil
 }
 
 // openNode starts this node's Raft from the options.
 func openNode(o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.Node, error) {
-	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir)
+	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.TLS, err = raftTLS(&o.sec); err != nil {
+	if cfg.TLS, err = o.cl.raftTLS(&o.sec); err != nil {
 		return nil, err
 	}
 	cfg.Logger = logger
@@ -164,28 +217,20 @@ func openNode(o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.
 	return cluster.Open(cfg)
 }
 
-// proxyTransport is how a follower's ops API reaches the leader's: over
-// TLS when the ops listener speaks TLS (verifying the leader with the
-// client CA, presenting this node's certificate), else plain HTTP.
-func (s *security) proxyTransport() (http.RoundTripper, bool) {
-	cert, key := s.o.opsFiles()
-	if cert == "" {
+// proxyTransport is how a follower's ops API reaches the leader's. When
+// the ops listener speaks TLS (and so Raft does), it is the forward
+// channel: mutual TLS with the node certificates, each side admitting only
+// a current member, on which the follower passes the caller's identity and
+// never a credential; the leader's ops listener takes the channel's
+// handshakes (opsListener). Else plain HTTP.
+func (s *security) proxyTransport(node *cluster.Node) (http.RoundTripper, bool) {
+	if cert, _ := s.o.opsFiles(); cert == "" {
 		return nil, false
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c, err := tls.LoadX509KeyPair(cert, key); err == nil {
-		tc.Certificates = []tls.Certificate{c}
-	}
-	for _, ca := range []string{s.o.opsTLSClientCA, s.o.tlsClientCA} {
-		if pem, err := os.ReadFile(ca); err == nil && ca != "" {
-			pool := x509.NewCertPool()
-			if pool.AppendCertsFromPEM(pem) {
-				tc.RootCAs = pool
-				break
-			}
-		}
-	}
+	var client *tls.Config
+	s.forward, client = node.ForwardTLS(ops.ForwardProtocol)
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = tc
+	t.TLSClientConfig = client
+	t.ForceAttemptHTTP2 = false // the channel speaks HTTP/1.1 (the leader offers nothing else on it)
 	return t, true
 }

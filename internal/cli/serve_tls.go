@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 
+	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
 )
 
@@ -78,6 +80,9 @@ type security struct {
 	protoTLS *server.TLSReloader // nil: plain TCP
 	opsTLS   *server.TLSReloader // nil: plain HTTP
 	acl      *server.ACL
+	// forward is the leader's side of the channel on which followers send
+	// ops requests on (proxyTransport); nil outside a cluster over TLS.
+	forward *tls.Config
 }
 
 // loadSecurity reads every file the flags name. Its errors name the flag.
@@ -130,12 +135,25 @@ func (sec *security) loadACL() (*server.ACL, error) {
 	return a, nil
 }
 
-// opsListener wraps the ops listener in TLS if it has it.
+// opsListener wraps the ops listener in TLS if it has it. In a cluster, a
+// handshake that asks for the forward channel's protocol gets the
+// channel's configuration (node certificates, members only); every other
+// gets the listener's own.
 func (sec *security) opsListener(ln net.Listener) net.Listener {
 	if sec.opsTLS == nil {
 		return ln
 	}
-	return tls.NewListener(ln, sec.opsTLS.Config())
+	cfg := sec.opsTLS.Config()
+	if fwd := sec.forward; fwd != nil {
+		own := cfg.GetConfigForClient
+		cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if slices.Contains(hello.SupportedProtos, ops.ForwardProtocol) {
+				return fwd, nil
+			}
+			return own(hello)
+		}
+	}
+	return tls.NewListener(ln, cfg)
 }
 
 // reload reads the certificates, client CA bundles and access rules again

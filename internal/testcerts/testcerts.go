@@ -1,6 +1,7 @@
 // Package testcerts makes certificate authorities and certificates for
 // tests with crypto/x509: a CA, server certificates for 127.0.0.1 and
-// localhost, client certificates with a subject CN and SANs, expired ones.
+// localhost, cluster node certificates, client certificates with a subject
+// CN and SANs, expired ones.
 // It is imported only by tests.
 package testcerts
 
@@ -83,6 +84,15 @@ func (ca *CA) Server(t testing.TB) *Leaf {
 	t.Helper()
 	return ca.Issue(t, Spec{CN: "baton test server", DNS: []string{"localhost"},
 		IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, Server: true})
+}
+
+// Node issues the certificate of cluster node id: its identity is the URI
+// SAN baton://node/<id>; like Server, it is for server auth only (the
+// usual node certificate) and names 127.0.0.1, ::1 and localhost.
+func (ca *CA) Node(t testing.TB, id string) *Leaf {
+	t.Helper()
+	return ca.Issue(t, Spec{CN: "baton node " + id, DNS: []string{"localhost"},
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, URIs: []string{"baton://node/" + id}, Server: true})
 }
 
 // Client issues a client certificate with subject CN cn and the given DNS
