@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -281,27 +282,35 @@ func TestForwardedIdentityOnlyFromMembers(t *testing.T) {
 	}
 }
 
-// TestPlainFollowerKeepsTokenOnThisMachine: on plain HTTP a follower sends
-// requests on (with the caller's token) only to a leader on this machine;
-// to any other address it answers 503 without dialing it.
-func TestPlainFollowerKeepsTokenOnThisMachine(t *testing.T) {
-	var dialed []string
+// TestPlainFollowerForwardsToMember: on plain HTTP a follower sends a
+// request on to the leader's ops address that Cluster gives (a current
+// member's), with the caller's own token and nothing else of its.
+func TestPlainFollowerForwardsToMember(t *testing.T) {
+	var got http.Header
 	var mu sync.Mutex
-	noDial := &http.Transport{DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		dialed = append(dialed, addr)
+		got = r.Header.Clone()
 		mu.Unlock()
-		return nil, fmt.Errorf("test: %s must not be dialed", addr)
-	}}
-	c := &fakeCluster{leaderOps: "10.20.30.40:7071"}
-	srv, _ := setup(t, ops.Config{Cluster: c, AdminToken: "s3cret", NodeID: "n2", ProxyTransport: noDial})
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"locks":[]}`)
+	}))
+	defer leader.Close()
+	c := &fakeCluster{leaderOps: strings.TrimPrefix(leader.URL, "http://")}
+	srv, _ := setup(t, ops.Config{Cluster: c, AdminToken: "s3cret", NodeID: "n2"})
 	r := do(t, srv, "GET", "/v1/locks", "Bearer s3cret", "")
-	if r.status != http.StatusServiceUnavailable || !strings.Contains(errorMessage(t, r), "send this to the leader at 10.20.30.40:7071") {
-		t.Errorf("plain follower, remote leader: %d %s, want 503", r.status, r.body)
+	if r.status != http.StatusOK {
+		t.Fatalf("plain follower: %d %s, want the leader's 200", r.status, r.body)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(dialed) != 0 {
-		t.Errorf("the follower dialed %v with the token", dialed)
+	if got.Get("Authorization") != "Bearer s3cret" || got.Get("X-Baton-Forwarded-By") != "n2" {
+		t.Fatalf("the leader saw Authorization %q, forwarded by %q; want the caller's token, by n2", got.Get("Authorization"), got.Get("X-Baton-Forwarded-By"))
+	}
+	// With no member leader known (Cluster gives no address), nothing is
+	// dialed and the caller is told.
+	c.leaderOps = ""
+	if r := do(t, srv, "GET", "/v1/locks", "Bearer s3cret", ""); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("no leader known: %d %s, want 503", r.status, r.body)
 	}
 }
