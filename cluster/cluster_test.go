@@ -98,7 +98,7 @@ func (tn *testNode) start(t *testing.T, cfg Config) {
 	}
 	c := cfg
 	c.Peers = peers
-	n, err := openWith(c, cfg.Logger, rc, tn.store, tn.store, tn.snaps, tn.trans)
+	n, err := openWith(context.Background(), c, cfg.Logger, rc, tn.store, tn.store, tn.snaps, tn.trans)
 	if err != nil {
 		t.Fatalf("open %s: %v", cfg.NodeID, err)
 	}
@@ -400,7 +400,7 @@ func TestFailover(t *testing.T) {
 
 	// Move leadership away: the holder hears NOT_LEADER at once.
 	moved := time.Now()
-	if err := l.node.raft.LeadershipTransfer().Error(); err != nil {
+	if err := l.node.r().LeadershipTransfer().Error(); err != nil {
 		t.Fatalf("leadership transfer: %v", err)
 	}
 	end := holder.ReadFrame(5 * time.Second)
@@ -474,7 +474,7 @@ func TestHandoverUsesHandoffBound(t *testing.T) {
 func TestBoundRaisedBeforeQueued(t *testing.T) {
 	c := newTestCluster(t, 3)
 	l := c.leader()
-	before := l.node.raft.LastIndex()
+	before := l.node.r().LastIndex()
 	for _, lease := range []time.Duration{4 * time.Second, 2 * time.Second} {
 		conn, _ := acquire(t, l.addr, "b-"+lease.String(), lease, false)
 		defer conn.Conn.Close()
@@ -482,7 +482,7 @@ func TestBoundRaisedBeforeQueued(t *testing.T) {
 			t.Fatalf("after ACQUIRE with lease %v: leader's bound %v, want 4s", lease, b)
 		}
 	}
-	if got := l.node.raft.LastIndex() - before; got != 1 {
+	if got := l.node.r().LastIndex() - before; got != 1 {
 		t.Fatalf("%d log entries for the two leases, want 1 (the shorter one needs none)", got)
 	}
 }
@@ -550,7 +550,7 @@ func TestMembership(t *testing.T) {
 			t.Fatalf("add n4: %v", err)
 		}
 	}
-	if err := l.node.raft.AddVoter("n4", "n4", 0, 5*time.Second).Error(); err != nil {
+	if err := l.node.r().AddVoter("n4", "n4", 0, 5*time.Second).Error(); err != nil {
 		t.Fatalf("add voter: %v", err)
 	}
 	if err := l.node.AddMember("n4", "x:1"); err == nil || !errors.Is(err, ErrMemberExists) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -11,9 +12,19 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_leader", Help: "1 while this node leads with its epoch committed, else 0."},
 			func() float64 { return b2f(n.leading.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_raft_state", Help: "Raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown."},
-			func() float64 { return float64(n.raft.State()) }),
+			func() float64 {
+				if r := n.r(); r != nil {
+					return float64(r.State())
+				}
+				return float64(raft.Follower)
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_term", Help: "The current Raft term."},
-			func() float64 { return float64(n.raft.CurrentTerm()) }),
+			func() float64 {
+				if r := n.r(); r != nil {
+					return float64(r.CurrentTerm())
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_epoch", Help: "The committed epoch (the high bits of every fencing token)."},
 			func() float64 { return float64(n.fsm.get().Epoch) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_cluster_leadership_gained_total", Help: "Times this node became the serving leader."},

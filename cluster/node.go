@@ -13,6 +13,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +54,10 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	raft      *raft.Raft
+	rp        atomic.Pointer[raft.Raft] // see r
+	raftUp    chan struct{}             // closed once rp is set
+	starting  chan struct{}             // closed when the asking goroutine ends (nil: none)
+	failed    chan error
 	fsm       *fsm
 	transport raft.Transport
 	boltStore *raftboltdb.BoltStore
@@ -108,7 +113,13 @@ type Node struct {
 // no Raft state bootstraps the cluster with cfg.Peers; every founder does
 // so with the same list, which Raft allows. A node with Join waits to be
 // added. A node with state ignores Peers: its membership is in its log.
-func Open(cfg Config) (*Node, error) {
+//
+// A founding member with no Raft state first asks the other founders
+// whether the cluster exists (bootstrap.go), for as long as it takes or
+// until ctx ends: it bootstraps a new cluster, starts without
+// bootstrapping (the cluster exists and it never held the log), or refuses
+// with ErrLostData (it held the log and lost it).
+func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -149,7 +160,7 @@ func Open(cfg Config) (*Node, error) {
 		bolt.Close()
 		return nil, err
 	}
-	n, err := openWith(cfg, log, rc, bolt, bolt, snaps, trans)
+	n, err := openWith(ctx, cfg, log, rc, bolt, bolt, snaps, trans)
 	if err != nil {
 		trans.(interface{ Close() error }).Close()
 		bolt.Close()
@@ -161,39 +172,93 @@ func Open(cfg Config) (*Node, error) {
 
 // openWith is Open over given stores and transport (the tests use Raft's
 // in-memory ones).
-func openWith(cfg Config, log *slog.Logger, rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) (*Node, error) {
+// Over the in-memory transport nobody is asked whether to bootstrap.
+func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) (*Node, error) {
 	has, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
 	lease := newLeaderLease(raft.ServerID(cfg.NodeID), cfg.LeaderLeaseTimeout)
-	lt := &leaseTransport{Transport: trans, lease: lease}
-	if !has && !cfg.Join {
-		var conf raft.Configuration
-		for _, p := range cfg.Peers {
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-		}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, lt, conf); err != nil {
-			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
-		}
-	}
-	f := newFSM()
-	r, err := raft.NewRaft(rc, f, logs, stable, snaps, lt)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: start raft: %w", err)
-	}
-	lease.setConfig(func() raft.Configuration { return r.GetConfiguration().Configuration() })
-	// Over TLS the transport admits only the members of r's configuration.
-	if t, ok := trans.(*raftTransport); ok {
-		t.follow(r)
-	}
-	return &Node{
-		cfg: cfg, log: log, raft: r, fsm: f, transport: lt, lease: lease,
+	n := &Node{
+		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease,
 		termLost:  make(chan struct{}, 1),
 		handovers: make(chan chan error),
+		raftUp:    make(chan struct{}),
+		failed:    make(chan error, 1),
 		stop:      make(chan struct{}), done: make(chan struct{}),
-	}, nil
+	}
+	rt, real := trans.(*raftTransport)
+	if !real || has || cfg.Join {
+		if real && !has {
+			rt.beforeRaft(nil) // no configuration yet: any node certificate, as a joining node admits
+		}
+		if err := n.startRaft(rc, logs, stable, snaps, !has && !cfg.Join); err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
+	// A founder with no state: ask the others first, without holding up
+	// the node's start (its ops endpoints say what it waits for).
+	rt.beforeRaft(cfg.Peers)
+	n.starting = make(chan struct{})
+	go func() {
+		defer close(n.starting)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-n.stop:
+			case <-n.starting:
+				return
+			}
+			close(stop)
+		}()
+		d, err := decideBootstrap(cfg, log, rt.stream.Dial, stop)
+		if err == nil {
+			err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+		}
+		if err != nil {
+			n.failed <- err
+		}
+	}()
+	return n, nil
 }
+
+// startRaft starts Raft, bootstrapping the founders' configuration first
+// if bootstrap.
+func (n *Node) startRaft(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, bootstrap bool) error {
+	if bootstrap {
+		var conf raft.Configuration
+		for _, p := range n.cfg.Peers {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.transport, conf); err != nil {
+			return fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, stable, snaps, n.transport)
+	if err != nil {
+		return fmt.Errorf("cluster: start raft: %w", err)
+	}
+	n.lease.setConfig(func() raft.Configuration { return r.GetConfiguration().Configuration() })
+	// Over TLS the transport admits only the members of r's configuration.
+	if t, ok := n.transport.(*leaseTransport).Transport.(*raftTransport); ok {
+		t.follow(r)
+		t.answerHellos(n.helloFor)
+	}
+	n.rp.Store(r)
+	close(n.raftUp)
+	return nil
+}
+
+// r is this node's Raft, nil while a founder with no state still asks the
+// others whether to bootstrap.
+func (n *Node) r() *raft.Raft { return n.rp.Load() }
+
+// Failed receives the error that stopped this node after
+// Open returned: a founder that must not bootstrap (ErrLostData), or one
+// whose Raft could not start. The node serves nothing after it.
+func (n *Node) Failed() <-chan error { return n.failed }
 
 // Start gives the node its lock server and starts the leader loop, which
 // runs until Close.
@@ -235,7 +300,11 @@ func (n *Node) LeaderHint() string {
 // replicated state says of a node that is not a member (a removed one) is
 // never trusted.
 func (n *Node) leaderAddrs() (nodeAddrs, bool) {
-	_, id := n.raft.LeaderWithID()
+	r := n.r()
+	if r == nil {
+		return nodeAddrs{}, false
+	}
+	_, id := r.LeaderWithID()
 	if id == "" || string(id) == n.cfg.NodeID || !n.isMember(id) {
 		return nodeAddrs{}, false
 	}
@@ -244,7 +313,11 @@ func (n *Node) leaderAddrs() (nodeAddrs, bool) {
 }
 
 func (n *Node) isMember(id raft.ServerID) bool {
-	for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+	r := n.r()
+	if r == nil {
+		return false
+	}
+	for _, s := range r.GetConfiguration().Configuration().Servers {
 		if s.ID == id {
 			return true
 		}
@@ -338,7 +411,11 @@ func (n *Node) applyIndexed(c command) (any, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	f := n.raft.Apply(b, applyTimeout)
+	r := n.r()
+	if r == nil {
+		return nil, 0, server.ErrNotLeader
+	}
+	f := r.Apply(b, applyTimeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 			return nil, 0, server.ErrNotLeader
@@ -361,13 +438,26 @@ func (n *Node) applyIndexed(c command) (any, uint64, error) {
 // new term can begin while one is handed over.
 func (n *Node) run() {
 	defer close(n.done)
+	for waiting := true; waiting; {
+		select {
+		case <-n.stop:
+			return
+		case <-n.raftUp:
+			waiting = false
+		case done := <-n.handovers:
+			done <- nil // nothing served yet
+		}
+	}
+	r := n.r()
 	lower := time.NewTicker(n.cfg.BoundLowerEvery)
 	defer lower.Stop()
+	joined := time.NewTicker(joinedEvery)
+	defer joined.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
-		case isLeader := <-n.raft.LeaderCh():
+		case isLeader := <-r.LeaderCh():
 			if n.leading.Load() {
 				n.revoke()
 			}
@@ -379,7 +469,7 @@ func (n *Node) run() {
 			// new epoch if Raft still says this node leads.
 			n.leading.Store(false)
 			n.log.Warn("leader lease ran out: every session ended with NOT_LEADER", "node", n.cfg.NodeID, "epoch", n.epoch.Load())
-			if n.raft.State() == raft.Leader {
+			if r.State() == raft.Leader {
 				n.establish()
 			}
 		case done := <-n.handovers:
@@ -387,6 +477,9 @@ func (n *Node) run() {
 		case <-lower.C:
 			if n.leading.Load() {
 				n.lowerBound()
+			}
+		case <-joined.C:
+			if n.leading.Load() {
 				n.recordJoined()
 			}
 		}
@@ -405,7 +498,7 @@ func (n *Node) establish() {
 		}
 		if errors.Is(err, errEpochsExhausted) {
 			n.log.Error("cannot lead", "node", n.cfg.NodeID, "err", err)
-		} else if n.raft.State() != raft.Leader {
+		} else if n.r().State() != raft.Leader {
 			n.log.Warn("leadership lost while taking over", "node", n.cfg.NodeID, "err", err)
 			return
 		} else {
@@ -450,12 +543,12 @@ func (n *Node) begin(res epochResult) {
 	n.leading.Store(true)
 	n.srv.BeginTerm(time.Now().Add(grace))
 	n.leaderChanges.Add(1)
-	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(),
+	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(),
 		"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.Planned)
 }
 
 func (n *Node) commitEpoch() (epochResult, error) {
-	if err := n.raft.Barrier(applyTimeout).Error(); err != nil {
+	if err := n.r().Barrier(applyTimeout).Error(); err != nil {
 		return epochResult{}, fmt.Errorf("barrier: %w", err)
 	}
 	r, index, err := n.applyIndexed(command{Op: opEpoch, Node: n.cfg.NodeID, Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr,
@@ -471,7 +564,7 @@ func (n *Node) commitEpoch() (epochResult, error) {
 func (n *Node) revoke() {
 	n.leading.Store(false)
 	n.srv.EndTerm(server.ReasonNotLeader, n.LeaderHint())
-	n.log.Info("leadership lost", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", n.epoch.Load())
+	n.log.Info("leadership lost", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(), "epoch", n.epoch.Load())
 }
 
 // lowerBound commits a lower lease bound once two looks in a row found no
@@ -513,12 +606,16 @@ func (n *Node) lowerBound() {
 	n.fastBound.Store(int64(target))
 }
 
+// joinedEvery is how often the leader looks for members that hold the log
+// and are not yet recorded (a Raft write only when there are some).
+const joinedEvery = time.Second
+
 // recordJoined commits the members that acknowledged this epoch's entries
 // and are not yet recorded as holding the log (see opJoined).
 func (n *Node) recordJoined() {
 	st := n.fsm.get()
 	var add []string
-	for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+	for _, s := range n.r().GetConfiguration().Configuration().Servers {
 		id := string(s.ID)
 		if slices.Contains(st.Joined, id) {
 			continue
@@ -532,7 +629,10 @@ func (n *Node) recordJoined() {
 	}
 	if err := n.apply(command{Op: opJoined, Members: add}); err != nil {
 		n.log.Warn("cannot record the members that hold the log", "members", add, "err", err)
+		return
 	}
+	// A member recorded here that loses its data is refused as a founder.
+	n.log.Info("members recorded as holding the log", "added", add, "joined", strings.Join(n.fsm.get().Joined, ","))
 }
 
 // Handover is the planned stop of a leader (SIGTERM), run by the leader
@@ -584,10 +684,10 @@ func (n *Node) handover() error {
 		return fmt.Errorf("commit handoff: %w", err)
 	}
 	start := time.Now()
-	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+	if err := n.r().LeadershipTransfer().Error(); err != nil {
 		return fmt.Errorf("leadership transfer: %w", err)
 	}
-	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.raft.CurrentTerm(), "epoch", epoch, "holders", holders,
+	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(), "epoch", epoch, "holders", holders,
 		"all_closed", allClosed, "handoff", handoff.Round(time.Millisecond).String(), "transfer", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
@@ -599,7 +699,13 @@ func (n *Node) Close() error {
 	if n.started {
 		<-n.done
 	}
-	err := n.raft.Shutdown().Error()
+	if n.starting != nil {
+		<-n.starting
+	}
+	var err error
+	if r := n.r(); r != nil {
+		err = r.Shutdown().Error()
+	}
 	if n.leading.Swap(false) {
 		n.srv.EndTerm(server.ReasonShutdown, "server shutting down")
 	}
@@ -635,7 +741,7 @@ func (n *Node) AddMember(id, raftAddr string) error {
 			return fmt.Errorf("%w: %s at %s", ErrMemberExists, s.ID, s.Address)
 		}
 	}
-	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, applyTimeout).Error(); err != nil {
+	if err := n.r().AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, applyTimeout).Error(); err != nil {
 		return n.mapErr("add member", err)
 	}
 	n.log.Info("member added", "id", id, "raft_addr", raftAddr)
@@ -655,7 +761,7 @@ func (n *Node) RemoveMember(id string) error {
 	if !found {
 		return fmt.Errorf("%w: %q", ErrNotMember, id)
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+	if err := n.r().RemoveServer(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
 		return n.mapErr("remove member", err)
 	}
 	n.log.Info("member removed", "id", id)
@@ -670,7 +776,11 @@ func (n *Node) mapErr(what string, err error) error {
 }
 
 func (n *Node) members() ([]raft.Server, error) {
-	f := n.raft.GetConfiguration()
+	r := n.r()
+	if r == nil {
+		return nil, server.ErrNotLeader
+	}
+	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("read membership: %w", err)
 	}
@@ -694,24 +804,32 @@ func (n *Node) LeaderOpsAddr() (string, bool) {
 	return a.OpsAddr, false
 }
 
-// View is GET /v1/cluster.
+// View is GET /v1/cluster. A founder still asking the others whether to
+// bootstrap is a follower with no term, and lists the founders.
 func (n *Node) View() server.ClusterView {
 	st := n.fsm.get()
 	v := server.ClusterView{
 		NodeID:     n.cfg.NodeID,
-		Term:       n.raft.CurrentTerm(),
+		ClusterID:  st.ClusterID,
+		Role:       "follower",
 		Epoch:      st.Epoch,
 		LeaseBound: st.LeaseBound,
 	}
-	switch n.raft.State() {
+	r := n.r()
+	if r == nil {
+		for _, p := range n.cfg.Peers {
+			v.Members = append(v.Members, server.ClusterMember{ID: p.ID, RaftAddr: p.RaftAddr, Voter: true})
+		}
+		return v
+	}
+	v.Term = r.CurrentTerm()
+	switch r.State() {
 	case raft.Leader:
 		v.Role = "leader"
 	case raft.Candidate:
 		v.Role = "candidate"
-	default:
-		v.Role = "follower"
 	}
-	if _, id := n.raft.LeaderWithID(); id != "" && n.isMember(id) {
+	if _, id := r.LeaderWithID(); id != "" && n.isMember(id) {
 		a := st.Nodes[string(id)]
 		if string(id) == n.cfg.NodeID {
 			a = nodeAddrs{Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr}

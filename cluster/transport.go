@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -178,11 +179,27 @@ type raftTransport struct {
 }
 
 // follow makes the stream admit the members of r's configuration. Open
-// calls it once Raft exists; until then no peer is admitted.
+// calls it once Raft exists; until then no peer is admitted, but for the
+// founders while they are asked whether to bootstrap (beforeRaft).
 func (t *raftTransport) follow(r *raft.Raft) {
 	m := raftMembers(r)
 	t.stream.members.Store(&m)
 }
+
+// beforeRaft makes the stream admit the nodes of peers (the founders) while
+// a node with no state asks them whether the cluster exists, and answer
+// their same question: no state here.
+func (t *raftTransport) beforeRaft(peers []Peer) {
+	var servers []raft.Server
+	for _, p := range peers {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+	}
+	m := membership(func() []raft.Server { return servers })
+	t.stream.members.Store(&m)
+}
+
+// answerHellos makes the stream answer hellos with a.
+func (t *raftTransport) answerHellos(a helloAnswerer) { t.stream.hello.Store(&a) }
 
 // newTransport is plain TCP, or mutual TLS when cfg.TLS is set: anyone who
 // reaches an unprotected Raft port can vote, append log entries and read
@@ -197,7 +214,7 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft-addr %q: %w", cfg.RaftAddr, err)
 	}
-	st := &stream{adv: adv, tls: cfg.TLS, conns: map[net.Conn]struct{}{}}
+	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, conns: map[net.Conn]struct{}{}}
 	if cfg.TLS == nil {
 		st.ln, err = net.Listen("tcp", cfg.RaftAddr)
 	} else {
@@ -219,7 +236,11 @@ type stream struct {
 	ln      net.Listener
 	adv     net.Addr
 	tls     *tls.Config
-	members atomic.Pointer[membership] // nil until Raft runs
+	members atomic.Pointer[membership] // nil until Raft runs (or the founders are asked)
+	// self is this node's id; hello answers the founders' question
+	// (bootstrap.go) on accepted connections.
+	self  string
+	hello atomic.Pointer[helloAnswerer]
 
 	mu     sync.Mutex
 	closed bool
@@ -284,7 +305,11 @@ func (s *stream) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.track(c, "")
+	tc, err := s.track(c, "")
+	if err == nil {
+		tc.(*trackedConn).inbound = true
+	}
+	return tc, err
 }
 
 func (s *stream) Close() error {
@@ -329,6 +354,9 @@ type trackedConn struct {
 	handshake sync.Once
 	hsErr     error
 	peer      string
+	// inbound is set on accepted connections until their first read, which
+	// may be a founder's hello instead of Raft (see bootstrap.go).
+	inbound bool
 }
 
 func (c *trackedConn) ready() error {
@@ -375,6 +403,14 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 	if n > 0 {
 		if merr := c.member(); merr != nil {
 			return 0, merr
+		}
+	}
+	if c.inbound && n > 0 {
+		c.inbound = false
+		if b[0] == helloMagic {
+			answerHello(c.Conn, b[1:n], c.peer, &c.s.hello, c.s.self)
+			c.Close()
+			return 0, io.EOF // Raft's reader ends quietly at EOF
 		}
 	}
 	return n, err

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -48,7 +49,7 @@ func openTLSNode(t *testing.T, ca *testcerts.CA, leaf *testcerts.Leaf, id, raftA
 	cfg.Addr, cfg.OpsAddr = "127.0.0.1:1", "127.0.0.1:2"
 	cfg.RaftLog = io.Discard
 	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, RootCAs: ca.Pool()}
-	n, err := Open(cfg)
+	n, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("open %s: %v", id, err)
 	}
@@ -70,6 +71,14 @@ func tlsCluster(t *testing.T, ca *testcerts.CA, n int) ([]*Node, []Peer) {
 		nodes = append(nodes, openTLSNode(t, ca, ca.Node(t, p.ID), p.ID, p.RaftAddr, peers, false))
 	}
 	waitLeading(t, nodes)
+	batontest.Eventually(t, settle, func() bool {
+		for _, n := range nodes {
+			if n.r() == nil {
+				return false
+			}
+		}
+		return true
+	}, "a founder's Raft did not start")
 	return nodes, peers
 }
 
@@ -132,9 +141,9 @@ func TestRaftTakeoverRefused(t *testing.T) {
 			break
 		}
 	}
-	lastIndex, _ := strconv.ParseUint(follower.raft.Stats()["last_log_index"], 10, 64)
-	lastTerm, _ := strconv.ParseUint(follower.raft.Stats()["last_log_term"], 10, 64)
-	forgedTerm := follower.raft.CurrentTerm() + 1000
+	lastIndex, _ := strconv.ParseUint(follower.r().Stats()["last_log_index"], 10, 64)
+	lastTerm, _ := strconv.ParseUint(follower.r().Stats()["last_log_term"], 10, 64)
+	forgedTerm := follower.r().CurrentTerm() + 1000
 	forged := &raft.AppendEntriesRequest{
 		RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("evil"), Addr: []byte("127.0.0.1:6666")},
 		Term:         forgedTerm,
@@ -159,8 +168,8 @@ func TestRaftTakeoverRefused(t *testing.T) {
 	// applied by now.
 	time.Sleep(3 * testHeartbeat)
 	for _, n := range nodes {
-		if _, ok := n.fsm.get().Nodes["evil"]; ok || n.raft.CurrentTerm() >= forgedTerm {
-			t.Errorf("%s: the attacker's entry or term got in: term %d, nodes %v", n.cfg.NodeID, n.raft.CurrentTerm(), n.fsm.get().Nodes)
+		if _, ok := n.fsm.get().Nodes["evil"]; ok || n.r().CurrentTerm() >= forgedTerm {
+			t.Errorf("%s: the attacker's entry or term got in: term %d, nodes %v", n.cfg.NodeID, n.r().CurrentTerm(), n.fsm.get().Nodes)
 		}
 		if hint := n.LeaderHint(); hint == "127.0.0.1:6666" {
 			t.Errorf("%s: NOT_LEADER hint is the attacker's address", n.cfg.NodeID)
@@ -306,11 +315,11 @@ func TestRaftMembershipOverTLS(t *testing.T) {
 	}
 	batontest.Eventually(t, settle, func() bool { return probe(n4cert) != nil }, "n4's certificate still gets through after its removal")
 	// Its next RPC, a far higher term, is neither answered nor handled.
-	forgedTerm := nodes[0].raft.CurrentTerm() + 1000
+	forgedTerm := nodes[0].r().CurrentTerm() + 1000
 	if err := keptRPC(forgedTerm); err == nil {
 		t.Error("n4's connection from before its removal still carries RPCs")
 	}
-	if term := nodes[0].raft.CurrentTerm(); term >= forgedTerm {
+	if term := nodes[0].r().CurrentTerm(); term >= forgedTerm {
 		t.Errorf("n1 took term %d from the removed n4's connection", term)
 	}
 
@@ -343,7 +352,7 @@ func TestOpenRefusesCertificateOfAnotherNode(t *testing.T) {
 		cfg := testConfig("n1")
 		cfg.RaftAddr, cfg.Peers, cfg.DataDir = addr, []Peer{{ID: "n1", RaftAddr: addr}}, t.TempDir()
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, RootCAs: ca.Pool()}
-		n, err := Open(cfg)
+		n, err := Open(context.Background(), cfg)
 		if err == nil {
 			n.Close()
 			t.Fatalf("open with %q: started, want %q", leaf.TLS.Leaf.Subject.CommonName, want)

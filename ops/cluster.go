@@ -54,6 +54,7 @@ const (
 
 type clusterJSON struct {
 	NodeID           string          `json:"node_id"`
+	ClusterID        string          `json:"cluster_id,omitempty"`
 	Role             string          `json:"role"`
 	Leader           *clusterNode    `json:"leader"`
 	Term             uint64          `json:"term"`
@@ -82,7 +83,7 @@ func (h *handler) clusterStatus(w http.ResponseWriter) {
 	}
 	v := h.cluster.View()
 	out := clusterJSON{
-		NodeID: v.NodeID, Role: v.Role, Term: v.Term, Epoch: v.Epoch,
+		NodeID: v.NodeID, ClusterID: v.ClusterID, Role: v.Role, Term: v.Term, Epoch: v.Epoch,
 		LeaseBoundMs:     v.LeaseBound.Milliseconds(),
 		GraceRemainingMs: v.GraceRemaining.Milliseconds(),
 		Members:          []clusterMember{},

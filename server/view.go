@@ -47,6 +47,7 @@ var (
 // ClusterView is a replicated node's state for GET /v1/cluster.
 type ClusterView struct {
 	NodeID         string
+	ClusterID      string // set by the cluster's first epoch
 	Role           string // leader, follower, candidate (standalone: see ops)
 	Leader         *ClusterNode
 	Term, Epoch    uint64

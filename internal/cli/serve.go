@@ -259,7 +259,7 @@ func runServe(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	r, code := start(s, &o)
+	r, code := start(ctx, s, &o)
 	if r == nil {
 		return code
 	}
@@ -300,7 +300,7 @@ type running struct {
 // start opens the token store, builds the server, binds both listeners and
 // starts serving. On failure it returns nil and the exit code, after one
 // line on stderr, with nothing left running or bound.
-func start(s *sys, o *serveOptions) (*running, int) {
+func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	const name = "serve"
 	// Start-up failures are plain lines like the usage errors, whatever the
 	// log format: nothing has started, and a person is likely reading.
@@ -344,7 +344,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	if o.cl.enabled() {
 		// Replicated mode: the tokens' epoch and the lease bound live in
 		// the Raft log under data-dir, not in the token store.
-		if node, err = openNode(o, logger, s.stderr); err != nil {
+		if node, err = openNode(ctx, o, logger, s.stderr); err != nil {
 			unbind()
 			return nil, failure(s, name, err.Error())
 		}
@@ -447,9 +447,16 @@ func (r *running) run(ctx context.Context) int {
 	defer signal.Stop(r.hup)
 	code := exitOK
 	serveDone := false
+	var nodeFailed <-chan error
+	if r.node != nil {
+		nodeFailed = r.node.Failed()
+	}
 wait:
 	for {
 		select {
+		case err := <-nodeFailed:
+			r.logger.Error("cluster node stopped", "err", err)
+			code = exitFailure
 		case <-r.hup:
 			r.sec.reload(r.logger, r.srv)
 			continue

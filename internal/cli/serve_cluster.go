@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -204,7 +205,7 @@ func (o *clusterOptions) raftTLS(sec *securityOptions) (*tls.Config, error) {
 }
 
 // openNode starts this node's Raft from the options.
-func openNode(o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.Node, error) {
+func openNode(ctx context.Context, o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.Node, error) {
 	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec)
 	if err != nil {
 		return nil, err
@@ -214,7 +215,7 @@ func openNode(o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.
 	}
 	cfg.Logger = logger
 	cfg.RaftLog, cfg.RaftLogJSON = stderr, o.logFormat == "json"
-	return cluster.Open(cfg)
+	return cluster.Open(ctx, cfg)
 }
 
 // proxyTransport is how a follower's ops API reaches the leader's. When
