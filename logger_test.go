@@ -23,8 +23,8 @@ type recordLog struct {
 }
 
 func (h *recordLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordLog) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *recordLog) WithGroup(string) slog.Handler             { return h }
+func (h *recordLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordLog) WithGroup(string) slog.Handler            { return h }
 func (h *recordLog) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
