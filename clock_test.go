@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/wire"
 )
 
@@ -151,4 +152,25 @@ func earlier(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// BenchmarkLockErr is the cost of the question asked before each step of
+// work: Lock.Err, which reads the clock.
+func BenchmarkLockErr(b *testing.B) {
+	srv := batontest.StartServer(b)
+	c, err := New([]string{srv.Addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := c.Acquire(context.Background(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Release()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
