@@ -50,6 +50,9 @@ func TestIsRetryable(t *testing.T) {
 		{"released", ErrReleased, false},
 		{"the work's own error", errors.New("disk full"), false},
 		{"lost while the work failed", fmt.Errorf("%w (and the work returned: %w)", lost(ErrShutdown), errors.New("disk full")), true},
+		// The cause of the loss decides, not what the work's error wraps.
+		{"force-released while the work's network failed", fmt.Errorf("%w (and the work returned: %w)",
+			lost(ErrForceReleased), &net.OpError{Op: "read", Err: errors.New("connection reset")}), false},
 	} {
 		if got := IsRetryable(tc.err); got != tc.want {
 			t.Errorf("%s: IsRetryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
