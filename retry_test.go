@@ -53,6 +53,8 @@ func TestIsRetryable(t *testing.T) {
 		// The cause of the loss decides, not what the work's error wraps.
 		{"force-released while the work's network failed", fmt.Errorf("%w (and the work returned: %w)",
 			lost(ErrForceReleased), &net.OpError{Op: "read", Err: errors.New("connection reset")}), false},
+		{"broken connection while the work's own call was refused", fmt.Errorf("%w (and the work returned: %w)",
+			lost(&connError{addr: "a:1", err: io.EOF}), badRequest("lease 0s must be at least 1ms")), true},
 	} {
 		if got := IsRetryable(tc.err); got != tc.want {
 			t.Errorf("%s: IsRetryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
