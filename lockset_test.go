@@ -160,7 +160,13 @@ func TestIntegrationAcquireAll(t *testing.T) {
 				return ctx.Err()
 			})
 		}()
-		<-started
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("DoAll: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("DoAll did not start the work")
+		}
 		if _, err := srv.Srv.ForceRelease("set4/a"); err != nil {
 			t.Fatal(err)
 		}
