@@ -46,7 +46,12 @@ func TestMaxHoldOverPipe(t *testing.T) {
 				}
 			}
 		}()
-		err := <-done
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(time.Hour):
+			t.Fatalf("the work still runs an hour after the grant, with a maximum hold of %v", maxHold)
+		}
 		if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrMaxHoldReached) || errors.Is(err, context.Canceled) {
 			t.Errorf("Do: %v, want ErrLockLost and ErrMaxHoldReached", err)
 		}
