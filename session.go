@@ -524,7 +524,6 @@ func (s *session) record(err error) (first bool) {
 // finish closes the connection and waits for the reader.
 func (s *session) finish() {
 	close(s.quit)
-	s.logEnd()
 	select {
 	case <-s.closing:
 		// Release, or Acquire gave up: close has reset the connection
@@ -542,6 +541,7 @@ func (s *session) finish() {
 	}
 	s.raw.Close()
 	<-s.readDone
+	s.logEnd() // after the close: a log handler's I/O must not delay the release
 	s.endMu.Lock()
 	s.finished = true
 	f := s.onEnded
