@@ -26,13 +26,16 @@ const (
 	pausedRounds = 3
 )
 
-// pausedHolder, in each of pausedRounds rounds, holds the lock and works in short busy steps, asking
-// before each step whether it still holds it, the way the docs tell work
-// to: mode "Lock.Err" asks l.Err(), mode "ctx.Err" asks the context Do
-// passes. When a gap in its steps shows that the process was stopped, it
-// prints the answer of the first question asked after the resume, and
-// exits. A check whose own clock reading may predate the pause (the pause
-// fell inside it) does not count: the next one is the first wholly after.
+// pausedHolder takes the lock pausedRounds times. Each time it works in
+// short busy steps, asking before each step whether it still holds the
+// lock, the way the docs tell work to: mode "Lock.Err" asks l.Err(), mode
+// "ctx.Err" the context Do passes. When a gap in its steps shows that the
+// process was stopped, it prints the answer of the first question asked
+// after the resume, and ends the round. A check whose own clock reading
+// may predate the pause (the pause fell inside it) does not count: the
+// next one is the first wholly after. It runs with GOMAXPROCS=1 (set by
+// the parent), so that the client's goroutines run only when the work
+// yields or is preempted, as on a busy machine.
 func pausedHolder(addr, mode string) int {
 	c, err := New([]string{addr}, WithLease(pausedLease), WithOwner("paused-holder"))
 	if err != nil {
