@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -55,24 +56,37 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 
 // Do takes the lock name, runs work while it is held, and releases it.
 //
-// work's context is the Lock's: it is cancelled the moment ownership is no
-// longer confirmed (its cause says why), and also when ctx ends. Do returns
-// work's error; if the lock was lost while work ran, it returns an error
-// wrapping ErrLockLost and the cause (and work's error, if any), so a loss
-// can not go unnoticed. Waiting is bounded by ctx, as for Acquire.
+// work's context is the Lock's (see Lock.Context): it is cancelled when
+// ownership is no longer confirmed (its cause says why), and also when ctx
+// ends. Before each step that touches the guarded resource, work asks
+// l.Err() (or ctx.Err()), which reads the clock: the cancellation itself
+// comes from a goroutine, and after a pause of the process it can come
+// after work's next step.
+//
+// Do returns work's error. If the lock was lost while work ran, it returns
+// an error wrapping ErrLockLost and the cause, so that a loss cannot go
+// unnoticed, with work's error wrapped too unless it is the cancellation
+// that the loss caused (context.Canceled): a caller that takes
+// context.Canceled for its own shutdown does not mistake a loss for it.
+// Waiting is bounded by ctx, as for Acquire.
 func (c *Client) Do(ctx context.Context, name string, work func(ctx context.Context, l *Lock) error, opts ...Option) error {
 	if work == nil {
 		return &opError{op: "acquire", name: name, err: errors.New("Do needs a work function, got nil")}
 	}
 	// The lock's context is derived from ctx itself: one cancellation, with
 	// no goroutine between the loss and the work.
-	l, err := c.acquire(ctx, name, ctx, opts)
+	l, err := c.acquire(ctx, name, ctx, opts, nil)
 	if err != nil {
 		return err
 	}
 	defer l.Release() // also if work panics
 	werr := work(l.Context(), l)
-	lost := l.Release()
+	return workResult(werr, l.Release())
+}
+
+// workResult is what Do and DoAll return: the work's error werr, and lost,
+// the error that ended the lock before its release (nil if none).
+func workResult(werr, lost error) error {
 	switch {
 	case lost == nil:
 		return werr
@@ -80,6 +94,10 @@ func (c *Client) Do(ctx context.Context, name string, work func(ctx context.Cont
 		return lost
 	case errors.Is(werr, ErrLockLost):
 		return werr // work already passed the loss on
+	case errors.Is(werr, context.Canceled):
+		// The loss cancelled the work's context, and the work stopped
+		// with ctx.Err(): told, not wrapped.
+		return fmt.Errorf("%w (the work returned: %v)", lost, werr)
 	}
 	return fmt.Errorf("%w (and the work returned: %w)", lost, werr)
 }
@@ -102,11 +120,12 @@ func (c *Client) Do(ctx context.Context, name string, work func(ctx context.Cont
 // it fails at once rather than hide a misconfiguration. Errors of the lock's
 // rules (ErrBusy, ErrKicked) and client errors are returned, never retried.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.acquire(ctx, name, context.WithoutCancel(ctx), opts)
+	return c.acquire(ctx, name, context.WithoutCancel(ctx), opts, nil)
 }
 
-// acquire is Acquire with the parent of the Lock's context.
-func (c *Client) acquire(ctx context.Context, name string, parent context.Context, opts []Option) (*Lock, error) {
+// acquire is Acquire with the parent of the Lock's context, and a function
+// to call when the lock, once granted, is lost (nil for none).
+func (c *Client) acquire(ctx context.Context, name string, parent context.Context, opts []Option, onLost func(error)) (*Lock, error) {
 	set := c.set
 	set.apply(opts)
 	frame, lease, err := set.acquireFrame(name)
@@ -117,7 +136,14 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 	if !c.claim(name, set.queueBehindSelf || set.noWait) {
 		return nil, &opError{op: "acquire", name: name, err: ErrAlreadyHeld}
 	}
-	l, err := c.acquireLoop(ctx, name, parent, &set, frame, lease)
+	l, err := c.acquireLoop(ctx, name, parent, &set, sessionConfig{
+		lease:   lease,
+		acquire: frame,
+		waiting: set.waiting,
+		maxHold: set.maxHold,
+		log:     set.logger,
+		onLost:  onLost,
+	})
 	if err != nil {
 		c.unclaim(name)
 		return nil, err
@@ -153,7 +179,7 @@ func (c *Client) unclaim(name string) {
 
 // acquireLoop connects, waits and reconnects until the lock is granted, the
 // session fails for good, or ctx ends.
-func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Context, set *settings, frame []byte, lease time.Duration) (*Lock, error) {
+func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Context, set *settings, cfg sessionConfig) (*Lock, error) {
 	var (
 		idx      = int(c.last.Load()) % len(c.addrs)
 		reached  bool  // some server was reached during this call
@@ -167,7 +193,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		if ctx.Err() != nil {
 			return nil, acquireCtxError(ctx, name, lastErr, 0)
 		}
-		s, err := c.connect(ctx, parent, set, &idx, name, lease, frame)
+		s, err := c.connect(ctx, parent, set, &idx, name, cfg)
 		if err != nil {
 			if ctxEnded(ctx) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
@@ -177,7 +203,10 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			}
 			lastErr = err
 			failures++
-			if !sleep(ctx, backoff(failures)) {
+			wait := backoff(failures)
+			logAt(set.logger, slog.LevelInfo, "baton: no server reachable; trying again",
+				slog.String("lock", name), slog.Any("err", err), slog.Duration("after", wait))
+			if !sleep(ctx, wait) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
 			}
 			continue
@@ -185,6 +214,10 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		reached = true
 
 		l, err := c.await(ctx, s, lastErr)
+		if l != nil {
+			logAt(set.logger, slog.LevelDebug, "baton: lock acquired",
+				slog.String("lock", name), slog.String("addr", s.addr), slog.Uint64("token", l.token))
+		}
 		if l != nil || err != nil {
 			return l, err
 		}
@@ -212,6 +245,9 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			// the operator trusts.
 			next, known := c.index(hint)
 			redirects++
+			logAt(set.logger, slog.LevelInfo, "baton: not the leader",
+				slog.String("lock", name), slog.String("addr", s.addr), slog.String("leader", hint),
+				slog.Bool("leader_known", known))
 			if known && next != idx && redirects <= c.redirectBudget() {
 				idx = next
 				continue
@@ -228,10 +264,14 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			}
 			continue
 		}
+		var wait time.Duration
 		if !atOnce || failures > 1 {
-			if !sleep(ctx, backoff(failures)) {
-				return nil, acquireCtxError(ctx, name, lastErr, 0)
-			}
+			wait = backoff(failures)
+		}
+		logAt(set.logger, slog.LevelInfo, "baton: session ended while waiting; reconnecting",
+			slog.String("lock", name), slog.String("addr", s.addr), slog.Any("err", s.err), slog.Duration("after", wait))
+		if wait > 0 && !sleep(ctx, wait) {
+			return nil, acquireCtxError(ctx, name, lastErr, 0)
 		}
 	}
 }
@@ -331,21 +371,24 @@ func (c *Client) redirectBudget() int { return 2 * len(c.addrs) }
 
 // connect dials the addresses from *idx on, once each, and starts a session
 // on the first that answers; *idx is left on it.
-func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, name string, lease time.Duration, frame []byte) (*session, error) {
+func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, name string, cfg sessionConfig) (*session, error) {
 	var errs []error
 	for i := range c.addrs {
 		j := (*idx + i) % len(c.addrs)
 		conn, raw, err := c.dial(ctx, c.addrs[j], set)
 		if err != nil {
+			logAt(set.logger, slog.LevelDebug, "baton: dial failed",
+				slog.String("lock", name), slog.String("addr", c.addrs[j]), slog.Any("err", err))
 			errs = append(errs, err)
 			if ctx.Err() != nil {
 				break
 			}
 			continue
 		}
+		logAt(set.logger, slog.LevelDebug, "baton: connected", slog.String("lock", name), slog.String("addr", c.addrs[j]))
 		*idx = j
 		c.last.Store(uint32(j))
-		return startSession(parent, conn, raw, c.addrs[j], name, lease, frame, set.waiting), nil
+		return startSession(parent, conn, raw, c.addrs[j], name, cfg), nil
 	}
 	return nil, errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -199,14 +200,21 @@ func TestDo(t *testing.T) {
 		name    string
 		ret     func(ctx context.Context) error // what the work returns after its context ends
 		is      []error
+		isNot   []error
 		msgTail string
 	}{
 		{"loss with nil from the work", func(context.Context) error { return nil },
-			[]error{ErrLockLost, ErrForceReleased}, ""},
+			[]error{ErrLockLost, ErrForceReleased}, []error{context.Canceled}, ""},
 		{"loss with the cause from the work", func(ctx context.Context) error { return context.Cause(ctx) },
-			[]error{ErrLockLost, ErrForceReleased}, ""},
-		{"loss with another error from the work", func(ctx context.Context) error { return ctx.Err() },
-			[]error{ErrLockLost, ErrForceReleased, context.Canceled}, " (and the work returned: context canceled)"},
+			[]error{ErrLockLost, ErrForceReleased}, []error{context.Canceled}, ""},
+		// A caller that takes context.Canceled for its own shutdown must
+		// not mistake the loss for it.
+		{"loss with ctx.Err() from the work", func(ctx context.Context) error { return ctx.Err() },
+			[]error{ErrLockLost, ErrForceReleased}, []error{context.Canceled}, " (the work returned: context canceled)"},
+		{"loss with ctx.Err() wrapped by the work", func(ctx context.Context) error { return fmt.Errorf("step 3: %w", ctx.Err()) },
+			[]error{ErrLockLost, ErrForceReleased}, []error{context.Canceled}, " (the work returned: step 3: context canceled)"},
+		{"loss with another error from the work", func(context.Context) error { return errWork },
+			[]error{ErrLockLost, ErrForceReleased, errWork}, nil, " (and the work returned: work failed)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -233,6 +241,11 @@ func TestDo(t *testing.T) {
 				for _, want := range tc.is {
 					if !errors.Is(err, want) {
 						t.Errorf("Do: %v, want errors.Is %v", err, want)
+					}
+				}
+				for _, notWant := range tc.isNot {
+					if errors.Is(err, notWant) {
+						t.Errorf("Do: %v, want not errors.Is %v", err, notWant)
 					}
 				}
 				if want := `lock "jobs" lost: server sent FORCE_RELEASED: by admin` + tc.msgTail; err == nil || err.Error() != want {

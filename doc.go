@@ -15,12 +15,22 @@
 //	c, err := baton.New([]string{"baton.internal:7000"}, baton.WithLease(10*time.Second))
 //	...
 //	err = c.Do(ctx, "jobs/nightly", func(ctx context.Context, l *baton.Lock) error {
-//		return runJob(ctx, l.Token()) // stop when ctx ends
+//		for _, batch := range batches {
+//			if err := l.Err(); err != nil { // right before each step: reads the clock
+//				return err
+//			}
+//			if err := store.Write(ctx, batch, l.Token()); err != nil { // the store refuses old tokens
+//				return err
+//			}
+//		}
+//		return nil
 //	})
 //
 // Do runs work while the lock is held; Acquire returns a *Lock for callers
 // that cannot use a callback, to be released with Release. WithNoWait(true)
-// makes either a try-lock that fails with ErrBusy.
+// makes either a try-lock that fails with ErrBusy. On top of the lock:
+// Campaign for leader election, AcquireAll and DoAll for several names at
+// once, and WithMaxHold to bound how long a live holder keeps a lock.
 //
 // Locks are not re-entrant. Acquire or Do for a name that the same Client
 // already holds or waits for would queue behind its own caller, so it fails
@@ -30,15 +40,36 @@
 // # Ownership ends, work must stop
 //
 // A lock can end without Release: an operator force-releases it, the server
-// shuts down, the connection breaks, or the server stops confirming it. The
-// client then cancels the Lock's context (the work's context in Do) at once,
-// with a cause that wraps ErrLockLost; Lock.Err, Release and Do return the
-// same error. A held lock is never taken again behind the caller's back:
-// whether to try again is the caller's decision.
+// shuts down, the connection breaks, the server stops confirming it, or the
+// maximum hold passes. The lock's goroutine then cancels the Lock's context
+// (the work's context in Do) with a cause that wraps ErrLockLost; Lock.Err,
+// Release and Do return the same error. A held lock is never taken again
+// behind the caller's back: whether to try again is the caller's decision
+// (IsRetryable helps).
 //
-// There is a window between the server moving a lock and a stale holder
-// noticing. Only the guarded resource can close it: pass it Lock.Token and
-// have it refuse tokens lower than the highest it has seen.
+// # Pauses: ask the clock before each step
+//
+// A process can stop without its connection breaking: a long GC, SIGSTOP,
+// a suspended VM, a thread or event loop blocked for seconds. Its
+// heartbeats stop, the server moves the lock after a lease of silence, and
+// the holder learns nothing until it runs again. Then whatever a goroutine
+// has to set (the context's Done channel, contexts derived from it) is set
+// only once that goroutine runs, which can be after the work's next step.
+// Lock.Err does not wait for it: it compares the monotonic clock with the
+// lock's deadline (0.8 × lease after the send of the last request the
+// server answered) and reports the loss at once. So does the Err of the
+// context the client hands out (Lock.Context, the ctx of Do), and
+// context.Cause of it. Ask one of them right before each step that touches
+// the guarded resource.
+//
+// What no check can close is the window inside a step: a process paused
+// after its check and before its write, or a loss the server has decided
+// but not yet told (a force-release in flight). Only the guarded resource
+// can close it: pass it Lock.Token and have it refuse tokens lower than the
+// highest it has seen. The clock's own limit: on Linux, Go's monotonic
+// clock does not advance while the whole machine sleeps (suspend); after a
+// resume from suspend, the check can pass until the lock's goroutine sees
+// the connection fail.
 //
 // # The heartbeat schedule
 //
@@ -65,9 +96,11 @@
 // If the server confirms nothing for clientTimeout, counted from the write of
 // the last request it answered, the client ends the session itself and
 // reports ErrUnconfirmed. The server's lease runs from no earlier than that
-// write, so the holder learns of its loss at least 0.2 × lease before the
-// server can give the lock to another. A lease shorter than the round trip
-// can therefore never be held: Acquire keeps trying until its context ends.
+// write, so a holder that keeps running learns of its loss at least 0.2 ×
+// lease before the server can give the lock to another; a paused one learns
+// of it at its first Lock.Err after it wakes (see above). A lease shorter
+// than the round trip can therefore never be held: Acquire keeps trying
+// until its context ends.
 //
 // # Errors by class
 //
@@ -90,6 +123,17 @@
 // If no address can be reached at all, Acquire fails at once rather than
 // hide a misconfiguration; once it has reached a server, it rides out
 // restarts until its context ends.
+//
+// # Helpers
+//
+// Campaign waits to lead an election (a lock whose owner text is the
+// candidate's value); the returned Leadership is a Lock, with Resign.
+// AcquireAll and DoAll take several locks in the byte order of their names,
+// all or none, so that callers wanting overlapping sets cannot deadlock;
+// the LockSet's context ends when any one is lost. WithMaxHold ends a claim
+// a set time after its grant, however well its heartbeats go. WithLogger
+// logs connections, redirects, missed heartbeats and losses to a
+// *slog.Logger; nothing is logged without it.
 //
 // # Resources
 //

@@ -1,6 +1,7 @@
 package baton
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +29,11 @@ var (
 
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("lock released")
+
+	// ErrMaxHoldReached: the lock was held for the maximum that WithMaxHold
+	// set, and the client released it. It comes wrapped with ErrLockLost:
+	// ownership ended without Release, and the work must stop.
+	ErrMaxHoldReached = errors.New("maximum hold reached")
 
 	// ErrAlreadyHeld: Acquire or Do was called for a name that the same
 	// Client already holds or waits for. Locks are not re-entrant: such a
@@ -75,6 +81,55 @@ var (
 	// ErrUnauthorized: the server refused this client (UNAUTHORIZED).
 	ErrUnauthorized error = &wire.Error{Code: wire.CodeUnauthorized}
 )
+
+// IsRetryable reports whether err, from Acquire, Do or a lost Lock, is
+// worth another try of the same call: a condition of the servers or of the
+// network that may have passed, not a decision or a mistake that a new try
+// would meet again.
+//
+// True for the server conditions (ErrShutdown, ErrOverloaded, ErrNotLeader),
+// ErrUnconfirmed and ErrLeaseExpired (the confirmation did not get
+// through), a broken connection, and a dial that reached no server (a
+// wrong address looks the same: bound the tries). False for nil, for the
+// end of the caller's own context (context.Canceled, DeadlineExceeded),
+// for an operator's decision (ErrForceReleased, ErrKicked), for ErrBusy
+// (the caller asked not to wait), for ErrMaxHoldReached, for client
+// errors (ErrBadRequest, ErrUnauthorized, ErrVersion, ErrProtocol,
+// ErrAlreadyHeld, a server that broke the protocol), and for errors that
+// are not the client's (the work's own, in Do). For a lost lock, the
+// cause decides.
+//
+// The client never retries a held lock by itself: a new try is a new
+// grant, with a new token, and the work must start again from what the
+// guarded resource has recorded.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var lost *lostError
+	if errors.As(err, &lost) {
+		err = lost.cause
+	}
+	var (
+		we *wire.Error
+		ce *connError
+		ne net.Error
+	)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false // the caller's own context (also a net.Error timeout)
+	case errors.Is(err, ErrMaxHoldReached), errors.Is(err, ErrAlreadyHeld):
+		return false
+	case errors.As(err, &we):
+		// Found before any net.Error: a TLS refusal wraps both.
+		return we.Code.Class() == wire.ClassServer || we.Code == wire.CodeLeaseExpired
+	case errors.Is(err, ErrUnconfirmed), errors.As(err, &ce):
+		return true
+	case errors.As(err, &ne):
+		return true // a dial or handshake that failed on the network
+	}
+	return false
+}
 
 // codeText describes a server's ERROR without the "baton: " prefix of
 // wire.Error, for use inside our own messages.

@@ -15,8 +15,11 @@ import (
 	"github.com/batonlock/baton/server"
 )
 
-// Do is the usual way to hold a lock: the work runs while the lock is held,
-// and its context ends the moment ownership is no longer confirmed.
+// Do is the usual way to hold a lock: the work runs while the lock is held.
+// Before each step that touches the guarded resource it asks l.Err(),
+// which reads the clock, so a process that wakes from a pause (GC,
+// SIGSTOP) past the lock's deadline stops before the step; the fencing
+// token guards the resource during a step.
 func ExampleClient_Do() {
 	addr, stop := exampleServer()
 	defer stop()
@@ -26,18 +29,27 @@ func ExampleClient_Do() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
+	var s store
 	err = c.Do(ctx, "jobs/nightly", func(ctx context.Context, l *baton.Lock) error {
-		fmt.Println("running the nightly job with token", l.Token())
-		// Long work checks ctx, and stops when it ends:
-		// context.Cause(ctx) then wraps baton.ErrLockLost.
-		return ctx.Err()
+		for _, batch := range []string{"batch 1", "batch 2"} {
+			if err := l.Err(); err != nil {
+				return err // lost: wraps baton.ErrLockLost and the cause
+			}
+			if err := s.Write(l.Token(), batch); err != nil {
+				return err
+			}
+			fmt.Println("wrote", batch, "with token", l.Token())
+		}
+		return nil
 	})
 	if errors.Is(err, baton.ErrLockLost) {
 		fmt.Println("the lock was lost during the job:", err)
 	} else if err != nil {
 		log.Fatal(err)
 	}
-	// Output: running the nightly job with token 1
+	// Output:
+	// wrote batch 1 with token 1
+	// wrote batch 2 with token 1
 }
 
 // Acquire suits callers that cannot put the work in a callback. Release is
@@ -59,10 +71,14 @@ func ExampleClient_Acquire() {
 	}
 	fmt.Println("holding", l.Name(), "with token", l.Token())
 
-	select {
-	case <-l.Done():
-		fmt.Println("lost:", l.Err())
-	case <-time.After(100 * time.Millisecond): // the work
+	for step := range 3 {
+		// Ask right before each step: l.Err() reads the clock, where
+		// l.Done() is closed by a goroutine that may not have run yet.
+		if err := l.Err(); err != nil {
+			fmt.Println("lost before step", step, err)
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the step
 	}
 	if err := l.Release(); err != nil {
 		fmt.Println("the work ran partly without the lock:", err)
@@ -152,6 +168,132 @@ func ExampleLock_Token() {
 	// <nil>
 	// stale token 1: 2 has written since
 	// from the second holder
+}
+
+// Two candidates campaign for one election: the first leads, the second
+// waits; when the first resigns, the second leads at once, with a higher
+// term (token). A leader asks ld.Err() before each act, and stops leading
+// when ld.Context() ends.
+func ExampleClient_Campaign() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	ctx := context.Background()
+	candidate := func() *baton.Client {
+		c, err := baton.New([]string{addr}, baton.WithLease(2*time.Second))
+		if err != nil {
+			log.Fatal(err)
+		}
+		return c
+	}
+	a, b := candidate(), candidate()
+
+	first, err := a.Campaign(ctx, "leader/scheduler", "scheduler-a:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(first.Value(), "leads, term", first.Token())
+
+	next := make(chan *baton.Leadership)
+	go func() {
+		ld, err := b.Campaign(ctx, "leader/scheduler", "scheduler-b:8080")
+		if err != nil {
+			log.Fatal(err)
+		}
+		next <- ld
+	}()
+
+	if err := first.Err(); err == nil {
+		fmt.Println(first.Value(), "schedules the jobs")
+	}
+	if err := first.Resign(); err != nil {
+		fmt.Println("the lead was lost before resigning:", err)
+	}
+	second := <-next
+	defer second.Resign()
+	fmt.Println(second.Value(), "leads, term", second.Token())
+	// Output:
+	// scheduler-a:8080 leads, term 1
+	// scheduler-a:8080 schedules the jobs
+	// scheduler-b:8080 leads, term 2
+}
+
+// DoAll takes several locks without deadlock (in sorted order, all or
+// nothing) and runs the work while all are held; its context ends when
+// any is lost. Each lock's token fences its own resource.
+func ExampleClient_DoAll() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c, err := baton.New([]string{addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	accounts := []string{"account/2", "account/1"}
+	err = c.DoAll(context.Background(), accounts, func(ctx context.Context, set *baton.LockSet) error {
+		if err := set.Err(); err != nil { // every lock's clock, right before the step
+			return err
+		}
+		for _, l := range set.Locks() {
+			fmt.Println("holding", l.Name(), "with token", l.Token())
+		}
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// holding account/1 with token 1
+	// holding account/2 with token 2
+}
+
+// WithMaxHold bounds a live holder: the claim ends (and the work is told)
+// the set time after the grant, even while heartbeats still succeed.
+func ExampleWithMaxHold() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c, err := baton.New([]string{addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.Do(context.Background(), "jobs/hourly", func(ctx context.Context, l *baton.Lock) error {
+		<-ctx.Done() // work that would otherwise never end
+		return context.Cause(ctx)
+	}, baton.WithMaxHold(50*time.Millisecond))
+	fmt.Println(errors.Is(err, baton.ErrMaxHoldReached), errors.Is(err, baton.ErrLockLost))
+	fmt.Println(err)
+	// Output:
+	// true true
+	// lock "jobs/hourly" lost: maximum hold reached: held for 50ms
+}
+
+// IsRetryable tells a loss worth another try (a server going away, a
+// broken link) from one that is not (an operator's force-release).
+func ExampleIsRetryable() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c, err := baton.New([]string{addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		err = c.Do(context.Background(), "jobs/sync", func(ctx context.Context, l *baton.Lock) error {
+			if err := l.Err(); err != nil {
+				return err
+			}
+			fmt.Println("attempt", attempt, "holds the lock")
+			return nil
+		})
+		if !baton.IsRetryable(err) {
+			break
+		}
+	}
+	fmt.Println("done:", err)
+	// Output:
+	// attempt 1 holds the lock
+	// done: <nil>
 }
 
 // exampleServer starts a Baton server on loopback for an example, and

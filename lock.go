@@ -1,6 +1,9 @@
 package baton
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // A Lock is one held lock: one open connection to the server, kept alive by
 // heartbeats. It is safe for concurrent use. Call Release when done; until
@@ -19,22 +22,52 @@ func (l *Lock) Name() string { return l.name }
 // earlier grant of the same name, also across server restarts. Pass it to the
 // resource the lock guards, and have the resource refuse a token lower than
 // the highest it has seen: that is what protects it from a holder that has
-// not yet noticed its loss.
+// not yet noticed its loss, a paused process included.
 func (l *Lock) Token() uint64 { return l.token }
 
-// Context is cancelled the moment ownership is no longer confirmed, or on
-// Release; context.Cause gives the reason, as Err does. From Acquire, it
-// carries the values of Acquire's context, not its cancellation; in Do, it is
-// the work's context, which Do's context also ends.
-func (l *Lock) Context() context.Context { return l.s.ctx }
-
-// Done is closed when ownership ends: Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.s.ctx.Done() }
-
-// Err is context.Cause(l.Context()): nil while the lock is held; afterwards
+// Err is the question to ask right before each step of work that touches
+// the guarded resource. It is nil while the lock is held; afterwards
 // ErrReleased after Release, or an error wrapping ErrLockLost and the cause
 // (in Do, also the cause of Do's context when that ends first).
+//
+// It reads the clock: once the server has confirmed nothing for 0.8 ×
+// lease since the send of the last request it answered (or the maximum
+// hold has passed), Err reports the loss at once, even if the process has
+// just woken from a pause (GC, SIGSTOP, a blocked thread) and the lock's
+// own goroutines have not run yet. Asked again, it gives the same answer.
+// It cannot see a loss that the server has not yet decided and the client
+// not yet heard of, such as a force-release in flight: the fencing token
+// covers that window.
 func (l *Lock) Err() error { return context.Cause(l.s.ctx) }
+
+// ValidUntil is the time up to which the lock stays held unless it is taken
+// away (force-release, server shutdown, a broken connection): the client's
+// deadline, 0.8 × lease after the send of the last request the server
+// answered, or the end of the maximum hold if sooner. Heartbeats move it
+// on. It reads the monotonic clock; compare it with time.Now, or use
+// time.Until, to decide whether a step fits. It is the zero Time once the
+// lock has ended.
+func (l *Lock) ValidUntil() time.Time {
+	if l.Err() != nil {
+		return time.Time{}
+	}
+	return l.s.validUntil()
+}
+
+// Context is cancelled when ownership is no longer confirmed, or on
+// Release; context.Cause gives the reason, as Err does. From Acquire, it
+// carries the values of Acquire's context, not its cancellation; in Do, it
+// is the work's context, which Do's context also ends.
+//
+// Its Err (and context.Cause of it) reads the clock as Lock.Err does. Its
+// Done channel, and every context derived from it, is closed by the lock's
+// goroutine: after a pause of the process that can come after the work's
+// next step. Ask Err before a step; use Done to wake a wait.
+func (l *Lock) Context() context.Context { return l.s.ctx }
+
+// Done is closed when ownership ends: Context().Done(). A loss reaches it
+// through a goroutine; Err tells it first.
+func (l *Lock) Done() <-chan struct{} { return l.s.ctx.Done() }
 
 // Release closes the connection, which releases the lock (the server hands it
 // to the next waiter at once), and waits for the lock's goroutines to end.

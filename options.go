@@ -3,6 +3,7 @@ package baton
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -14,8 +15,8 @@ import (
 // Defaults of a Client made without options.
 const (
 	// DefaultLease is the lease of a lock when no WithLease is given: a dead
-	// holder is detected within 10s, and a live one may be paused (GC,
-	// network) for up to 8s before it gives the lock up itself.
+	// holder is detected within 10s, and a live one that gets no
+	// confirmation for 8s (a network fault, a pause) counts the lock lost.
 	DefaultLease = 10 * time.Second
 	// DefaultDialTimeout bounds one connection attempt to one address.
 	DefaultDialTimeout = 5 * time.Second
@@ -31,6 +32,8 @@ type Option func(*settings)
 
 type settings struct {
 	lease       time.Duration
+	maxHold     time.Duration // WithMaxHold; 0 for none
+	logger      *slog.Logger  // WithLogger; nil for none
 	owner       string
 	noWait      bool
 	dialTimeout time.Duration
@@ -52,6 +55,16 @@ type settings struct {
 // It is sent in whole milliseconds (the rest is dropped); from 1ms to
 // about 49.7 days.
 func WithLease(d time.Duration) Option { return func(s *settings) { s.lease = d } }
+
+// WithMaxHold sets a maximum hold: d after the grant, the client ends the
+// claim itself, as Release does, and the lock ends with an error wrapping
+// ErrLockLost and ErrMaxHoldReached (the Lock's context is cancelled with
+// it, Lock.Err and Release return it, and Do returns it). The lease only
+// detects a dead holder; the maximum hold bounds a live one, such as work
+// that hangs while its process still heartbeats. Lock.Err and
+// Lock.ValidUntil count it, by the clock, like the lease's deadline. 0, the
+// default, means no limit.
+func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
 
 // WithOwner sets the text that tells operators who holds or waits (shown by
 // the ops API, never interpreted). Default: hostname:pid. At most 255 bytes
@@ -120,6 +133,13 @@ func WithNormalClose(normal bool) Option { return func(s *settings) { s.normalCl
 // the SYN instead.)
 func WithTCPFastOpen(on bool) Option { return func(s *settings) { s.fastOpen = on } }
 
+// WithLogger has the client log to l: at Debug, connections, grants and
+// releases; at Info, failed attempts and reconnections while waiting,
+// redirects by a node that is not the leader, and the maximum hold; at
+// Warn, a request the server has not answered within a beat (lease/4)
+// and the loss of a lock, with its cause. nil, the default, logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
+
 func defaultSettings() settings {
 	return settings{
 		lease:       DefaultLease,
@@ -157,6 +177,8 @@ func (s *settings) check() error {
 		return badRequest("lease %v exceeds the protocol's maximum of %v", s.lease, maxLease)
 	case s.dialTimeout < 0:
 		return badRequest("dial timeout %v must not be negative", s.dialTimeout)
+	case s.maxHold < 0:
+		return badRequest("maximum hold %v must not be negative", s.maxHold)
 	case s.fastOpen && !fastOpenSupported:
 		return badRequest("TCP Fast Open is supported on Linux only")
 	}

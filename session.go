@@ -3,8 +3,10 @@ package baton
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -16,22 +18,24 @@ import (
 // session is one connection: one claim on one lock. Two goroutines serve it
 // and both end when it ends: read, the permanent reader, so that a promotion
 // push is seen at once; and run, which writes ACQUIRE and the heartbeats,
-// keeps the schedule and the deadline, and alone decides why the session
-// ended.
+// keeps the schedule and the deadline, and decides why the session ended,
+// unless a question about the lock finds the clock past the deadline
+// first (checkClock).
 type session struct {
-	conn  net.Conn // the protocol's byte stream (TLS or TCP)
-	raw   net.Conn // what to close: the TCP connection under conn
-	addr  string
-	name  string
-	sched schedule
-	beat  []byte // a HEARTBEAT frame
-	// waiting is called with each WAITING position (WithWaitingFunc); nil
-	// if none.
+	conn    net.Conn // the protocol's byte stream (TLS or TCP)
+	raw     net.Conn // what to close: the TCP connection under conn
+	addr    string
+	name    string
+	sched   schedule
+	beat    []byte // a HEARTBEAT frame
 	waiting func(position int)
+	maxHold time.Duration
+	log     *slog.Logger
+	onLost  func(error)
 
-	// ctx is the Lock's context; cancel is called by end, before the
+	// ctx is the Lock's context; cancel is called by record, before the
 	// connection is closed, so the work stops first.
-	ctx    context.Context
+	ctx    *lockContext
 	cancel context.CancelCauseFunc
 
 	events  chan event  // read -> run
@@ -40,10 +44,21 @@ type session struct {
 	// promotion push, so that Acquire returns after one goroutine hand-off
 	// instead of two (each one can cost a CPU's wake-up), or by run.
 	grantSent atomic.Bool
-	// base and deadline publish run's deadline to the reader: a push read
-	// at or after base+deadline confirms nothing (see run).
+	// base and deadline publish run's deadline to the reader and to every
+	// question about the lock: a push read at or after base+deadline
+	// confirms nothing (see run), and a Lock asked after it is lost.
 	base     time.Time
 	deadline atomic.Int64 // nanoseconds after base
+	// holdUntil is the end of the maximum hold (WithMaxHold), in
+	// nanoseconds after base; 0 while not granted or without one. Set
+	// before the grant is handed to Acquire.
+	holdUntil atomic.Int64
+
+	// endOnce makes the first end recorded the only one: run's, or that
+	// of a question asked past the deadline (checkClock), which then
+	// closes lapsed so that run ends too.
+	endOnce sync.Once
+	lapsed  chan struct{}
 
 	// endMu guards finished and onEnded (see onEnd).
 	endMu    sync.Mutex
@@ -63,8 +78,20 @@ type session struct {
 	token    uint64
 	replied  bool      // the server answered at least once
 	position uint32    // the last WAITING position
-	err      error     // why the session ended
+	err      error     // why the session ended; written once, by record
 	endedAt  time.Time // when: just before the Lock's context was cancelled
+}
+
+// sessionConfig is what a session needs besides its connection.
+type sessionConfig struct {
+	lease   time.Duration
+	acquire []byte             // the ACQUIRE frame
+	waiting func(position int) // WithWaitingFunc; nil for none
+	maxHold time.Duration      // WithMaxHold; 0 for none
+	log     *slog.Logger       // WithLogger; nil for none
+	// onLost, if not nil, is called with the error when a granted lock is
+	// lost, by whichever goroutine records the loss (a LockSet's cancel).
+	onLost func(error)
 }
 
 type eventKind uint8
@@ -89,29 +116,99 @@ type event struct {
 
 // startSession starts the goroutines of a session on conn; parent is the
 // parent of the Lock's context.
-func startSession(parent context.Context, conn, raw net.Conn, addr, name string, lease time.Duration, acquire []byte, waiting func(position int)) *session {
+func startSession(parent context.Context, conn, raw net.Conn, addr, name string, cfg sessionConfig) *session {
 	lctx, cancel := context.WithCancelCause(parent)
 	s := &session{
 		conn:     conn,
 		raw:      raw,
 		addr:     addr,
 		name:     name,
-		sched:    schedule{lease: lease},
+		sched:    schedule{lease: cfg.lease},
 		beat:     wire.AppendHeartbeat(nil),
-		waiting:  waiting,
-		ctx:      lctx,
+		waiting:  cfg.waiting,
+		maxHold:  cfg.maxHold,
+		log:      cfg.log,
+		onLost:   cfg.onLost,
 		cancel:   cancel,
 		events:   make(chan event, 4),
 		base:     time.Now(),
 		granted:  make(chan uint64, 1),
+		lapsed:   make(chan struct{}),
 		closing:  make(chan struct{}),
 		quit:     make(chan struct{}),
 		readDone: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	s.ctx = &lockContext{Context: lctx, s: s}
+	s.deadline.Store(int64(s.sched.timeout())) // run moves it to its own send
 	go s.read()
-	go s.run(acquire)
+	go s.run(cfg.acquire)
 	return s
+}
+
+// lockContext is a Lock's context. Its Err and Done read the clock before
+// they answer (so does context.Cause, which calls Err): past the lock's
+// deadline they end the session on the spot, so that work waking from a
+// pause (GC, SIGSTOP) that asks is told of the loss before its next step,
+// whether or not the session's goroutine has run yet. What is derived
+// from it, and a Done channel taken before the pause, are closed by that
+// goroutine and can be late.
+type lockContext struct {
+	context.Context // the cancelCtx that record cancels
+	s               *session
+}
+
+func (c *lockContext) Err() error {
+	c.s.checkClock()
+	return c.Context.Err()
+}
+
+func (c *lockContext) Done() <-chan struct{} {
+	c.s.checkClock()
+	return c.Context.Done()
+}
+
+// checkClock ends the session if the clock is past its deadline or its
+// maximum hold, whichever comes first. It reads the monotonic clock and
+// needs no other goroutine: a process that wakes from a pause learns of
+// the loss from the first question it asks.
+func (s *session) checkClock() {
+	if s.ctx.Context.Err() != nil {
+		return // ended already (or the parent of the context did)
+	}
+	now := time.Since(s.base)
+	confirmed := time.Duration(s.deadline.Load())
+	hold := time.Duration(s.holdUntil.Load())
+	switch {
+	case hold > 0 && now >= hold && hold <= confirmed:
+		s.lapse(s.maxHoldReached())
+	case now >= confirmed:
+		s.lapse(s.unconfirmed())
+	}
+}
+
+// validUntil is the time up to which the lock is held unless it is taken
+// away (force-release, shutdown, a broken connection): the deadline, or
+// the end of the maximum hold if that comes first.
+func (s *session) validUntil() time.Time {
+	until := time.Duration(s.deadline.Load())
+	if hold := time.Duration(s.holdUntil.Load()); hold > 0 {
+		until = min(until, hold)
+	}
+	return s.base.Add(until)
+}
+
+// lapse records the end of the session's time from outside run, and tells
+// run to close the connection. A Release that came first stands.
+func (s *session) lapse(cause error) {
+	select {
+	case <-s.closing:
+		return
+	default:
+	}
+	if s.record(cause) {
+		close(s.lapsed)
+	}
 }
 
 // close ends the session from outside: the connection is closed at once,
@@ -158,7 +255,7 @@ func (s *session) emit(ev event) bool {
 	if ev.kind == evPush && ev.at.Sub(s.base) < time.Duration(s.deadline.Load()) {
 		// The promotion is confirmed (run checks the same deadline, and
 		// ends the session with a violation if a push comes twice).
-		s.sendGrant(ev.token)
+		s.sendGrant(ev.token, ev.at)
 	}
 	select {
 	case s.events <- ev:
@@ -241,30 +338,53 @@ func (s *session) run(acquire []byte) {
 
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	// beat times the next heartbeat after a reply; while a request is
+	// pending, and only with a logger, it times the report of a miss.
 	beat := time.NewTimer(time.Hour)
 	beat.Stop()
 	defer beat.Stop()
+	hold := time.NewTimer(time.Hour) // armed at the grant, with a maximum hold
+	hold.Stop()
+	defer hold.Stop()
+	sent := func() {
+		if s.log != nil {
+			beat.Reset(s.sched.base())
+		}
+	}
 
 	if err := s.write(acquire, deadlineAt); err != nil {
 		s.end(err)
 		return
 	}
+	sent()
 	for {
 		select {
 		case <-s.closing:
 			s.end(ErrReleased)
 			return
 
+		case <-s.lapsed:
+			return // a question about the lock found it past its time
+
 		case <-deadline.C:
 			s.end(s.unconfirmed())
 			return
 
+		case <-hold.C:
+			s.end(s.maxHoldReached())
+			return
+
 		case <-beat.C:
+			if pending {
+				s.logMiss(time.Since(sentAt), time.Until(deadlineAt))
+				continue
+			}
 			sentAt, pending = time.Now(), true
 			if err := s.write(s.beat, deadlineAt); err != nil {
 				s.end(err)
 				return
 			}
+			sent()
 
 		case ev := <-s.events:
 			if ev.kind == evBroken {
@@ -293,7 +413,7 @@ func (s *session) run(acquire []byte) {
 					s.end(&violationError{addr: s.addr, what: "promotion push while holding the lock"})
 					return
 				}
-				s.grant(ev.token)
+				s.grant(ev.token, ev.at, hold)
 				continue
 			}
 			// A reply: WAITING or ACQUIRED PUSH=0.
@@ -319,7 +439,7 @@ func (s *session) run(acquire []byte) {
 					s.waiting(int(ev.position))
 				}
 			case !s.held:
-				s.grant(ev.token)
+				s.grant(ev.token, ev.at, hold)
 			case ev.token != s.token:
 				s.end(&violationError{addr: s.addr, what: fmt.Sprintf("ACQUIRED with token %d while holding token %d", ev.token, s.token)})
 				return
@@ -328,14 +448,22 @@ func (s *session) run(acquire []byte) {
 	}
 }
 
-func (s *session) grant(token uint64) {
+// grant records the grant read at at, and arms hold for the maximum hold.
+func (s *session) grant(token uint64, at time.Time, hold *time.Timer) {
 	s.held, s.token = true, token
-	s.sendGrant(token)
+	s.sendGrant(token, at)
+	if until := s.holdUntil.Load(); until > 0 {
+		hold.Reset(time.Until(s.base.Add(time.Duration(until))))
+	}
 }
 
-// sendGrant hands the token to Acquire, unless it has been already.
-func (s *session) sendGrant(token uint64) {
+// sendGrant hands the token to Acquire, unless it has been already; the
+// maximum hold runs from at, the grant's arrival.
+func (s *session) sendGrant(token uint64, at time.Time) {
 	if s.grantSent.CompareAndSwap(false, true) {
+		if s.maxHold > 0 {
+			s.holdUntil.Store(int64(at.Sub(s.base) + s.maxHold))
+		}
 		s.granted <- token // buffered: never blocks
 	}
 }
@@ -362,18 +490,35 @@ func (s *session) unconfirmed() error {
 	return fmt.Errorf("%w for %v (0.8 × lease %v)", ErrUnconfirmed, s.sched.timeout(), s.sched.lease)
 }
 
-// end records why the session ended and cancels the Lock's context at once,
-// before the connection is closed.
+func (s *session) maxHoldReached() error {
+	return fmt.Errorf("%w: held for %v", ErrMaxHoldReached, s.maxHold)
+}
+
+// end is run's end of the session: see record.
+func (s *session) end(err error) { s.record(err) }
+
+// record records why the session ended and cancels the Lock's context at
+// once, before the connection is closed. Only the first call counts (it
+// reports true): run's, or checkClock's when a question about the lock
+// comes first.
 //
 // A grant already handed to Acquire counts as held even if run has not seen
 // it yet (the reader hands a push over directly): Acquire may have returned
 // that Lock, so its end must read as a loss.
-func (s *session) end(err error) {
-	if (s.held || s.grantSent.Load()) && err != ErrReleased {
-		err = &lostError{name: s.name, cause: err}
-	}
-	s.err, s.endedAt = err, time.Now()
-	s.cancel(err)
+func (s *session) record(err error) (first bool) {
+	s.endOnce.Do(func() {
+		first = true
+		lost := s.grantSent.Load() && err != ErrReleased
+		if lost {
+			err = &lostError{name: s.name, cause: err}
+		}
+		s.err, s.endedAt = err, time.Now()
+		s.cancel(err)
+		if lost && s.onLost != nil {
+			s.onLost(err)
+		}
+	})
+	return first
 }
 
 // finish closes the connection and waits for the reader.
@@ -384,6 +529,9 @@ func (s *session) finish() {
 		// Release, or Acquire gave up: close has reset the connection
 		// (unless WithNormalClose).
 	default:
+		if errors.Is(s.err, ErrMaxHoldReached) {
+			break // the client's own choice, as a Release
+		}
 		// The server ended the session, or the link or the confirmation
 		// failed: a FIN, retransmitted until acknowledged, where a reset
 		// would be sent once into a link that may be failing. A server
@@ -393,6 +541,7 @@ func (s *session) finish() {
 	}
 	s.raw.Close()
 	<-s.readDone
+	s.logEnd() // after the close: a log handler's I/O must not delay the release
 	s.endMu.Lock()
 	s.finished = true
 	f := s.onEnded
