@@ -168,7 +168,7 @@ class TestLocks(ServerCase):
         granted_at = {}
 
         def wait(tag: str) -> None:
-            h = c.acquire("py/fifo", timeout=20)
+            h = c.acquire("py/fifo", timeout=20, queue_behind_self=True)
             granted_at[tag] = time.monotonic()
             order.append((tag, h.token))
             time.sleep(0.05)
@@ -215,7 +215,7 @@ class TestLocks(ServerCase):
         with c.lock("py/timeout"):
             start = time.monotonic()
             with self.assertRaises(TimeoutError):
-                c.acquire("py/timeout", timeout=0.3)
+                self.client().acquire("py/timeout", timeout=0.3)
             self.assertGreaterEqual(time.monotonic() - start, 0.3)
         with c.lock("py/timeout", timeout=5):  # the abandoned place is gone
             pass
@@ -241,7 +241,8 @@ class TestLocks(ServerCase):
         self.srv.stop(signal.SIGKILL)
         self.assertTrue(held.lost.wait(5), "kill -9 of the server not seen as loss")
         self.assertIsInstance(held.cause, baton.ConnectionBroken)
-        held.release()
+        with self.assertRaises(baton.LockLost):
+            held.release()  # a release after a loss reports the loss
 
     def test_shutdown_while_waiting_requeues(self) -> None:
         c = self.client()
@@ -250,7 +251,7 @@ class TestLocks(ServerCase):
 
         def wait() -> None:
             try:
-                result["held"] = c.acquire("py/shut", timeout=30)
+                result["held"] = self.client().acquire("py/shut", timeout=30)
             except BaseException as e:  # reported below
                 result["err"] = e
 
@@ -261,7 +262,7 @@ class TestLocks(ServerCase):
         self.srv.stop(signal.SIGTERM)
         self.assertTrue(held.lost.wait(5))
         self.assertIsInstance(held.cause, baton.Shutdown)
-        held.release()
+        self.assertRaises(baton.LockLost, held.release)
         self.srv = Server(data_dir=data, addr=addr, ops_addr=ops)
         self.addCleanup(self.srv.stop)
         t.join(30)
@@ -371,7 +372,7 @@ class TestRelease(ServerCase):
         got = {}
 
         def wait() -> None:
-            got["held"] = c.acquire("py/rst", timeout=10)
+            got["held"] = c.acquire("py/rst", timeout=10, queue_behind_self=True)
 
         w = threading.Thread(target=wait)
         w.start()
@@ -399,7 +400,7 @@ class TestRelease(ServerCase):
         with c.lock("py/rst-wait"):
             before = ended(self.srv.ops, "reset")
             with self.assertRaises(TimeoutError):
-                c.acquire("py/rst-wait", timeout=0.3)
+                self.client().acquire("py/rst-wait", timeout=0.3)
             eventually(lambda: ended(self.srv.ops, "reset") >= before + 1, "the server did not see the waiter's reset")
 
 
@@ -575,7 +576,7 @@ class TestThroughFaultProxy(ServerCase):
         # at the latest (plus a loaded machine's timer slack).
         self.assertLess(lost_at - stalled_at, 0.8 * lease + 0.1)
         self.assertLess(lost_at, granted["at"], "the old holder still believed in the lock after the next grant")
-        held.release()
+        self.assertRaises(baton.LockLost, held.release)
 
 
 class Follower:
