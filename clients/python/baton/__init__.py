@@ -18,6 +18,8 @@ resource during the pause itself. ``asyncio`` programs use ``alock`` and
 the other ``a``-methods, on the event loop's own sockets.
 """
 
+import logging as _logging
+
 from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, AsyncHeld, Client, Held
 from .election import AsyncLeadership, Leadership
 from .errors import (
@@ -71,6 +73,11 @@ __all__ = [
     "VersionError",
     "Unauthorized",
 ]
+
+
+# A library's logger stays silent until the program configures logging
+# (the logging HOWTO's advice for libraries).
+_logging.getLogger("baton").addHandler(_logging.NullHandler())
 
 
 def _version() -> str:

@@ -17,80 +17,10 @@ import time
 import unittest
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))
+from support import REPO, Server, ServerCase, baton_bin, ended, eventually, tcp_state
 
-import baton  # noqa: E402
-from baton import wire  # noqa: E402
-
-_built: "str | None" = None
-
-
-def baton_bin() -> str:
-    global _built
-    if os.environ.get("BATON_BIN"):
-        return os.environ["BATON_BIN"]
-    if _built is None:
-        out = os.path.join(tempfile.mkdtemp(prefix="baton-py-"), "baton")
-        subprocess.run(["go", "build", "-o", out, "./cmd/baton"], cwd=REPO, check=True)
-        _built = out
-    return _built
-
-
-class Server:
-    """A real baton serve, started and stopped by its PID."""
-
-    def __init__(self, data_dir: "str | None" = None, addr: str = "127.0.0.1:0", ops_addr: str = "127.0.0.1:0") -> None:
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="baton-py-data-")
-        self.proc = subprocess.Popen(
-            [baton_bin(), "serve", "-addr", addr, "-ops-addr", ops_addr, "-data-dir", self.data_dir,
-             "-log-format", "json", "-shutdown-linger", "0s"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        self.addr = self.ops = ""
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("msg") == "baton serving":
-                self.addr, self.ops = rec["addr"], rec["ops_addr"]
-                break
-        if not self.addr:
-            raise RuntimeError("baton serve did not report its addresses")
-        # Keep draining the log so the server never blocks on it.
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
-        self._drainer.start()
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for _ in self.proc.stderr:
-            pass
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(15)
-        self._drainer.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-    def force_release(self, name: str) -> None:
-        req = urllib.request.Request(f"http://{self.ops}/v1/locks/{urllib.request.quote(name, safe='')}/release", method="POST")
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            resp.read()
-
-
-class ServerCase(unittest.TestCase):
-    def setUp(self) -> None:
-        self.srv = Server()
-        self.addCleanup(self.srv.stop)
-
-    def client(self, lease: float = 2.0, **kw) -> baton.Client:
-        return baton.Client([self.srv.addr], lease=lease, **kw)
-
+import baton
+from baton import wire
 
 class TestVectors(unittest.TestCase):
     """The shared wire vectors (wire/testdata/vectors.json), both ways."""
@@ -176,10 +106,10 @@ class TestLocks(ServerCase):
 
         b = threading.Thread(target=wait, args=("b",))
         b.start()
-        self._await_waiters("py/fifo", 1)
+        self.await_waiters("py/fifo", 1)
         w = threading.Thread(target=wait, args=("c",))
         w.start()
-        self._await_waiters("py/fifo", 2)
+        self.await_waiters("py/fifo", 2)
         released_at = time.monotonic()
         first.release()
         b.join(20)
@@ -189,18 +119,6 @@ class TestLocks(ServerCase):
         handover = granted_at["b"] - released_at
         print(f"\n  handover, release to the next waiter's grant: {handover * 1000:.2f} ms", file=sys.stderr)
         self.assertLess(handover, 0.5, "the next waiter must be pushed at once, not at its next heartbeat")
-
-    def _await_waiters(self, name: str, n: int) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://{self.srv.ops}/v1/locks/{urllib.request.quote(name, safe='')}", timeout=5) as r:
-                    if len(json.load(r)["waiters"]) >= n:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.01)
-        self.fail(f"{name}: fewer than {n} waiters after 10 s")
 
     def test_nowait_busy(self) -> None:
         c = self.client()
@@ -257,7 +175,7 @@ class TestLocks(ServerCase):
 
         t = threading.Thread(target=wait)
         t.start()
-        self._await_waiters("py/shut", 1)
+        self.await_waiters("py/shut", 1)
         addr, ops, data = self.srv.addr, self.srv.ops, self.srv.data_dir
         self.srv.stop(signal.SIGTERM)
         self.assertTrue(held.lost.wait(5))
@@ -320,49 +238,11 @@ class TestLocks(ServerCase):
         self.assertGreater(asyncio.run(main()), 0)
 
 
-def ended(ops: str, reason: str, context: "ssl.SSLContext | None" = None) -> float:
-    """baton_sessions_ended_total{reason=...} from the server's /metrics
-    (over https with context)."""
-    url = f"{'https' if context else 'http'}://{ops}/metrics"
-    with urllib.request.urlopen(url, timeout=5, context=context) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(f'baton_sessions_ended_total{{reason="{reason}"}} '):
-                return float(line.split()[-1])
-    return 0.0
-
-
-def tcp_state(local: int, remote: int) -> str:
-    """The state of this host's TCP socket local port -> remote port, from
-    /proc/net/tcp{,6}: "" if there is none, else the hex state (06 is
-    TIME_WAIT)."""
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(f) as fh:
-                next(fh)
-                for line in fh:
-                    fields = line.split()
-                    if int(fields[1].rsplit(":", 1)[1], 16) == local and int(fields[2].rsplit(":", 1)[1], 16) == remote:
-                        return fields[3]
-        except FileNotFoundError:
-            pass
-    return ""
-
-
-def eventually(cond, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout}s: {what}")
-        time.sleep(0.01)
-
-
 @unittest.skipUnless(os.path.exists("/proc/net/tcp"), "SKIPPED: no /proc/net/tcp to see the client's sockets")
 class TestRelease(ServerCase):
     """A release resets the connection by default (the server hands over as
     on a close, and counts it as "reset"; no TIME_WAIT here); normal_close
     closes with a FIN and leaves the socket in TIME_WAIT."""
-
-    _await_waiters = TestLocks._await_waiters
 
     def _release(self, normal_close: bool, reason: str, time_wait: bool) -> None:
         c = self.client(normal_close=normal_close)
@@ -376,7 +256,7 @@ class TestRelease(ServerCase):
 
         w = threading.Thread(target=wait)
         w.start()
-        self._await_waiters("py/rst", 1)
+        self.await_waiters("py/rst", 1)
         before = ended(self.srv.ops, reason)
         held.release()
         w.join(10)
