@@ -1,6 +1,7 @@
 """A holder for the pause tests, run as a child process: it takes a lock,
-prints "held TOKEN", then works in small CPU-bound steps and asks
-held.check() before each one, as the docs ask. When a step comes more than
+prints "held TOKEN", then works in small CPU-bound steps (ten in a row,
+then a turn of the event loop in asyncio mode) and asks held.check()
+before each one, as the docs ask. When a step comes more than
 GAP seconds after the one before it (the test stopped the process with
 SIGSTOP and resumed it), it prints what that first check after the pause
 said and exits:
@@ -25,28 +26,39 @@ import baton  # noqa: E402
 addr, name, lease, gap, mode = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 
 
-def spin(seconds: float) -> None:
-    """A step of work that holds the interpreter, as computation does."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        pass
+def spin(seconds: float) -> float:
+    """A step of work that holds the interpreter, as computation does. It
+    returns the time of its last clock read, or, when the clock jumped by
+    more than GAP between two reads (the process was stopped), the time
+    before the jump at once: the next thing after a pause is then the next
+    step's check, with nothing in between."""
+    before = time.monotonic()
+    end = before + seconds
+    while True:
+        now = time.monotonic()
+        if now - before > gap:
+            return before
+        if now >= end:
+            return now
+        before = now
 
 
-def step(held: "baton.Held", last: float) -> "tuple[float, str | None]":
-    """One step: the check, then the work. Returns the step's time and the
-    line to print, if this was the first step after a pause or a loss."""
-    now = time.monotonic()
-    try:
-        held.check()
-        said = "ok"
-    except baton.LockLost as e:
-        said = f"lost {type(e.cause).__name__}"
-    if now - last > gap:
-        return now, f"after a pause of {now - last:.3f}s: {said}"
-    if said != "ok":
-        return now, f"lost before any pause: {said}"
-    spin(0.001)
-    return now, None
+def steps(held: "baton.Held", last: float) -> "tuple[float, str | None]":
+    """Ten steps in a row, each after its check. Returns the last step's
+    time and the line to print, if a step came after a pause or a loss."""
+    for _ in range(10):
+        now = time.monotonic()
+        try:
+            held.check()
+            said = "ok"
+        except baton.LockLost as e:
+            said = f"lost {type(e.cause).__name__}"
+        if now - last > gap:
+            return now, f"after a pause of {now - last:.3f}s: {said}"
+        if said != "ok":
+            return now, f"lost before any pause: {said}"
+        last = spin(0.001)
+    return last, None
 
 
 def threads() -> None:
@@ -54,7 +66,7 @@ def threads() -> None:
     print("held", held.token, flush=True)
     last = time.monotonic()
     while True:
-        last, line = step(held, last)
+        last, line = steps(held, last)
         if line:
             print(line, flush=True)
             return
@@ -68,7 +80,7 @@ async def in_asyncio() -> None:
             print("held", held.token, flush=True)
             last = time.monotonic()
             while True:
-                last, line = step(held, last)
+                last, line = steps(held, last)
                 if line:
                     print(line, flush=True)
                     reported = True
