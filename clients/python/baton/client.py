@@ -129,6 +129,18 @@ class AsyncHeld(_HeldBase):
             raise loss
 
 
+def release_leaving(release: Callable[[], None], exc: Optional[BaseException]) -> None:
+    """Releases on the way out of a ``with`` block. Raises LockLost if the
+    lock was lost inside it, unless the block is already leaving with a
+    LockLost of its own (from check()): that one goes on as it is."""
+    try:
+        release()
+    except LockLost:
+        if isinstance(exc, LockLost):
+            return
+        raise
+
+
 class _LockContext:
     def __init__(self, acquire: Callable[[], Held]) -> None:
         self._acquire = acquire
@@ -140,7 +152,7 @@ class _LockContext:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         assert self._held is not None
-        self._held.release()
+        release_leaving(self._held.release, exc)
 
 
 class CancelOnLoss:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import wire
-from .client import AsyncHeld, CancelOnLoss, Held
+from .client import AsyncHeld, CancelOnLoss, Held, release_leaving
 
 if TYPE_CHECKING:
     from .client import Client
@@ -58,7 +58,7 @@ class campaign:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         assert self._leader is not None
-        self._leader.resign()
+        release_leaving(self._leader.resign, exc)
 
 
 class acampaign:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
-from .client import AsyncHeld, CancelOnLoss, Held
+from .client import AsyncHeld, CancelOnLoss, Held, release_leaving
 from .core import LostEvent
 from .errors import BadRequest, LockLost
 
@@ -152,7 +152,7 @@ class lock_many:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         assert self._many is not None
-        self._many.release()
+        release_leaving(self._many.release, exc)
 
 
 class alock_many:

@@ -107,6 +107,22 @@ class TestReleaseReportsLoss(ServerCase):
         fine = c.acquire("py/rl2")
         fine.release()  # a release of a held lock reports nothing
 
+    def test_the_blocks_own_loss_goes_on(self) -> None:
+        """A LockLost the block raised itself (from check()) leaves the block
+        as it is, not replaced by the release's."""
+        c = self.client(lease=10)
+        raised = {}
+        with self.assertRaises(baton.LockLost) as cm:
+            with c.lock("py/own") as held:
+                self.srv.force_release("py/own")
+                self.assertTrue(held.lost.wait(5))
+                try:
+                    held.check()
+                except baton.LockLost as e:
+                    raised["e"] = e
+                    raise
+        self.assertIs(cm.exception, raised["e"])
+
     def test_async_release_after_force_release(self) -> None:
         async def main() -> None:
             held = await self.client(lease=10).aacquire("py/arl")
