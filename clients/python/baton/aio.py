@@ -15,10 +15,10 @@ import socket
 import ssl
 import struct
 import time
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from . import wire
-from .core import ENDED, HELD, Attempts, Core, LostEvent
+from .core import ENDED, HELD, Attempts, SessionBase
 from .errors import ConnectionBroken, MaxHoldReached, Unauthorized
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["AioSession", "acquire"]
 
 
-class AioSession(asyncio.Protocol):
+class AioSession(SessionBase, asyncio.Protocol):
     """One session: one connection, one claim, driven by the event loop."""
 
     def __init__(
@@ -42,36 +42,14 @@ class AioSession(asyncio.Protocol):
         on_waiting: Optional[Callable[[int], None]],
         log: logging.Logger,
     ) -> None:
-        self.core = Core(name, addr, lease_ms / 1000.0, max_hold)
-        self.addr = addr
-        self.name = name
+        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log)
         self._loop = loop
         self._acquire = acquire
         self._reset = reset
-        self._on_waiting = on_waiting
-        self._log = log
         self.transport: Optional[asyncio.Transport] = None
-        self.error: Optional[BaseException] = None  # why it ended; None after release
-        self.cause: Optional[BaseException] = None  # the loss's cause, once held and lost
-        self.lost = LostEvent(self.expire_if_late)
-        self._closing = False
         self._timer: Optional[asyncio.TimerHandle] = None
         self.settled: "asyncio.Future[None]" = loop.create_future()  # granted or ended
         self.closed: "asyncio.Future[None]" = loop.create_future()  # the socket is closed
-        self._on_loss: List[Callable[[], None]] = []
-        self._on_end: List[Callable[[], None]] = []
-
-    @property
-    def state(self) -> str:
-        return self.core.state
-
-    @property
-    def token(self) -> int:
-        return self.core.token
-
-    @property
-    def replied(self) -> bool:
-        return self.core.replied
 
     def valid_until(self) -> float:
         return self.core.valid_until()
@@ -105,11 +83,8 @@ class AioSession(asyncio.Protocol):
         for kind, value in events:
             if kind == "granted":
                 self._settle()
-            elif self._on_waiting is not None:
-                try:
-                    self._on_waiting(value)
-                except Exception:
-                    self._log.exception("baton: the on_waiting callback of lock %r failed", self.name)
+            else:
+                self._report_position(value)
         if end is not None:
             self._end(end)
             return
@@ -152,10 +127,7 @@ class AioSession(asyncio.Protocol):
             return
         miss = core.miss_due(now)
         if miss is not None:
-            self._log.warning(
-                "baton: lock %r: no reply from %s to the heartbeat sent %.0f ms ago; "
-                "the claim ends at 0.8 x lease (%.0f ms after that send) unless one comes",
-                self.name, self.addr, miss * 1000, core.sched.timeout * 1000)
+            self._log_miss(miss)
         if core.beat_due(now) and self.transport is not None:
             core.sent_beat(now)
             self.transport.write(wire.HEARTBEAT)
@@ -185,18 +157,14 @@ class AioSession(asyncio.Protocol):
             self._timer = None
         if cause is not None:
             self.lost.set()
-            self._log.warning("baton: lock %r lost: %s", self.name, cause)
+            self._log_loss()
         self._settle()
         # A close the client chose (a release, a wait given up, max_hold)
         # resets by default; ends it did not choose close with a FIN.
         self._close_transport(self._reset and (self._closing or isinstance(err, MaxHoldReached)))
         callbacks = (self._on_loss if cause is not None else []) + self._on_end
         self._on_loss, self._on_end = [], []
-        for f in callbacks:
-            try:
-                f()
-            except Exception:
-                self._log.exception("baton: a callback of lock %r failed", self.name)
+        self._run(callbacks)
 
     def _close_transport(self, reset: bool) -> None:
         t = self.transport

@@ -330,3 +330,61 @@ class LostEvent(threading.Event):
         if not super().is_set():
             self._check()
         return super().is_set()
+
+
+class SessionBase:
+    """What both drivers of a session share: the Core, why the session
+    ended, the callbacks, and the log lines they write the same way."""
+
+    def __init__(self, name: str, addr: str, lease_ms: int, max_hold: Optional[float],
+                 on_waiting: Optional[Callable[[int], None]], log: Optional[logging.Logger]) -> None:
+        self.core = Core(name, addr, lease_ms / 1000.0, max_hold)
+        self.name = name
+        self.addr = addr
+        self._on_waiting = on_waiting
+        self._log = log or logging.getLogger("baton")
+        self.error: Optional[BaseException] = None  # why it ended; None after release
+        self.cause: Optional[BaseException] = None  # the loss's cause, once held and lost
+        self.lost = LostEvent(self.expire_if_late)
+        self._closing = False
+        self._on_loss: List[Callable[[], None]] = []
+        self._on_end: List[Callable[[], None]] = []
+
+    def expire_if_late(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def state(self) -> str:
+        return self.core.state
+
+    @property
+    def token(self) -> int:
+        return self.core.token
+
+    @property
+    def replied(self) -> bool:
+        return self.core.replied
+
+    def _report_position(self, position: int) -> None:
+        if self._on_waiting is None:
+            return
+        try:
+            self._on_waiting(position)
+        except Exception:
+            self._log.exception("baton: the on_waiting callback of lock %r failed", self.name)
+
+    def _log_miss(self, age: float) -> None:
+        self._log.warning(
+            "baton: lock %r: no reply from %s to the heartbeat sent %.0f ms ago; "
+            "the claim ends at 0.8 x lease (%.0f ms after that send) unless one comes",
+            self.name, self.addr, age * 1000, self.core.sched.timeout * 1000)
+
+    def _log_loss(self) -> None:
+        self._log.warning("baton: lock %r lost: %s", self.name, self.cause)
+
+    def _run(self, callbacks: List[Callable[[], None]]) -> None:
+        for f in callbacks:
+            try:
+                f()
+            except Exception:
+                self._log.exception("baton: a callback of lock %r failed", self.name)

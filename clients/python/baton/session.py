@@ -10,16 +10,16 @@ import ssl
 import struct
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 from . import wire
-from .core import ENDED, HELD, WAITING, Core, LostEvent
+from .core import ENDED, HELD, WAITING, SessionBase
 from .errors import ConnectionBroken, MaxHoldReached, Unauthorized
 
 __all__ = ["Session", "WAITING", "HELD", "ENDED"]
 
 
-class Session:
+class Session(SessionBase):
     """A session's one thread is both its permanent reader, so a promotion push
     is seen the moment it arrives, and its clock: it sends the heartbeats (at
     most one in flight) and ends the session once the Core's deadline has
@@ -38,34 +38,12 @@ class Session:
         on_waiting: Optional[Callable[[int], None]] = None,
         log: Optional[logging.Logger] = None,
     ) -> None:
+        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log)
         self.sock = sock
         self._reset = reset  # close() resets the connection (see there)
-        self.core = Core(name, addr, lease_ms / 1000.0, max_hold)
-        self.addr = addr
-        self.name = name
         self._acquire = acquire
-        self._on_waiting = on_waiting
-        self._log = log or logging.getLogger("baton")
         self.cond = threading.Condition()
-        self.error: Optional[BaseException] = None  # why it ended; None after release
-        self.cause: Optional[BaseException] = None  # the loss's cause, once held and lost
-        self.lost = LostEvent(self.expire_if_late)
-        self._closing = False
-        self._on_loss: List[Callable[[], None]] = []
-        self._on_end: List[Callable[[], None]] = []
-        self._thread = threading.Thread(target=self._run, name=f"baton session {name}", daemon=True)
-
-    @property
-    def state(self) -> str:
-        return self.core.state
-
-    @property
-    def token(self) -> int:
-        return self.core.token
-
-    @property
-    def replied(self) -> bool:
-        return self.core.replied
+        self._thread = threading.Thread(target=self._run_thread, name=f"baton session {name}", daemon=True)
 
     def valid_until(self) -> float:
         with self.cond:
@@ -134,7 +112,7 @@ class Session:
 
     # The session's thread.
 
-    def _run(self) -> None:
+    def _run_thread(self) -> None:
         try:
             self._loop()
         except BaseException as e:  # never let the thread die silently
@@ -158,7 +136,7 @@ class Session:
                 self.lost.set()
             self.cond.notify_all()
         if lost:
-            self._log.warning("baton: lock %r lost: %s", self.name, cause)
+            self._log_loss()
         if threading.current_thread() is not self._thread:
             # Ended by the clock or by max_hold from another thread: wake the
             # session's thread, which closes the socket. A claim that the
@@ -169,11 +147,7 @@ class Session:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             except OSError:
                 pass
-        for f in callbacks:
-            try:
-                f()
-            except Exception:
-                self._log.exception("baton: a callback of lock %r failed", self.name)
+        self._run(callbacks)
 
     def _send(self, b: bytes, deadline: float) -> Optional[BaseException]:
         try:
@@ -208,10 +182,7 @@ class Session:
                 self._end(end)
                 return
             if miss is not None:
-                self._log.warning(
-                    "baton: lock %r: no reply from %s to the heartbeat sent %.0f ms ago; "
-                    "the claim ends at 0.8 x lease (%.0f ms after that send) unless one comes",
-                    self.name, self.addr, miss * 1000, core.sched.timeout * 1000)
+                self._log_miss(miss)
             if beat:
                 err = self._send(wire.HEARTBEAT, deadline)
                 if err is not None:
@@ -252,16 +223,9 @@ class Session:
                 events, end = core.receive(data, at)
                 if any(kind == "granted" for kind, _ in events):
                     self.cond.notify_all()
-            if self._on_waiting is not None:
-                for kind, value in events:
-                    if kind == "waiting":
-                        self._report_position(value)
+            for kind, value in events:
+                if kind == "waiting":
+                    self._report_position(value)
             if end is not None:
                 self._end(end)
                 return
-
-    def _report_position(self, position: int) -> None:
-        try:
-            self._on_waiting(position)  # type: ignore[misc]
-        except Exception:
-            self._log.exception("baton: the on_waiting callback of lock %r failed", self.name)

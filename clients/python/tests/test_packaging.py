@@ -10,7 +10,6 @@ import email.parser
 import importlib.util
 import os
 import re
-import sys
 import tarfile
 import tempfile
 import unittest

@@ -16,8 +16,6 @@ import unittest
 
 from support import HERE, ServerCase
 
-import baton
-
 LEASE = 2.0
 
 
