@@ -62,8 +62,9 @@ class MaxHoldReached(Error):
 
 
 class Unconfirmed(Error):
-    """The server confirmed nothing for 0.8 x lease, so the client ended the
-    session itself, before the server could give the lock to another."""
+    """The server confirmed nothing for 0.8 x lease (from the send of the last
+    request it answered), so the client ended the session itself: from a
+    full lease on, the server may give the lock to another."""
 
 
 class ConnectionBroken(Error):
