@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python client (called by .ci/run): python3 must be there for its
 # suite (run by `go test ./clients`), and the package must install with
-# pip from the work tree with no package index.
+# pip from the work tree with no package index, with the version and the
+# metadata of pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
@@ -12,4 +13,21 @@ venv=$(mktemp -d)
 trap 'rm -rf "$venv"' EXIT
 python3 -m venv "$venv"
 PIP_NO_INDEX=1 "$venv/bin/pip" install -q ./clients/python
-(cd "$venv" && "$venv/bin/python" -c 'import baton; c = baton.Client(["127.0.0.1:7070"]); print("installed baton", baton.__version__, "owner", c.owner)')
+want=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' clients/python/pyproject.toml)
+(cd "$venv" && "$venv/bin/python" - "$want" <<'PY'
+import sys
+from importlib.metadata import metadata
+
+import baton
+
+want = sys.argv[1]
+md = metadata("baton-client")
+got = {"baton.__version__": baton.__version__, "Version": md["Version"]}
+if set(got.values()) != {want}:
+    sys.exit(f"installed versions {got}, want {want} (pyproject.toml)")
+if not md.get_all("Classifier") or not md.get_all("Project-URL"):
+    sys.exit("the installed metadata has no classifiers or project URLs")
+c = baton.Client(["127.0.0.1:7070"])
+print("installed baton", baton.__version__, "owner", c.owner, "with", len(md.get_all("Classifier")), "classifiers")
+PY
+)

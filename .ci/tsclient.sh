@@ -20,3 +20,17 @@ if ! git diff --quiet -- clients/typescript/dist || [ -n "$(git ls-files --other
   git status --short clients/typescript/dist >&2
   exit 1
 fi
+# What a user installs: the packed tarball, in a project of its own,
+# through both doors (require and import give the same objects), with none
+# of the wire codec exported.
+consumer=$(mktemp -d)
+trap 'rm -rf "$consumer"' EXIT
+(cd clients/typescript && npm pack --silent --pack-destination "$consumer" >/dev/null)
+(cd "$consumer" && npm init -y >/dev/null && npm install --no-audit --no-fund --offline ./baton-client-*.tgz >/dev/null)
+(cd "$consumer" && node -e '
+const cjs = require("baton-client");
+import("baton-client").then((esm) => {
+  if (typeof cjs.Client !== "function" || esm.Client !== cjs.Client || esm.LockLost !== cjs.LockLost) throw new Error("the two doors differ");
+  for (const internal of ["encodeAcquire", "decode", "split", "HEARTBEAT"]) if (internal in cjs) throw new Error(internal + " is exported");
+  console.log("baton-client installs from its tarball; require and import give the same Client");
+});')

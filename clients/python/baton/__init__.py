@@ -4,17 +4,26 @@
 
     client = baton.Client(["127.0.0.1:7070"], lease=10.0)
     with client.lock("jobs") as held:
-        do_work(fence=held.token)   # check held.lost / held.check() as you go
+        for step in steps:
+            held.check()              # raises LockLost once the lock is lost
+            step.run(fence=held.token)
 
 Closing the connection is the release; the server pushes the lock to the
-next waiter at once. Heartbeats keep the lock while the process lives; if
-the server confirms nothing for 0.8 x lease the client gives the lock up
-itself, before the server can give it to another. Loss is never silent:
-``held.lost`` is set at once, and leaving the block raises LockLost.
+next waiter at once. Heartbeats keep the lock while the process lives; the
+client counts the lock as lost once the server has confirmed nothing for
+0.8 x lease, measured from the send of the last confirmed request, and
+``held.check()`` reads that clock itself, so a process that wakes from a
+pause is told before its next step. Only the fencing token protects the
+resource during the pause itself. ``asyncio`` programs use ``alock`` and
+the other ``a``-methods, on the event loop's own sockets.
 """
 
-from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, Client, Held
+import logging as _logging
+
+from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, AsyncHeld, Client, Held
+from .election import AsyncLeadership, Leadership
 from .errors import (
+    AlreadyHeld,
     BadRequest,
     Busy,
     ConnectionBroken,
@@ -23,6 +32,7 @@ from .errors import (
     Kicked,
     LeaseExpired,
     LockLost,
+    MaxHoldReached,
     NotLeader,
     Overloaded,
     ProtocolError,
@@ -32,14 +42,22 @@ from .errors import (
     Unconfirmed,
     VersionError,
 )
+from .many import AsyncHeldMany, HeldMany
 
 __all__ = [
     "Client",
     "Held",
+    "AsyncHeld",
+    "HeldMany",
+    "AsyncHeldMany",
+    "Leadership",
+    "AsyncLeadership",
     "DEFAULT_LEASE",
     "DEFAULT_DIAL_TIMEOUT",
     "Error",
     "LockLost",
+    "AlreadyHeld",
+    "MaxHoldReached",
     "Unconfirmed",
     "ConnectionBroken",
     "ServerError",
@@ -55,4 +73,37 @@ __all__ = [
     "VersionError",
     "Unauthorized",
 ]
-__version__ = "0.1.0"
+
+
+# A library's logger stays silent until the program configures logging
+# (the logging HOWTO's advice for libraries).
+_logging.getLogger("baton").addHandler(_logging.NullHandler())
+
+
+def _version() -> str:
+    """The version in pyproject.toml, the one source: read from it in a source
+    tree, else from the installed distribution's metadata (which the build
+    backend wrote from it)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    pyproject = os.path.join(os.path.dirname(here), "pyproject.toml")
+    if os.path.exists(pyproject):
+        try:
+            import tomllib
+
+            with open(pyproject, "rb") as f:
+                project = tomllib.load(f).get("project", {})
+            if project.get("name") == "baton-client":
+                return str(project["version"])
+        except (ImportError, OSError, ValueError, KeyError):
+            pass  # Python before 3.11, or not our file: the metadata says
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("baton-client")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+__version__ = _version()

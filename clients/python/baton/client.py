@@ -3,36 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-import random
 import socket
 import ssl
 import threading
 import time
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import wire
-from .errors import (
-    BadRequest,
-    ConnectionBroken,
-    Error,
-    LeaseExpired,
-    LockLost,
-    NotLeader,
-    ServerError,
-    Shutdown,
-    Unconfirmed,
-)
-from .session import ENDED, HELD, Session
+from . import aio, wire
+from .core import ENDED, HELD, Attempts, LostEvent
+from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LockLost
+from .session import Session
 
-__all__ = ["Client", "Held", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT"]
+__all__ = ["Client", "Held", "AsyncHeld", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT"]
 
 DEFAULT_LEASE = 10.0
 DEFAULT_DIAL_TIMEOUT = 5.0
 
-# Redirects (NOT_LEADER with a hint on the list) followed at once before the
-# client backs off: enough to cross one leader change, never a hot loop.
-REDIRECT_BUDGET = 3
+# A position callback: called with the place in the queue (1 is next).
+OnWaiting = Callable[[int], None]
+AnySession = Union[Session, aio.AioSession]
 
 
 def _split_addr(addr: str) -> Tuple[str, int]:
@@ -54,106 +45,173 @@ def _default_owner() -> str:
         return f"pid:{pid}"
 
 
-def _backoff(failures: int) -> float:
-    """Jittered exponential backoff: 50 ms doubling up to 2 s, times 0.5-1."""
-    base = min(0.05 * (2 ** max(failures - 1, 0)), 2.0)
-    return base * (0.5 + random.random() / 2)
+def _check_seconds(what: str, value: Optional[float]) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise BadRequest(f"{what} {value!r} is not a number of seconds")
+    if value < 0:
+        raise BadRequest(f"{what} {value}s must not be negative")
 
 
-class Held:
-    """A lock held by this process: the claim is its connection.
-
-    ``token`` is the fencing token of this grant; pass it to the guarded
-    resource. ``lost`` is set the moment ownership ends for any reason other
-    than release; ``check()`` raises LockLost from then on.
-    """
-
-    def __init__(self, session: Session) -> None:
+class _HeldBase:
+    def __init__(self, session: AnySession) -> None:
         self._s = session
         self.name: str = session.name
         self.token: int = session.token
-        self.lost: threading.Event = session.lost
+        # Set when the session sees the loss; is_set() also reads the clock.
+        self.lost: LostEvent = session.lost
 
     @property
     def cause(self) -> Optional[BaseException]:
         """Why ownership ended (None while held, and after a release)."""
+        self._s.expire_if_late()
         return self._s.cause
 
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` from which the lock must be taken as lost
+        even if no reply has said so: the send time of the latest request
+        the server confirmed plus 0.8 x lease (or the ``max_hold`` limit if
+        that comes first). It moves on with every confirmed heartbeat."""
+        return self._s.valid_until()
+
     def check(self) -> None:
-        """Raises LockLost (its ``.cause`` says why) once ownership has ended."""
-        if self.lost.is_set():
-            raise LockLost(self.name, self._s.cause or Error("lost"))
+        """Raises LockLost (its ``.cause`` says why) once ownership has ended.
+
+        It reads the clock itself: past ``valid_until`` it ends the claim and
+        raises, even if the process has just woken from a pause and no
+        thread of the client has run yet. Call it right before each step
+        that touches the guarded resource; ``lost`` and the cancellation of
+        an ``alock`` block are set by the client in the background and can
+        come late after a pause."""
+        self._s.expire_if_late()
+        cause = self._s.cause
+        if cause is not None:
+            raise LockLost(self.name, cause)
+
+    def _loss(self) -> Optional[LockLost]:
+        cause = self._s.cause
+        return None if cause is None else LockLost(self.name, cause)
+
+
+class Held(_HeldBase):
+    """A lock held by this process: the claim is its connection.
+
+    ``token`` is the fencing token of this grant; pass it to the guarded
+    resource. ``check()`` raises LockLost once ownership has ended (by the
+    clock, at once); ``lost`` is a threading.Event set when the client sees
+    the loss.
+    """
 
     def release(self) -> None:
-        """Closes the session: the release. The next waiter is promoted at
-        once. Idempotent; a release is never reported as a loss."""
-        self._s.close()
+        """Closes the session: the release; the next waiter is promoted at
+        once. Raises LockLost if ownership had already ended by a loss (so
+        the work that ran may not have been protected), like Go's
+        ``Release() error``; a release itself is never a loss. Idempotent."""
+        self._s.expire_if_late()
+        self._s.close()  # type: ignore[union-attr]
+        loss = self._loss()
+        if loss is not None:
+            raise loss
+
+
+class AsyncHeld(_HeldBase):
+    """A lock held in an asyncio program (see Held)."""
+
+    async def release(self) -> None:
+        """Closes the session and waits until the socket is closed (see
+        Held.release: raises LockLost if ownership had ended by a loss)."""
+        self._s.expire_if_late()
+        await self._s.close()  # type: ignore[misc]
+        loss = self._loss()
+        if loss is not None:
+            raise loss
+
+
+def release_leaving(release: Callable[[], None], exc: Optional[BaseException]) -> None:
+    """Releases on the way out of a ``with`` block. Raises LockLost if the
+    lock was lost inside it, unless the block is already leaving with a
+    LockLost of its own (from check()): that one goes on as it is."""
+    try:
+        release()
+    except LockLost:
+        if isinstance(exc, LockLost):
+            return
+        raise
 
 
 class _LockContext:
-    def __init__(self, client: "Client", name: str, nowait: bool, timeout: Optional[float]) -> None:
-        self._client, self._name, self._nowait, self._timeout = client, name, nowait, timeout
+    def __init__(self, acquire: Callable[[], Held]) -> None:
+        self._acquire = acquire
         self._held: Optional[Held] = None
 
     def __enter__(self) -> Held:
-        self._held = self._client.acquire(self._name, nowait=self._nowait, timeout=self._timeout)
+        self._held = self._acquire()
         return self._held
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        held = self._held
-        assert held is not None
-        held.release()
-        if held.lost.is_set():
-            raise LockLost(held.name, held.cause or Error("lost"))
+        assert self._held is not None
+        release_leaving(self._held.release, exc)
+
+
+class CancelOnLoss:
+    """Cancels the task that runs an ``async with`` block the moment a loss is
+    seen, and turns that cancellation into LockLost on the way out, as
+    asyncio.timeout does with TimeoutError."""
+
+    def __init__(self) -> None:
+        self._task: "Optional[asyncio.Task[Any]]" = None
+        self._cancelled = False
+        self._exited = False
+
+    def watch(self) -> Callable[[], None]:
+        self._task = asyncio.current_task()
+        return self._cancel_block
+
+    def _cancel_block(self) -> None:
+        task = self._task
+        if self._exited or task is None or self._cancelled:
+            return
+        if asyncio.current_task() is task:
+            return  # the block itself saw the loss (check()): it raises LockLost
+        self._cancelled = True
+        task.cancel()
+
+    def exit(self, exc: Optional[BaseException], loss: Optional[LockLost]) -> None:
+        """Raises what leaves the block: the block's own LockLost, a new one,
+        or nothing (the block's exception, if any, goes on)."""
+        self._exited = True
+        if self._cancelled and self._task is not None and hasattr(self._task, "uncancel"):
+            self._task.uncancel()
+        if loss is None:
+            return
+        if isinstance(exc, LockLost) and exc.name == loss.name:
+            return  # the block's check() raised it: let it go on as it is
+        raise loss from (None if isinstance(exc, asyncio.CancelledError) else exc)
 
 
 class _AsyncLockContext:
     """``async with client.alock(name) as held``: on loss, the task running the
-    block is cancelled at once and LockLost comes out of the block (the
-    cancellation is turned into it on the way out, as asyncio.timeout does)."""
+    block is cancelled at once and LockLost comes out of the block."""
 
-    def __init__(self, client: "Client", name: str, nowait: bool, timeout: Optional[float]) -> None:
-        self._client, self._name, self._nowait, self._timeout = client, name, nowait, timeout
-        self._held: Optional[Held] = None
-        self._task: Optional["asyncio.Task[Any]"] = None
-        self._cancelled = False
-        self._exited = False
+    def __init__(self, acquire: Callable[[], Any]) -> None:
+        self._acquire = acquire
+        self._held: Optional[AsyncHeld] = None
+        self._guard = CancelOnLoss()
 
-    async def __aenter__(self) -> Held:
-        loop = asyncio.get_running_loop()
-        give_up = threading.Event()
-        fut = loop.run_in_executor(
-            None, lambda: self._client._acquire(self._name, self._nowait, self._timeout, give_up)
-        )
-        try:
-            held = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            give_up.set()
-            try:
-                late = await fut  # the thread gives up within ~50 ms
-                late.release()
-            except BaseException:
-                pass
-            raise
+    async def __aenter__(self) -> AsyncHeld:
+        held = await self._acquire()
         self._held = held
-        self._task = asyncio.current_task()
-        held._s.on_loss(lambda: loop.call_soon_threadsafe(self._cancel_block))
+        held._s.on_loss(self._guard.watch())
         return held
 
-    def _cancel_block(self) -> None:
-        if not self._exited and self._task is not None and not self._cancelled:
-            self._cancelled = True
-            self._task.cancel()
-
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._exited = True
         held = self._held
         assert held is not None
-        held.release()
-        if self._cancelled and self._task is not None and hasattr(self._task, "uncancel"):
-            self._task.uncancel()
-        if held.lost.is_set():
-            raise LockLost(held.name, held.cause or Error("lost")) from None
+        held._s.expire_if_late()
+        held._s.abort()  # type: ignore[union-attr]  # no await: a pending cancel must not stop the release
+        self._guard.exit(exc, held._loss())
 
 
 class Client:
@@ -163,8 +221,17 @@ class Client:
     lease of silence the server moves the lock; heartbeats keep it for as long
     as the work runs. ``owner`` tells operators who holds or waits (default
     ``hostname:pid``). ``ssl_context`` turns on TLS (with a client certificate
-    if it carries one). Inputs the server would refuse raise BadRequest here,
-    before any connection. Safe to share between threads.
+    if it carries one). ``logger`` (default ``logging.getLogger("baton")``)
+    is told of connections (DEBUG), redirects and reconnections (INFO),
+    heartbeat replies a quarter lease late and losses (WARNING). Inputs the
+    server would refuse raise BadRequest here, before any connection. Safe
+    to share between threads; the ``a``-prefixed methods run on the asyncio
+    event loop's own sockets, with no thread.
+
+    Locks are not re-entrant: asking the same Client for a name it already
+    holds or waits for raises AlreadyHeld at once, unless
+    ``queue_behind_self=True`` (to hand a lock on between threads or tasks
+    of one process).
 
     A release (and a wait given up) resets the connection (RST): the server
     sees it at once, and no socket is left in TIME_WAIT, where a claim storm
@@ -182,6 +249,7 @@ class Client:
         ssl_context: Optional[ssl.SSLContext] = None,
         dial_timeout: float = DEFAULT_DIAL_TIMEOUT,
         normal_close: bool = False,
+        logger: Optional[logging.Logger] = None,
     ) -> None:
         if isinstance(addrs, str):
             addrs = [a.strip() for a in addrs.split(",") if a.strip()]
@@ -195,33 +263,154 @@ class Client:
         self._ssl = ssl_context
         self._dial_timeout = dial_timeout
         self._normal_close = normal_close
+        self._log = logger if logger is not None else logging.getLogger("baton")
         self._last = 0  # the address that last answered: start there
+        self._in_use: Dict[str, int] = {}
+        self._in_use_mu = threading.Lock()
 
     @property
     def lease(self) -> float:
         """The lease in seconds, as sent (whole milliseconds)."""
         return self._lease_ms / 1000.0
 
-    def lock(self, name: str, nowait: bool = False, timeout: Optional[float] = None) -> _LockContext:
+    # The doors.
+
+    def lock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
+             max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+             owner: Optional[str] = None, queue_behind_self: bool = False) -> _LockContext:
         """``with client.lock(name) as held:`` waits for the lock, holds it for
-        the block, and releases it on the way out. ``nowait`` raises Busy at
-        once if it is held; ``timeout`` (seconds) bounds the wait and raises
-        TimeoutError. Leaving the block raises LockLost if ownership ended
+        the block, and releases it on the way out.
+
+        ``nowait`` raises Busy at once if it is held; ``timeout`` (seconds)
+        bounds the wait and raises TimeoutError. ``max_hold`` (seconds)
+        ends the claim that long after the grant, as a loss whose cause is
+        MaxHoldReached: a bound on the hold time, where the lease bounds
+        only silence. ``on_waiting`` is called with the place in the queue
+        (1 is next) on every WAITING reply, from the session's thread: it
+        must return at once. ``owner`` replaces the Client's owner text for
+        this claim. Leaving the block raises LockLost if ownership ended
         inside it."""
-        wire.check_name(name)
-        return _LockContext(self, name, nowait, timeout)
+        args = self._prepare(name, nowait, timeout, max_hold, owner)
+        return _LockContext(lambda: self._acquire(args, on_waiting, queue_behind_self or nowait))
 
-    def alock(self, name: str, nowait: bool = False, timeout: Optional[float] = None) -> _AsyncLockContext:
-        """``async with client.alock(name) as held:``, the asyncio form of lock().
-        On loss, the task running the block is cancelled at once and LockLost
-        comes out of the block."""
-        wire.check_name(name)
-        return _AsyncLockContext(self, name, nowait, timeout)
+    def acquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
+                max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+                owner: Optional[str] = None, queue_behind_self: bool = False) -> Held:
+        """Waits for the lock and returns it held (the arguments of lock());
+        release it with ``held.release()``. Prefer ``lock()``, which cannot
+        forget to."""
+        args = self._prepare(name, nowait, timeout, max_hold, owner)
+        return self._acquire(args, on_waiting, queue_behind_self or nowait)
 
-    def acquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None) -> Held:
-        """Waits for the lock and returns it held; release it with
-        ``held.release()``. Prefer ``lock()``, which cannot forget to."""
-        return self._acquire(name, nowait, timeout, None)
+    def alock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
+              max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+              owner: Optional[str] = None, queue_behind_self: bool = False) -> _AsyncLockContext:
+        """``async with client.alock(name) as held:``, the asyncio form of
+        lock(). On loss, the task running the block is cancelled at once and
+        LockLost comes out of the block. ``on_waiting`` runs on the loop."""
+        args = self._prepare(name, nowait, timeout, max_hold, owner)
+        return _AsyncLockContext(lambda: self._aacquire(args, on_waiting, queue_behind_self or nowait))
+
+    async def aacquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
+                       max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+                       owner: Optional[str] = None, queue_behind_self: bool = False) -> AsyncHeld:
+        """The asyncio form of acquire(): ``await held.release()`` after.
+        Cancelling the awaiting task gives up the wait."""
+        args = self._prepare(name, nowait, timeout, max_hold, owner)
+        return await self._aacquire(args, on_waiting, queue_behind_self or nowait)
+
+    def lock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
+                  max_hold: Optional[float] = None) -> Any:
+        """``with client.lock_many(names) as many:`` holds every name or none
+        (see baton.many)."""
+        from .many import lock_many
+
+        return lock_many(self, names, timeout, max_hold)
+
+    def acquire_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
+                     max_hold: Optional[float] = None) -> Any:
+        """Holds every name or none, returned as a HeldMany (see baton.many)."""
+        from .many import acquire_many
+
+        return acquire_many(self, names, timeout, max_hold)
+
+    async def aacquire_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
+                            max_hold: Optional[float] = None) -> Any:
+        """The asyncio form of acquire_many (see baton.many)."""
+        from .many import aacquire_many
+
+        return await aacquire_many(self, names, timeout, max_hold)
+
+    def alock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
+                   max_hold: Optional[float] = None) -> Any:
+        """``async with client.alock_many(names) as many:`` (see baton.many)."""
+        from .many import alock_many
+
+        return alock_many(self, names, timeout, max_hold)
+
+    def campaign(self, name: str, value: str, timeout: Optional[float] = None) -> Any:
+        """``with client.campaign(name, value) as leader:`` waits, then leads
+        (see baton.election)."""
+        from .election import campaign
+
+        return campaign(self, name, value, timeout)
+
+    def acampaign(self, name: str, value: str, timeout: Optional[float] = None) -> Any:
+        """``async with client.acampaign(name, value) as leader:`` (see
+        baton.election)."""
+        from .election import acampaign
+
+        return acampaign(self, name, value, timeout)
+
+    # The machinery.
+
+    def _prepare(self, name: str, nowait: bool, timeout: Optional[float], max_hold: Optional[float],
+                 owner: Optional[str]) -> Tuple[str, bytes, Optional[float], Optional[float]]:
+        _check_seconds("timeout", timeout)
+        _check_seconds("max_hold", max_hold)
+        if max_hold is not None and max_hold <= 0:
+            raise BadRequest(f"max_hold {max_hold}s must be positive")
+        frame = wire.encode_acquire(name, self._lease_ms, self.owner if owner is None else owner, nowait)
+        return name, frame, timeout, max_hold
+
+    def _claim(self, name: str, queue_behind_self: bool) -> None:
+        with self._in_use_mu:
+            if self._in_use.get(name, 0) > 0 and not queue_behind_self:
+                raise AlreadyHeld(f"lock {name!r} is already held or awaited through this client "
+                                  "(locks are not re-entrant; queue_behind_self=True queues behind it)")
+            self._in_use[name] = self._in_use.get(name, 0) + 1
+
+    def _unclaim(self, name: str) -> None:
+        with self._in_use_mu:
+            n = self._in_use.get(name, 0) - 1
+            if n > 0:
+                self._in_use[name] = n
+            else:
+                self._in_use.pop(name, None)
+
+    def _acquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
+                 on_waiting: Optional[OnWaiting], queue_behind_self: bool) -> Held:
+        name = args[0]
+        self._claim(name, queue_behind_self)
+        try:
+            s = self._acquire_session(*args, on_waiting)
+        except BaseException:
+            self._unclaim(name)
+            raise
+        s.on_end(lambda: self._unclaim(name))
+        return Held(s)
+
+    async def _aacquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
+                        on_waiting: Optional[OnWaiting], queue_behind_self: bool) -> AsyncHeld:
+        name = args[0]
+        self._claim(name, queue_behind_self)
+        try:
+            s = await aio.acquire(self, *args, on_waiting)
+        except BaseException:
+            self._unclaim(name)
+            raise
+        s.on_end(lambda: self._unclaim(name))
+        return AsyncHeld(s)
 
     def _dial(self, i: int, remaining: Optional[float]) -> socket.socket:
         host, port = self._hosts[i]
@@ -236,103 +425,43 @@ class Client:
             raise
         return sock
 
-    def _acquire(self, name: str, nowait: bool, timeout: Optional[float], give_up: Optional[threading.Event]) -> Held:
-        frame = wire.encode_acquire(name, self._lease_ms, self.owner, nowait)
-        if timeout is not None and timeout < 0:
-            raise BadRequest(f"timeout {timeout}s must not be negative")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        idx = self._last % len(self._addrs)
-        reached = False
-        failures = 0
-        redirects = 0
-        last_err: Optional[BaseException] = None
-
-        def remaining() -> Optional[float]:
-            return None if deadline is None else deadline - time.monotonic()
-
-        def timed_out() -> TimeoutError:
-            msg = f"acquire {name!r}: no grant within {timeout}s"
-            if last_err is not None:
-                msg += f" (last error: {last_err})"
-            return TimeoutError(msg)
-
-        def pause(d: float) -> None:
-            r = remaining()
-            if r is not None and r <= d:
-                raise timed_out()
-            if give_up is not None:
-                if give_up.wait(d):
-                    raise Error("acquire given up")
-            else:
-                time.sleep(d)
-
+    def _acquire_session(self, name: str, frame: bytes, timeout: Optional[float], max_hold: Optional[float],
+                         on_waiting: Optional[OnWaiting]) -> Session:
+        at = Attempts(self._addrs, self._last, name, timeout, self._log)
         while True:
-            r = remaining()
-            if r is not None and r <= 0:
-                raise timed_out()
-            # Connect: each address once per round, starting at idx.
+            at.check_time()
             sock = None
-            for k in range(len(self._addrs)):
-                i = (idx + k) % len(self._addrs)
+            for i in at.order():
                 try:
-                    sock = self._dial(i, remaining())
-                    idx = i
+                    sock = self._dial(i, at.remaining())
+                    at.connected(i)
                     break
                 except (OSError, ssl.SSLError) as e:
-                    last_err = ConnectionBroken(f"cannot reach {self._addrs[i]}: {e}")
+                    at.dial_failed(i, ConnectionBroken(f"cannot reach {self._addrs[i]}: {e}"))
             if sock is None:
-                if not reached:
-                    raise last_err  # type: ignore[misc]
-                failures += 1
-                pause(_backoff(failures))
+                time.sleep(at.no_address())
                 continue
-            reached = True
-            s = Session(sock, self._addrs[idx], name, self._lease_ms, frame, reset=not self._normal_close)
+            s = Session(sock, self._addrs[at.idx], name, self._lease_ms, frame, reset=not self._normal_close,
+                        max_hold=max_hold, on_waiting=on_waiting, log=self._log)
             s.start()
-            with s.cond:
-                while s.state not in (HELD, ENDED):
-                    r = remaining()
-                    if r is not None and r <= 0:
-                        break
-                    if give_up is not None and give_up.is_set():
-                        break
-                    s.cond.wait(0.05 if give_up is not None else r)
-                state = s.state
+            try:
+                with s.cond:
+                    while s.state not in (HELD, ENDED):
+                        r = at.remaining()
+                        if r is not None and r <= 0:
+                            break
+                        s.cond.wait(r)
+                    state = s.state
+            except BaseException:
+                s.close()  # interrupted: give the place up at once
+                raise
             if state == HELD:
-                self._last = idx
-                return Held(s)
+                self._last = at.idx
+                return s
             if state != ENDED:
                 s.close()
-                if give_up is not None and give_up.is_set():
-                    raise Error("acquire given up")
-                raise timed_out()
-            err = s.error
-            if isinstance(err, LockLost):
-                raise err  # granted and lost before it could be handed over
-            last_err = err
-            if s.replied:
-                failures = 0
-            failures += 1
-            at_once = False
-            if isinstance(err, NotLeader):
-                hint = err.message
-                if hint in self._addrs and redirects < REDIRECT_BUDGET:
-                    idx = self._addrs.index(hint)
-                    redirects += 1
-                    failures -= 1
-                    continue
-                idx = (idx + 1) % len(self._addrs)
-            elif isinstance(err, Shutdown):
-                idx = (idx + 1) % len(self._addrs)  # this one is going away
-                at_once = failures <= 1
-            elif isinstance(err, LeaseExpired):
-                at_once = failures <= 1  # our heartbeats did not get through
-            elif isinstance(err, ServerError) and err.server_condition:
-                pass  # OVERLOADED, and conditions not yet named: back off
-            elif isinstance(err, (Unconfirmed, ConnectionBroken)):
-                idx = (idx + 1) % len(self._addrs)
-            else:
-                raise err  # type: ignore[misc]
-            redirects = 0
-            if not at_once:
-                pause(_backoff(failures))
+                raise at.timed_out()
+            assert s.error is not None
+            pause = at.ended(s.error, s.replied)
+            if pause > 0:
+                time.sleep(pause)

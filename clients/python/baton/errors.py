@@ -7,6 +7,8 @@ from typing import Dict, Optional, Type
 __all__ = [
     "Error",
     "LockLost",
+    "AlreadyHeld",
+    "MaxHoldReached",
     "Unconfirmed",
     "ConnectionBroken",
     "ServerError",
@@ -33,7 +35,8 @@ class LockLost(Error):
     """Ownership ended while the lock was held, for a reason other than release.
 
     ``cause`` is the error that ended it (``Unconfirmed``, ``ForceReleased``,
-    ``LeaseExpired``, ``Shutdown``, ``NotLeader``, ``ConnectionBroken``...).
+    ``LeaseExpired``, ``Shutdown``, ``NotLeader``, ``ConnectionBroken``,
+    ``MaxHoldReached``...).
     The work the lock guarded must stop.
     """
 
@@ -43,9 +46,25 @@ class LockLost(Error):
         self.cause = cause
 
 
+class AlreadyHeld(Error):
+    """The same Client already holds or waits for this name. Locks are not
+    re-entrant: a second claim would queue behind its own caller and, if the
+    caller waits for it, never be granted. Refused at once, without
+    connecting, unless ``queue_behind_self=True`` asks for exactly that. A
+    ``nowait=True`` claim is not refused: it cannot wait, and the server
+    answers Busy."""
+
+
+class MaxHoldReached(Error):
+    """The claim ended itself after the ``max_hold`` the caller set: the
+    client closed the connection (the server hands the lock on at once),
+    and the work must stop as after any other loss."""
+
+
 class Unconfirmed(Error):
-    """The server confirmed nothing for 0.8 x lease, so the client ended the
-    session itself, before the server could give the lock to another."""
+    """The server confirmed nothing for 0.8 x lease (from the send of the last
+    request it answered), so the client ended the session itself: from a
+    full lease on, the server may give the lock to another."""
 
 
 class ConnectionBroken(Error):

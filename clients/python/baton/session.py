@@ -1,80 +1,53 @@
-"""One session: one connection, one claim on one lock (internal)."""
+"""One session over a blocking socket, driven by a thread of its own
+(internal)."""
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 import ssl
 import struct
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 from . import wire
-from .errors import ConnectionBroken, Error, LockLost, Unauthorized, Unconfirmed, error_for_code
+from .core import ENDED, HELD, WAITING, SessionBase
+from .errors import ConnectionBroken, MaxHoldReached, Unauthorized
 
-# The floor of the heartbeat interval: it only stops a slow link from
-# driving the interval to zero (see the Go client's heartbeat.go).
-MIN_HEARTBEAT_INTERVAL = 0.001
-
-WAITING, HELD, ENDED = "waiting", "held", "ended"
+__all__ = ["Session", "WAITING", "HELD", "ENDED"]
 
 
-class Violation(Error):
-    """The server sent a frame that no server may send."""
-
-
-class Schedule:
-    """The heartbeat schedule of PROTOCOL.md:
-
-    base = lease/4; timeout = 0.8 x lease; srtt an EWMA (alpha 0.2) of reply
-    round trips, the first sample taken whole;
-    interval = clamp(base - 2 x srtt, min, base), counted from the reply.
-    """
-
-    def __init__(self, lease: float) -> None:
-        self.lease = lease
-        self.srtt = 0.0
-        self.samples = 0
-
-    def observe(self, rtt: float) -> None:
-        rtt = max(rtt, 0.0)
-        self.srtt = rtt if self.samples == 0 else (4 * self.srtt + rtt) / 5
-        self.samples += 1
-
-    @property
-    def timeout(self) -> float:
-        return self.lease * 0.8
-
-    def interval(self) -> float:
-        base = self.lease / 4
-        return min(max(base - 2 * self.srtt, min(MIN_HEARTBEAT_INTERVAL, base)), base)
-
-
-class Session:
+class Session(SessionBase):
     """A session's one thread is both its permanent reader, so a promotion push
     is seen the moment it arrives, and its clock: it sends the heartbeats (at
-    most one in flight) and ends the session itself once 0.8 x lease has
-    passed since the send of the last request the server answered."""
+    most one in flight) and ends the session once the Core's deadline has
+    passed. Any other thread may ask the clock too (``expire_if_late``):
+    that is what ``held.check()`` does."""
 
-    def __init__(self, sock: socket.socket, addr: str, name: str, lease_ms: int, acquire: bytes, reset: bool = True) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        addr: str,
+        name: str,
+        lease_ms: int,
+        acquire: bytes,
+        reset: bool = True,
+        max_hold: Optional[float] = None,
+        on_waiting: Optional[Callable[[int], None]] = None,
+        log: Optional[logging.Logger] = None,
+    ) -> None:
+        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log)
         self.sock = sock
         self._reset = reset  # close() resets the connection (see there)
-        self.addr = addr
-        self.name = name
-        self.sched = Schedule(lease_ms / 1000.0)
         self._acquire = acquire
         self.cond = threading.Condition()
-        self.state = WAITING
-        self.token = 0
-        self.position = 0
-        self.replied = False
-        self.error: Optional[BaseException] = None  # why it ended; None after release
-        self.cause: Optional[BaseException] = None  # the loss's cause, once held and lost
-        self.lost = threading.Event()
-        self._closing = False
-        self._on_loss: List[Callable[[], None]] = []
-        self._thread = threading.Thread(target=self._run, name=f"baton session {name}", daemon=True)
+        self._thread = threading.Thread(target=self._run_thread, name=f"baton session {name}", daemon=True)
+
+    def valid_until(self) -> float:
+        with self.cond:
+            return self.core.valid_until()
 
     def start(self) -> None:
         self._thread.start()
@@ -90,10 +63,15 @@ class Session:
         reading sends nothing until the read returns). With normal_close,
         shutdown(SHUT_RDWR) sends the FIN that is the release."""
         with self.cond:
-            if self.state != ENDED:
+            if self.core.state != ENDED:
                 self._closing = True
+        self._wake(self._reset)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _wake(self, reset: bool) -> None:
         how = socket.SHUT_RDWR
-        if self._reset:
+        if reset:
             try:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 how = socket.SHUT_RD
@@ -103,21 +81,38 @@ class Session:
             self.sock.shutdown(how)
         except OSError:
             pass
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join()
+
+    def expire_if_late(self) -> None:
+        """Ends a held lock whose deadline has passed, from any thread: the
+        clock decides, not whether the session's thread has run since."""
+        with self.cond:
+            if self.core.state != HELD:
+                return
+            err = self.core.overdue(time.monotonic())
+        if err is not None:
+            self._end(err)
 
     def on_loss(self, f: Callable[[], None]) -> None:
-        """Runs f (in the session's thread) the moment a held lock is lost, or at
-        once if it has been already."""
+        """Runs f the moment a held lock is lost (in the thread that sees it),
+        or at once if it has been already."""
         with self.cond:
-            if not self.lost.is_set():
+            if self.cause is None:
                 self._on_loss.append(f)
+                return
+        f()
+
+    def on_end(self, f: Callable[[], None]) -> None:
+        """Runs f once the session has ended, for any reason (at once if it
+        has)."""
+        with self.cond:
+            if self.core.state != ENDED:
+                self._on_end.append(f)
                 return
         f()
 
     # The session's thread.
 
-    def _run(self) -> None:
+    def _run_thread(self) -> None:
         try:
             self._loop()
         except BaseException as e:  # never let the thread die silently
@@ -130,29 +125,29 @@ class Session:
 
     def _end(self, err: BaseException) -> None:
         with self.cond:
-            if self.state == ENDED:
+            if self.core.state == ENDED:
                 return
-            held = self.state == HELD
-            if self._closing:
-                err_out: Optional[BaseException] = None
-            elif held:
-                self.cause = err
-                err_out = LockLost(self.name, err)
-            else:
-                err_out = err
-            self.error = err_out
-            self.state = ENDED
-            lost = held and err_out is not None
-            callbacks = self._on_loss if lost else []
-            self._on_loss = []
+            err_out, cause = self.core.finish(err, self._closing)
+            self.error, self.cause = err_out, cause
+            lost = cause is not None
+            callbacks = (self._on_loss if lost else []) + self._on_end
+            self._on_loss, self._on_end = [], []
             if lost:
                 self.lost.set()
             self.cond.notify_all()
-        for f in callbacks:
+        if lost:
+            self._log_loss()
+        if threading.current_thread() is not self._thread:
+            # Ended by the clock or by max_hold from another thread: wake the
+            # session's thread, which closes the socket. A claim that the
+            # client ends on purpose (max_hold) goes as a release does.
+            self._wake(self._reset and isinstance(err, MaxHoldReached))
+        elif isinstance(err, MaxHoldReached) and self._reset:
             try:
-                f()
-            except Exception:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
                 pass
+        self._run(callbacks)
 
     def _send(self, b: bytes, deadline: float) -> Optional[BaseException]:
         try:
@@ -160,38 +155,40 @@ class Session:
             self.sock.sendall(b)
             return None
         except socket.timeout:
-            return Unconfirmed(self._unconfirmed_text())
+            return self.core.unconfirmed()
         except (OSError, ValueError) as e:
             return ConnectionBroken(f"write to {self.addr}: {e}")
 
-    def _unconfirmed_text(self) -> str:
-        s = self.sched
-        return f"no confirmation from the server for {s.timeout:g}s (0.8 x lease {s.lease:g}s)"
-
     def _loop(self) -> None:
-        sched = self.sched
-        sent_at = time.monotonic()
-        deadline = sent_at + sched.timeout
-        pending = True
-        next_beat: Optional[float] = None
-        buf = bytearray()
-        err = self._send(self._acquire, deadline)
+        core = self.core
+        with self.cond:
+            core.sent_acquire(time.monotonic())
+        err = self._send(self._acquire, core.deadline)
         if err is not None:
             self._end(err)
             return
         while True:
-            now = time.monotonic()
-            if now >= deadline:
-                self._end(Unconfirmed(self._unconfirmed_text()))
+            with self.cond:
+                if core.state == ENDED:
+                    return
+                now = time.monotonic()
+                end = core.overdue(now)
+                miss = core.miss_due(now)
+                beat = end is None and core.beat_due(now)
+                if beat:
+                    core.sent_beat(now)
+                wake, deadline = core.wake_at(), core.deadline
+            if end is not None:
+                self._end(end)
                 return
-            if next_beat is not None and now >= next_beat:
-                sent_at, pending, next_beat = now, True, None
+            if miss is not None:
+                self._log_miss(miss)
+            if beat:
                 err = self._send(wire.HEARTBEAT, deadline)
                 if err is not None:
                     self._end(err)
                     return
                 continue
-            wake = deadline if next_beat is None else min(deadline, next_beat)
             pending_tls = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
             if not pending_tls:
                 try:
@@ -220,54 +217,15 @@ class Session:
             if not data:
                 self._end(ConnectionBroken(f"connection to {self.addr} closed by the server"))
                 return
-            buf += data
-            frames, split_err = wire.split(buf)
-            for ftype, payload in frames:
-                try:
-                    f = wire.decode(ftype, payload)
-                except Error as e:
-                    self._end(Violation(f"server {self.addr} sent a bad frame: {e}"))
+            with self.cond:
+                if core.state == ENDED:
                     return
-                if f.type == wire.T_ERROR:
-                    self._end(error_for_code(f.code, f.message))
-                    return
-                # A frame that arrives after the deadline confirms nothing:
-                # the server may already have moved the lock.
-                if at >= deadline:
-                    self._end(Unconfirmed(self._unconfirmed_text()))
-                    return
-                if f.type == wire.T_ACQUIRED and f.push:
-                    # Promotion; it does not move the deadline.
-                    if self.state == HELD:
-                        self._end(Violation("promotion push while holding the lock"))
-                        return
-                    self._grant(f.token)
-                    continue
-                if not pending:
-                    self._end(Violation("reply with no request outstanding"))
-                    return
-                pending = False
-                self.replied = True
-                sched.observe(at - sent_at)
-                deadline = sent_at + sched.timeout
-                next_beat = at + sched.interval()
-                if f.type == wire.T_WAITING:
-                    if self.state == HELD:
-                        self._end(Violation(f"WAITING (position {f.position}) after the lock was granted"))
-                        return
-                    with self.cond:
-                        self.position = f.position
-                elif self.state != HELD:
-                    self._grant(f.token)
-                elif f.token != self.token:
-                    self._end(Violation(f"ACQUIRED with token {f.token} while holding token {self.token}"))
-                    return
-            if split_err is not None:
-                self._end(Violation(f"server {self.addr} sent a bad frame: {split_err}"))
+                events, end = core.receive(data, at)
+                if any(kind == "granted" for kind, _ in events):
+                    self.cond.notify_all()
+            for kind, value in events:
+                if kind == "waiting":
+                    self._report_position(value)
+            if end is not None:
+                self._end(end)
                 return
-
-    def _grant(self, token: int) -> None:
-        with self.cond:
-            if self.state == WAITING:
-                self.state, self.token = HELD, token
-                self.cond.notify_all()

@@ -15,82 +15,11 @@ import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))
+from support import REPO, Server, ServerCase, baton_bin, ended, eventually, tcp_state
 
-import baton  # noqa: E402
-from baton import wire  # noqa: E402
-
-_built: "str | None" = None
-
-
-def baton_bin() -> str:
-    global _built
-    if os.environ.get("BATON_BIN"):
-        return os.environ["BATON_BIN"]
-    if _built is None:
-        out = os.path.join(tempfile.mkdtemp(prefix="baton-py-"), "baton")
-        subprocess.run(["go", "build", "-o", out, "./cmd/baton"], cwd=REPO, check=True)
-        _built = out
-    return _built
-
-
-class Server:
-    """A real baton serve, started and stopped by its PID."""
-
-    def __init__(self, data_dir: "str | None" = None, addr: str = "127.0.0.1:0", ops_addr: str = "127.0.0.1:0") -> None:
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="baton-py-data-")
-        self.proc = subprocess.Popen(
-            [baton_bin(), "serve", "-addr", addr, "-ops-addr", ops_addr, "-data-dir", self.data_dir,
-             "-log-format", "json", "-shutdown-linger", "0s"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        self.addr = self.ops = ""
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("msg") == "baton serving":
-                self.addr, self.ops = rec["addr"], rec["ops_addr"]
-                break
-        if not self.addr:
-            raise RuntimeError("baton serve did not report its addresses")
-        # Keep draining the log so the server never blocks on it.
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
-        self._drainer.start()
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for _ in self.proc.stderr:
-            pass
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(15)
-        self._drainer.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-    def force_release(self, name: str) -> None:
-        req = urllib.request.Request(f"http://{self.ops}/v1/locks/{urllib.request.quote(name, safe='')}/release", method="POST")
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            resp.read()
-
-
-class ServerCase(unittest.TestCase):
-    def setUp(self) -> None:
-        self.srv = Server()
-        self.addCleanup(self.srv.stop)
-
-    def client(self, lease: float = 2.0, **kw) -> baton.Client:
-        return baton.Client([self.srv.addr], lease=lease, **kw)
-
+import baton
+from baton import wire
 
 class TestVectors(unittest.TestCase):
     """The shared wire vectors (wire/testdata/vectors.json), both ways."""
@@ -168,7 +97,7 @@ class TestLocks(ServerCase):
         granted_at = {}
 
         def wait(tag: str) -> None:
-            h = c.acquire("py/fifo", timeout=20)
+            h = c.acquire("py/fifo", timeout=20, queue_behind_self=True)
             granted_at[tag] = time.monotonic()
             order.append((tag, h.token))
             time.sleep(0.05)
@@ -176,10 +105,10 @@ class TestLocks(ServerCase):
 
         b = threading.Thread(target=wait, args=("b",))
         b.start()
-        self._await_waiters("py/fifo", 1)
+        self.await_waiters("py/fifo", 1)
         w = threading.Thread(target=wait, args=("c",))
         w.start()
-        self._await_waiters("py/fifo", 2)
+        self.await_waiters("py/fifo", 2)
         released_at = time.monotonic()
         first.release()
         b.join(20)
@@ -189,18 +118,6 @@ class TestLocks(ServerCase):
         handover = granted_at["b"] - released_at
         print(f"\n  handover, release to the next waiter's grant: {handover * 1000:.2f} ms", file=sys.stderr)
         self.assertLess(handover, 0.5, "the next waiter must be pushed at once, not at its next heartbeat")
-
-    def _await_waiters(self, name: str, n: int) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://{self.srv.ops}/v1/locks/{urllib.request.quote(name, safe='')}", timeout=5) as r:
-                    if len(json.load(r)["waiters"]) >= n:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.01)
-        self.fail(f"{name}: fewer than {n} waiters after 10 s")
 
     def test_nowait_busy(self) -> None:
         c = self.client()
@@ -215,7 +132,7 @@ class TestLocks(ServerCase):
         with c.lock("py/timeout"):
             start = time.monotonic()
             with self.assertRaises(TimeoutError):
-                c.acquire("py/timeout", timeout=0.3)
+                self.client().acquire("py/timeout", timeout=0.3)
             self.assertGreaterEqual(time.monotonic() - start, 0.3)
         with c.lock("py/timeout", timeout=5):  # the abandoned place is gone
             pass
@@ -241,7 +158,8 @@ class TestLocks(ServerCase):
         self.srv.stop(signal.SIGKILL)
         self.assertTrue(held.lost.wait(5), "kill -9 of the server not seen as loss")
         self.assertIsInstance(held.cause, baton.ConnectionBroken)
-        held.release()
+        with self.assertRaises(baton.LockLost):
+            held.release()  # a release after a loss reports the loss
 
     def test_shutdown_while_waiting_requeues(self) -> None:
         c = self.client()
@@ -250,18 +168,18 @@ class TestLocks(ServerCase):
 
         def wait() -> None:
             try:
-                result["held"] = c.acquire("py/shut", timeout=30)
+                result["held"] = self.client().acquire("py/shut", timeout=30)
             except BaseException as e:  # reported below
                 result["err"] = e
 
         t = threading.Thread(target=wait)
         t.start()
-        self._await_waiters("py/shut", 1)
+        self.await_waiters("py/shut", 1)
         addr, ops, data = self.srv.addr, self.srv.ops, self.srv.data_dir
         self.srv.stop(signal.SIGTERM)
         self.assertTrue(held.lost.wait(5))
         self.assertIsInstance(held.cause, baton.Shutdown)
-        held.release()
+        self.assertRaises(baton.LockLost, held.release)
         self.srv = Server(data_dir=data, addr=addr, ops_addr=ops)
         self.addCleanup(self.srv.stop)
         t.join(30)
@@ -319,49 +237,11 @@ class TestLocks(ServerCase):
         self.assertGreater(asyncio.run(main()), 0)
 
 
-def ended(ops: str, reason: str, context: "ssl.SSLContext | None" = None) -> float:
-    """baton_sessions_ended_total{reason=...} from the server's /metrics
-    (over https with context)."""
-    url = f"{'https' if context else 'http'}://{ops}/metrics"
-    with urllib.request.urlopen(url, timeout=5, context=context) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(f'baton_sessions_ended_total{{reason="{reason}"}} '):
-                return float(line.split()[-1])
-    return 0.0
-
-
-def tcp_state(local: int, remote: int) -> str:
-    """The state of this host's TCP socket local port -> remote port, from
-    /proc/net/tcp{,6}: "" if there is none, else the hex state (06 is
-    TIME_WAIT)."""
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(f) as fh:
-                next(fh)
-                for line in fh:
-                    fields = line.split()
-                    if int(fields[1].rsplit(":", 1)[1], 16) == local and int(fields[2].rsplit(":", 1)[1], 16) == remote:
-                        return fields[3]
-        except FileNotFoundError:
-            pass
-    return ""
-
-
-def eventually(cond, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout}s: {what}")
-        time.sleep(0.01)
-
-
 @unittest.skipUnless(os.path.exists("/proc/net/tcp"), "SKIPPED: no /proc/net/tcp to see the client's sockets")
 class TestRelease(ServerCase):
     """A release resets the connection by default (the server hands over as
     on a close, and counts it as "reset"; no TIME_WAIT here); normal_close
     closes with a FIN and leaves the socket in TIME_WAIT."""
-
-    _await_waiters = TestLocks._await_waiters
 
     def _release(self, normal_close: bool, reason: str, time_wait: bool) -> None:
         c = self.client(normal_close=normal_close)
@@ -371,11 +251,11 @@ class TestRelease(ServerCase):
         got = {}
 
         def wait() -> None:
-            got["held"] = c.acquire("py/rst", timeout=10)
+            got["held"] = c.acquire("py/rst", timeout=10, queue_behind_self=True)
 
         w = threading.Thread(target=wait)
         w.start()
-        self._await_waiters("py/rst", 1)
+        self.await_waiters("py/rst", 1)
         before = ended(self.srv.ops, reason)
         held.release()
         w.join(10)
@@ -399,7 +279,7 @@ class TestRelease(ServerCase):
         with c.lock("py/rst-wait"):
             before = ended(self.srv.ops, "reset")
             with self.assertRaises(TimeoutError):
-                c.acquire("py/rst-wait", timeout=0.3)
+                self.client().acquire("py/rst-wait", timeout=0.3)
             eventually(lambda: ended(self.srv.ops, "reset") >= before + 1, "the server did not see the waiter's reset")
 
 
@@ -575,7 +455,7 @@ class TestThroughFaultProxy(ServerCase):
         # at the latest (plus a loaded machine's timer slack).
         self.assertLess(lost_at - stalled_at, 0.8 * lease + 0.1)
         self.assertLess(lost_at, granted["at"], "the old holder still believed in the lock after the next grant")
-        held.release()
+        self.assertRaises(baton.LockLost, held.release)
 
 
 class Follower:

@@ -1,6 +1,9 @@
 /** The Baton client: named locks where the TCP connection is the claim. */
 import * as tls from "node:tls";
-import { Session } from "./session.js";
+import { Leadership } from "./election.js";
+import { Held } from "./held.js";
+import { type Logger } from "./log.js";
+import { HeldMany } from "./many.js";
 export declare const DEFAULT_LEASE_MS = 10000;
 export declare const DEFAULT_DIAL_TIMEOUT_MS = 5000;
 /** Options of a Client. */
@@ -22,6 +25,12 @@ export interface ClientOptions {
      * of the lease instead, later but never earlier.
      */
     normalClose?: boolean;
+    /**
+     * Told of connections (debug), redirects and reconnections (info),
+     * heartbeat replies a quarter lease late and losses (warn). `console`
+     * fits. Default: none.
+     */
+    logger?: Logger;
 }
 /** Options of one acquire. */
 export interface AcquireOptions {
@@ -29,48 +38,70 @@ export interface AcquireOptions {
     nowait?: boolean;
     /** Ends the wait: the acquire rejects with the signal's reason. */
     signal?: AbortSignal;
+    /**
+     * Ends the claim this many ms after the grant, as a loss whose reason is
+     * MaxHoldReached: a bound on the hold time, where the lease bounds only
+     * silence. Default: none.
+     */
+    maxHoldMs?: number;
+    /**
+     * Called with the place in the queue (1 is next) on every WAITING reply:
+     * the first answer and the reply to each heartbeat after it. It runs in
+     * the session's socket handler and must return at once.
+     */
+    onWaiting?: (position: number) => void;
+    /** The owner text of this claim, instead of the Client's. */
+    owner?: string;
+    /**
+     * Take a place in the queue of a name this Client already holds or waits
+     * for (granted after that other claim ends), instead of AlreadyHeld: to
+     * hand a lock on between parts of one process.
+     */
+    queueBehindSelf?: boolean;
 }
-/** A lock held by this process: the claim is its connection. */
-export declare class Held {
-    private readonly session;
-    /** The lock's name. */
-    readonly name: string;
-    /** The fencing token of this grant: pass it to the guarded resource. */
-    readonly token: bigint;
-    /** Aborted the moment ownership ends (its reason is a LockLost); never by release. */
-    readonly signal: AbortSignal;
-    constructor(session: Session);
-    /** Throws the LockLost once ownership has ended. */
-    check(): void;
-    /** Closes the session: the release. The next waiter is promoted at once. Idempotent. */
-    release(): Promise<void>;
+/** Options of acquireMany: AcquireOptions that apply to the whole. */
+export interface AcquireManyOptions {
+    /** Ends the wait for the whole set: nothing stays held. */
+    signal?: AbortSignal;
+    /** Bounds each name's hold from its own grant (see AcquireOptions.maxHoldMs). */
+    maxHoldMs?: number;
 }
 /**
  * A Baton client for the servers at `addrs` (`host:port` each). Inputs the
  * server would refuse throw BadRequestError here, before any connection.
+ *
+ * Locks are not re-entrant: asking the same Client for a name it already
+ * holds or waits for rejects with AlreadyHeld at once, unless
+ * `queueBehindSelf: true`.
  */
 export declare class Client {
+    #private;
     readonly addrs: readonly string[];
     readonly owner: string;
     readonly leaseMs: number;
-    private readonly hosts;
-    private readonly tls?;
-    private readonly dialTimeoutMs;
-    private readonly normalClose;
-    private last;
     constructor(addrs: string[] | string, opts?: ClientOptions);
-    /** Waits for the lock and resolves with it held. Release it with `held.release()`. */
+    /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
     acquire(name: string, opts?: AcquireOptions): Promise<Held>;
     /**
      * Runs fn while holding the lock, and releases it after. fn gets a signal
-     * aborted the moment ownership ends; withLock rejects with LockLost if
-     * ownership ended while fn ran.
+     * aborted when the client sees the loss; ask `held.check()` before each
+     * step that touches the guarded resource. withLock rejects with a
+     * LockLost if ownership ended while fn ran (when fn itself failed, its
+     * error is the LockLost's cause).
      */
     withLock<T>(name: string, fn: (signal: AbortSignal, held: Held) => Promise<T> | T, opts?: AcquireOptions): Promise<T>;
     /**
-     * Connects to address i: the socket that carries the protocol (TLS or
-     * TCP), and the TCP socket under it, which a release resets (a TLS
-     * socket cannot be reset itself).
+     * Holds every name or none: acquires them in sorted order (so two callers
+     * with overlapping sets cannot deadlock), and on any failure releases the
+     * ones it holds. The HeldMany's signal is aborted when any one is lost.
      */
-    private dial;
+    acquireMany(names: readonly string[], opts?: AcquireManyOptions): Promise<HeldMany>;
+    /** Runs fn while holding every name (see acquireMany and withLock). */
+    withLocks<T>(names: readonly string[], fn: (signal: AbortSignal, many: HeldMany) => Promise<T> | T, opts?: AcquireManyOptions): Promise<T>;
+    /**
+     * Waits until this candidate leads `name`, with `value` as the owner text
+     * operators see, and resolves with the Leadership; `resign()` gives it up
+     * and the next candidate leads at once.
+     */
+    campaign(name: string, value: string, opts?: Pick<AcquireOptions, "signal" | "onWaiting">): Promise<Leadership>;
 }

@@ -1,45 +1,60 @@
+"use strict";
 /** The Baton client: named locks where the TCP connection is the claim. */
-import * as net from "node:net";
-import * as os from "node:os";
-import * as tls from "node:tls";
-import { BadRequestError, BatonError, ConnectionBroken, LeaseExpiredError, LockLost, NotLeaderError, ServerError, ShutdownError, Unconfirmed, } from "./errors.js";
-import { Session } from "./session.js";
-import * as wire from "./wire.js";
-export const DEFAULT_LEASE_MS = 10_000;
-export const DEFAULT_DIAL_TIMEOUT_MS = 5_000;
+var __createBinding = (this && this.__createBinding) || (Object.create ? (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    var desc = Object.getOwnPropertyDescriptor(m, k);
+    if (!desc || ("get" in desc ? !m.__esModule : desc.writable || desc.configurable)) {
+      desc = { enumerable: true, get: function() { return m[k]; } };
+    }
+    Object.defineProperty(o, k2, desc);
+}) : (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    o[k2] = m[k];
+}));
+var __setModuleDefault = (this && this.__setModuleDefault) || (Object.create ? (function(o, v) {
+    Object.defineProperty(o, "default", { enumerable: true, value: v });
+}) : function(o, v) {
+    o["default"] = v;
+});
+var __importStar = (this && this.__importStar) || (function () {
+    var ownKeys = function(o) {
+        ownKeys = Object.getOwnPropertyNames || function (o) {
+            var ar = [];
+            for (var k in o) if (Object.prototype.hasOwnProperty.call(o, k)) ar[ar.length] = k;
+            return ar;
+        };
+        return ownKeys(o);
+    };
+    return function (mod) {
+        if (mod && mod.__esModule) return mod;
+        var result = {};
+        if (mod != null) for (var k = ownKeys(mod), i = 0; i < k.length; i++) if (k[i] !== "default") __createBinding(result, mod, k[i]);
+        __setModuleDefault(result, mod);
+        return result;
+    };
+})();
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.Client = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = void 0;
+const net = __importStar(require("node:net"));
+const os = __importStar(require("node:os"));
+const tls = __importStar(require("node:tls"));
+const election_js_1 = require("./election.js");
+const errors_js_1 = require("./errors.js");
+const held_js_1 = require("./held.js");
+const log_js_1 = require("./log.js");
+const many_js_1 = require("./many.js");
+const session_js_1 = require("./session.js");
+const wire = __importStar(require("./wire.js"));
+exports.DEFAULT_LEASE_MS = 10_000;
+exports.DEFAULT_DIAL_TIMEOUT_MS = 5_000;
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
-/** A lock held by this process: the claim is its connection. */
-export class Held {
-    session;
-    /** The lock's name. */
-    name;
-    /** The fencing token of this grant: pass it to the guarded resource. */
-    token;
-    /** Aborted the moment ownership ends (its reason is a LockLost); never by release. */
-    signal;
-    constructor(session) {
-        this.session = session;
-        this.name = session.name;
-        this.token = session.token;
-        this.signal = session.controller.signal;
-    }
-    /** Throws the LockLost once ownership has ended. */
-    check() {
-        if (this.signal.aborted)
-            throw this.signal.reason;
-    }
-    /** Closes the session: the release. The next waiter is promoted at once. Idempotent. */
-    async release() {
-        await this.session.close();
-    }
-}
 function splitAddr(addr) {
     const i = addr.lastIndexOf(":");
     const port = Number(addr.slice(i + 1));
     let host = addr.slice(0, i);
     if (i <= 0 || !Number.isInteger(port) || port <= 0 || port > 65535)
-        throw new BadRequestError(`address ${JSON.stringify(addr)} is not host:port`);
+        throw new errors_js_1.BadRequestError(`address ${JSON.stringify(addr)} is not host:port`);
     if (host.startsWith("[") && host.endsWith("]"))
         host = host.slice(1, -1);
     return [host, port];
@@ -76,34 +91,127 @@ function sleep(ms, signal) {
 /**
  * A Baton client for the servers at `addrs` (`host:port` each). Inputs the
  * server would refuse throw BadRequestError here, before any connection.
+ *
+ * Locks are not re-entrant: asking the same Client for a name it already
+ * holds or waits for rejects with AlreadyHeld at once, unless
+ * `queueBehindSelf: true`.
  */
-export class Client {
+class Client {
     addrs;
     owner;
     leaseMs;
-    hosts;
-    tls;
-    dialTimeoutMs;
-    normalClose;
-    last = 0;
+    #hosts;
+    #tls;
+    #dialTimeoutMs;
+    #normalClose;
+    #log;
+    #inUse = new Map();
+    #last = 0;
     constructor(addrs, opts = {}) {
         const list = typeof addrs === "string" ? addrs.split(",").map((a) => a.trim()).filter(Boolean) : [...addrs];
         if (list.length === 0)
-            throw new BadRequestError("no server address");
+            throw new errors_js_1.BadRequestError("no server address");
         this.addrs = list;
-        this.hosts = list.map(splitAddr);
-        this.leaseMs = wire.checkLeaseMs(opts.leaseMs ?? DEFAULT_LEASE_MS);
+        this.#hosts = list.map(splitAddr);
+        this.leaseMs = wire.checkLeaseMs(opts.leaseMs ?? exports.DEFAULT_LEASE_MS);
         this.owner = opts.owner ?? defaultOwner();
         wire.checkOwner(this.owner);
-        this.tls = opts.tls;
-        this.dialTimeoutMs = opts.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
-        this.normalClose = opts.normalClose ?? false;
+        this.#tls = opts.tls;
+        this.#dialTimeoutMs = opts.dialTimeoutMs ?? exports.DEFAULT_DIAL_TIMEOUT_MS;
+        this.#normalClose = opts.normalClose ?? false;
+        this.#log = (0, log_js_1.safeLogger)(opts.logger);
     }
-    /** Waits for the lock and resolves with it held. Release it with `held.release()`. */
+    /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
     async acquire(name, opts = {}) {
-        const frame = wire.encodeAcquire(name, this.leaseMs, this.owner, opts.nowait ?? false);
+        return new held_js_1.Held(await this.#claimed(name, opts));
+    }
+    /**
+     * Runs fn while holding the lock, and releases it after. fn gets a signal
+     * aborted when the client sees the loss; ask `held.check()` before each
+     * step that touches the guarded resource. withLock rejects with a
+     * LockLost if ownership ended while fn ran (when fn itself failed, its
+     * error is the LockLost's cause).
+     */
+    async withLock(name, fn, opts = {}) {
+        const held = await this.acquire(name, opts);
+        let result;
+        try {
+            result = await fn(held.signal, held);
+        }
+        catch (e) {
+            throw await (0, held_js_1.failure)(held, e);
+        }
+        await held.release();
+        return result;
+    }
+    /**
+     * Holds every name or none: acquires them in sorted order (so two callers
+     * with overlapping sets cannot deadlock), and on any failure releases the
+     * ones it holds. The HeldMany's signal is aborted when any one is lost.
+     */
+    async acquireMany(names, opts = {}) {
+        return (0, many_js_1.acquireAll)(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs }));
+    }
+    /** Runs fn while holding every name (see acquireMany and withLock). */
+    async withLocks(names, fn, opts = {}) {
+        const many = await this.acquireMany(names, opts);
+        let result;
+        try {
+            result = await fn(many.signal, many);
+        }
+        catch (e) {
+            throw await (0, held_js_1.failure)(many, e);
+        }
+        await many.release();
+        return result;
+    }
+    /**
+     * Waits until this candidate leads `name`, with `value` as the owner text
+     * operators see, and resolves with the Leadership; `resign()` gives it up
+     * and the next candidate leads at once.
+     */
+    async campaign(name, value, opts = {}) {
+        return new election_js_1.Leadership(await this.#claimed(name, { ...opts, owner: value }), value);
+    }
+    /** Acquires under the re-entrancy rule: the name counts as in use until its session ends. */
+    async #claimed(name, opts) {
+        const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false);
+        const maxHoldMs = opts.maxHoldMs;
+        if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {
+            throw new errors_js_1.BadRequestError(`maxHoldMs ${maxHoldMs} must be a positive number of milliseconds`);
+        }
+        const n = this.#inUse.get(name) ?? 0;
+        if (n > 0 && !opts.queueBehindSelf && !opts.nowait) {
+            throw new errors_js_1.AlreadyHeld(`lock ${JSON.stringify(name)} is already held or awaited through this client (locks are not re-entrant; queueBehindSelf: true queues behind it)`);
+        }
+        this.#inUse.set(name, n + 1);
+        const unclaim = () => {
+            const left = (this.#inUse.get(name) ?? 1) - 1;
+            if (left > 0)
+                this.#inUse.set(name, left);
+            else
+                this.#inUse.delete(name);
+        };
+        let s;
+        try {
+            s = await this.#acquire(name, frame, opts);
+        }
+        catch (e) {
+            unclaim();
+            throw e;
+        }
+        const off = s.onChange(() => {
+            if (s.state === "ended") {
+                off();
+                unclaim();
+            }
+        });
+        return s;
+    }
+    async #acquire(name, frame, opts) {
         const signal = opts.signal;
-        let idx = this.last % this.addrs.length;
+        const log = this.#log;
+        let idx = this.#last % this.addrs.length;
         let reached = false;
         let failures = 0;
         let redirects = 0;
@@ -116,13 +224,15 @@ export class Client {
             for (let k = 0; k < this.addrs.length && !sock; k++) {
                 const i = (idx + k) % this.addrs.length;
                 try {
-                    [sock, raw] = await this.dial(i, signal);
+                    [sock, raw] = await this.#dial(i, signal);
                     idx = i;
+                    log.debug(`baton: connected to ${this.addrs[i]} for ${JSON.stringify(name)}`, { lock: name, addr: this.addrs[i], event: "connect" });
                 }
                 catch (e) {
                     if (signal?.aborted)
                         throw signal.reason;
-                    lastErr = e instanceof BatonError ? e : new ConnectionBroken(`cannot reach ${this.addrs[i]}: ${e.message}`);
+                    lastErr = e instanceof errors_js_1.BatonError ? e : new errors_js_1.ConnectionBroken(`cannot reach ${this.addrs[i]}: ${e.message}`);
+                    log.debug(`baton: ${lastErr.message}`, { lock: name, addr: this.addrs[i], event: "connect-failed" });
                 }
             }
             if (!sock) {
@@ -133,7 +243,12 @@ export class Client {
                 continue;
             }
             reached = true;
-            const s = new Session(sock, raw, this.addrs[idx], name, this.leaseMs, frame, !this.normalClose);
+            const s = new session_js_1.Session(sock, raw, this.addrs[idx], name, this.leaseMs, frame, {
+                reset: !this.#normalClose,
+                maxHoldMs: opts.maxHoldMs,
+                onWaiting: opts.onWaiting,
+                log,
+            });
             await new Promise((resolve) => {
                 if (s.state !== "waiting")
                     return resolve();
@@ -149,8 +264,8 @@ export class Client {
                 signal?.addEventListener("abort", onAbort, { once: true });
             });
             if (s.state === "held" && !signal?.aborted) {
-                this.last = idx;
-                return new Held(s);
+                this.#last = idx;
+                return s;
             }
             if (s.state !== "ended") {
                 await s.close();
@@ -161,80 +276,63 @@ export class Client {
                 throw signal.reason;
             }
             const err = s.error;
-            if (err instanceof LockLost)
+            if (err instanceof errors_js_1.LockLost)
                 throw err; // granted and lost before it could be handed over
             lastErr = err;
             if (s.replied)
                 failures = 0;
             failures++;
             let atOnce = false;
-            if (err instanceof NotLeaderError) {
+            const here = this.addrs[idx];
+            if (err instanceof errors_js_1.NotLeaderError) {
                 const hint = err.serverMessage;
                 if (this.addrs.includes(hint) && redirects < REDIRECT_BUDGET) {
                     idx = this.addrs.indexOf(hint);
                     redirects++;
                     failures--;
+                    log.info(`baton: ${here} is not the leader; following it to ${hint}`, { lock: name, addr: here, leader: hint, event: "redirect" });
                     continue;
                 }
                 idx = (idx + 1) % this.addrs.length;
+                log.info(`baton: ${here} is not the leader (${hint ? `it names ${hint}, not on this client's list` : "no leader known"}); trying ${this.addrs[idx]}`, { lock: name, addr: here, event: "redirect" });
             }
-            else if (err instanceof ShutdownError) {
+            else if (err instanceof errors_js_1.ShutdownError) {
                 idx = (idx + 1) % this.addrs.length; // this one is going away
                 atOnce = failures <= 1;
             }
-            else if (err instanceof LeaseExpiredError) {
+            else if (err instanceof errors_js_1.LeaseExpiredError) {
                 atOnce = failures <= 1;
             }
-            else if (err instanceof ServerError && err.serverCondition) {
+            else if (err instanceof errors_js_1.ServerError && err.serverCondition) {
                 // OVERLOADED, and conditions not yet named: back off
             }
-            else if (err instanceof Unconfirmed || err instanceof ConnectionBroken) {
+            else if (err instanceof errors_js_1.Unconfirmed || err instanceof errors_js_1.ConnectionBroken) {
                 idx = (idx + 1) % this.addrs.length;
             }
             else {
                 throw err;
             }
             redirects = 0;
-            if (!atOnce)
-                await sleep(backoff(failures), signal);
+            const pause = atOnce ? 0 : backoff(failures);
+            log.info(`baton: waiting for ${JSON.stringify(name)}: ${err.message}; reconnecting in ${Math.round(pause)} ms`, { lock: name, addr: here, event: "reconnect" });
+            if (pause > 0)
+                await sleep(pause, signal);
         }
-    }
-    /**
-     * Runs fn while holding the lock, and releases it after. fn gets a signal
-     * aborted the moment ownership ends; withLock rejects with LockLost if
-     * ownership ended while fn ran.
-     */
-    async withLock(name, fn, opts = {}) {
-        const held = await this.acquire(name, opts);
-        let result;
-        try {
-            result = await fn(held.signal, held);
-        }
-        catch (e) {
-            await held.release();
-            if (held.signal.aborted)
-                throw held.signal.reason;
-            throw e;
-        }
-        await held.release();
-        if (held.signal.aborted)
-            throw held.signal.reason;
-        return result;
     }
     /**
      * Connects to address i: the socket that carries the protocol (TLS or
      * TCP), and the TCP socket under it, which a release resets (a TLS
      * socket cannot be reset itself).
      */
-    dial(i, signal) {
-        const [host, port] = this.hosts[i];
+    #dial(i, signal) {
+        const [host, port] = this.#hosts[i];
         return new Promise((resolve, reject) => {
             const raw = net.connect({ host, port });
-            const sock = this.tls
-                ? tls.connect({ ...this.tls, socket: raw, host, port, servername: this.tls.servername ?? (net.isIP(host) ? undefined : host) })
+            const sock = this.#tls
+                ? tls.connect({ ...this.#tls, socket: raw, host, port, servername: this.#tls.servername ?? (net.isIP(host) ? undefined : host) })
                 : raw;
-            const event = this.tls ? "secureConnect" : "connect";
-            const timer = setTimeout(() => fail(new ConnectionBroken(`dial ${this.addrs[i]}: timed out after ${this.dialTimeoutMs}ms`)), this.dialTimeoutMs);
+            const event = this.#tls ? "secureConnect" : "connect";
+            const timer = setTimeout(() => fail(new errors_js_1.ConnectionBroken(`dial ${this.addrs[i]}: timed out after ${this.#dialTimeoutMs}ms`)), this.#dialTimeoutMs);
             const onAbort = () => fail(signal.reason);
             const cleanup = () => {
                 clearTimeout(timer);
@@ -256,3 +354,4 @@ export class Client {
         });
     }
 }
+exports.Client = Client;

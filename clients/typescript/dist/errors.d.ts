@@ -6,14 +6,40 @@ export declare class BatonError extends Error {
     name: string;
 }
 /**
- * Ownership ended while the lock was held, for a reason other than release.
- * `cause` is the error that ended it; the guarded work must stop.
+ * Ownership ended while the lock was held, for a reason other than release;
+ * the guarded work must stop. `reason` is the error that ended it
+ * (`Unconfirmed`, `ForceReleasedError`, `LeaseExpiredError`,
+ * `ShutdownError`, `NotLeaderError`, `ConnectionBroken`, `MaxHoldReached`...).
+ * `cause` is the same error, except where `withLock`'s callback failed
+ * after the loss: there it is the callback's own error, so its stack is
+ * kept.
  */
 export declare class LockLost extends BatonError {
     name: string;
     /** The lock's name. */
     readonly lock: string;
-    constructor(lock: string, cause: Error);
+    /** Why ownership ended. */
+    readonly reason: Error;
+    constructor(lock: string, reason: Error, cause?: unknown);
+}
+/**
+ * The same Client already holds or waits for this name. Locks are not
+ * re-entrant: a second claim would queue behind its own caller and, if the
+ * caller waits for it, never be granted. Refused at once, without
+ * connecting, unless `queueBehindSelf: true` asks for exactly that. A
+ * `nowait` claim is not refused: it cannot wait, and the server answers
+ * BusyError.
+ */
+export declare class AlreadyHeld extends BatonError {
+    name: string;
+}
+/**
+ * The claim ended itself after the `maxHoldMs` the caller set: the client
+ * closed the connection (the server hands the lock on at once), and the
+ * work must stop as after any other loss.
+ */
+export declare class MaxHoldReached extends BatonError {
+    name: string;
 }
 /** The server confirmed nothing for 0.8 × lease: the client ended the session itself. */
 export declare class Unconfirmed extends BatonError {

@@ -1,4 +1,9 @@
+"use strict";
 /** Baton's errors: one root, loss, and one class per wire error code. */
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.BatonError = void 0;
+exports.codeName = codeName;
+exports.errorForCode = errorForCode;
 const NAMES = {
     0x01: "SHUTDOWN",
     0x02: "OVERLOADED",
@@ -13,36 +18,69 @@ const NAMES = {
     0x23: "UNAUTHORIZED",
 };
 /** The spec's name of an error code, or `0xNN` for an unknown one. */
-export function codeName(code) {
+function codeName(code) {
     return NAMES[code] ?? `0x${code.toString(16).padStart(2, "0")}`;
 }
 /** The root of every error this package throws. */
-export class BatonError extends Error {
+class BatonError extends Error {
     name = "BatonError";
 }
+exports.BatonError = BatonError;
 /**
- * Ownership ended while the lock was held, for a reason other than release.
- * `cause` is the error that ended it; the guarded work must stop.
+ * Ownership ended while the lock was held, for a reason other than release;
+ * the guarded work must stop. `reason` is the error that ended it
+ * (`Unconfirmed`, `ForceReleasedError`, `LeaseExpiredError`,
+ * `ShutdownError`, `NotLeaderError`, `ConnectionBroken`, `MaxHoldReached`...).
+ * `cause` is the same error, except where `withLock`'s callback failed
+ * after the loss: there it is the callback's own error, so its stack is
+ * kept.
  */
-export class LockLost extends BatonError {
+class LockLost extends BatonError {
     name = "LockLost";
     /** The lock's name. */
     lock;
-    constructor(lock, cause) {
-        super(`lock ${JSON.stringify(lock)} lost: ${cause.message}`, { cause });
+    /** Why ownership ended. */
+    reason;
+    constructor(lock, reason, cause = reason) {
+        super(`lock ${JSON.stringify(lock)} lost: ${reason.message}`, { cause });
         this.lock = lock;
+        this.reason = reason;
     }
 }
+exports.LockLost = LockLost;
+/**
+ * The same Client already holds or waits for this name. Locks are not
+ * re-entrant: a second claim would queue behind its own caller and, if the
+ * caller waits for it, never be granted. Refused at once, without
+ * connecting, unless `queueBehindSelf: true` asks for exactly that. A
+ * `nowait` claim is not refused: it cannot wait, and the server answers
+ * BusyError.
+ */
+class AlreadyHeld extends BatonError {
+    name = "AlreadyHeld";
+}
+exports.AlreadyHeld = AlreadyHeld;
+/**
+ * The claim ended itself after the `maxHoldMs` the caller set: the client
+ * closed the connection (the server hands the lock on at once), and the
+ * work must stop as after any other loss.
+ */
+class MaxHoldReached extends BatonError {
+    name = "MaxHoldReached";
+}
+exports.MaxHoldReached = MaxHoldReached;
 /** The server confirmed nothing for 0.8 × lease: the client ended the session itself. */
-export class Unconfirmed extends BatonError {
+class Unconfirmed extends BatonError {
     name = "Unconfirmed";
 }
+exports.Unconfirmed = Unconfirmed;
 /** The connection to the server failed (reset, closed, unreachable). */
-export class ConnectionBroken extends BatonError {
+class ConnectionBroken extends BatonError {
     name = "ConnectionBroken";
 }
+exports.ConnectionBroken = ConnectionBroken;
 /** An ERROR frame from the server; `code` is its wire code. */
-export class ServerError extends BatonError {
+class ServerError extends BatonError {
     name = "ServerError";
     code;
     /** The server's text (for NOT_LEADER: the leader's address, or empty). */
@@ -61,61 +99,73 @@ export class ServerError extends BatonError {
         return this.code >= 0x20 && this.code <= 0x2f;
     }
 }
+exports.ServerError = ServerError;
 /** SHUTDOWN (0x01): the server is going away. */
-export class ShutdownError extends ServerError {
+class ShutdownError extends ServerError {
     name = "ShutdownError";
     constructor(message = "") { super(0x01, message); }
 }
+exports.ShutdownError = ShutdownError;
 /** OVERLOADED (0x02): a server limit refused the session. */
-export class OverloadedError extends ServerError {
+class OverloadedError extends ServerError {
     name = "OverloadedError";
     constructor(message = "") { super(0x02, message); }
 }
+exports.OverloadedError = OverloadedError;
 /** NOT_LEADER (0x03): this node is not the cluster's leader. */
-export class NotLeaderError extends ServerError {
+class NotLeaderError extends ServerError {
     name = "NotLeaderError";
     constructor(message = "") { super(0x03, message); }
 }
+exports.NotLeaderError = NotLeaderError;
 /** LEASE_EXPIRED (0x10): the server heard nothing for a whole lease. */
-export class LeaseExpiredError extends ServerError {
+class LeaseExpiredError extends ServerError {
     name = "LeaseExpiredError";
     constructor(message = "") { super(0x10, message); }
 }
+exports.LeaseExpiredError = LeaseExpiredError;
 /** FORCE_RELEASED (0x11): an operator took the lock away. */
-export class ForceReleasedError extends ServerError {
+class ForceReleasedError extends ServerError {
     name = "ForceReleasedError";
     constructor(message = "") { super(0x11, message); }
 }
+exports.ForceReleasedError = ForceReleasedError;
 /** KICKED (0x12): an operator removed this waiter from the queue. */
-export class KickedError extends ServerError {
+class KickedError extends ServerError {
     name = "KickedError";
     constructor(message = "") { super(0x12, message); }
 }
+exports.KickedError = KickedError;
 /** BUSY (0x13): nowait was asked for and the lock is held. */
-export class BusyError extends ServerError {
+class BusyError extends ServerError {
     name = "BusyError";
     constructor(message = "") { super(0x13, message); }
 }
+exports.BusyError = BusyError;
 /** PROTOCOL (0x20): the server saw a malformed frame. */
-export class ProtocolError extends ServerError {
+class ProtocolError extends ServerError {
     name = "ProtocolError";
     constructor(message = "") { super(0x20, message); }
 }
+exports.ProtocolError = ProtocolError;
 /** BAD_REQUEST (0x21): a bad name, lease or owner (also thrown before dialling). */
-export class BadRequestError extends ServerError {
+class BadRequestError extends ServerError {
     name = "BadRequestError";
     constructor(message = "") { super(0x21, message); }
 }
+exports.BadRequestError = BadRequestError;
 /** VERSION (0x22): the server does not speak protocol version 1. */
-export class VersionError extends ServerError {
+class VersionError extends ServerError {
     name = "VersionError";
     constructor(message = "") { super(0x22, message); }
 }
+exports.VersionError = VersionError;
 /** UNAUTHORIZED (0x23): the server refused this client. */
-export class UnauthorizedError extends ServerError {
+class UnauthorizedError extends ServerError {
     name = "UnauthorizedError";
     constructor(message = "") { super(0x23, message); }
 }
+exports.UnauthorizedError = UnauthorizedError;
 const CLASSES = {
     0x01: ShutdownError,
     0x02: OverloadedError,
@@ -130,7 +180,7 @@ const CLASSES = {
     0x23: UnauthorizedError,
 };
 /** The error for an ERROR frame: its class if the code is known. */
-export function errorForCode(code, message = "") {
+function errorForCode(code, message = "") {
     const C = CLASSES[code];
     return C ? new C(message) : new ServerError(code, message);
 }

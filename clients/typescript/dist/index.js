@@ -1,15 +1,44 @@
+"use strict";
+var __createBinding = (this && this.__createBinding) || (Object.create ? (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    var desc = Object.getOwnPropertyDescriptor(m, k);
+    if (!desc || ("get" in desc ? !m.__esModule : desc.writable || desc.configurable)) {
+      desc = { enumerable: true, get: function() { return m[k]; } };
+    }
+    Object.defineProperty(o, k2, desc);
+}) : (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    o[k2] = m[k];
+}));
+var __exportStar = (this && this.__exportStar) || function(m, exports) {
+    for (var p in m) if (p !== "default" && !Object.prototype.hasOwnProperty.call(exports, p)) __createBinding(exports, m, p);
+};
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.Leadership = exports.HeldMany = exports.Held = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = exports.Client = void 0;
 /**
  * Baton's TypeScript client for Node.js: named locks where the TCP
  * connection is the claim. Closing it is the release; heartbeats keep the
- * lock while the process lives; the client gives the lock up itself once the
- * server has confirmed nothing for 0.8 × lease; loss aborts `held.signal`.
+ * lock while the process lives; the client counts the lock as lost once the
+ * server has confirmed nothing for 0.8 × lease, measured from the send of
+ * the last confirmed request, and `held.check()` reads that clock itself.
  *
  * @example
  * const client = new Client(["127.0.0.1:7070"], { leaseMs: 10_000 });
  * await client.withLock("jobs", async (signal, held) => {
- *   await work({ signal, fence: held.token });
+ *   for (const step of steps) {
+ *     held.check(); // throws LockLost once the lock is lost, by the clock
+ *     await step.run({ signal, fence: String(held.token) });
+ *   }
  * });
  */
-export { Client, Held, DEFAULT_LEASE_MS, DEFAULT_DIAL_TIMEOUT_MS } from "./client.js";
-export * from "./errors.js";
-export { encodeAcquire, decode, split, HEARTBEAT } from "./wire.js";
+var client_js_1 = require("./client.js");
+Object.defineProperty(exports, "Client", { enumerable: true, get: function () { return client_js_1.Client; } });
+Object.defineProperty(exports, "DEFAULT_LEASE_MS", { enumerable: true, get: function () { return client_js_1.DEFAULT_LEASE_MS; } });
+Object.defineProperty(exports, "DEFAULT_DIAL_TIMEOUT_MS", { enumerable: true, get: function () { return client_js_1.DEFAULT_DIAL_TIMEOUT_MS; } });
+var held_js_1 = require("./held.js");
+Object.defineProperty(exports, "Held", { enumerable: true, get: function () { return held_js_1.Held; } });
+var many_js_1 = require("./many.js");
+Object.defineProperty(exports, "HeldMany", { enumerable: true, get: function () { return many_js_1.HeldMany; } });
+var election_js_1 = require("./election.js");
+Object.defineProperty(exports, "Leadership", { enumerable: true, get: function () { return election_js_1.Leadership; } });
+__exportStar(require("./errors.js"), exports);

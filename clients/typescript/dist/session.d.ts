@@ -1,6 +1,7 @@
 /** One session: one connection, one claim on one lock (internal). */
 import type { Socket } from "node:net";
 import { BatonError } from "./errors.js";
+import type { Logger } from "./log.js";
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
 export declare const MIN_HEARTBEAT_INTERVAL_MS = 1;
 /** The server sent a frame that no server may send. */
@@ -22,44 +23,62 @@ export declare class Schedule {
     interval(): number;
 }
 export type State = "waiting" | "held" | "ended";
+/** What a session needs besides its socket. */
+export interface SessionOptions {
+    /** A close the client chooses resets the connection (RST). */
+    reset: boolean;
+    /** Ends the claim this long after the grant (ms). */
+    maxHoldMs?: number;
+    /** Called with the place in the queue on each WAITING reply. */
+    onWaiting?: (position: number) => void;
+    log: Required<Logger>;
+}
 /**
  * The session's socket 'data' handler is its permanent reader, so a
- * promotion push is seen the moment it arrives; two timers are its clock:
- * the next heartbeat (at most one in flight) and the 0.8 × lease deadline,
- * counted from the send of the last request the server answered.
+ * promotion push is seen the moment it arrives; one timer is its clock: the
+ * next heartbeat (at most one in flight), the reply a quarter lease late,
+ * the deadline (0.8 × lease from the send of the last request the server
+ * answered) and the hold limit. A blocked event loop runs no timer, so
+ * `expireIfLate` lets any question about the lock read the clock itself.
  */
 export declare class Session {
     private readonly sock;
     private readonly raw;
     readonly addr: string;
     readonly name: string;
-    private readonly reset;
+    private readonly opts;
     state: State;
     token: bigint;
     position: number;
     replied: boolean;
     /** Why it ended; undefined after a release. */
     error?: Error;
-    /** The loss's cause, once held and lost. */
+    /** The loss's reason, once held and lost. */
     cause?: Error;
     readonly controller: AbortController;
     readonly sched: Schedule;
     private sentAt;
     private deadline;
     private pending;
+    private nextBeat?;
+    private missAt?;
+    private holdUntil?;
     private buf;
     private closing;
-    private beatTimer?;
-    private deadlineTimer?;
+    private timer?;
     private listeners;
     private closed;
     /**
      * sock carries the protocol; raw is the TCP socket under it (sock itself
-     * without TLS), which close resets when reset is true.
+     * without TLS), which a close the client chooses resets.
      */
-    constructor(sock: Socket, raw: Socket, addr: string, name: string, leaseMs: number, acquire: Buffer, reset?: boolean);
+    constructor(sock: Socket, raw: Socket, addr: string, name: string, leaseMs: number, acquire: Buffer, opts: SessionOptions);
     /** Calls f at every change of state (held, ended). */
     onChange(f: () => void): () => void;
+    /** The performance.now() from which the lock must be taken as lost. */
+    validUntil(): number;
+    /** Ends a held lock whose deadline has passed: the clock decides, not whether a timer has run. */
+    expireIfLate(): void;
     /**
      * Ends the session from outside: the release, or giving up the place in
      * the queue. The socket is closed at once, with a reset (RST, the
@@ -69,10 +88,12 @@ export declare class Session {
      */
     close(): Promise<void>;
     private notify;
-    private armDeadline;
+    private overdue;
+    private arm;
+    private tick;
     private unconfirmed;
     private end;
-    private beat;
     private onData;
+    private reportPosition;
     private grant;
 }

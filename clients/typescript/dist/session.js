@@ -1,19 +1,56 @@
+"use strict";
 /** One session: one connection, one claim on one lock (internal). */
-import { performance } from "node:perf_hooks";
-import { BatonError, ConnectionBroken, LockLost, Unconfirmed, UnauthorizedError, errorForCode } from "./errors.js";
-import * as wire from "./wire.js";
+var __createBinding = (this && this.__createBinding) || (Object.create ? (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    var desc = Object.getOwnPropertyDescriptor(m, k);
+    if (!desc || ("get" in desc ? !m.__esModule : desc.writable || desc.configurable)) {
+      desc = { enumerable: true, get: function() { return m[k]; } };
+    }
+    Object.defineProperty(o, k2, desc);
+}) : (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    o[k2] = m[k];
+}));
+var __setModuleDefault = (this && this.__setModuleDefault) || (Object.create ? (function(o, v) {
+    Object.defineProperty(o, "default", { enumerable: true, value: v });
+}) : function(o, v) {
+    o["default"] = v;
+});
+var __importStar = (this && this.__importStar) || (function () {
+    var ownKeys = function(o) {
+        ownKeys = Object.getOwnPropertyNames || function (o) {
+            var ar = [];
+            for (var k in o) if (Object.prototype.hasOwnProperty.call(o, k)) ar[ar.length] = k;
+            return ar;
+        };
+        return ownKeys(o);
+    };
+    return function (mod) {
+        if (mod && mod.__esModule) return mod;
+        var result = {};
+        if (mod != null) for (var k = ownKeys(mod), i = 0; i < k.length; i++) if (k[i] !== "default") __createBinding(result, mod, k[i]);
+        __setModuleDefault(result, mod);
+        return result;
+    };
+})();
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.Session = exports.Schedule = exports.Violation = exports.MIN_HEARTBEAT_INTERVAL_MS = void 0;
+const node_perf_hooks_1 = require("node:perf_hooks");
+const errors_js_1 = require("./errors.js");
+const wire = __importStar(require("./wire.js"));
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
-export const MIN_HEARTBEAT_INTERVAL_MS = 1;
+exports.MIN_HEARTBEAT_INTERVAL_MS = 1;
 /** The server sent a frame that no server may send. */
-export class Violation extends BatonError {
+class Violation extends errors_js_1.BatonError {
     name = "Violation";
 }
+exports.Violation = Violation;
 /**
  * The heartbeat schedule of PROTOCOL.md: base = lease/4; timeout = 0.8 ×
  * lease; srtt an EWMA (alpha 0.2) of reply round trips, the first sample
  * taken whole; interval = clamp(base − 2 × srtt, min, base), from the reply.
  */
-export class Schedule {
+class Schedule {
     leaseMs;
     srtt = 0;
     samples = 0;
@@ -30,65 +67,71 @@ export class Schedule {
     }
     interval() {
         const base = this.leaseMs / 4;
-        return Math.min(Math.max(base - 2 * this.srtt, Math.min(MIN_HEARTBEAT_INTERVAL_MS, base)), base);
+        return Math.min(Math.max(base - 2 * this.srtt, Math.min(exports.MIN_HEARTBEAT_INTERVAL_MS, base)), base);
     }
 }
+exports.Schedule = Schedule;
 /**
  * The session's socket 'data' handler is its permanent reader, so a
- * promotion push is seen the moment it arrives; two timers are its clock:
- * the next heartbeat (at most one in flight) and the 0.8 × lease deadline,
- * counted from the send of the last request the server answered.
+ * promotion push is seen the moment it arrives; one timer is its clock: the
+ * next heartbeat (at most one in flight), the reply a quarter lease late,
+ * the deadline (0.8 × lease from the send of the last request the server
+ * answered) and the hold limit. A blocked event loop runs no timer, so
+ * `expireIfLate` lets any question about the lock read the clock itself.
  */
-export class Session {
+class Session {
     sock;
     raw;
     addr;
     name;
-    reset;
+    opts;
     state = "waiting";
     token = 0n;
     position = 0;
     replied = false;
     /** Why it ended; undefined after a release. */
     error;
-    /** The loss's cause, once held and lost. */
+    /** The loss's reason, once held and lost. */
     cause;
     controller = new AbortController();
     sched;
     sentAt = 0;
     deadline = 0;
     pending = true;
+    nextBeat;
+    missAt;
+    holdUntil;
     buf = Buffer.alloc(0);
     closing = false;
-    beatTimer;
-    deadlineTimer;
+    timer;
     listeners = [];
     closed;
     /**
      * sock carries the protocol; raw is the TCP socket under it (sock itself
-     * without TLS), which close resets when reset is true.
+     * without TLS), which a close the client chooses resets.
      */
-    constructor(sock, raw, addr, name, leaseMs, acquire, reset = true) {
+    constructor(sock, raw, addr, name, leaseMs, acquire, opts) {
         this.sock = sock;
         this.raw = raw;
         this.addr = addr;
         this.name = name;
-        this.reset = reset;
+        this.opts = opts;
         this.sched = new Schedule(leaseMs);
         this.closed = new Promise((resolve) => sock.once("close", () => resolve()));
         sock.setNoDelay(true);
         sock.on("data", (d) => this.onData(d));
         sock.on("error", (e) => {
             if (/CERTIFICATE|ALERT/i.test(String(e.code ?? "") + e.message)) {
-                this.end(new UnauthorizedError(`TLS: ${addr} refused this client: ${e.message}`));
+                this.end(new errors_js_1.UnauthorizedError(`TLS: ${addr} refused this client: ${e.message}`));
             }
             else {
-                this.end(new ConnectionBroken(`connection to ${addr}: ${e.message}`));
+                this.end(new errors_js_1.ConnectionBroken(`connection to ${addr}: ${e.message}`));
             }
         });
-        sock.on("close", () => this.end(new ConnectionBroken(`connection to ${addr} closed by the server`)));
-        this.sentAt = performance.now();
-        this.armDeadline(this.sentAt + this.sched.timeout);
+        sock.on("close", () => this.end(new errors_js_1.ConnectionBroken(`connection to ${addr} closed by the server`)));
+        this.sentAt = node_perf_hooks_1.performance.now();
+        this.deadline = this.sentAt + this.sched.timeout;
+        this.arm();
         sock.write(acquire);
     }
     /** Calls f at every change of state (held, ended). */
@@ -97,6 +140,18 @@ export class Session {
         return () => {
             this.listeners = this.listeners.filter((g) => g !== f);
         };
+    }
+    /** The performance.now() from which the lock must be taken as lost. */
+    validUntil() {
+        return this.holdUntil === undefined ? this.deadline : Math.min(this.deadline, this.holdUntil);
+    }
+    /** Ends a held lock whose deadline has passed: the clock decides, not whether a timer has run. */
+    expireIfLate() {
+        if (this.state !== "held")
+            return;
+        const late = this.overdue(node_perf_hooks_1.performance.now());
+        if (late)
+            this.end(late);
     }
     /**
      * Ends the session from outside: the release, or giving up the place in
@@ -108,56 +163,87 @@ export class Session {
     async close() {
         if (this.state !== "ended")
             this.closing = true;
-        if (this.reset && !this.raw.destroyed)
+        if (this.opts.reset && !this.raw.destroyed)
             this.raw.resetAndDestroy();
         this.sock.destroy();
         await this.closed;
-        this.end(new ConnectionBroken("closed"));
+        this.end(new errors_js_1.ConnectionBroken("closed"));
     }
     notify() {
         for (const f of [...this.listeners])
             f();
     }
-    armDeadline(at) {
-        this.deadline = at;
-        clearTimeout(this.deadlineTimer);
-        this.deadlineTimer = setTimeout(() => this.end(this.unconfirmed()), Math.max(at - performance.now(), 0));
+    overdue(now) {
+        if (now >= this.deadline)
+            return this.unconfirmed();
+        if (this.state === "held" && this.holdUntil !== undefined && now >= this.holdUntil) {
+            return new errors_js_1.MaxHoldReached(`held for the maximum of ${this.opts.maxHoldMs}ms`);
+        }
+        return undefined;
+    }
+    arm() {
+        clearTimeout(this.timer);
+        if (this.state === "ended")
+            return;
+        let at = this.deadline;
+        for (const t of [this.nextBeat, this.missAt, this.holdUntil])
+            if (t !== undefined && t < at)
+                at = t;
+        this.timer = setTimeout(() => this.tick(), Math.max(at - node_perf_hooks_1.performance.now(), 0));
+    }
+    tick() {
+        if (this.state === "ended")
+            return;
+        const now = node_perf_hooks_1.performance.now();
+        const late = this.overdue(now);
+        if (late)
+            return this.end(late);
+        if (this.missAt !== undefined && now >= this.missAt) {
+            this.missAt = undefined;
+            this.opts.log.warn(`baton: lock ${JSON.stringify(this.name)}: no reply from ${this.addr} to the heartbeat sent ${Math.round(now - this.sentAt)} ms ago; ` +
+                `the claim ends at 0.8 × lease (${this.sched.timeout} ms after that send) unless one comes`, { lock: this.name, addr: this.addr, event: "heartbeat-miss" });
+        }
+        if (this.nextBeat !== undefined && now >= this.nextBeat) {
+            this.sentAt = now;
+            this.pending = true;
+            this.nextBeat = undefined;
+            this.missAt = now + this.sched.leaseMs / 4;
+            this.sock.write(wire.HEARTBEAT);
+        }
+        this.arm();
     }
     unconfirmed() {
         const s = this.sched;
-        return new Unconfirmed(`no confirmation from the server for ${s.timeout}ms (0.8 × lease ${s.leaseMs}ms)`);
+        return new errors_js_1.Unconfirmed(`no confirmation from the server for ${s.timeout}ms (0.8 × lease ${s.leaseMs}ms)`);
     }
     end(err) {
         if (this.state === "ended")
             return;
         const held = this.state === "held";
-        clearTimeout(this.beatTimer);
-        clearTimeout(this.deadlineTimer);
+        clearTimeout(this.timer);
         if (this.closing) {
             this.error = undefined;
         }
         else if (held) {
             this.cause = err;
-            this.error = new LockLost(this.name, err);
+            this.error = new errors_js_1.LockLost(this.name, err);
         }
         else {
             this.error = err;
         }
         this.state = "ended";
-        if (held && this.error)
+        if (held && this.error) {
+            this.opts.log.warn(`baton: lock ${JSON.stringify(this.name)} lost: ${err.message}`, { lock: this.name, addr: this.addr, event: "loss" });
             this.controller.abort(this.error);
+        }
+        // A claim the client ends on purpose (maxHoldMs) goes as a release does.
+        if (err instanceof errors_js_1.MaxHoldReached && this.opts.reset && !this.raw.destroyed)
+            this.raw.resetAndDestroy();
         this.sock.destroy();
         this.notify();
     }
-    beat() {
-        if (this.state === "ended")
-            return;
-        this.sentAt = performance.now();
-        this.pending = true;
-        this.sock.write(wire.HEARTBEAT);
-    }
     onData(d) {
-        const at = performance.now();
+        const at = node_perf_hooks_1.performance.now();
         this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
         const { frames, rest, error } = wire.split(this.buf);
         this.buf = rest;
@@ -172,45 +258,59 @@ export class Session {
                 return this.end(new Violation(`server ${this.addr} sent a bad frame: ${e.message}`));
             }
             if (f.type === wire.T_ERROR)
-                return this.end(errorForCode(f.code, f.message));
+                return this.end((0, errors_js_1.errorForCode)(f.code, f.message));
             // A frame that arrives after the deadline confirms nothing: the server
             // may already have moved the lock.
-            if (at >= this.deadline)
-                return this.end(this.unconfirmed());
+            const late = this.overdue(at);
+            if (late)
+                return this.end(late);
             if (f.type === wire.T_ACQUIRED && f.push) {
                 if (this.state === "held")
                     return this.end(new Violation("promotion push while holding the lock"));
-                this.grant(f.token);
+                this.grant(f.token, at);
                 continue;
             }
             if (!this.pending)
                 return this.end(new Violation("reply with no request outstanding"));
             this.pending = false;
             this.replied = true;
+            this.missAt = undefined;
             this.sched.observe(at - this.sentAt);
-            this.armDeadline(this.sentAt + this.sched.timeout);
-            clearTimeout(this.beatTimer);
-            this.beatTimer = setTimeout(() => this.beat(), Math.max(at + this.sched.interval() - performance.now(), 0));
+            this.deadline = this.sentAt + this.sched.timeout;
+            this.nextBeat = at + this.sched.interval();
             if (f.type === wire.T_WAITING) {
                 if (this.state === "held")
                     return this.end(new Violation(`WAITING (position ${f.position}) after the lock was granted`));
                 this.position = f.position;
+                this.reportPosition(f.position);
             }
             else if (this.state !== "held") {
-                this.grant(f.token);
+                this.grant(f.token, at);
             }
             else if (f.token !== this.token) {
                 return this.end(new Violation(`ACQUIRED with token ${f.token} while holding token ${this.token}`));
             }
         }
         if (error)
-            this.end(new Violation(`server ${this.addr} sent a bad frame: ${error}`));
+            return this.end(new Violation(`server ${this.addr} sent a bad frame: ${error}`));
+        this.arm();
     }
-    grant(token) {
+    reportPosition(position) {
+        try {
+            this.opts.onWaiting?.(position);
+        }
+        catch (e) {
+            this.opts.log.warn(`baton: the onWaiting callback of lock ${JSON.stringify(this.name)} failed: ${e.message}`, { lock: this.name });
+        }
+    }
+    grant(token, at) {
         if (this.state !== "waiting")
             return;
         this.state = "held";
         this.token = token;
+        if (this.opts.maxHoldMs !== undefined)
+            this.holdUntil = at + this.opts.maxHoldMs;
         this.notify();
     }
 }
+exports.Session = Session;

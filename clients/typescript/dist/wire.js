@@ -1,104 +1,114 @@
+"use strict";
 /** The bytes of Baton's wire protocol, version 1 (PROTOCOL.md). */
-import { BadRequestError, ProtocolError } from "./errors.js";
-export const VERSION = 1;
-export const HEADER_SIZE = 3;
-export const MAX_PAYLOAD = 1024;
-export const T_ACQUIRE = 0x01;
-export const T_HEARTBEAT = 0x02;
-export const T_ERROR = 0x80;
-export const T_WAITING = 0x81;
-export const T_ACQUIRED = 0x82;
-export const MAX_LEASE_MS = 0xffffffff;
-export const HEARTBEAT = Buffer.from([T_HEARTBEAT, 0, 0]);
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.HEARTBEAT = exports.MAX_LEASE_MS = exports.T_ACQUIRED = exports.T_WAITING = exports.T_ERROR = exports.T_HEARTBEAT = exports.T_ACQUIRE = exports.MAX_PAYLOAD = exports.HEADER_SIZE = exports.VERSION = void 0;
+exports.checkName = checkName;
+exports.checkOwner = checkOwner;
+exports.checkLeaseMs = checkLeaseMs;
+exports.encodeAcquire = encodeAcquire;
+exports.encodeFrame = encodeFrame;
+exports.decode = decode;
+exports.split = split;
+const errors_js_1 = require("./errors.js");
+exports.VERSION = 1;
+exports.HEADER_SIZE = 3;
+exports.MAX_PAYLOAD = 1024;
+exports.T_ACQUIRE = 0x01;
+exports.T_HEARTBEAT = 0x02;
+exports.T_ERROR = 0x80;
+exports.T_WAITING = 0x81;
+exports.T_ACQUIRED = 0x82;
+exports.MAX_LEASE_MS = 0xffffffff;
+exports.HEARTBEAT = Buffer.from([exports.T_HEARTBEAT, 0, 0]);
 function checkText(what, raw, min) {
     if (raw.length < min)
-        throw new BadRequestError(`${what} is empty`);
+        throw new errors_js_1.BadRequestError(`${what} is empty`);
     if (raw.length > 255)
-        throw new BadRequestError(`${what} is ${raw.length} bytes, more than 255`);
+        throw new errors_js_1.BadRequestError(`${what} is ${raw.length} bytes, more than 255`);
     try {
         new TextDecoder("utf-8", { fatal: true }).decode(raw);
     }
     catch {
-        throw new BadRequestError(`${what} is not valid UTF-8`);
+        throw new errors_js_1.BadRequestError(`${what} is not valid UTF-8`);
     }
     for (const b of raw) {
         if (b < 0x20 || b === 0x7f)
-            throw new BadRequestError(`${what} holds the control byte 0x${b.toString(16).padStart(2, "0")}`);
+            throw new errors_js_1.BadRequestError(`${what} holds the control byte 0x${b.toString(16).padStart(2, "0")}`);
     }
 }
 /** The lock name's bytes, or BadRequestError: 1..255 bytes of UTF-8, no control bytes. */
-export function checkName(name) {
+function checkName(name) {
     const raw = typeof name === "string" ? Buffer.from(name, "utf8") : Buffer.from(name);
     if (typeof name === "string" && raw.toString("utf8") !== name)
-        throw new BadRequestError("lock name is not valid UTF-8");
+        throw new errors_js_1.BadRequestError("lock name is not valid UTF-8");
     checkText("lock name", raw, 1);
     return raw;
 }
 /** The owner's bytes, or BadRequestError: 0..255 bytes of UTF-8, no control bytes. */
-export function checkOwner(owner) {
+function checkOwner(owner) {
     const raw = typeof owner === "string" ? Buffer.from(owner, "utf8") : Buffer.from(owner);
     if (typeof owner === "string" && raw.toString("utf8") !== owner)
-        throw new BadRequestError("owner is not valid UTF-8");
+        throw new errors_js_1.BadRequestError("owner is not valid UTF-8");
     checkText("owner", raw, 0);
     return raw;
 }
 /** A lease in milliseconds, checked: a whole number 1..4294967295. */
-export function checkLeaseMs(leaseMs) {
+function checkLeaseMs(leaseMs) {
     if (!Number.isFinite(leaseMs))
-        throw new BadRequestError(`lease ${leaseMs}ms is not a number`);
+        throw new errors_js_1.BadRequestError(`lease ${leaseMs}ms is not a number`);
     const ms = Math.floor(leaseMs);
     if (ms < 1)
-        throw new BadRequestError(`lease ${leaseMs}ms must be at least 1ms`);
-    if (ms > MAX_LEASE_MS)
-        throw new BadRequestError(`lease ${leaseMs}ms exceeds the protocol's maximum of ${MAX_LEASE_MS}ms`);
+        throw new errors_js_1.BadRequestError(`lease ${leaseMs}ms must be at least 1ms`);
+    if (ms > exports.MAX_LEASE_MS)
+        throw new errors_js_1.BadRequestError(`lease ${leaseMs}ms exceeds the protocol's maximum of ${exports.MAX_LEASE_MS}ms`);
     return ms;
 }
 /** An ACQUIRE frame, after the checks the server would make. */
-export function encodeAcquire(name, leaseMs, owner = "", nowait = false) {
+function encodeAcquire(name, leaseMs, owner = "", nowait = false) {
     const n = checkName(name);
     const o = checkOwner(owner);
     const ms = checkLeaseMs(leaseMs);
     const payload = Buffer.alloc(7 + n.length + o.length);
-    payload[0] = VERSION;
+    payload[0] = exports.VERSION;
     payload[1] = nowait ? 1 : 0;
     payload.writeUInt32BE(ms, 2);
     payload[6] = n.length;
     n.copy(payload, 7);
     o.copy(payload, 7 + n.length);
-    return encodeFrame(T_ACQUIRE, payload);
+    return encodeFrame(exports.T_ACQUIRE, payload);
 }
 /** Any frame: type, u16 length, payload. */
-export function encodeFrame(type, payload) {
-    const b = Buffer.alloc(HEADER_SIZE + payload.length);
+function encodeFrame(type, payload) {
+    const b = Buffer.alloc(exports.HEADER_SIZE + payload.length);
     b[0] = type;
     b.writeUInt16BE(payload.length, 1);
-    Buffer.from(payload).copy(b, HEADER_SIZE);
+    Buffer.from(payload).copy(b, exports.HEADER_SIZE);
     return b;
 }
 /** Decodes a server frame's payload, or throws ProtocolError. */
-export function decode(type, p) {
+function decode(type, p) {
     const f = { type, position: 0, push: false, token: 0n, code: 0, message: "" };
-    if (type === T_WAITING) {
+    if (type === exports.T_WAITING) {
         if (p.length !== 5)
-            throw new ProtocolError(`WAITING payload of ${p.length} bytes, want 5`);
+            throw new errors_js_1.ProtocolError(`WAITING payload of ${p.length} bytes, want 5`);
         f.position = p.readUInt32BE(1);
     }
-    else if (type === T_ACQUIRED) {
+    else if (type === exports.T_ACQUIRED) {
         if (p.length !== 9)
-            throw new ProtocolError(`ACQUIRED payload of ${p.length} bytes, want 9`);
+            throw new errors_js_1.ProtocolError(`ACQUIRED payload of ${p.length} bytes, want 9`);
         f.push = (p[0] & 1) !== 0;
         f.token = p.readBigUInt64BE(1);
         if (f.token === 0n)
-            throw new ProtocolError("ACQUIRED with token 0");
+            throw new errors_js_1.ProtocolError("ACQUIRED with token 0");
     }
-    else if (type === T_ERROR) {
+    else if (type === exports.T_ERROR) {
         if (p.length < 1 || p.length > 513)
-            throw new ProtocolError(`ERROR payload of ${p.length} bytes, want 1..513`);
+            throw new errors_js_1.ProtocolError(`ERROR payload of ${p.length} bytes, want 1..513`);
         f.code = p[0];
         f.message = p.subarray(1).toString("utf8");
     }
     else {
-        throw new ProtocolError(`unexpected frame type 0x${type.toString(16)}`);
+        throw new errors_js_1.ProtocolError(`unexpected frame type 0x${type.toString(16)}`);
     }
     return f;
 }
@@ -107,18 +117,18 @@ export function decode(type, p) {
  * MAX_PAYLOAD is an error at once, its payload unread. Returns the frames,
  * the rest of buf, and the error if any.
  */
-export function split(buf) {
+function split(buf) {
     const frames = [];
     let off = 0;
-    while (buf.length - off >= HEADER_SIZE) {
+    while (buf.length - off >= exports.HEADER_SIZE) {
         const type = buf[off];
         const len = buf.readUInt16BE(off + 1);
-        if (len > MAX_PAYLOAD)
-            return { frames, rest: buf.subarray(off), error: `frame length ${len} exceeds the limit of ${MAX_PAYLOAD}` };
-        const end = off + HEADER_SIZE + len;
+        if (len > exports.MAX_PAYLOAD)
+            return { frames, rest: buf.subarray(off), error: `frame length ${len} exceeds the limit of ${exports.MAX_PAYLOAD}` };
+        const end = off + exports.HEADER_SIZE + len;
         if (buf.length < end)
             break;
-        frames.push([type, Buffer.from(buf.subarray(off + HEADER_SIZE, end))]);
+        frames.push([type, Buffer.from(buf.subarray(off + exports.HEADER_SIZE, end))]);
         off = end;
     }
     return { frames, rest: buf.subarray(off) };

@@ -1,16 +1,23 @@
 /**
  * Baton's TypeScript client for Node.js: named locks where the TCP
  * connection is the claim. Closing it is the release; heartbeats keep the
- * lock while the process lives; the client gives the lock up itself once the
- * server has confirmed nothing for 0.8 × lease; loss aborts `held.signal`.
+ * lock while the process lives; the client counts the lock as lost once the
+ * server has confirmed nothing for 0.8 × lease, measured from the send of
+ * the last confirmed request, and `held.check()` reads that clock itself.
  *
  * @example
  * const client = new Client(["127.0.0.1:7070"], { leaseMs: 10_000 });
  * await client.withLock("jobs", async (signal, held) => {
- *   await work({ signal, fence: held.token });
+ *   for (const step of steps) {
+ *     held.check(); // throws LockLost once the lock is lost, by the clock
+ *     await step.run({ signal, fence: String(held.token) });
+ *   }
  * });
  */
-export { Client, Held, DEFAULT_LEASE_MS, DEFAULT_DIAL_TIMEOUT_MS } from "./client.js";
-export type { ClientOptions, AcquireOptions } from "./client.js";
+export { Client, DEFAULT_LEASE_MS, DEFAULT_DIAL_TIMEOUT_MS } from "./client.js";
+export type { ClientOptions, AcquireOptions, AcquireManyOptions } from "./client.js";
+export { Held } from "./held.js";
+export { HeldMany } from "./many.js";
+export { Leadership } from "./election.js";
+export type { Logger } from "./log.js";
 export * from "./errors.js";
-export { encodeAcquire, decode, split, HEARTBEAT } from "./wire.js";

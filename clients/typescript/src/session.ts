@@ -2,7 +2,8 @@
 
 import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
-import { BatonError, ConnectionBroken, LockLost, Unconfirmed, UnauthorizedError, errorForCode } from "./errors.js";
+import { BatonError, ConnectionBroken, LockLost, MaxHoldReached, Unconfirmed, UnauthorizedError, errorForCode } from "./errors.js";
+import type { Logger } from "./log.js";
 import * as wire from "./wire.js";
 
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
@@ -38,11 +39,24 @@ export class Schedule {
 
 export type State = "waiting" | "held" | "ended";
 
+/** What a session needs besides its socket. */
+export interface SessionOptions {
+  /** A close the client chooses resets the connection (RST). */
+  reset: boolean;
+  /** Ends the claim this long after the grant (ms). */
+  maxHoldMs?: number;
+  /** Called with the place in the queue on each WAITING reply. */
+  onWaiting?: (position: number) => void;
+  log: Required<Logger>;
+}
+
 /**
  * The session's socket 'data' handler is its permanent reader, so a
- * promotion push is seen the moment it arrives; two timers are its clock:
- * the next heartbeat (at most one in flight) and the 0.8 × lease deadline,
- * counted from the send of the last request the server answered.
+ * promotion push is seen the moment it arrives; one timer is its clock: the
+ * next heartbeat (at most one in flight), the reply a quarter lease late,
+ * the deadline (0.8 × lease from the send of the last request the server
+ * answered) and the hold limit. A blocked event loop runs no timer, so
+ * `expireIfLate` lets any question about the lock read the clock itself.
  */
 export class Session {
   state: State = "waiting";
@@ -51,23 +65,25 @@ export class Session {
   replied = false;
   /** Why it ended; undefined after a release. */
   error?: Error;
-  /** The loss's cause, once held and lost. */
+  /** The loss's reason, once held and lost. */
   cause?: Error;
   readonly controller = new AbortController();
   readonly sched: Schedule;
   private sentAt = 0;
   private deadline = 0;
   private pending = true;
+  private nextBeat?: number;
+  private missAt?: number;
+  private holdUntil?: number;
   private buf: Buffer = Buffer.alloc(0);
   private closing = false;
-  private beatTimer?: NodeJS.Timeout;
-  private deadlineTimer?: NodeJS.Timeout;
+  private timer?: NodeJS.Timeout;
   private listeners: Array<() => void> = [];
   private closed: Promise<void>;
 
   /**
    * sock carries the protocol; raw is the TCP socket under it (sock itself
-   * without TLS), which close resets when reset is true.
+   * without TLS), which a close the client chooses resets.
    */
   constructor(
     private readonly sock: Socket,
@@ -76,7 +92,7 @@ export class Session {
     readonly name: string,
     leaseMs: number,
     acquire: Buffer,
-    private readonly reset = true,
+    private readonly opts: SessionOptions,
   ) {
     this.sched = new Schedule(leaseMs);
     this.closed = new Promise((resolve) => sock.once("close", () => resolve()));
@@ -91,7 +107,8 @@ export class Session {
     });
     sock.on("close", () => this.end(new ConnectionBroken(`connection to ${addr} closed by the server`)));
     this.sentAt = performance.now();
-    this.armDeadline(this.sentAt + this.sched.timeout);
+    this.deadline = this.sentAt + this.sched.timeout;
+    this.arm();
     sock.write(acquire);
   }
 
@@ -103,6 +120,18 @@ export class Session {
     };
   }
 
+  /** The performance.now() from which the lock must be taken as lost. */
+  validUntil(): number {
+    return this.holdUntil === undefined ? this.deadline : Math.min(this.deadline, this.holdUntil);
+  }
+
+  /** Ends a held lock whose deadline has passed: the clock decides, not whether a timer has run. */
+  expireIfLate(): void {
+    if (this.state !== "held") return;
+    const late = this.overdue(performance.now());
+    if (late) this.end(late);
+  }
+
   /**
    * Ends the session from outside: the release, or giving up the place in
    * the queue. The socket is closed at once, with a reset (RST, the
@@ -112,7 +141,7 @@ export class Session {
    */
   async close(): Promise<void> {
     if (this.state !== "ended") this.closing = true;
-    if (this.reset && !this.raw.destroyed) this.raw.resetAndDestroy();
+    if (this.opts.reset && !this.raw.destroyed) this.raw.resetAndDestroy();
     this.sock.destroy();
     await this.closed;
     this.end(new ConnectionBroken("closed"));
@@ -122,10 +151,43 @@ export class Session {
     for (const f of [...this.listeners]) f();
   }
 
-  private armDeadline(at: number): void {
-    this.deadline = at;
-    clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = setTimeout(() => this.end(this.unconfirmed()), Math.max(at - performance.now(), 0));
+  private overdue(now: number): Error | undefined {
+    if (now >= this.deadline) return this.unconfirmed();
+    if (this.state === "held" && this.holdUntil !== undefined && now >= this.holdUntil) {
+      return new MaxHoldReached(`held for the maximum of ${this.opts.maxHoldMs}ms`);
+    }
+    return undefined;
+  }
+
+  private arm(): void {
+    clearTimeout(this.timer);
+    if (this.state === "ended") return;
+    let at = this.deadline;
+    for (const t of [this.nextBeat, this.missAt, this.holdUntil]) if (t !== undefined && t < at) at = t;
+    this.timer = setTimeout(() => this.tick(), Math.max(at - performance.now(), 0));
+  }
+
+  private tick(): void {
+    if (this.state === "ended") return;
+    const now = performance.now();
+    const late = this.overdue(now);
+    if (late) return this.end(late);
+    if (this.missAt !== undefined && now >= this.missAt) {
+      this.missAt = undefined;
+      this.opts.log.warn(
+        `baton: lock ${JSON.stringify(this.name)}: no reply from ${this.addr} to the heartbeat sent ${Math.round(now - this.sentAt)} ms ago; ` +
+          `the claim ends at 0.8 × lease (${this.sched.timeout} ms after that send) unless one comes`,
+        { lock: this.name, addr: this.addr, event: "heartbeat-miss" },
+      );
+    }
+    if (this.nextBeat !== undefined && now >= this.nextBeat) {
+      this.sentAt = now;
+      this.pending = true;
+      this.nextBeat = undefined;
+      this.missAt = now + this.sched.leaseMs / 4;
+      this.sock.write(wire.HEARTBEAT);
+    }
+    this.arm();
   }
 
   private unconfirmed(): Unconfirmed {
@@ -136,8 +198,7 @@ export class Session {
   private end(err: Error): void {
     if (this.state === "ended") return;
     const held = this.state === "held";
-    clearTimeout(this.beatTimer);
-    clearTimeout(this.deadlineTimer);
+    clearTimeout(this.timer);
     if (this.closing) {
       this.error = undefined;
     } else if (held) {
@@ -147,16 +208,14 @@ export class Session {
       this.error = err;
     }
     this.state = "ended";
-    if (held && this.error) this.controller.abort(this.error);
+    if (held && this.error) {
+      this.opts.log.warn(`baton: lock ${JSON.stringify(this.name)} lost: ${err.message}`, { lock: this.name, addr: this.addr, event: "loss" });
+      this.controller.abort(this.error);
+    }
+    // A claim the client ends on purpose (maxHoldMs) goes as a release does.
+    if (err instanceof MaxHoldReached && this.opts.reset && !this.raw.destroyed) this.raw.resetAndDestroy();
     this.sock.destroy();
     this.notify();
-  }
-
-  private beat(): void {
-    if (this.state === "ended") return;
-    this.sentAt = performance.now();
-    this.pending = true;
-    this.sock.write(wire.HEARTBEAT);
   }
 
   private onData(d: Buffer): void {
@@ -175,35 +234,47 @@ export class Session {
       if (f.type === wire.T_ERROR) return this.end(errorForCode(f.code, f.message));
       // A frame that arrives after the deadline confirms nothing: the server
       // may already have moved the lock.
-      if (at >= this.deadline) return this.end(this.unconfirmed());
+      const late = this.overdue(at);
+      if (late) return this.end(late);
       if (f.type === wire.T_ACQUIRED && f.push) {
         if (this.state === "held") return this.end(new Violation("promotion push while holding the lock"));
-        this.grant(f.token);
+        this.grant(f.token, at);
         continue;
       }
       if (!this.pending) return this.end(new Violation("reply with no request outstanding"));
       this.pending = false;
       this.replied = true;
+      this.missAt = undefined;
       this.sched.observe(at - this.sentAt);
-      this.armDeadline(this.sentAt + this.sched.timeout);
-      clearTimeout(this.beatTimer);
-      this.beatTimer = setTimeout(() => this.beat(), Math.max(at + this.sched.interval() - performance.now(), 0));
+      this.deadline = this.sentAt + this.sched.timeout;
+      this.nextBeat = at + this.sched.interval();
       if (f.type === wire.T_WAITING) {
         if (this.state === "held") return this.end(new Violation(`WAITING (position ${f.position}) after the lock was granted`));
         this.position = f.position;
+        this.reportPosition(f.position);
       } else if (this.state !== "held") {
-        this.grant(f.token);
+        this.grant(f.token, at);
       } else if (f.token !== this.token) {
         return this.end(new Violation(`ACQUIRED with token ${f.token} while holding token ${this.token}`));
       }
     }
-    if (error) this.end(new Violation(`server ${this.addr} sent a bad frame: ${error}`));
+    if (error) return this.end(new Violation(`server ${this.addr} sent a bad frame: ${error}`));
+    this.arm();
   }
 
-  private grant(token: bigint): void {
+  private reportPosition(position: number): void {
+    try {
+      this.opts.onWaiting?.(position);
+    } catch (e) {
+      this.opts.log.warn(`baton: the onWaiting callback of lock ${JSON.stringify(this.name)} failed: ${(e as Error).message}`, { lock: this.name });
+    }
+  }
+
+  private grant(token: bigint, at: number): void {
     if (this.state !== "waiting") return;
     this.state = "held";
     this.token = token;
+    if (this.opts.maxHoldMs !== undefined) this.holdUntil = at + this.opts.maxHoldMs;
     this.notify();
   }
 }

@@ -6,7 +6,8 @@ import { existsSync } from "node:fs";
 import * as https from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import * as baton from "../dist/index.js";
+import * as baton from "baton-client";
+import * as wire from "../dist/wire.js";
 import { REPO, startServer, awaitWaiters, startProxy } from "./helpers.mjs";
 
 const vectors = JSON.parse(readFileSync(join(REPO, "wire", "testdata", "vectors.json"), "utf8"));
@@ -52,17 +53,17 @@ describe("the shared wire vectors", () => {
     for (const f of vectors.frames) {
       const fields = f.fields;
       if (f.type === "ACQUIRE") {
-        assert.equal(baton.encodeAcquire(fields.name, fields.lease_ms, fields.owner, fields.nowait).toString("hex"), f.hex, f.what);
+        assert.equal(wire.encodeAcquire(fields.name, fields.lease_ms, fields.owner, fields.nowait).toString("hex"), f.hex, f.what);
         continue;
       }
       if (f.type === "HEARTBEAT") {
-        assert.equal(baton.HEARTBEAT.toString("hex"), f.hex);
+        assert.equal(wire.HEARTBEAT.toString("hex"), f.hex);
         continue;
       }
-      const { frames, error } = baton.split(Buffer.from(f.hex, "hex"));
+      const { frames, error } = wire.split(Buffer.from(f.hex, "hex"));
       assert.equal(error, undefined, f.what);
       assert.equal(frames.length, 1, f.what);
-      const d = baton.decode(...frames[0]);
+      const d = wire.decode(...frames[0]);
       if (f.type === "WAITING") assert.equal(d.position, fields.position, f.what);
       if (f.type === "ACQUIRED") assert.deepEqual([d.push, d.token], [fields.push, BigInt(fields.token)], f.what);
       if (f.type === "ERROR") {
@@ -72,7 +73,7 @@ describe("the shared wire vectors", () => {
     }
   });
   test("refused headers", () => {
-    for (const r of vectors.refused_headers) assert.ok(baton.split(Buffer.from(r.hex, "hex")).error, r.what);
+    for (const r of vectors.refused_headers) assert.ok(wire.split(Buffer.from(r.hex, "hex")).error, r.what);
   });
   test("bad ACQUIREs refused before dialling", async () => {
     for (const b of vectors.bad_acquire) {
@@ -81,7 +82,7 @@ describe("the shared wire vectors", () => {
       // Port 1: a dial would fail with ConnectionBroken instead.
       await assert.rejects(async () => {
         const c = new baton.Client(["127.0.0.1:1"], { leaseMs: b.lease_ms, owner: typeof owner === "string" ? owner : owner.toString("latin1") });
-        if (typeof owner !== "string") baton.encodeAcquire(name, 1000, owner);
+        if (typeof owner !== "string") wire.encodeAcquire(name, 1000, owner);
         await c.acquire(name);
       }, baton.BadRequestError, b.what);
     }
@@ -119,9 +120,9 @@ describe("against the real server", () => {
     const first = await c.acquire("ts/fifo");
     const order = [];
     let grantedAt;
-    const b = c.acquire("ts/fifo").then(async (h) => { grantedAt ??= performance.now(); order.push(["b", h.token]); await sleep(30); await h.release(); });
+    const b = c.acquire("ts/fifo", { queueBehindSelf: true }).then(async (h) => { grantedAt ??= performance.now(); order.push(["b", h.token]); await sleep(30); await h.release(); });
     await awaitWaiters(srv, "ts/fifo", 1);
-    const w = c.acquire("ts/fifo").then(async (h) => { order.push(["c", h.token]); await h.release(); });
+    const w = c.acquire("ts/fifo", { queueBehindSelf: true }).then(async (h) => { order.push(["c", h.token]); await h.release(); });
     await awaitWaiters(srv, "ts/fifo", 2);
     const releasedAt = performance.now();
     await first.release();
@@ -144,7 +145,7 @@ describe("against the real server", () => {
     const c = new baton.Client([srv.addr], { leaseMs: 2000 });
     const held = await c.acquire("ts/timeout");
     const start = performance.now();
-    await assert.rejects(c.acquire("ts/timeout", { signal: AbortSignal.timeout(300) }), (e) => e.name === "TimeoutError");
+    await assert.rejects(new baton.Client([srv.addr], { leaseMs: 2000 }).acquire("ts/timeout", { signal: AbortSignal.timeout(300) }), (e) => e.name === "TimeoutError");
     assert.ok(performance.now() - start >= 290);
     await held.release();
     const again = await c.acquire("ts/timeout", { signal: AbortSignal.timeout(5000) }); // the abandoned place is gone
@@ -182,7 +183,7 @@ describe("release by reset", { skip: !existsSync("/proc/net/tcp") && "SKIPPED: n
       const held = await c.acquire("ts/rst");
       const local = held.session.raw.localPort;
       const remote = held.session.raw.remotePort;
-      const next = c.acquire("ts/rst", { signal: AbortSignal.timeout(10_000) });
+      const next = c.acquire("ts/rst", { signal: AbortSignal.timeout(10_000), queueBehindSelf: true });
       await awaitWaiters(srv, "ts/rst", 1);
       const before = await ended(srv.ops, reason);
       await held.release();
@@ -202,7 +203,7 @@ describe("release by reset", { skip: !existsSync("/proc/net/tcp") && "SKIPPED: n
     const c = new baton.Client([srv.addr], { leaseMs: 2000 });
     const held = await c.acquire("ts/rst-wait");
     const before = await ended(srv.ops, "reset");
-    await assert.rejects(c.acquire("ts/rst-wait", { signal: AbortSignal.timeout(300) }), (e) => e.name === "TimeoutError");
+    await assert.rejects(new baton.Client([srv.addr], { leaseMs: 2000 }).acquire("ts/rst-wait", { signal: AbortSignal.timeout(300) }), (e) => e.name === "TimeoutError");
     await eventually(async () => (await ended(srv.ops, "reset")) >= before + 1, "the server did not see the waiter's reset");
     await held.release();
   });
@@ -218,20 +219,20 @@ describe("server deaths", () => {
     await lost;
     assert.ok(held.signal.reason instanceof baton.LockLost);
     assert.ok(held.signal.reason.cause instanceof baton.ConnectionBroken);
-    await held.release();
+    await assert.rejects(held.release(), baton.LockLost, "a release after a loss reports it");
   });
 
   test("SHUTDOWN while waiting: requeue on the restarted server", async () => {
     let srv = await startServer();
     const c = new baton.Client([srv.addr], { leaseMs: 2000 });
     const held = await c.acquire("ts/shut");
-    const waiter = c.acquire("ts/shut", { signal: AbortSignal.timeout(30_000) });
+    const waiter = new baton.Client([srv.addr], { leaseMs: 2000 }).acquire("ts/shut", { signal: AbortSignal.timeout(30_000) });
     await awaitWaiters(srv, "ts/shut", 1);
     const { addr, ops, dataDir } = srv;
     await srv.stop("SIGTERM");
     assert.ok(held.signal.aborted);
     assert.ok(held.signal.reason.cause instanceof baton.ShutdownError);
-    await held.release();
+    await assert.rejects(held.release(), baton.LockLost);
     srv = await startServer({ dataDir, addr, opsAddr: ops });
     try {
       const h = await waiter;
@@ -327,7 +328,7 @@ describe("through the fault proxy", () => {
       console.error(`  frozen link: lost ${(lostAt - stalledAt).toFixed(0)} ms after the stall; next holder granted ${(grantedAt - lostAt).toFixed(0)} ms after that`);
       assert.ok(lostAt - stalledAt < 0.8 * leaseMs + 100);
       assert.ok(lostAt < grantedAt, "the old holder still believed in the lock after the next grant");
-      await held.release();
+      await assert.rejects(held.release(), baton.LockLost);
     } finally {
       await proxy.stop();
       await srv.stop();

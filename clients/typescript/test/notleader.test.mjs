@@ -1,7 +1,7 @@
 import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import * as net from "node:net";
-import * as baton from "../dist/index.js";
+import * as baton from "baton-client";
 import { startServer } from "./helpers.mjs";
 
 // A fake follower: answers every connection's first frame with ERROR

@@ -1,0 +1,54 @@
+/** A lock held by this process. */
+import type { Session } from "./session.js";
+/**
+ * A lock held by this process: the claim is its connection.
+ *
+ * Ask `check()` (or `lost`) right before each step that touches the guarded
+ * resource: both read the clock themselves, so a process that wakes past
+ * the deadline (a blocked event loop, a GC pause, SIGSTOP) is told at once.
+ * `signal` is aborted by the client's timers and socket events, which a
+ * blocked loop runs late: pass it to fetch, streams and timers so they stop,
+ * but do not take its silence for ownership.
+ */
+export declare class Held {
+    protected readonly session: Session;
+    /** The lock's name. */
+    readonly name: string;
+    /** The fencing token of this grant: pass it to the guarded resource. A bigint; print it with `String(token)`. */
+    readonly token: bigint;
+    /** Aborted when the client sees the loss (its reason is a LockLost); never by release. */
+    readonly signal: AbortSignal;
+    /** @internal */
+    constructor(session: Session);
+    /** True once ownership has ended by a loss; reads the clock, as check() does. */
+    get lost(): boolean;
+    /**
+     * The `performance.now()` from which the lock must be taken as lost even if
+     * no reply has said so: the send time of the latest request the server
+     * confirmed plus 0.8 × lease (or the maxHoldMs limit if that comes first).
+     * It moves on with every confirmed heartbeat.
+     */
+    get validUntil(): number;
+    /**
+     * Throws the LockLost once ownership has ended. Past validUntil it ends the
+     * claim and throws, even if no timer of the client has run since.
+     */
+    check(): void;
+    /**
+     * Closes the session: the release; the next waiter is promoted at once.
+     * Rejects with the LockLost if ownership had already ended by a loss (the
+     * work that ran may not have been protected), as Go's `Release() error`
+     * does; a release itself is never a loss. Idempotent.
+     */
+    release(): Promise<void>;
+    /** `await using held = await client.acquire(name)` releases at the end of the scope (see release). */
+    [Symbol.asyncDispose](): Promise<void>;
+}
+/**
+ * What leaves a callback that failed while holding `held`: after a loss, a
+ * LockLost (the callback's own error as its cause); otherwise the
+ * callback's error.
+ */
+export declare function failure(held: {
+    release(): Promise<void>;
+}, err: unknown): Promise<unknown>;

@@ -1,0 +1,88 @@
+"use strict";
+/** A lock held by this process. */
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.Held = void 0;
+exports.failure = failure;
+const errors_js_1 = require("./errors.js");
+/**
+ * A lock held by this process: the claim is its connection.
+ *
+ * Ask `check()` (or `lost`) right before each step that touches the guarded
+ * resource: both read the clock themselves, so a process that wakes past
+ * the deadline (a blocked event loop, a GC pause, SIGSTOP) is told at once.
+ * `signal` is aborted by the client's timers and socket events, which a
+ * blocked loop runs late: pass it to fetch, streams and timers so they stop,
+ * but do not take its silence for ownership.
+ */
+class Held {
+    session;
+    /** The lock's name. */
+    name;
+    /** The fencing token of this grant: pass it to the guarded resource. A bigint; print it with `String(token)`. */
+    token;
+    /** Aborted when the client sees the loss (its reason is a LockLost); never by release. */
+    signal;
+    /** @internal */
+    constructor(session) {
+        this.session = session;
+        this.name = session.name;
+        this.token = session.token;
+        this.signal = session.controller.signal;
+    }
+    /** True once ownership has ended by a loss; reads the clock, as check() does. */
+    get lost() {
+        this.session.expireIfLate();
+        return this.signal.aborted;
+    }
+    /**
+     * The `performance.now()` from which the lock must be taken as lost even if
+     * no reply has said so: the send time of the latest request the server
+     * confirmed plus 0.8 × lease (or the maxHoldMs limit if that comes first).
+     * It moves on with every confirmed heartbeat.
+     */
+    get validUntil() {
+        return this.session.validUntil();
+    }
+    /**
+     * Throws the LockLost once ownership has ended. Past validUntil it ends the
+     * claim and throws, even if no timer of the client has run since.
+     */
+    check() {
+        this.session.expireIfLate();
+        if (this.signal.aborted)
+            throw this.signal.reason;
+    }
+    /**
+     * Closes the session: the release; the next waiter is promoted at once.
+     * Rejects with the LockLost if ownership had already ended by a loss (the
+     * work that ran may not have been protected), as Go's `Release() error`
+     * does; a release itself is never a loss. Idempotent.
+     */
+    async release() {
+        this.session.expireIfLate();
+        await this.session.close();
+        if (this.session.cause)
+            throw this.session.error;
+    }
+    /** `await using held = await client.acquire(name)` releases at the end of the scope (see release). */
+    async [Symbol.asyncDispose]() {
+        await this.release();
+    }
+}
+exports.Held = Held;
+/**
+ * What leaves a callback that failed while holding `held`: after a loss, a
+ * LockLost (the callback's own error as its cause); otherwise the
+ * callback's error.
+ */
+async function failure(held, err) {
+    try {
+        await held.release();
+    }
+    catch (loss) {
+        if (!(loss instanceof errors_js_1.LockLost))
+            throw loss;
+        return err instanceof errors_js_1.LockLost ? err : new errors_js_1.LockLost(loss.lock, loss.reason, err);
+    }
+    return err;
+}

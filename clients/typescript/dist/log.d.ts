@@ -1,0 +1,13 @@
+/**
+ * Where the client tells what it does: connections (debug), redirects and
+ * reconnections (info), heartbeat replies a quarter lease late, and losses
+ * (warn). `console` fits; so does a pino or winston logger. Each method is
+ * optional; a missing one is not called.
+ */
+export interface Logger {
+    debug?(message: string, fields?: Record<string, unknown>): void;
+    info?(message: string, fields?: Record<string, unknown>): void;
+    warn?(message: string, fields?: Record<string, unknown>): void;
+}
+/** A Logger whose every call is safe, even when the user's throws. */
+export declare function safeLogger(log: Logger | undefined): Required<Logger>;

@@ -1,0 +1,81 @@
+/** A lock held by this process. */
+
+import { LockLost } from "./errors.js";
+import type { Session } from "./session.js";
+
+/**
+ * A lock held by this process: the claim is its connection.
+ *
+ * Ask `check()` (or `lost`) right before each step that touches the guarded
+ * resource: both read the clock themselves, so a process that wakes past
+ * the deadline (a blocked event loop, a GC pause, SIGSTOP) is told at once.
+ * `signal` is aborted by the client's timers and socket events, which a
+ * blocked loop runs late: pass it to fetch, streams and timers so they stop,
+ * but do not take its silence for ownership.
+ */
+export class Held {
+  /** The lock's name. */
+  readonly name: string;
+  /** The fencing token of this grant: pass it to the guarded resource. A bigint; print it with `String(token)`. */
+  readonly token: bigint;
+  /** Aborted when the client sees the loss (its reason is a LockLost); never by release. */
+  readonly signal: AbortSignal;
+  /** @internal */
+  constructor(protected readonly session: Session) {
+    this.name = session.name;
+    this.token = session.token;
+    this.signal = session.controller.signal;
+  }
+  /** True once ownership has ended by a loss; reads the clock, as check() does. */
+  get lost(): boolean {
+    this.session.expireIfLate();
+    return this.signal.aborted;
+  }
+  /**
+   * The `performance.now()` from which the lock must be taken as lost even if
+   * no reply has said so: the send time of the latest request the server
+   * confirmed plus 0.8 × lease (or the maxHoldMs limit if that comes first).
+   * It moves on with every confirmed heartbeat.
+   */
+  get validUntil(): number {
+    return this.session.validUntil();
+  }
+  /**
+   * Throws the LockLost once ownership has ended. Past validUntil it ends the
+   * claim and throws, even if no timer of the client has run since.
+   */
+  check(): void {
+    this.session.expireIfLate();
+    if (this.signal.aborted) throw this.signal.reason;
+  }
+  /**
+   * Closes the session: the release; the next waiter is promoted at once.
+   * Rejects with the LockLost if ownership had already ended by a loss (the
+   * work that ran may not have been protected), as Go's `Release() error`
+   * does; a release itself is never a loss. Idempotent.
+   */
+  async release(): Promise<void> {
+    this.session.expireIfLate();
+    await this.session.close();
+    if (this.session.cause) throw this.session.error;
+  }
+  /** `await using held = await client.acquire(name)` releases at the end of the scope (see release). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
+
+/**
+ * What leaves a callback that failed while holding `held`: after a loss, a
+ * LockLost (the callback's own error as its cause); otherwise the
+ * callback's error.
+ */
+export async function failure(held: { release(): Promise<void> }, err: unknown): Promise<unknown> {
+  try {
+    await held.release();
+  } catch (loss) {
+    if (!(loss instanceof LockLost)) throw loss;
+    return err instanceof LockLost ? err : new LockLost(loss.lock, loss.reason, err);
+  }
+  return err;
+}
