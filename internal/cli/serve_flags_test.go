@@ -30,6 +30,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"negative send-buffer", []string{"-send-buffer=-1"}, nil, "send-buffer (-1) must not be negative"},
 		{"bad park-idle", []string{"-park-idle=maybe"}, nil, `invalid boolean value "maybe" for -park-idle`},
 		{"negative crash-grace-max", []string{"-crash-grace-max=-1s"}, nil, "crash-grace-max (-1s) must not be negative"},
+		{"negative max-lease", []string{"-max-lease=-1s"}, nil, "max-lease (-1s) must not be negative"},
+		{"bad max-lease", []string{"-max-lease=10"}, nil, `invalid value "10" for flag -max-lease`},
 		{"bad log format", []string{"-log-format=xml"}, nil, `invalid value "xml" for flag -log-format: must be one of text, json`},
 		{"bad log level", []string{"-log-level=loud"}, nil, `invalid value "loud" for flag -log-level: must be one of debug, info, warn, error`},
 		{"addr without port", []string{"-addr=localhost"}, nil, `addr "localhost" is not host:port`},
@@ -206,6 +208,41 @@ func TestReadAdminToken(t *testing.T) {
 	} {
 		if _, err := readAdminToken(tt.file); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: readAdminToken error %v, want one with %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestMaxLeaseDefaults: -max-lease has no default cap on a standalone
+// server and a one-minute one in a cluster; an explicit value (0: none)
+// wins in both, from the flag or BATON_MAX_LEASE.
+func TestMaxLeaseDefaults(t *testing.T) {
+	cluster := []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=n1=127.0.0.1:7301"}
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want time.Duration
+	}{
+		{nil, "", 0},
+		{cluster, "", time.Minute},
+		{append([]string{"-max-lease=0"}, cluster...), "", 0},
+		{append([]string{"-max-lease=10s"}, cluster...), "", 10 * time.Second},
+		{nil, "90s", 90 * time.Second},
+		{cluster, "5m", 5 * time.Minute},
+	} {
+		var o serveOptions
+		fs := newServeFlags(&o)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{}
+		if tc.env != "" {
+			env["BATON_MAX_LEASE"] = tc.env
+		}
+		if err := applyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.serverConfig().MaxLease; got != tc.want {
+			t.Errorf("args %v, BATON_MAX_LEASE=%q: max lease %v, want %v", tc.args, tc.env, got, tc.want)
 		}
 	}
 }
