@@ -28,7 +28,8 @@ import (
 //     received the log: it was started late) starts without bootstrapping,
 //     and the leader sends it the log;
 //   - a founder bootstraps only once a majority of the founders, itself
-//     included, said that they have no state either.
+//     included, said that they have no state either, or have nothing but
+//     the founders' configuration (no epoch yet: founded a moment ago).
 //
 // The question is one line on a Raft connection, behind a byte no Raft
 // message starts with; over TLS it goes only between members, like Raft.
@@ -136,8 +137,12 @@ func decideBootstrap(cfg Config, log *slog.Logger, dial func(raft.ServerAddress,
 	quorum := len(cfg.Peers)/2 + 1
 	lastLog := time.Time{}
 	for {
+		// Every founder is asked before deciding: one that has not applied
+		// the latest record yet must not speak for the others.
 		empty := 1 // this node
 		var unreachable []string
+		var exists *helloReply
+		var existsFrom string
 		for _, p := range cfg.Peers {
 			if p.ID == cfg.NodeID {
 				continue
@@ -151,13 +156,20 @@ func decideBootstrap(cfg Config, log *slog.Logger, dial func(raft.ServerAddress,
 					"(its empty log could elect a leader that misses committed entries, and fencing tokens could go back). "+
 					"Remove it (baton cluster remove %s), then start this node with a new -node-id, -join and an empty -data-dir, "+
 					"and add it (baton cluster add NEW-ID %s)", ErrLostData, p.ID, clusterName(r.ClusterID), cfg.NodeID, cfg.NodeID, cfg.RaftAddr)
+			case r.HasState && r.ClusterID == "":
+				// Founded a moment ago, no epoch yet: nothing was committed
+				// that an empty log could lose. Bootstrap alike.
+				empty++
 			case r.HasState:
-				log.Info("the cluster exists and this founder never held its log: starting without bootstrapping; the leader will send the log",
-					"node", cfg.NodeID, "told_by", p.ID, "cluster_id", r.ClusterID)
-				return joinLate, nil
+				exists, existsFrom = &r, p.ID
 			default:
 				empty++
 			}
+		}
+		if exists != nil {
+			log.Info("the cluster exists and this founder never held its log: starting without bootstrapping; the leader will send the log",
+				"node", cfg.NodeID, "told_by", existsFrom, "cluster_id", exists.ClusterID)
+			return joinLate, nil
 		}
 		if empty >= quorum {
 			return bootstrapNew, nil

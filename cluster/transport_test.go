@@ -71,14 +71,16 @@ func tlsCluster(t *testing.T, ca *testcerts.CA, n int) ([]*Node, []Peer) {
 		nodes = append(nodes, openTLSNode(t, ca, ca.Node(t, p.ID), p.ID, p.RaftAddr, peers, false))
 	}
 	waitLeading(t, nodes)
+	// A founder started after the others formed the cluster gets the
+	// configuration with the log.
 	batontest.Eventually(t, settle, func() bool {
 		for _, n := range nodes {
-			if n.r() == nil {
+			if ms, err := n.members(); err != nil || len(ms) != len(peers) {
 				return false
 			}
 		}
 		return true
-	}, "a founder's Raft did not start")
+	}, "a founder does not have the configuration")
 	return nodes, peers
 }
 

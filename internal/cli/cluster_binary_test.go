@@ -208,7 +208,7 @@ func TestBinaryCluster(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("restarted node did not rejoin: %+v %v", v, err)
+			t.Fatalf("restarted node did not rejoin: %+v %v\n%s", v, err, l.log.drain(t))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
