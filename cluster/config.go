@@ -3,7 +3,6 @@ package cluster
 import (
 	"crypto/tls"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -52,12 +51,10 @@ type Config struct {
 	// side admits the other only if its certificate chains to RootCAs and
 	// names a current member (dialing: the member at the dialed address).
 	TLS *tls.Config
-	// Logger receives leadership changes; nil means slog.Default().
+	// Logger receives leadership changes, member health, and Raft's own
+	// warnings and errors (with component=raft; a failing peer's repeated
+	// errors summed up); nil means slog.Default().
 	Logger *slog.Logger
-	// RaftLog receives Raft's own warnings and errors (elections, failed
-	// heartbeats), as JSON lines if RaftLogJSON; nil means os.Stderr.
-	RaftLog     io.Writer
-	RaftLogJSON bool
 }
 
 // DefaultConfig returns the timers of `baton serve`, tuned for locks on a

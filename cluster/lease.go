@@ -39,12 +39,18 @@ type leaderLease struct {
 	acked map[raft.ServerID]int64 // per peer: latest acknowledged send, ns since base
 	// lastLog is each peer's last log index, as its latest reply said.
 	lastLog map[raft.ServerID]uint64
+	// contact is each peer's latest reply's arrival, and failing the
+	// start of its current run of failed requests (both ns since base;
+	// failing is 0 while requests succeed): what member health reads.
+	contact, failing map[raft.ServerID]int64
+	failures        map[raft.ServerID]uint64 // failed requests in the current run
 	// until is when the lease runs out, ns since base; 0 when never held.
 	until atomic.Int64
 }
 
 func newLeaderLease(self raft.ServerID, timeout time.Duration) *leaderLease {
-	return &leaderLease{base: time.Now(), timeout: timeout, self: self, acked: map[raft.ServerID]int64{}, lastLog: map[raft.ServerID]uint64{}}
+	return &leaderLease{base: time.Now(), timeout: timeout, self: self, acked: map[raft.ServerID]int64{}, lastLog: map[raft.ServerID]uint64{},
+		contact: map[raft.ServerID]int64{}, failing: map[raft.ServerID]int64{}, failures: map[raft.ServerID]uint64{}}
 }
 
 // setConfig gives the lease the current configuration's source.
@@ -69,14 +75,43 @@ func (l *leaderLease) remaining(now time.Time) time.Duration {
 // ack records that peer acknowledged a send made at sent (ns since base),
 // with lastLog its last log index, and moves the lease on.
 func (l *leaderLease) ack(peer raft.ServerID, sent int64, lastLog uint64) {
+	now := l.since(time.Now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lastLog[peer] = max(l.lastLog[peer], lastLog)
+	l.contact[peer] = now
+	l.failing[peer], l.failures[peer] = 0, 0
 	if sent <= l.acked[peer] {
 		return
 	}
 	l.acked[peer] = sent
 	l.recomputeLocked()
+}
+
+// failed records a request to peer that got no reply.
+func (l *leaderLease) failed(peer raft.ServerID) {
+	now := l.since(time.Now())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failing[peer] == 0 {
+		l.failing[peer] = now
+	}
+	l.failures[peer]++
+}
+
+// peerContact is what the leader knows of its contact with one peer.
+type peerContact struct {
+	lastContact int64  // arrival of the latest reply, ns since base; 0: never
+	failingFrom int64  // start of the current run of failures; 0: none
+	failures    uint64 // failed requests in that run
+	lastLog     uint64 // the peer's last log index, as it said
+}
+
+// contactOf returns what the leader knows of its contact with peer.
+func (l *leaderLease) contactOf(peer raft.ServerID) peerContact {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return peerContact{lastContact: l.contact[peer], failingFrom: l.failing[peer], failures: l.failures[peer], lastLog: l.lastLog[peer]}
 }
 
 // holdsLog reports whether peer said its log reaches index.
@@ -150,7 +185,10 @@ type leaseTransport struct {
 func (t *leaseTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	sent := t.lease.since(time.Now())
 	err := t.Transport.AppendEntries(id, target, args, resp)
-	if err == nil && resp.Term == args.Term {
+	switch {
+	case err != nil:
+		t.lease.failed(id)
+	case resp.Term == args.Term:
 		t.lease.ack(id, sent, resp.LastLog)
 	}
 	return err

@@ -6,8 +6,10 @@ import (
 )
 
 // RegisterMetrics adds the node's gauges to reg (the server's registry):
-// role, term, epoch, leader changes, lease bound and grace remaining.
+// role, term, epoch, leader changes, lease bound, grace remaining, leader
+// lease lapses, and on the leader every member's health.
 func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(newHealthCollector(n))
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_leader", Help: "1 while this node leads with its epoch committed, else 0."},
 			func() float64 { return b2f(n.leading.Load()) }),
@@ -48,4 +50,55 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// healthCollector exports each member's health and the cluster's, from
+// the leader only (a follower does not know them): series per member are
+// bounded by the membership.
+type healthCollector struct {
+	n                                         *Node
+	healthy, reachable, lastContact, lag      *prometheus.Desc
+	clusterHealthy, votersHealthy, toleration *prometheus.Desc
+}
+
+func newHealthCollector(n *Node) *healthCollector {
+	member := []string{"member"}
+	return &healthCollector{
+		n:              n,
+		healthy:        prometheus.NewDesc("baton_cluster_member_healthy", "1 while the member is reachable and at most 250 log entries behind (the leader's view).", member, nil),
+		reachable:      prometheus.NewDesc("baton_cluster_member_reachable", "1 while the member answered the leader within five heartbeat timeouts (at least 1 s).", member, nil),
+		lastContact:    prometheus.NewDesc("baton_cluster_member_last_contact_seconds", "Time since the member's latest reply to the leader (absent if it never replied).", member, nil),
+		lag:            prometheus.NewDesc("baton_cluster_member_index_lag", "Log entries the member is behind the leader.", member, nil),
+		clusterHealthy: prometheus.NewDesc("baton_cluster_healthy", "1 while every member is healthy (exported by the leader).", nil, nil),
+		votersHealthy:  prometheus.NewDesc("baton_cluster_voters_healthy", "Healthy voters (exported by the leader).", nil, nil),
+		toleration:     prometheus.NewDesc("baton_cluster_failure_tolerance", "Voters that may still fail before the cluster loses its quorum (exported by the leader).", nil, nil),
+	}
+}
+
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.healthy, c.reachable, c.lastContact, c.lag, c.clusterHealthy, c.votersHealthy, c.toleration} {
+		ch <- d
+	}
+}
+
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.n.View()
+	if v.Healthy == nil {
+		return
+	}
+	for _, m := range v.Members {
+		h := m.Health
+		if h == nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, b2f(h.Healthy), m.ID)
+		ch <- prometheus.MustNewConstMetric(c.reachable, prometheus.GaugeValue, b2f(h.Reachable), m.ID)
+		if h.LastContact >= 0 {
+			ch <- prometheus.MustNewConstMetric(c.lastContact, prometheus.GaugeValue, h.LastContact.Seconds(), m.ID)
+		}
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(h.IndexLag), m.ID)
+	}
+	ch <- prometheus.MustNewConstMetric(c.clusterHealthy, prometheus.GaugeValue, b2f(*v.Healthy))
+	ch <- prometheus.MustNewConstMetric(c.votersHealthy, prometheus.GaugeValue, float64(v.VotersHealthy))
+	ch <- prometheus.MustNewConstMetric(c.toleration, prometheus.GaugeValue, float64(v.FailureTolerance))
 }

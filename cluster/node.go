@@ -63,6 +63,7 @@ type Node struct {
 	boltStore *raftboltdb.BoltStore
 	tok       tokens
 	lease     *leaderLease
+	health    healthWatch
 
 	srv Server
 	// leading is true between a committed epoch (BeginTerm) and the end of
@@ -136,11 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	out := cfg.RaftLog
-	if out == nil {
-		out = os.Stderr
-	}
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: out, JSONFormat: cfg.RaftLogJSON})
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: newRaftLog(log), JSONFormat: true})
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -481,6 +478,7 @@ func (n *Node) run() {
 		case <-joined.C:
 			if n.leading.Load() {
 				n.recordJoined()
+				n.lookAtHealth()
 			}
 		}
 	}
@@ -543,6 +541,8 @@ func (n *Node) begin(res epochResult) {
 	n.leading.Store(true)
 	n.srv.BeginTerm(time.Now().Add(grace))
 	n.leaderChanges.Add(1)
+	n.resetHealth(true)
+	n.lookAtHealth()
 	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(),
 		"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.Planned)
 }
@@ -606,8 +606,9 @@ func (n *Node) lowerBound() {
 	n.fastBound.Store(int64(target))
 }
 
-// joinedEvery is how often the leader looks for members that hold the log
-// and are not yet recorded (a Raft write only when there are some).
+// joinedEvery is how often the leader looks at its members' health, and
+// for members that hold the log and are not yet recorded (a Raft write
+// only when there are some).
 const joinedEvery = time.Second
 
 // recordJoined commits the members that acknowledged this epoch's entries
@@ -839,9 +840,40 @@ func (n *Node) View() server.ClusterView {
 	if n.leading.Load() {
 		v.GraceRemaining = n.srv.GraceRemaining()
 	}
+	_, leaderID := r.LeaderWithID()
+	health := map[raft.ServerID]MemberHealth{}
+	hs := n.Health()
+	for _, h := range hs {
+		health[h.ID] = h
+	}
 	if conf, err := n.members(); err == nil {
+		healthy := len(hs) > 0
+		voters, votersHealthy := 0, 0
 		for _, s := range conf {
-			v.Members = append(v.Members, server.ClusterMember{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+			m := server.ClusterMember{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Role: "follower"}
+			switch {
+			case s.ID == leaderID:
+				m.Role = "leader"
+			case s.Suffrage != raft.Voter:
+				m.Role = "nonvoter"
+			}
+			if h, ok := health[s.ID]; ok {
+				m.Health = &server.MemberHealth{Reachable: h.Reachable, LastContact: h.LastContact, Failures: h.Failures,
+					IndexLag: h.IndexLag, Healthy: h.Healthy, Since: h.Since}
+				healthy = healthy && h.Healthy
+				if m.Voter && h.Healthy {
+					votersHealthy++
+				}
+			}
+			if m.Voter {
+				voters++
+			}
+			v.Members = append(v.Members, m)
+		}
+		if len(hs) > 0 {
+			v.Healthy = &healthy
+			v.VotersHealthy = votersHealthy
+			v.FailureTolerance = votersHealthy - (voters/2 + 1)
 		}
 	}
 	return v

@@ -47,7 +47,6 @@ func openTLSNode(t *testing.T, ca *testcerts.CA, leaf *testcerts.Leaf, id, raftA
 	cfg := testConfig(id)
 	cfg.RaftAddr, cfg.Peers, cfg.Join, cfg.DataDir = raftAddr, peers, join, t.TempDir()
 	cfg.Addr, cfg.OpsAddr = "127.0.0.1:1", "127.0.0.1:2"
-	cfg.RaftLog = io.Discard
 	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, RootCAs: ca.Pool()}
 	n, err := Open(context.Background(), cfg)
 	if err != nil {

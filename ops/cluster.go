@@ -62,6 +62,11 @@ type clusterJSON struct {
 	LeaseBoundMs     int64           `json:"lease_bound_ms"`
 	GraceRemainingMs int64           `json:"grace_remaining_ms"`
 	Members          []clusterMember `json:"members"`
+	// The leader's view of its members' health (absent elsewhere: ask
+	// with ?view=leader, which a follower sends on to the leader).
+	Healthy          *bool `json:"healthy,omitempty"`
+	VotersHealthy    *int  `json:"voters_healthy,omitempty"`
+	FailureTolerance *int  `json:"failure_tolerance,omitempty"`
 }
 
 type clusterNode struct {
@@ -71,9 +76,20 @@ type clusterNode struct {
 }
 
 type clusterMember struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	Voter    bool   `json:"voter"`
+	ID       string         `json:"id"`
+	RaftAddr string         `json:"raft_addr"`
+	Voter    bool           `json:"voter"`
+	Role     string         `json:"role"`
+	Health   *memberHealthJ `json:"health"` // null where this node is not the leader
+}
+
+type memberHealthJ struct {
+	Reachable     bool   `json:"reachable"`
+	LastContactMs *int64 `json:"last_contact_ms"` // null: never
+	Failures      uint64 `json:"failures"`
+	IndexLag      uint64 `json:"index_lag"`
+	Healthy       bool   `json:"healthy"`
+	SinceMs       int64  `json:"since_ms"`
 }
 
 func (h *handler) clusterStatus(w http.ResponseWriter) {
@@ -92,7 +108,19 @@ func (h *handler) clusterStatus(w http.ResponseWriter) {
 		out.Leader = &clusterNode{ID: v.Leader.ID, Addr: v.Leader.Addr, OpsAddr: v.Leader.OpsAddr}
 	}
 	for _, m := range v.Members {
-		out.Members = append(out.Members, clusterMember{ID: m.ID, RaftAddr: m.RaftAddr, Voter: m.Voter})
+		cm := clusterMember{ID: m.ID, RaftAddr: m.RaftAddr, Voter: m.Voter, Role: m.Role}
+		if h := m.Health; h != nil {
+			cm.Health = &memberHealthJ{Reachable: h.Reachable, Failures: h.Failures, IndexLag: h.IndexLag, Healthy: h.Healthy, SinceMs: h.Since.Milliseconds()}
+			if h.LastContact >= 0 {
+				ms := h.LastContact.Milliseconds()
+				cm.Health.LastContactMs = &ms
+			}
+		}
+		out.Members = append(out.Members, cm)
+	}
+	if v.Healthy != nil {
+		vh, ft := v.VotersHealthy, v.FailureTolerance
+		out.Healthy, out.VotersHealthy, out.FailureTolerance = v.Healthy, &vh, &ft
 	}
 	writeJSON(w, http.StatusOK, out)
 }

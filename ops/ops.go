@@ -235,14 +235,14 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad percent-encoding in path %s", p))
 		return
 	}
-	if len(segs) >= 1 && segs[0] == "cluster" {
-		h.serveCluster(w, r, p, segs)
-		return
-	}
 	// A stream outlives its request: a logout must end it too.
 	still := func() bool { return true }
 	if cookie != nil {
 		still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+	}
+	if len(segs) >= 1 && segs[0] == "cluster" {
+		h.serveCluster(w, r, p, segs, func() bool { return h.toLeaderAs(w, r, cookie != nil, still) })
+		return
 	}
 	if h.toLeaderAs(w, r, cookie != nil, still) {
 		return
@@ -285,14 +285,21 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	serve()
 }
 
-// serveCluster answers /v1/cluster (on any node) and /v1/cluster/members
-// (on the leader; a follower sends it on).
-func (h *handler) serveCluster(w http.ResponseWriter, r *http.Request, p string, segs []string) {
+// serveCluster answers /v1/cluster (on any node; with ?view=leader a
+// follower sends it on to the leader, which alone knows its members'
+// health) and /v1/cluster/members (on the leader; a follower sends it on).
+// toLeader sends r on to the leader, as every other /v1/ request, and
+// reports false on the leader itself.
+func (h *handler) serveCluster(w http.ResponseWriter, r *http.Request, p string, segs []string, toLeader func() bool) {
 	switch {
 	case len(segs) == 1:
-		if allow(w, r, methodsGet) && drainBody(w, r) {
-			h.clusterStatus(w)
+		if !allow(w, r, methodsGet) || !drainBody(w, r) {
+			return
 		}
+		if r.URL.Query().Get("view") == "leader" && h.cluster != nil && toLeader() {
+			return
+		}
+		h.clusterStatus(w)
 		return
 	case h.cluster == nil:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s: this server is standalone, not a cluster node", p))

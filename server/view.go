@@ -54,6 +54,13 @@ type ClusterView struct {
 	LeaseBound     time.Duration
 	GraceRemaining time.Duration
 	Members        []ClusterMember
+	// Healthy, VotersHealthy and FailureTolerance are the leader's view
+	// (Healthy is nil elsewhere): every member healthy; how many voters
+	// are; how many more voters may fail before the cluster loses its
+	// quorum (negative: it has lost it).
+	Healthy          *bool
+	VotersHealthy    int
+	FailureTolerance int
 }
 
 // ClusterNode is a node's advertised addresses.
@@ -63,4 +70,16 @@ type ClusterNode struct{ ID, Addr, OpsAddr string }
 type ClusterMember struct {
 	ID, RaftAddr string
 	Voter        bool
+	Role         string        // leader, follower or nonvoter
+	Health       *MemberHealth // known on the leader only
+}
+
+// MemberHealth is one member's health as the leader sees it.
+type MemberHealth struct {
+	Reachable   bool
+	LastContact time.Duration // since its latest reply; -1: never
+	Failures    uint64        // requests without a reply since then
+	IndexLag    uint64        // log entries behind the leader
+	Healthy     bool          // reachable and at most a few entries behind
+	Since       time.Duration // how long Healthy has had its value
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"text/tabwriter"
+	"time"
 )
 
 // opsCluster is GET /v1/cluster (OPS.md, CLUSTER).
@@ -28,7 +29,19 @@ type opsCluster struct {
 		ID       string `json:"id"`
 		RaftAddr string `json:"raft_addr"`
 		Voter    bool   `json:"voter"`
+		Role     string `json:"role"`
+		Health   *struct {
+			Reachable     bool   `json:"reachable"`
+			LastContactMs *int64 `json:"last_contact_ms"`
+			Failures      uint64 `json:"failures"`
+			IndexLag      uint64 `json:"index_lag"`
+			Healthy       bool   `json:"healthy"`
+			SinceMs       int64  `json:"since_ms"`
+		} `json:"health"`
 	} `json:"members"`
+	Healthy          *bool `json:"healthy"`
+	VotersHealthy    *int  `json:"voters_healthy"`
+	FailureTolerance *int  `json:"failure_tolerance"`
 }
 
 func clusterCommand() *command {
@@ -125,11 +138,22 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 	case len(pos) > 0:
 		fmt.Fprintf(s.stdout, "removed %s: the cluster has %d members\n", pos[1], len(v.Members))
 	}
-	printCluster(s, v)
+	// Only the leader knows its members' health: a follower sends the
+	// question on.
+	health := v
+	if v.Role != "leader" && v.Role != "standalone" && v.Leader != nil {
+		if b, err := ops.send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
+			var lv opsCluster
+			if json.Unmarshal(b, &lv) == nil && lv.Healthy != nil {
+				health = lv
+			}
+		}
+	}
+	printCluster(s, v, health)
 	return exitOK
 }
 
-func printCluster(s *sys, v opsCluster) {
+func printCluster(s *sys, v, health opsCluster) {
 	if v.Role == "standalone" {
 		fmt.Fprintln(s.stdout, "standalone server: not a cluster node")
 		return
@@ -140,14 +164,45 @@ func printCluster(s *sys, v opsCluster) {
 	}
 	fmt.Fprintf(s.stdout, "node %s: %s; leader %s; term %d, epoch %d, lease bound %s, grace remaining %s\n",
 		v.NodeID, v.Role, leader, v.Term, v.Epoch, msDuration(v.LeaseBoundMS), msDuration(v.GraceRemainingMS))
-	tw := tabwriter.NewWriter(s.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tVOTER\tROLE")
-	for _, m := range v.Members {
-		role := ""
-		if v.Leader != nil && m.ID == v.Leader.ID {
-			role = "leader"
+	if health.Healthy != nil && health.VotersHealthy != nil && health.FailureTolerance != nil {
+		state := "healthy"
+		if !*health.Healthy {
+			state = "UNHEALTHY"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.ID, m.RaftAddr, m.Voter, role)
+		voters := 0
+		for _, m := range health.Members {
+			if m.Voter {
+				voters++
+			}
+		}
+		fmt.Fprintf(s.stdout, "cluster %s: %d of %d voters healthy; it can lose %d more\n", state, *health.VotersHealthy, voters, max(*health.FailureTolerance, 0))
+	} else {
+		fmt.Fprintln(s.stdout, "member health unknown: no leader answered")
+	}
+	tw := tabwriter.NewWriter(s.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tVOTER\tROLE\tHEALTH\tFOR\tLAST CONTACT\tLOG LAG")
+	for _, m := range health.Members {
+		state, since, contact, lag := "unknown", "-", "-", "-"
+		if h := m.Health; h != nil {
+			state = "healthy"
+			if !h.Healthy {
+				state = "UNHEALTHY"
+				if !h.Reachable {
+					state = "UNREACHABLE"
+				}
+			}
+			since = msDuration(h.SinceMs).Round(time.Second).String()
+			switch {
+			case m.Role == "leader":
+				contact = "-"
+			case h.LastContactMs == nil:
+				contact = "never"
+			default:
+				contact = msDuration(*h.LastContactMs).String() + " ago"
+			}
+			lag = fmt.Sprint(h.IndexLag)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, m.Voter, m.Role, state, since, contact, lag)
 	}
 	tw.Flush()
 }

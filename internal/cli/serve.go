@@ -344,7 +344,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	if o.cl.enabled() {
 		// Replicated mode: the tokens' epoch and the lease bound live in
 		// the Raft log under data-dir, not in the token store.
-		if node, err = openNode(ctx, o, logger, s.stderr); err != nil {
+		if node, err = openNode(ctx, o, logger); err != nil {
 			unbind()
 			return nil, failure(s, name, err.Error())
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -205,7 +204,7 @@ func (o *clusterOptions) raftTLS(sec *securityOptions) (*tls.Config, error) {
 }
 
 // openNode starts this node's Raft from the options.
-func openNode(ctx context.Context, o *serveOptions, logger *slog.Logger, stderr io.Writer) (*cluster.Node, error) {
+func openNode(ctx context.Context, o *serveOptions, logger *slog.Logger) (*cluster.Node, error) {
 	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec)
 	if err != nil {
 		return nil, err
@@ -214,7 +213,6 @@ func openNode(ctx context.Context, o *serveOptions, logger *slog.Logger, stderr 
 		return nil, err
 	}
 	cfg.Logger = logger
-	cfg.RaftLog, cfg.RaftLogJSON = stderr, o.logFormat == "json"
 	return cluster.Open(ctx, cfg)
 }
 
