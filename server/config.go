@@ -93,6 +93,13 @@ type Config struct {
 	// MaxConnsPerIP caps the open connections from one source IP address;
 	// more are closed at once. 0 means no cap.
 	MaxConnsPerIP int
+	// MetricsLockNames is how many lock names get series of their own in
+	// baton_wait_seconds and baton_hold_seconds (label lock): the first
+	// names seen, while later ones share lock="_other". Zero, the default,
+	// publishes no lock name: the histograms then cover every lock, without
+	// a label. /metrics is open, so names given series are public to whoever
+	// reaches the ops listener. Must not be negative.
+	MetricsLockNames int
 }
 
 // DefaultConfig returns the defaults of `baton serve`, without NextToken.
@@ -121,6 +128,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("park-after (%v) must not be negative", c.ParkAfter)
 	case c.SendBuffer < 0:
 		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
+	case c.MetricsLockNames < 0:
+		return fmt.Errorf("metrics-lock-names (%d) must not be negative", c.MetricsLockNames)
 	case c.MaxConnsPerIP < 0:
 		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
 	case c.TCPFastOpen && !fastOpenSupported:

@@ -101,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:    cfg,
 		log:    log,
 		reg:    reg,
-		m:      newMetrics(reg),
+		m:      newMetrics(reg, cfg.MetricsLockNames),
 		linger: min(cfg.IOTimeout, time.Second),
 		table: locktable.New(locktable.Config{
 			MaxSessions:       cfg.MaxSessions,

@@ -53,6 +53,7 @@ type serveOptions struct {
 	parkIdle       bool
 	sendBuffer     int
 	tcpFastOpen    bool
+	metricsLocks   int
 	crashGraceMax  time.Duration
 	logFormat      string
 	logLevel       string
@@ -131,6 +132,7 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.BoolVar(&o.parkIdle, "park-idle", def.ParkIdle, "serve sessions from an epoll poller, without a goroutine each, where it can (Linux, plain TCP; less memory per session, no goroutine per claim)")
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
+	fs.IntVar(&o.metricsLocks, "metrics-lock-names", def.MetricsLockNames, "how many lock `names` get series of their own in /metrics (0: none; later names share lock=\"_other\"; /metrics is open)")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
@@ -190,6 +192,7 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.SendBuffer = o.sendBuffer
 	cfg.TCPFastOpen = o.tcpFastOpen
 	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
+	cfg.MetricsLockNames = o.metricsLocks
 	return cfg
 }
 

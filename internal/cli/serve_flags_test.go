@@ -28,6 +28,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"negative max-waiters", []string{"-max-waiters=-1"}, nil, "max-waiters (-1) must be positive"},
 		{"negative linger", []string{"-shutdown-linger=-1s"}, nil, "shutdown-linger (-1s) must not be negative"},
 		{"negative send-buffer", []string{"-send-buffer=-1"}, nil, "send-buffer (-1) must not be negative"},
+		{"negative metrics-lock-names", []string{"-metrics-lock-names=-1"}, nil, "metrics-lock-names (-1) must not be negative"},
 		{"bad park-idle", []string{"-park-idle=maybe"}, nil, `invalid boolean value "maybe" for -park-idle`},
 		{"negative crash-grace-max", []string{"-crash-grace-max=-1s"}, nil, "crash-grace-max (-1s) must not be negative"},
 		{"bad log format", []string{"-log-format=xml"}, nil, `invalid value "xml" for flag -log-format: must be one of text, json`},
@@ -94,13 +95,13 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			"-addr=127.0.0.2:1", "-ops-addr", "[::1]:2", "-io-timeout=1500ms", "-data-dir=/d",
 			"-admin-token-file=/t", "-shutdown-linger=0s", "-max-sessions=3", "-max-waiters=4",
 			"-log-format=JSON", "-log-level=debug", "-crash-grace-max=5s", "-park-idle=false", "-send-buffer=8192",
-			"-tcp-fastopen",
+			"-tcp-fastopen", "-metrics-lock-names=50",
 		}, nil, func(o *serveOptions) {
 			*o = serveOptions{
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
 				crashGraceMax: 5 * time.Second, logFormat: "json", logLevel: "debug", parkIdle: false, sendBuffer: 8192,
-				tcpFastOpen: true,
+				tcpFastOpen: true, metricsLocks: 50,
 			}
 		}},
 		{"every variable", nil, map[string]string{
