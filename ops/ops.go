@@ -35,7 +35,9 @@ type Backend interface {
 	Locks() []server.LockView
 	Lock(name string) (server.LockView, bool)
 	ForceRelease(name string) (server.SessionView, error) // server.ErrNotHeld
-	Kick(id string) (server.SessionView, error)           // server.ErrUnknownSession, server.ErrHolder
+	// KickIf kicks waiter id if allow, called with its lock's name in the
+	// same step as the kick, returns nil; allow's error is returned as is.
+	KickIf(id string, allow func(lock string) error) (server.SessionView, error) // server.ErrUnknownSession, server.ErrHolder
 }
 
 var _ Backend = (*server.Server)(nil)
@@ -404,22 +406,33 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	h.log.Info("ops: force-released lock", "lock", name, "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token, "client", r.RemoteAddr)
+		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token,
+		"identities", callerIdentities(r), "client", r.RemoteAddr)
 	// The ended session was the holder, so its token is shown.
 	writeJSON(w, http.StatusOK, toSession(sv, true))
 }
 
 func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
+	// The rules are per lock, and the session's lock is known only in the
+	// table: the server checks them and kicks in one step, so that no
+	// session can enter the table between the check and the kick (ids are
+	// sequential, and a caller could aim at the next one).
+	var allow func(lock string) error
 	if h.acl != nil && h.acl() != nil {
-		// The rules are per lock; the session's lock never changes, so the
-		// snapshot's answer holds. An unknown session is the kick's 404.
-		if name, ok := h.lockOf(id); ok && !h.mayAdmin(w, r, "kick a waiter of", name) {
-			return
+		allow = func(lock string) error {
+			if refused := h.adminCheck(r, "kick a waiter of", lock); refused != nil {
+				return refused
+			}
+			return nil // not a nil *adminRefusal, which is a non-nil error
 		}
 	}
-	sv, err := h.b.Kick(id)
+	sv, err := h.b.KickIf(id, allow)
+	var refused *adminRefusal
 	switch {
 	case err == nil:
+	case errors.As(err, &refused):
+		h.refuseAdmin(w, r, refused)
+		return
 	case errors.Is(err, server.ErrUnknownSession):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q not found", id))
 		return
@@ -431,7 +444,8 @@ func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	h.log.Info("ops: kicked session", "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote, "client", r.RemoteAddr)
+		"owner", sv.Owner, "remote", sv.Remote,
+		"identities", callerIdentities(r), "client", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, toSession(sv, false))
 }
 
@@ -460,41 +474,56 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // mayAdmin checks the access rules for an admin action on lock name,
 // answering 403 if they refuse it.
 func (h *handler) mayAdmin(w http.ResponseWriter, r *http.Request, action, name string) bool {
+	if err := h.adminCheck(r, action, name); err != nil {
+		h.refuseAdmin(w, r, err)
+		return false
+	}
+	return true
+}
+
+// adminRefusal is the access rules' refusal of an admin action.
+type adminRefusal struct {
+	action, lock string
+	ids          []string
+	msg          string
+}
+
+func (e *adminRefusal) Error() string { return e.msg }
+
+// adminCheck is the access rules' verdict on action on lock name for r's
+// caller: nil, or the refusal. It does no I/O and never blocks: KickIf
+// calls it under the table's mutex.
+func (h *handler) adminCheck(r *http.Request, action, name string) *adminRefusal {
 	if h.acl == nil {
-		return true
+		return nil
 	}
 	acl := h.acl()
 	if acl == nil {
-		return true
+		return nil
 	}
-	ids := server.VerifiedIdentities(r.TLS)
+	ids := callerIdentities(r)
 	if acl.MayAdmin(ids, name) {
-		return true
+		return nil
 	}
 	who := "without a verified client certificate"
 	if len(ids) > 0 {
 		who = "identity " + strings.Join(quoteAll(ids), ", ")
 	}
-	h.log.Warn("ops: admin action refused by the access rules", "action", action, "lock", name,
-		"identities", ids, "client", r.RemoteAddr)
-	writeError(w, http.StatusForbidden, fmt.Sprintf("client %s may not %s lock %q", who, action, name))
-	return false
+	return &adminRefusal{action: action, lock: name, ids: ids,
+		msg: fmt.Sprintf("client %s may not %s lock %q", who, action, name)}
 }
 
-// lockOf is the lock that session id holds or waits for.
-func (h *handler) lockOf(id string) (string, bool) {
-	for _, l := range h.b.Locks() {
-		if l.Holder != nil && l.Holder.ID == id {
-			return l.Name, true
-		}
-		for _, s := range l.Waiters {
-			if s.ID == id {
-				return l.Name, true
-			}
-		}
-	}
-	return "", false
+// refuseAdmin answers 403 for refusal, and logs it.
+func (h *handler) refuseAdmin(w http.ResponseWriter, r *http.Request, refusal *adminRefusal) {
+	h.log.Warn("ops: admin action refused by the access rules", "action", refusal.action, "lock", refusal.lock,
+		"identities", refusal.ids, "client", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, refusal.msg)
 }
+
+// callerIdentities are the identities of r's caller that its verified
+// client certificate proves: what the access rules judge, and what an
+// admin action's log line names beside the caller's address.
+func callerIdentities(r *http.Request) []string { return server.VerifiedIdentities(r.TLS) }
 
 func quoteAll(ss []string) []string {
 	out := make([]string, len(ss))

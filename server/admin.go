@@ -50,7 +50,14 @@ func (s *Server) ForceRelease(name string) (SessionView, error) {
 // Kick ends waiter id with ERROR KICKED. It returns the ended session,
 // ErrUnknownSession if there is no such session, or ErrHolder if it holds
 // its lock.
-func (s *Server) Kick(id string) (SessionView, error) {
+func (s *Server) Kick(id string) (SessionView, error) { return s.KickIf(id, nil) }
+
+// KickIf is Kick for a caller whose right to kick depends on the lock:
+// allow, if not nil, is called with the name of the lock that session id
+// holds or waits for, and an error from it is returned as it is, with
+// nothing done. The check and the kick are one step under the table's
+// mutex, so no session can come or go between them; allow must not block.
+func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, error) {
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		return SessionView{}, ErrUnknownSession
@@ -58,6 +65,15 @@ func (s *Server) Kick(id string) (SessionView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if allow != nil {
+		in, ok := s.table.Session(now, locktable.SessionID(n))
+		if !ok {
+			return SessionView{}, ErrUnknownSession
+		}
+		if err := allow(in.Name); err != nil {
+			return SessionView{}, err
+		}
+	}
 	exits, err := s.table.Kick(now, locktable.SessionID(n), s.exits[:0])
 	switch {
 	case errors.Is(err, locktable.ErrUnknownSession):
