@@ -69,7 +69,7 @@ func TestKickRaceAttack(t *testing.T) {
 		defer resp.Body.Close()
 		var body struct {
 			Locks []struct {
-				Holder  *struct{ ID string } `json:"holder"`
+				Holder  *struct{ ID string }  `json:"holder"`
 				Waiters []struct{ ID string } `json:"waiters"`
 			} `json:"locks"`
 		}
