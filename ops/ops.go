@@ -77,6 +77,9 @@ type Config struct {
 	ProxyTLS       bool
 	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
 	Events EventSource
+	// Registerer receives the ops API's own series (the count of refused
+	// requests, baton_ops_refusals_total); nil keeps them unpublished.
+	Registerer prometheus.Registerer
 }
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -101,6 +104,8 @@ func NewHandler(cfg Config) http.Handler {
 	if h.events == nil {
 		h.events, _ = cfg.Backend.(EventSource)
 	}
+	h.refusals = server.NewRefusalLog()
+	h.refused = newRefusalCounters(cfg.Registerer)
 	var run [4]byte
 	rand.Read(run[:]) // never fails (crypto/rand)
 	h.run = hex.EncodeToString(run[:])
@@ -144,6 +149,44 @@ type handler struct {
 	encoded        encodedEvents // the SSE text of recent events (events.go)
 	run            string        // this handler's part of event ids (events.go)
 	ui             uiSessions    // dashboard logins (ui.go)
+	// refusals rate-limits the WARN lines of refused requests; refused
+	// counts every one of them, by reason.
+	refusals *server.RefusalLog
+	refused  map[string]prometheus.Counter
+}
+
+// The reasons of baton_ops_refusals_total.
+const (
+	refusedToken      = "token"        // no or a wrong admin token (401)
+	refusedClientCert = "client_cert"  // no verified client certificate (401)
+	refusedRules      = "access_rules" // the access rules' admin grant (403)
+	refusedForgery    = "forgery"      // a cross-site or rebound browser request (403)
+)
+
+func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_ops_refusals_total",
+		Help: "Requests to the ops API refused for who sent them, by reason; their log lines are rate-limited, these count them all.",
+	}, []string{"reason"})
+	if reg != nil {
+		if err := reg.Register(vec); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			if errors.As(err, &dup) {
+				vec = dup.ExistingCollector.(*prometheus.CounterVec) // a second handler on one registry
+			}
+		}
+	}
+	out := make(map[string]prometheus.Counter)
+	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery} {
+		out[r] = vec.WithLabelValues(r)
+	}
+	return out
+}
+
+// refuse counts a refusal for reason and logs msg with args, rate-limited.
+func (h *handler) refuse(reason, msg string, args ...any) {
+	h.refused[reason].Inc()
+	h.refusals.Warn(h.log, msg, args...)
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
@@ -218,7 +261,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		}
 	}
 	if h.requireCert && server.VerifiedIdentities(r.TLS) == nil {
-		h.log.Warn("ops: request without a verified client certificate",
+		h.refuse(refusedClientCert, "ops: request without a verified client certificate",
 			"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
 		writeError(w, http.StatusUnauthorized, "a verified client certificate is required")
 		return
@@ -335,7 +378,7 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 		}
 		msg = "invalid bearer token"
 	}
-	h.log.Warn("ops: unauthorized request", "reason", msg,
+	h.refuse(refusedToken, "ops: unauthorized request", "reason", msg,
 		"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
 	writeError(w, http.StatusUnauthorized, msg)
@@ -515,7 +558,7 @@ func (h *handler) adminCheck(r *http.Request, action, name string) *adminRefusal
 
 // refuseAdmin answers 403 for refusal, and logs it.
 func (h *handler) refuseAdmin(w http.ResponseWriter, r *http.Request, refusal *adminRefusal) {
-	h.log.Warn("ops: admin action refused by the access rules", "action", refusal.action, "lock", refusal.lock,
+	h.refuse(refusedRules, "ops: admin action refused by the access rules", "action", refusal.action, "lock", refusal.lock,
 		"identities", refusal.ids, "client", r.RemoteAddr)
 	writeError(w, http.StatusForbidden, refusal.msg)
 }

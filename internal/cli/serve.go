@@ -401,6 +401,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 				NodeID:            opsCfg.NodeID,
 				ProxyTransport:    opsCfg.ProxyTransport,
 				ProxyTLS:          opsCfg.ProxyTLS,
+				Registerer:        srv.Registry(),
 			}),
 			ReadHeaderTimeout: opsReadHeaderTimeout,
 			ReadTimeout:       opsReadTimeout,
