@@ -77,10 +77,23 @@ type Config struct {
 	ProxyTLS       bool
 	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
 	Events EventSource
-	// Registerer receives the ops API's own series (the count of refused
-	// requests, baton_ops_refusals_total); nil keeps them unpublished.
+	// Registerer receives the ops API's own series (refused requests,
+	// open event streams); nil keeps them unpublished.
 	Registerer prometheus.Registerer
+	// MaxEventStreams caps the open GET /v1/events streams; one more is
+	// answered 503. Zero means DefaultMaxEventStreams.
+	MaxEventStreams int
+	// EventWriteTimeout bounds one write to an event stream: a subscriber
+	// that stops reading is cut once its bounded buffer is full and a write
+	// has waited this long. Zero means DefaultEventWriteTimeout.
+	EventWriteTimeout time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxEventStreams   = 128
+	DefaultEventWriteTimeout = 10 * time.Second
+)
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
 func NewHandler(cfg Config) http.Handler {
@@ -106,6 +119,15 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	h.refusals = server.NewRefusalLog()
 	h.refused = newRefusalCounters(cfg.Registerer)
+	h.streams.max = cfg.MaxEventStreams
+	if h.streams.max <= 0 {
+		h.streams.max = DefaultMaxEventStreams
+	}
+	h.streams.writeTimeout = cfg.EventWriteTimeout
+	if h.streams.writeTimeout <= 0 {
+		h.streams.writeTimeout = DefaultEventWriteTimeout
+	}
+	h.streams.register(cfg.Registerer)
 	var run [4]byte
 	rand.Read(run[:]) // never fails (crypto/rand)
 	h.run = hex.EncodeToString(run[:])
@@ -153,6 +175,7 @@ type handler struct {
 	// counts every one of them, by reason.
 	refusals *server.RefusalLog
 	refused  map[string]prometheus.Counter
+	streams  streamLimits // of GET /v1/events (events.go)
 }
 
 // The reasons of baton_ops_refusals_total.

@@ -409,6 +409,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 			IdleTimeout:       opsIdleTimeout,
 			MaxHeaderBytes:    opsMaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+			ConnContext:       ops.ConnContext,
 		},
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
