@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/batonlock/baton/cluster"
 	"github.com/batonlock/baton/internal/tokenstore"
 	"github.com/batonlock/baton/ops"
@@ -26,11 +28,18 @@ import (
 // probes, scrapers and the admin tools; these keep a slow or stuck peer from
 // holding a connection.
 const (
-	opsReadHeaderTimeout = 5 * time.Second
+	// The header and idle timeouts are short: an idle connection costs a
+	// descriptor, and probes, scrapers and the admin tools send their
+	// request at once.
+	opsReadHeaderTimeout = 3 * time.Second
 	opsReadTimeout       = 10 * time.Second
 	opsWriteTimeout      = 30 * time.Second // /v1/locks of a large table
-	opsIdleTimeout       = 60 * time.Second
+	opsIdleTimeout       = 5 * time.Second
 	opsMaxHeaderBytes    = 64 << 10
+	// opsConnsShare is the largest share of the process's descriptors that
+	// ops connections may hold (-ops-max-conns is lowered to it): the rest
+	// are the lock sessions'.
+	opsConnsShare = 4
 	// opsCloseTimeout bounds the graceful close of the ops server after the
 	// linger; what is still open then is closed hard.
 	opsCloseTimeout = 5 * time.Second
@@ -54,6 +63,8 @@ type serveOptions struct {
 	sendBuffer     int
 	tcpFastOpen    bool
 	metricsLocks   int
+	opsMaxConns    int
+	reserveFDs     int
 	crashGraceMax  time.Duration
 	logFormat      string
 	logLevel       string
@@ -133,6 +144,8 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
 	fs.IntVar(&o.metricsLocks, "metrics-lock-names", def.MetricsLockNames, "how many lock `names` get series of their own in /metrics (0: none; later names share lock=\"_other\"; /metrics is open)")
+	fs.IntVar(&o.opsMaxConns, "ops-max-conns", 256, "most open connections of the ops listener; more wait to be accepted (lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.reserveFDs, "reserve-fds", def.ReserveFDs, "file descriptors the protocol listener keeps in reserve, so that sessions are admitted when something else holds every other one")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(newChoiceValue(&o.logFormat, "text", "text", "json"), "log-format", "log `format`: text or json")
 	fs.Var(newChoiceValue(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "least `level` logged: debug, info, warn or error")
@@ -155,6 +168,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.crashGraceMax < 0 {
 		return fmt.Errorf("crash-grace-max (%v) must not be negative", o.crashGraceMax)
+	}
+	if o.opsMaxConns <= 0 {
+		return fmt.Errorf("ops-max-conns (%d) must be positive", o.opsMaxConns)
 	}
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
@@ -193,7 +209,17 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.TCPFastOpen = o.tcpFastOpen
 	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
 	cfg.MetricsLockNames = o.metricsLocks
+	cfg.ReserveFDs = o.reserveFDs
 	return cfg
+}
+
+// opsConnLimit is the cap of open ops connections: want, but no more than
+// a quarter of the open-file limit (0: unknown).
+func opsConnLimit(want, fileLimit int) int {
+	if fileLimit > 0 {
+		return max(1, min(want, fileLimit/opsConnsShare))
+	}
+	return want
 }
 
 func checkAddr(flagName, addr string) error {
@@ -414,7 +440,14 @@ func start(s *sys, o *serveOptions) (*running, int) {
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
 	}
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(opsLn)) }()
+	opsConns := opsConnLimit(o.opsMaxConns, server.FileLimit())
+	if opsConns < o.opsMaxConns {
+		logger.Warn("ops-max-conns lowered to a quarter of the open-file limit, so that idle ops connections cannot take the lock sessions' descriptors",
+			"ops_max_conns", opsConns, "asked", o.opsMaxConns, "open_file_limit", server.FileLimit())
+	}
+	// Past the cap, connections wait in the kernel's backlog, holding no
+	// descriptor of the process, until an open one closes.
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(netutil.LimitListener(opsLn, opsConns))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
