@@ -117,6 +117,7 @@ func NewHandler(cfg Config) http.Handler {
 	if h.events == nil {
 		h.events, _ = cfg.Backend.(EventSource)
 	}
+	h.listing = make(chan struct{}, 1)
 	h.refusals = server.NewRefusalLog()
 	h.refused = newRefusalCounters(cfg.Registerer)
 	h.streams.max = cfg.MaxEventStreams
@@ -176,6 +177,7 @@ type handler struct {
 	refusals *server.RefusalLog
 	refused  map[string]prometheus.Counter
 	streams  streamLimits // of GET /v1/events (events.go)
+	listing  chan struct{} // a place for the one listing of the locks made at a time
 }
 
 // The reasons of baton_ops_refusals_total.
@@ -323,7 +325,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 			h.streamEvents(w, r, still)
 		}
 	case len(segs) == 1 && segs[0] == "locks":
-		methods, serve = methodsGet, func() { h.listLocks(w) }
+		methods, serve = methodsGet, func() { h.listLocks(w, r) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":
 		methods, serve = methodsGet, func() { h.getLock(w, segs[1]) }
 	case len(segs) == 3 && segs[0] == "locks" && segs[1] != "" && segs[2] == "release":
@@ -439,7 +441,18 @@ func drainBody(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-func (h *handler) listLocks(w http.ResponseWriter) {
+// listLocks answers GET /v1/locks. One listing is made at a time: a
+// listing of a large table is CPU-bound (copying it in steps, then its
+// JSON), and tools polling it without pause, many at once, would
+// otherwise take every CPU from the sessions, whose grants and heartbeats
+// then wait in the run queue. The others wait their turn, holding no CPU.
+func (h *handler) listLocks(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.listing <- struct{}{}:
+		defer func() { <-h.listing }()
+	case <-r.Context().Done():
+		return // the client left while it waited
+	}
 	views := h.b.Locks()
 	out := locksJSON{Locks: make([]lockJSON, 0, len(views))}
 	for _, v := range views {
