@@ -176,7 +176,7 @@ type handler struct {
 	// counts every one of them, by reason.
 	refusals *server.RefusalLog
 	refused  map[string]prometheus.Counter
-	streams  streamLimits // of GET /v1/events (events.go)
+	streams  streamLimits  // of GET /v1/events (events.go)
 	listing  chan struct{} // a place for the one listing of the locks made at a time
 }
 

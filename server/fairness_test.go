@@ -130,7 +130,8 @@ func floodChild(t *testing.T, spec string) {
 	fmt.Println("flooding")
 	for _, c := range conns {
 		wg.Add(2)
-		var inFlight atomic.Int64 // frames sent and not yet answered
+		// inFlight counts the frames sent and not yet answered.
+		var inFlight atomic.Int64
 		go func() { // the replies, 12 bytes each (ACQUIRED)
 			defer wg.Done()
 			buf := make([]byte, 64<<10)
