@@ -3,7 +3,6 @@ package ops
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -381,11 +380,16 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 // stream without it keeps the system's buffer).
 func boundSendBuffer(ctx context.Context) {
 	c, _ := ctx.Value(connKey{}).(net.Conn)
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if tcp, ok := c.(*net.TCPConn); ok {
-		tcp.SetWriteBuffer(eventSendBuffer)
+	for c != nil { // through TLS and LimitListener's wrappers
+		if tcp, ok := c.(*net.TCPConn); ok {
+			tcp.SetWriteBuffer(eventSendBuffer)
+			return
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = w.NetConn()
 	}
 }
 

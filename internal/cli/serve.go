@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/batonlock/baton/cluster"
 	"github.com/batonlock/baton/internal/tokenstore"
 	"github.com/batonlock/baton/ops"
@@ -447,7 +445,7 @@ func start(s *sys, o *serveOptions) (*running, int) {
 	}
 	// Past the cap, connections wait in the kernel's backlog, holding no
 	// descriptor of the process, until an open one closes.
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(netutil.LimitListener(opsLn, opsConns))) }()
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsLn, opsConns))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
