@@ -34,6 +34,7 @@ type sizes struct {
 	scaleSettle   time.Duration
 	scaleWindow   time.Duration
 	scaleProbe    time.Duration
+	pollQueue     int // waiters beside the polling scenario's handover
 }
 
 func sizesFor(o *options) sizes {
@@ -50,6 +51,7 @@ func sizesFor(o *options) sizes {
 			scaleSettle:   500 * time.Millisecond,
 			scaleWindow:   time.Second,
 			scaleProbe:    500 * time.Millisecond,
+			pollQueue:     200,
 		}
 	}
 	return sizes{
@@ -64,6 +66,7 @@ func sizesFor(o *options) sizes {
 		scaleSettle:   5 * time.Second,
 		scaleWindow:   10 * time.Second,
 		scaleProbe:    3 * time.Second,
+		pollQueue:     10000,
 	}
 }
 
@@ -184,7 +187,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	// Baton: the real server, a process of its own.
 	var systems []system.System
 	var srv *batonsys.Server
-	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"] || o.scenarios["floor"]
+	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"] || o.scenarios["floor"] || o.scenarios["polling"]
 	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
 		var extra []string
 		if o.scenarios["floor"] {
@@ -278,6 +281,21 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 					report.Fairness(h.GrantsMin, h.GrantsMax), h.Errors)
 				res.Handover = append(res.Handover, h)
 			}
+		}
+	}
+	if o.scenarios["polling"] && srv != nil && want(o, "baton") && ctx.Err() == nil {
+		loadgen.RaiseNoFile() // the queue's sessions are this process's connections
+		cfg := scenario.PollingConfig{OpsAddr: srv.OpsAddr, Addr: srv.Addr, Queue: sz.pollQueue, Pollers: 20,
+			Waiters: 8, Window: o.duration, Rounds: 2}
+		logf("polling: baton, handover of 8 waiters beside %d queued sessions, without and with %d loops polling GET /v1/locks, %d rounds of %v each", cfg.Queue, cfg.Pollers, cfg.Rounds, cfg.Window)
+		p, err := scenario.Polling(ctx, batonsys.NewSystem(srv, bin, 10*time.Second), cfg)
+		if err != nil {
+			fail("polling: %v", err)
+		} else {
+			logf("  handover p50 %s p99 %s without polling, p50 %s p99 %s with %d pollers (%d listings, p50 %s each); %d errors",
+				report.Dur(p.Quiet.P50), report.Dur(p.Quiet.P99), report.Dur(p.Polled.P50), report.Dur(p.Polled.P99),
+				p.Pollers, p.Listings, report.Dur(p.ListingP50), p.Errors)
+			res.Polling = &p
 		}
 	}
 	if o.scenarios["cycles"] {

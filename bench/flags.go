@@ -41,7 +41,7 @@ type options struct {
 	clusterFlags []string // extra flags of every cluster node
 }
 
-var allScenarios = []string{"baseline", "handover", "cycles", "detect", "scale", "floor", "cluster", "failover"}
+var allScenarios = []string{"baseline", "handover", "polling", "cycles", "detect", "scale", "floor", "cluster", "failover"}
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}

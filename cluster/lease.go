@@ -43,7 +43,7 @@ type leaderLease struct {
 	// start of its current run of failed requests (both ns since base;
 	// failing is 0 while requests succeed): what member health reads.
 	contact, failing map[raft.ServerID]int64
-	failures        map[raft.ServerID]uint64 // failed requests in the current run
+	failures         map[raft.ServerID]uint64 // failed requests in the current run
 	// until is when the lease runs out, ns since base; 0 when never held.
 	until atomic.Int64
 }

@@ -428,6 +428,47 @@ func (t *Table) Snapshot(now time.Time) []LockInfo {
 	return out
 }
 
+// Names appends the name of every lock with a holder or a waiter to dst,
+// in no order.
+func (t *Table) Names(dst []string) []string {
+	for name := range t.locks {
+		dst = append(dst, name)
+	}
+	return dst
+}
+
+// LockPage describes lock name at now with at most max of its waiters,
+// and reports whether more follow: a caller that must not hold up the
+// table for a long queue reads it a page at a time. The page starts after
+// waiter after, the last of the previous page (0: at the head), when that
+// session still waits for name; otherwise after skip waiters from the head
+// (the page before moved meanwhile). Positions count from skip. False if
+// nobody holds or waits.
+func (t *Table) LockPage(now time.Time, name string, after SessionID, skip, max int) (li LockInfo, more, ok bool) {
+	l := t.locks[name]
+	if l == nil {
+		return LockInfo{}, false, false
+	}
+	li = LockInfo{Name: l.name, Waiters: make([]Info, 0, min(max, l.waiters))}
+	if l.holder != nil {
+		h := t.info(now, l.holder)
+		li.Holder = &h
+	}
+	w := l.head
+	if s := t.sessions[after]; after != 0 && s != nil && s.lock == l && !s.held() {
+		w = s.next
+	} else {
+		for i := 0; w != nil && i < skip; i++ {
+			w = w.next
+		}
+	}
+	for pos := skip; w != nil && len(li.Waiters) < max; w = w.next {
+		pos++
+		li.Waiters = append(li.Waiters, infoAt(now, w, State{Position: pos}))
+	}
+	return li, w != nil, true
+}
+
 func (t *Table) lockInfo(now time.Time, l *lock) LockInfo {
 	li := LockInfo{Name: l.name, Waiters: make([]Info, 0, l.waiters)}
 	if l.holder != nil {

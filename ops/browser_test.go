@@ -18,6 +18,7 @@ import (
 	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
+	"github.com/batonlock/baton/server"
 )
 
 // chromiumPath is Debian's chromium, which .ci/dash.sh installs. The tests
@@ -483,7 +484,8 @@ func TestBrowserLoginAndForgery(t *testing.T) {
 // that the page agrees with the server, and with BATON_UPDATE_SCREENSHOT=1
 // writes docs/dashboard.png.
 func TestBrowserUnderLoad(t *testing.T) {
-	ts, hs := startEvents(t, ops.Config{}, nil)
+	// The lock page's histograms need the opt-in per-lock series.
+	ts, hs := startEvents(t, ops.Config{}, nil, func(c *server.Config) { c.MetricsLockNames = 100 })
 	p := openBrowser(t)
 	steady := []struct{ name, owner string }{
 		{"billing/invoices", "cron@billing-2"}, {"deploy/api", "ci@runner-7"}, {"deploy/web", "ci@runner-3"},

@@ -2,15 +2,20 @@ package ops
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonlock/baton/server"
 )
@@ -27,9 +32,16 @@ const (
 	// eventKeepalive is how often an idle stream gets a comment line, so
 	// that proxies and clients see it alive.
 	eventKeepalive = 15 * time.Second
-	// eventWriteTimeout bounds one write to a subscriber: a client that
-	// stops reading loses its stream instead of holding a goroutine.
-	eventWriteTimeout = 10 * time.Second
+	// eventSendBuffer is the kernel send buffer (SO_SNDBUF) of an event
+	// stream's connection, in bytes (Linux doubles it). Autotuned, it grows
+	// to megabytes: a subscriber that stops reading would hold that much of
+	// the server's memory, and its writes would not block, so nothing would
+	// ever notice it. Bounded, a stuck stream's write blocks after a few
+	// batches, and the write timeout cuts it.
+	eventSendBuffer = 16 << 10
+	// eventWriteTimeout bounds one write of a stream a follower sends on
+	// from the leader (cluster.go).
+	eventWriteTimeout = DefaultEventWriteTimeout
 	// eventBatch is how many events one write takes at most.
 	eventBatch = 256
 	// eventBatchWindow is how long a subscriber's events gather before they
@@ -133,6 +145,14 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		req.Snapshot, req.History = false, 0
 	}
 
+	if !h.streams.enter() {
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d event streams are open, the most this server serves: try later", h.streams.max))
+		return
+	}
+	defer h.streams.leave()
+	boundSendBuffer(r.Context())
+
 	res := h.events.Subscribe(req)
 	defer res.Sub.Close()
 	rc := http.NewResponseController(w)
@@ -169,7 +189,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 	if req.Resume && !res.Resync {
 		last = req.After
 	}
-	if !h.sendSSE(rc, w, &buf) {
+	if !h.sendSSE(rc, w, r, &buf) {
 		return
 	}
 
@@ -185,7 +205,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		case errors.Is(err, server.ErrFellBehind):
 			writeSSE(&buf, "overflow", h.eventID(last), overflowJSON{Seq: last,
 				Message: fmt.Sprintf("this client fell more than %d events behind; resume after %d", server.EventHistory, last)})
-			h.sendSSE(rc, w, &buf)
+			h.sendSSE(rc, w, r, &buf)
 			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
 			return
 		case err != nil:
@@ -196,7 +216,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 				h.encoded.write(&buf, e, h.run)
 				last = e.Seq
 			}
-			if !h.sendSSE(rc, w, &buf) {
+			if !h.sendSSE(rc, w, r, &buf) {
 				return
 			}
 			continue // read on: Read says when there is nothing left
@@ -216,7 +236,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 				return
 			}
 			buf.WriteString(": keepalive\n\n")
-			if !h.sendSSE(rc, w, &buf) {
+			if !h.sendSSE(rc, w, r, &buf) {
 				return
 			}
 		case <-r.Context().Done():
@@ -288,14 +308,89 @@ func (h *handler) parseEventID(v string) (seq uint64, same bool, err error) {
 }
 
 // sendSSE writes and flushes buf under a write deadline; false if the
-// client is gone or too slow.
-func (h *handler) sendSSE(rc *http.ResponseController, w http.ResponseWriter, buf *bytes.Buffer) bool {
+// client is gone or too slow (then logged: it stopped reading).
+func (h *handler) sendSSE(rc *http.ResponseController, w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
 	defer buf.Reset()
-	rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout)) // best effort: not every writer has deadlines
-	if _, err := w.Write(buf.Bytes()); err != nil {
+	rc.SetWriteDeadline(time.Now().Add(h.streams.writeTimeout)) // best effort: not every writer has deadlines
+	_, err := w.Write(buf.Bytes())
+	if err == nil {
+		err = rc.Flush()
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		h.log.Warn("ops: event subscriber stopped reading; stream closed", "client", r.RemoteAddr,
+			"write_timeout", h.streams.writeTimeout.String())
+	}
+	return err == nil
+}
+
+// streamLimits bounds the event streams: how many are open, and how long
+// a write to one may wait.
+type streamLimits struct {
+	max          int
+	writeTimeout time.Duration
+	mu           sync.Mutex
+	open         int
+	gauge        prometheus.Gauge // nil when unpublished
+}
+
+func (l *streamLimits) register(reg prometheus.Registerer) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_ops_event_streams", Help: "Open GET /v1/events streams.",
+	})
+	if reg != nil && reg.Register(g) == nil {
+		l.gauge = g
+	}
+}
+
+// enter takes a place for a stream, false if all are taken.
+func (l *streamLimits) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open >= l.max {
 		return false
 	}
-	return rc.Flush() == nil
+	l.open++
+	if l.gauge != nil {
+		l.gauge.Set(float64(l.open))
+	}
+	return true
+}
+
+func (l *streamLimits) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.gauge != nil {
+		l.gauge.Set(float64(l.open))
+	}
+}
+
+// connKey is the context key of the connection a request came on.
+type connKey struct{}
+
+// ConnContext is the http.Server.ConnContext of the ops listener: it keeps
+// each request's connection at hand, so that an event stream can bound its
+// kernel send buffer (eventSendBuffer).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// boundSendBuffer sets the send buffer of the stream's TCP connection to
+// eventSendBuffer, if ConnContext gave its connection (best effort: a
+// stream without it keeps the system's buffer).
+func boundSendBuffer(ctx context.Context) {
+	c, _ := ctx.Value(connKey{}).(net.Conn)
+	for c != nil { // through TLS and LimitListener's wrappers
+		if tcp, ok := c.(*net.TCPConn); ok {
+			tcp.SetWriteBuffer(eventSendBuffer)
+			return
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = w.NetConn()
+	}
 }
 
 func toLocks(views []server.LockView) []lockJSON {

@@ -137,9 +137,9 @@ func (s *sseStream) expect(t *testing.T, typ, lock string) eventData {
 }
 
 // startEvents starts a real lock server and the ops API over it.
-func startEvents(t *testing.T, cfg ops.Config, wrap func(http.Handler) http.Handler) (*batontest.Server, *httptest.Server) {
+func startEvents(t *testing.T, cfg ops.Config, wrap func(http.Handler) http.Handler, mutate ...func(*server.Config)) (*batontest.Server, *httptest.Server) {
 	t.Helper()
-	ts := batontest.StartServer(t)
+	ts := batontest.StartServer(t, mutate...)
 	cfg.Backend = ts.Srv
 	cfg.Gatherer = ts.Srv.Registry()
 	var h http.Handler = ops.NewHandler(cfg)

@@ -84,7 +84,7 @@ func (f *fakeBackend) ForceRelease(name string) (server.SessionView, error) {
 	return ended, nil
 }
 
-func (f *fakeBackend) Kick(id string) (server.SessionView, error) {
+func (f *fakeBackend) KickIf(id string, allow func(lock string) error) (server.SessionView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -92,10 +92,20 @@ func (f *fakeBackend) Kick(id string) (server.SessionView, error) {
 	}
 	for name, l := range f.locks {
 		if l.Holder != nil && l.Holder.ID == id {
+			if allow != nil {
+				if err := allow(name); err != nil {
+					return server.SessionView{}, err
+				}
+			}
 			return server.SessionView{}, server.ErrHolder
 		}
 		for i, w := range l.Waiters {
 			if w.ID == id {
+				if allow != nil {
+					if err := allow(name); err != nil {
+						return server.SessionView{}, err
+					}
+				}
 				l.Waiters = slices.Delete(l.Waiters, i, i+1)
 				if l.Holder == nil && len(l.Waiters) == 0 {
 					delete(f.locks, name)

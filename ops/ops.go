@@ -35,7 +35,9 @@ type Backend interface {
 	Locks() []server.LockView
 	Lock(name string) (server.LockView, bool)
 	ForceRelease(name string) (server.SessionView, error) // server.ErrNotHeld
-	Kick(id string) (server.SessionView, error)           // server.ErrUnknownSession, server.ErrHolder
+	// KickIf kicks waiter id if allow, called with its lock's name in the
+	// same step as the kick, returns nil; allow's error is returned as is.
+	KickIf(id string, allow func(lock string) error) (server.SessionView, error) // server.ErrUnknownSession, server.ErrHolder
 }
 
 var _ Backend = (*server.Server)(nil)
@@ -78,7 +80,23 @@ type Config struct {
 	ProxyTLS       bool
 	// Events feeds GET /v1/events. Nil means the Backend's, if it has one.
 	Events EventSource
+	// Registerer receives the ops API's own series (refused requests,
+	// open event streams); nil keeps them unpublished.
+	Registerer prometheus.Registerer
+	// MaxEventStreams caps the open GET /v1/events streams; one more is
+	// answered 503. Zero means DefaultMaxEventStreams.
+	MaxEventStreams int
+	// EventWriteTimeout bounds one write to an event stream: a subscriber
+	// that stops reading is cut once its bounded buffer is full and a write
+	// has waited this long. Zero means DefaultEventWriteTimeout.
+	EventWriteTimeout time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxEventStreams   = 128
+	DefaultEventWriteTimeout = 10 * time.Second
+)
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
 func NewHandler(cfg Config) http.Handler {
@@ -102,6 +120,18 @@ func NewHandler(cfg Config) http.Handler {
 	if h.events == nil {
 		h.events, _ = cfg.Backend.(EventSource)
 	}
+	h.listing = make(chan struct{}, 1)
+	h.refusals = server.NewRefusalLog()
+	h.refused = newRefusalCounters(cfg.Registerer)
+	h.streams.max = cfg.MaxEventStreams
+	if h.streams.max <= 0 {
+		h.streams.max = DefaultMaxEventStreams
+	}
+	h.streams.writeTimeout = cfg.EventWriteTimeout
+	if h.streams.writeTimeout <= 0 {
+		h.streams.writeTimeout = DefaultEventWriteTimeout
+	}
+	h.streams.register(cfg.Registerer)
 	var run [4]byte
 	rand.Read(run[:]) // never fails (crypto/rand)
 	h.run = hex.EncodeToString(run[:])
@@ -145,6 +175,46 @@ type handler struct {
 	encoded        encodedEvents // the SSE text of recent events (events.go)
 	run            string        // this handler's part of event ids (events.go)
 	ui             uiSessions    // dashboard logins (ui.go)
+	// refusals rate-limits the WARN lines of refused requests; refused
+	// counts every one of them, by reason.
+	refusals *server.RefusalLog
+	refused  map[string]prometheus.Counter
+	streams  streamLimits  // of GET /v1/events (events.go)
+	listing  chan struct{} // a place for the one listing of the locks made at a time
+}
+
+// The reasons of baton_ops_refusals_total.
+const (
+	refusedToken      = "token"        // no or a wrong admin token (401)
+	refusedClientCert = "client_cert"  // no verified client certificate (401)
+	refusedRules      = "access_rules" // the access rules' admin grant (403)
+	refusedForgery    = "forgery"      // a cross-site or rebound browser request (403)
+)
+
+func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_ops_refusals_total",
+		Help: "Requests to the ops API refused for who sent them, by reason; their log lines are rate-limited, these count them all.",
+	}, []string{"reason"})
+	if reg != nil {
+		if err := reg.Register(vec); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			if errors.As(err, &dup) {
+				vec = dup.ExistingCollector.(*prometheus.CounterVec) // a second handler on one registry
+			}
+		}
+	}
+	out := make(map[string]prometheus.Counter)
+	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery} {
+		out[r] = vec.WithLabelValues(r)
+	}
+	return out
+}
+
+// refuse counts a refusal for reason and logs msg with args, rate-limited.
+func (h *handler) refuse(reason, msg string, args ...any) {
+	h.refused[reason].Inc()
+	h.refusals.Warn(h.log, msg, args...)
 }
 
 // ServeHTTP routes on the escaped path itself rather than through
@@ -225,7 +295,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		}
 	}
 	if h.requireCert && server.VerifiedIdentities(r.TLS) == nil {
-		h.log.Warn("ops: request without a verified client certificate",
+		h.refuse(refusedClientCert, "ops: request without a verified client certificate",
 			"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
 		writeError(w, http.StatusUnauthorized, "a verified client certificate is required")
 		return
@@ -264,7 +334,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 			h.streamEvents(w, r, still)
 		}
 	case len(segs) == 1 && segs[0] == "locks":
-		methods, serve = methodsGet, func() { h.listLocks(w) }
+		methods, serve = methodsGet, func() { h.listLocks(w, r) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":
 		methods, serve = methodsGet, func() { h.getLock(w, segs[1]) }
 	case len(segs) == 3 && segs[0] == "locks" && segs[1] != "" && segs[2] == "release":
@@ -349,7 +419,7 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 		}
 		msg = "invalid bearer token"
 	}
-	h.log.Warn("ops: unauthorized request", "reason", msg,
+	h.refuse(refusedToken, "ops: unauthorized request", "reason", msg,
 		"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
 	writeError(w, http.StatusUnauthorized, msg)
@@ -387,7 +457,18 @@ func drainBody(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-func (h *handler) listLocks(w http.ResponseWriter) {
+// listLocks answers GET /v1/locks. One listing is made at a time: a
+// listing of a large table is CPU-bound (copying it in steps, then its
+// JSON), and tools polling it without pause, many at once, would
+// otherwise take every CPU from the sessions, whose grants and heartbeats
+// then wait in the run queue. The others wait their turn, holding no CPU.
+func (h *handler) listLocks(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.listing <- struct{}{}:
+		defer func() { <-h.listing }()
+	case <-r.Context().Done():
+		return // the client left while it waited
+	}
 	views := h.b.Locks()
 	out := locksJSON{Locks: make([]lockJSON, 0, len(views))}
 	for _, v := range views {
@@ -420,22 +501,33 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	h.log.Info("ops: force-released lock", "lock", name, "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token, "client", r.RemoteAddr)
+		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token,
+		"identities", callerIdentities(r), "client", r.RemoteAddr)
 	// The ended session was the holder, so its token is shown.
 	writeJSON(w, http.StatusOK, toSession(sv, true))
 }
 
 func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
+	// The rules are per lock, and the session's lock is known only in the
+	// table: the server checks them and kicks in one step, so that no
+	// session can enter the table between the check and the kick (ids are
+	// sequential, and a caller could aim at the next one).
+	var allow func(lock string) error
 	if h.acl != nil && h.acl() != nil {
-		// The rules are per lock; the session's lock never changes, so the
-		// snapshot's answer holds. An unknown session is the kick's 404.
-		if name, ok := h.lockOf(id); ok && !h.mayAdmin(w, r, "kick a waiter of", name) {
-			return
+		allow = func(lock string) error {
+			if refused := h.adminCheck(r, "kick a waiter of", lock); refused != nil {
+				return refused
+			}
+			return nil // not a nil *adminRefusal, which is a non-nil error
 		}
 	}
-	sv, err := h.b.Kick(id)
+	sv, err := h.b.KickIf(id, allow)
+	var refused *adminRefusal
 	switch {
 	case err == nil:
+	case errors.As(err, &refused):
+		h.refuseAdmin(w, r, refused)
+		return
 	case errors.Is(err, server.ErrUnknownSession):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q not found", id))
 		return
@@ -447,7 +539,8 @@ func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	h.log.Info("ops: kicked session", "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote, "client", r.RemoteAddr)
+		"owner", sv.Owner, "remote", sv.Remote,
+		"identities", callerIdentities(r), "client", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, toSession(sv, false))
 }
 
@@ -476,41 +569,56 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // mayAdmin checks the access rules for an admin action on lock name,
 // answering 403 if they refuse it.
 func (h *handler) mayAdmin(w http.ResponseWriter, r *http.Request, action, name string) bool {
+	if err := h.adminCheck(r, action, name); err != nil {
+		h.refuseAdmin(w, r, err)
+		return false
+	}
+	return true
+}
+
+// adminRefusal is the access rules' refusal of an admin action.
+type adminRefusal struct {
+	action, lock string
+	ids          []string
+	msg          string
+}
+
+func (e *adminRefusal) Error() string { return e.msg }
+
+// adminCheck is the access rules' verdict on action on lock name for r's
+// caller: nil, or the refusal. It does no I/O and never blocks: KickIf
+// calls it under the table's mutex.
+func (h *handler) adminCheck(r *http.Request, action, name string) *adminRefusal {
 	if h.acl == nil {
-		return true
+		return nil
 	}
 	acl := h.acl()
 	if acl == nil {
-		return true
+		return nil
 	}
-	ids := server.VerifiedIdentities(r.TLS)
+	ids := callerIdentities(r)
 	if acl.MayAdmin(ids, name) {
-		return true
+		return nil
 	}
 	who := "without a verified client certificate"
 	if len(ids) > 0 {
 		who = "identity " + strings.Join(quoteAll(ids), ", ")
 	}
-	h.log.Warn("ops: admin action refused by the access rules", "action", action, "lock", name,
-		"identities", ids, "client", r.RemoteAddr)
-	writeError(w, http.StatusForbidden, fmt.Sprintf("client %s may not %s lock %q", who, action, name))
-	return false
+	return &adminRefusal{action: action, lock: name, ids: ids,
+		msg: fmt.Sprintf("client %s may not %s lock %q", who, action, name)}
 }
 
-// lockOf is the lock that session id holds or waits for.
-func (h *handler) lockOf(id string) (string, bool) {
-	for _, l := range h.b.Locks() {
-		if l.Holder != nil && l.Holder.ID == id {
-			return l.Name, true
-		}
-		for _, s := range l.Waiters {
-			if s.ID == id {
-				return l.Name, true
-			}
-		}
-	}
-	return "", false
+// refuseAdmin answers 403 for refusal, and logs it.
+func (h *handler) refuseAdmin(w http.ResponseWriter, r *http.Request, refusal *adminRefusal) {
+	h.refuse(refusedRules, "ops: admin action refused by the access rules", "action", refusal.action, "lock", refusal.lock,
+		"identities", refusal.ids, "client", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, refusal.msg)
 }
+
+// callerIdentities are the identities of r's caller that its verified
+// client certificate proves: what the access rules judge, and what an
+// admin action's log line names beside the caller's address.
+func callerIdentities(r *http.Request) []string { return server.VerifiedIdentities(r.TLS) }
 
 func quoteAll(ss []string) []string {
 	out := make([]string, len(ss))

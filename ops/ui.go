@@ -249,7 +249,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	d := sha256.Sum256([]byte(in.Token))
 	if subtle.ConstantTimeCompare(d[:], h.digest[:]) != 1 {
-		h.log.Warn("ops: dashboard login with a wrong token", "client", r.RemoteAddr)
+		h.refuse(refusedToken, "ops: dashboard login with a wrong token", "client", r.RemoteAddr)
 		writeError(w, http.StatusUnauthorized, "wrong admin token")
 		return
 	}
@@ -280,7 +280,7 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) refuseForgery(w http.ResponseWriter, r *http.Request, why string) {
-	h.log.Warn("ops: cross-site request refused", "reason", why,
+	h.refuse(refusedForgery, "ops: cross-site request refused", "reason", why,
 		"method", r.Method, "path", r.URL.EscapedPath(), "client", r.RemoteAddr)
 	writeError(w, http.StatusForbidden, why)
 }

@@ -3,34 +3,109 @@ package server
 import (
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/batonlock/baton/locktable"
 )
 
+// snapshotStep is how many sessions a listing of the locks copies per hold
+// of the server's mutex, the one that grants: a large table is copied in
+// steps between which ACQUIREs, heartbeats and handovers go on, so that
+// operators polling it cannot hold up the locks (a step takes some tens of
+// microseconds).
+const snapshotStep = 256
+
 // Locks describes every lock that has a holder or waiters, sorted by name.
+// A large table is read in steps (snapshotStep), not at one instant: each
+// lock's holder is as of its first step, and a session that joins or
+// leaves a long queue while it is read may be missing from it.
 func (s *Server) Locks() []LockView {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	snap := s.table.Snapshot(now)
-	out := make([]LockView, len(snap))
-	for i, li := range snap {
-		out[i] = s.lockViewLocked(li)
+	names := s.table.Names(make([]string, 0, s.table.Locks()))
+	s.mu.Unlock()
+	slices.Sort(names)
+	out := make([]LockView, 0, len(names))
+	for _, name := range names {
+		if lv, ok := s.lockInSteps(name); ok {
+			out = append(out, lv)
+		}
 	}
 	return out
 }
 
-// Lock describes one lock; false if nobody holds or waits.
-func (s *Server) Lock(name string) (LockView, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	li, ok := s.table.Lock(time.Now(), name)
-	if !ok {
-		return LockView{}, false
+// Lock describes one lock; false if nobody holds or waits. A long queue is
+// read in steps, as by Locks.
+func (s *Server) Lock(name string) (LockView, bool) { return s.lockInSteps(name) }
+
+// lockInSteps reads lock name a page of its queue at a time (snapshotStep
+// sessions), each page under the mutex, and makes the view's text outside
+// it.
+func (s *Server) lockInSteps(name string) (LockView, bool) {
+	var (
+		holder  *locktable.Info
+		waiters []locktable.Info
+		remotes []net.Addr // the holder's first, if any, then the waiters'
+		seen    map[locktable.SessionID]bool
+	)
+	var after locktable.SessionID
+	for skip := 0; ; {
+		s.mu.Lock()
+		li, more, ok := s.table.LockPage(time.Now(), name, after, skip, snapshotStep)
+		if !ok {
+			s.mu.Unlock()
+			if skip == 0 {
+				return LockView{}, false
+			}
+			break // emptied while it was read
+		}
+		if skip == 0 {
+			holder = li.Holder
+			if holder != nil {
+				remotes = append(remotes, s.remoteLocked(holder.ID))
+			}
+		}
+		for _, w := range li.Waiters {
+			// The queue may have moved between pages: a session is shown once.
+			if seen != nil && seen[w.ID] {
+				continue
+			}
+			waiters = append(waiters, w)
+			remotes = append(remotes, s.remoteLocked(w.ID))
+		}
+		s.mu.Unlock()
+		if !more {
+			break
+		}
+		if seen == nil {
+			seen = make(map[locktable.SessionID]bool, len(waiters))
+		}
+		for _, w := range li.Waiters {
+			seen[w.ID] = true
+		}
+		skip += len(li.Waiters)
+		after = li.Waiters[len(li.Waiters)-1].ID
 	}
-	return s.lockViewLocked(li), true
+	lv := LockView{Name: name, Waiters: make([]SessionView, len(waiters))}
+	if holder != nil {
+		h := sessionView(*holder, remotes[0])
+		lv.Holder = &h
+		remotes = remotes[1:]
+	}
+	for i, w := range waiters {
+		lv.Waiters[i] = sessionView(w, remotes[i])
+	}
+	return lv, true
+}
+
+// remoteLocked is the address of session id's client, nil if unknown. mu
+// must be held.
+func (s *Server) remoteLocked(id locktable.SessionID) net.Addr {
+	if c := s.sessions[id]; c != nil {
+		return c.remote
+	}
+	return nil
 }
 
 // ForceRelease ends the holder's session of lock name with ERROR
@@ -51,7 +126,14 @@ func (s *Server) ForceRelease(name string) (SessionView, error) {
 // Kick ends waiter id with ERROR KICKED. It returns the ended session,
 // ErrUnknownSession if there is no such session, or ErrHolder if it holds
 // its lock.
-func (s *Server) Kick(id string) (SessionView, error) {
+func (s *Server) Kick(id string) (SessionView, error) { return s.KickIf(id, nil) }
+
+// KickIf is Kick for a caller whose right to kick depends on the lock:
+// allow, if not nil, is called with the name of the lock that session id
+// holds or waits for, and an error from it is returned as it is, with
+// nothing done. The check and the kick are one step under the table's
+// mutex, so no session can come or go between them; allow must not block.
+func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, error) {
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		return SessionView{}, ErrUnknownSession
@@ -60,6 +142,15 @@ func (s *Server) Kick(id string) (SessionView, error) {
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.mayServeLocked(now)
+	if allow != nil {
+		in, ok := s.table.Session(now, locktable.SessionID(n))
+		if !ok {
+			return SessionView{}, ErrUnknownSession
+		}
+		if err := allow(in.Name); err != nil {
+			return SessionView{}, err
+		}
+	}
 	exits, err := s.table.Kick(now, locktable.SessionID(n), s.exits[:0])
 	switch {
 	case errors.Is(err, locktable.ErrUnknownSession):
@@ -94,7 +185,12 @@ func (s *Server) lockViewLocked(li locktable.LockInfo) LockView {
 }
 
 func (s *Server) sessionViewLocked(in locktable.Info) SessionView {
-	v := SessionView{
+	return sessionView(in, s.remoteLocked(in.ID))
+}
+
+// sessionView is in as operators see it, its client at remote.
+func sessionView(in locktable.Info, remote net.Addr) SessionView {
+	return SessionView{
 		ID:     strconv.FormatUint(uint64(in.ID), 10),
 		Owner:  in.Owner,
 		Lease:  in.Lease,
@@ -102,11 +198,8 @@ func (s *Server) sessionViewLocked(in locktable.Info) SessionView {
 		Token:  in.Token,
 		Since:  in.Since,
 		Silent: in.Silent,
+		Remote: addrText(remote),
 	}
-	if c := s.sessions[in.ID]; c != nil {
-		v.Remote = addrText(c.remote)
-	}
-	return v
 }
 
 // addrText is a's text, "" for none.

@@ -115,6 +115,20 @@ type Config struct {
 	// MaxConnsPerIP caps the open connections from one source IP address;
 	// more are closed at once. 0 means no cap.
 	MaxConnsPerIP int
+	// ReserveFDs is how many file descriptors the protocol listener holds
+	// in reserve: when the process has no descriptor free (EMFILE), an
+	// accept gives up a spare and is served at once, whoever holds the rest
+	// (the ops listener, files); spares are taken again as descriptors free
+	// up. Zero holds none: such an accept then backs off and retries. Must
+	// not be negative.
+	ReserveFDs int
+	// MetricsLockNames is how many lock names get series of their own in
+	// baton_wait_seconds and baton_hold_seconds (label lock): the first
+	// names seen, while later ones share lock="_other". Zero, the default,
+	// publishes no lock name: the histograms then cover every lock, without
+	// a label. /metrics is open, so names given series are public to whoever
+	// reaches the ops listener. Must not be negative.
+	MetricsLockNames int
 }
 
 // DefaultConfig returns the defaults of `baton serve`, without NextToken.
@@ -126,6 +140,7 @@ func DefaultConfig() Config {
 		ParkIdle:          true,
 		ParkAfter:         50 * time.Millisecond,
 		SendBuffer:        16 << 10,
+		ReserveFDs:        32,
 	}
 }
 
@@ -145,6 +160,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
 	case c.MaxLease < 0:
 		return fmt.Errorf("max-lease (%v) must not be negative", c.MaxLease)
+	case c.ReserveFDs < 0:
+		return fmt.Errorf("reserve-fds (%d) must not be negative", c.ReserveFDs)
+	case c.MetricsLockNames < 0:
+		return fmt.Errorf("metrics-lock-names (%d) must not be negative", c.MetricsLockNames)
 	case c.MaxConnsPerIP < 0:
 		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
 	case c.TCPFastOpen && !fastOpenSupported:

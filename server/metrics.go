@@ -22,11 +22,15 @@ type metrics struct {
 	grantPromotion prometheus.Counter
 	handovers      map[EndReason]prometheus.Counter
 	handoverTime   prometheus.Histogram
-	// waitTime and holdTime are per lock name, for dashboards; names past
-	// maxLockLabels share the label otherLocks (see lockSeries).
+	// waitTime and holdTime are per lock name when lockNames is positive,
+	// for dashboards; names past lockNames share the label otherLocks (see
+	// series). With lockNames 0 they carry no label, and allLocks observes
+	// every lock.
 	waitTime       *prometheus.HistogramVec
 	holdTime       *prometheus.HistogramVec
+	lockNames      int
 	lockSeries     map[string]*lockObservers // guarded by Server.mu
+	allLocks       *lockObservers
 	expiredHolding prometheus.Counter
 	expiredWaiting prometheus.Counter
 	heartbeats     prometheus.Counter
@@ -39,7 +43,9 @@ type metrics struct {
 	ended          map[EndReason]prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+// newMetrics registers the server's series in reg; lockNames is
+// Config.MetricsLockNames.
+func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 	sessions := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "baton_sessions", Help: "Sessions in the lock table, by state.",
 	}, []string{"state"})
@@ -104,17 +110,25 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized} {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
 	}
+	m.lockNames = lockNames
+	waitHelp := "Time from ACQUIRE to grant (0 for a lock granted at once), of every lock."
+	holdHelp := "Time from grant to the end of the holder's session, of every lock."
+	var labels []string
+	if lockNames > 0 {
+		waitHelp = "Time from ACQUIRE to grant (0 for a lock granted at once), per lock; locks past the first " + strconv.Itoa(lockNames) + " named share lock=\"" + otherLocks + "\"."
+		holdHelp = "Time from grant to the end of the holder's session, per lock; locks past the first " + strconv.Itoa(lockNames) + " named share lock=\"" + otherLocks + "\"."
+		labels = []string{"lock"}
+	}
 	m.waitTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "baton_wait_seconds",
-		Help:    "Time from ACQUIRE to grant (0 for a lock granted at once), per lock; locks past the first " + strconv.Itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
-		Buckets: lockTimeBuckets,
-	}, []string{"lock"})
+		Name: "baton_wait_seconds", Help: waitHelp, Buckets: lockTimeBuckets,
+	}, labels)
 	m.holdTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "baton_hold_seconds",
-		Help:    "Time from grant to the end of the holder's session, per lock; locks past the first " + strconv.Itoa(maxLockLabels) + " named share lock=\"" + otherLocks + "\".",
-		Buckets: lockTimeBuckets,
-	}, []string{"lock"})
+		Name: "baton_hold_seconds", Help: holdHelp, Buckets: lockTimeBuckets,
+	}, labels)
 	m.lockSeries = make(map[string]*lockObservers)
+	if lockNames == 0 {
+		m.allLocks = &lockObservers{wait: m.waitTime.WithLabelValues(), hold: m.holdTime.WithLabelValues()}
+	}
 	reg.MustRegister(m.waitTime, m.holdTime)
 	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, handovers, m.handoverTime,
 		expiries, m.heartbeats, protoErrs, refusals, ended, m.aclRefusals,
@@ -137,13 +151,13 @@ func (m *metrics) registerGrace(reg *prometheus.Registry, until time.Time) {
 	}))
 }
 
-// maxLockLabels bounds the lock names that get series of their own in
-// baton_wait_seconds and baton_hold_seconds: names are chosen by clients,
-// and a series per name without a bound would let them grow the server's
-// memory and every scrape without end.
-const maxLockLabels = 1000
+// The lock names that get series of their own in baton_wait_seconds and
+// baton_hold_seconds are bounded (Config.MetricsLockNames), and none by
+// default: names are chosen by clients, /metrics is open to whoever
+// reaches the ops listener, and a series per name without a bound would
+// let clients grow the server's memory and every scrape without end.
 
-// otherLocks is the label of the locks past maxLockLabels.
+// otherLocks is the label of the locks past Config.MetricsLockNames.
 const otherLocks = "_other"
 
 // lockTimeBuckets span a fast handover to a long batch job: 1 ms to ~4.6 h.
@@ -156,14 +170,18 @@ type lockObservers struct {
 	wait, hold prometheus.Observer
 }
 
-// series is the lock's series: its own for the first maxLockLabels names
-// seen, those of otherLocks after. Server.mu must be held.
+// series is the lock's series: its own for the first lockNames names
+// seen, those of otherLocks after; allLocks' when lockNames is 0.
+// Server.mu must be held.
 func (m *metrics) series(name string) *lockObservers {
+	if m.allLocks != nil {
+		return m.allLocks
+	}
 	if o, ok := m.lockSeries[name]; ok {
 		return o
 	}
 	label := name
-	if len(m.lockSeries) >= maxLockLabels {
+	if len(m.lockSeries) >= m.lockNames {
 		if o, ok := m.lockSeries[otherLocks]; ok {
 			return o
 		}

@@ -7,11 +7,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// TestLockLabelBound: the first maxLockLabels names get series of their
-// own, later ones share otherLocks, and a name seen before keeps its own.
+// TestLockLabelBound: with MetricsLockNames, the first that many names
+// get series of their own, later ones share otherLocks, and a name seen
+// before keeps its own.
 func TestLockLabelBound(t *testing.T) {
-	m := newMetrics(prometheus.NewRegistry())
-	for i := range maxLockLabels {
+	const bound = 1000
+	m := newMetrics(prometheus.NewRegistry(), bound)
+	for i := range bound {
 		if got, want := m.series(fmt.Sprint("lock-", i)).label, fmt.Sprint("lock-", i); got != want {
 			t.Fatalf("lockLabel #%d: got %q, want %q", i, got, want)
 		}

@@ -1,12 +1,17 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // security is the server's state for TLS, the access rules and the cap of
@@ -15,9 +20,13 @@ import (
 type security struct {
 	acl     atomic.Pointer[ACL]
 	perAddr *addrLimiter // nil: no cap
+	// refusals limits the WARN lines of refused ACQUIREs; each is counted
+	// in a metric whether or not its line is written.
+	refusals *RefusalLog
 }
 
 func (sec *security) init(cfg Config) {
+	sec.refusals = NewRefusalLog()
 	if cfg.ACL != nil {
 		sec.acl.Store(cfg.ACL)
 	}
@@ -67,8 +76,47 @@ func (c *session) authorize(name string) (EndReason, string, bool) {
 	}
 	s.m.aclRefusals.Inc()
 	who := identityText(ids)
-	s.log.Warn("acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
+	s.sec.refusals.Warn(s.log, "acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
 	return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
+}
+
+// Refused requests are logged at most refusalBurst at once, and
+// refusalRate a second after: a scanner or a misconfigured fleet can be
+// refused thousands of times a second, and must not flood the log nor
+// spend the server's time writing it. Their metrics count them all.
+const (
+	refusalBurst = 20
+	refusalRate  = 1
+)
+
+// RefusalLog writes the WARN lines of refused requests, rate-limited (see
+// refusalBurst); the first line written after some were dropped says how
+// many (suppressed=N). The caller counts every refusal in a metric. It is
+// safe for concurrent use.
+type RefusalLog struct {
+	lim     *rate.Limiter
+	dropped atomic.Uint64
+}
+
+// NewRefusalLog returns a RefusalLog with the server's limits.
+func NewRefusalLog() *RefusalLog {
+	return &RefusalLog{lim: rate.NewLimiter(refusalRate, refusalBurst)}
+}
+
+// Warn writes msg with args to log at WARN level, unless the rate limit
+// drops it.
+func (l *RefusalLog) Warn(log *slog.Logger, msg string, args ...any) {
+	if !log.Enabled(context.Background(), slog.LevelWarn) {
+		return
+	}
+	if !l.lim.AllowN(time.Now(), 1) {
+		l.dropped.Add(1)
+		return
+	}
+	if n := l.dropped.Swap(0); n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	log.Warn(msg, args...)
 }
 
 // addrLimiter counts open connections per source IP address.

@@ -83,6 +83,8 @@ type Server struct {
 	poller *idlePoller
 
 	sec security // TLS, access rules, per-address cap (security.go)
+	// fds holds the protocol listener's spare descriptors (fdreserve.go).
+	fds fdReserve
 
 	events eventLog // history and subscribers of the event stream (events.go); guarded by mu
 }
@@ -101,7 +103,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:    cfg,
 		log:    log,
 		reg:    reg,
-		m:      newMetrics(reg),
+		m:      newMetrics(reg, cfg.MetricsLockNames),
 		linger: min(cfg.IOTimeout, time.Second),
 		table: locktable.New(locktable.Config{
 			MaxSessions:       cfg.MaxSessions,
@@ -120,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 	s.serving.Store(!cfg.Replicated)
 	s.m.registerGrace(reg, cfg.NoGrantBefore)
 	s.sec.init(cfg)
+	s.fds.init(cfg.ReserveFDs)
 	if !cfg.NoGrantBefore.IsZero() {
 		log.Info("crash recovery: no grants until the grace period ends",
 			"until", cfg.NoGrantBefore.UTC().Format(time.RFC3339Nano),
@@ -203,6 +206,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			if errors.Is(err, net.ErrClosed) {
 				return err
 			}
+			if s.fds.spend(err) { // out of descriptors: a spare for this one
+				continue
+			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
 			select {
@@ -213,6 +219,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
+		s.fds.topUp()
 		if tc, ok := conn.(*net.TCPConn); ok && !preset {
 			tc.SetWriteBuffer(s.cfg.SendBuffer) // best effort: the default only costs memory
 		}
@@ -339,6 +346,7 @@ func (s *Server) stop() {
 		s.poller.stop() // every session was unparked by its end above
 	}
 	s.reaperOnce.Do(func() {}) // a Serve after this does not start the reaper
+	s.fds.close()
 	close(s.done)
 	s.stopCancel()
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -239,10 +240,25 @@ func (c *session) readFirst(buf []byte) (wire.Header, []byte, error) {
 	return h, buf[wire.HeaderSize:end], nil
 }
 
+// framesPerTurn is how many frames a session's reader answers in a turn:
+// then it lets the others go first (yield). A client may pipeline frames
+// without pause (the server answers each), but its reader would then never
+// wait, and never leave the CPU to the poller's shards that answer every
+// other session: 200 such clients starved well-behaved holders into losing
+// their leases. A turn is long enough that no client that keeps to one
+// heartbeat in flight ever reaches its end.
+const framesPerTurn = 16
+
 // serveLoop answers the frames after ACQUIRE until the session ends or
-// parks.
+// parks, in turns of framesPerTurn frames.
 func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
-	for {
+	for served := 0; ; served++ {
+		if served == framesPerTurn {
+			served = 0
+			if c.yield() {
+				return 0, "", true
+			}
+		}
 		h, parked, err := c.nextHeader()
 		if parked {
 			return 0, "", true
@@ -269,6 +285,21 @@ func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
 		}
 		c.send()
 	}
+}
+
+// yield ends a turn of the session's reader (see framesPerTurn), and
+// reports whether the session parked: its reader must then return. A
+// session that can park does, with its unread frames in the socket: its
+// shard finds them at once, and serves it in its turn beside every other
+// session of the shard. One that cannot (TLS, -park-idle=false, frames
+// already read into extra) goes to the back of the run queue. Either way
+// it is read less often, never ended for it.
+func (c *session) yield() bool {
+	if c.raw != nil && len(c.extra) == 0 && c.readErr == nil && c.srv.poller.park(c) {
+		return true
+	}
+	runtime.Gosched()
+	return false
 }
 
 // heartbeat records a HEARTBEAT of c and queues its reply, and reports

@@ -116,10 +116,17 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 				switch err {
 				case nil:
 					backoff = 0
+					s.fds.topUp()
 					s.acceptSock(nfd, sa, eachNoDelay)
 				case unix.EAGAIN:
 					return false // wait for the next connection
 				case unix.EINTR, unix.ECONNABORTED:
+				case unix.EMFILE, unix.ENFILE:
+					if s.fds.spend(err) { // a spare for this one
+						continue
+					}
+					acceptErr = &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(), Err: os.NewSyscallError("accept4", err)}
+					return true
 				default:
 					acceptErr = &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(), Err: os.NewSyscallError("accept4", err)}
 					return true

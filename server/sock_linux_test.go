@@ -444,6 +444,7 @@ const emfileRoom = 3
 
 func emfileChild(t *testing.T) {
 	cfg := DefaultConfig()
+	cfg.ReserveFDs = 0 // the backoff path; the reserve has its own test
 	var next atomic.Uint64
 	cfg.NextToken = func() uint64 { return next.Add(1) }
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))

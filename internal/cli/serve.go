@@ -26,11 +26,18 @@ import (
 // probes, scrapers and the admin tools; these keep a slow or stuck peer from
 // holding a connection.
 const (
-	opsReadHeaderTimeout = 5 * time.Second
+	// The header and idle timeouts are short: an idle connection costs a
+	// descriptor, and probes, scrapers and the admin tools send their
+	// request at once.
+	opsReadHeaderTimeout = 3 * time.Second
 	opsReadTimeout       = 10 * time.Second
 	opsWriteTimeout      = 30 * time.Second // /v1/locks of a large table
-	opsIdleTimeout       = 60 * time.Second
+	opsIdleTimeout       = 5 * time.Second
 	opsMaxHeaderBytes    = 64 << 10
+	// opsConnsShare is the largest share of the process's descriptors that
+	// ops connections may hold (-ops-max-conns is lowered to it): the rest
+	// are the lock sessions'.
+	opsConnsShare = 4
 	// opsCloseTimeout bounds the graceful close of the ops server after the
 	// linger; what is still open then is closed hard.
 	opsCloseTimeout = 5 * time.Second
@@ -53,6 +60,9 @@ type serveOptions struct {
 	parkIdle       bool
 	sendBuffer     int
 	tcpFastOpen    bool
+	metricsLocks   int
+	opsMaxConns    int
+	reserveFDs     int
 	crashGraceMax  time.Duration
 	maxLease       modeDuration
 	logFormat      string
@@ -132,6 +142,9 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.BoolVar(&o.parkIdle, "park-idle", def.ParkIdle, "serve sessions from an epoll poller, without a goroutine each, where it can (Linux, plain TCP; less memory per session, no goroutine per claim)")
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
+	fs.IntVar(&o.metricsLocks, "metrics-lock-names", def.MetricsLockNames, "how many lock `names` get series of their own in /metrics (0: none; later names share lock=\"_other\"; /metrics is open)")
+	fs.IntVar(&o.opsMaxConns, "ops-max-conns", 256, "most open connections of the ops listener; more wait to be accepted (lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.reserveFDs, "reserve-fds", def.ReserveFDs, "file descriptors the protocol listener keeps in reserve, so that sessions are admitted when something else holds every other one")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(&o.maxLease, "max-lease", "longest lease a session may ask for; longer ones get ERROR BAD_REQUEST (0: no limit; default none standalone, "+
 		clusterMaxLease.String()+" in a cluster, where the lease bound is every crash failover's wait)")
@@ -156,6 +169,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.crashGraceMax < 0 {
 		return fmt.Errorf("crash-grace-max (%v) must not be negative", o.crashGraceMax)
+	}
+	if o.opsMaxConns <= 0 {
+		return fmt.Errorf("ops-max-conns (%d) must be positive", o.opsMaxConns)
 	}
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
@@ -193,6 +209,8 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.SendBuffer = o.sendBuffer
 	cfg.TCPFastOpen = o.tcpFastOpen
 	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
+	cfg.MetricsLockNames = o.metricsLocks
+	cfg.ReserveFDs = o.reserveFDs
 	cfg.MaxLease = o.maxLease.value(0)
 	if o.cl.enabled() {
 		cfg.MaxLease = o.maxLease.value(clusterMaxLease)
@@ -205,6 +223,15 @@ func (o *serveOptions) serverConfig() server.Config {
 // twice the leader lease), so an unbounded lease would let any client
 // freeze failover for as long as it likes.
 const clusterMaxLease = time.Minute
+
+// opsConnLimit is the cap of open ops connections: want, but no more than
+// a quarter of the open-file limit (0: unknown).
+func opsConnLimit(want, fileLimit int) int {
+	if fileLimit > 0 {
+		return max(1, min(want, fileLimit/opsConnsShare))
+	}
+	return want
+}
 
 func checkAddr(flagName, addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -408,6 +435,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 				NodeID:            opsCfg.NodeID,
 				ProxyTransport:    opsCfg.ProxyTransport,
 				ProxyTLS:          opsCfg.ProxyTLS,
+				Registerer:        srv.Registry(),
 			}),
 			ReadHeaderTimeout: opsReadHeaderTimeout,
 			ReadTimeout:       opsReadTimeout,
@@ -415,11 +443,19 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 			IdleTimeout:       opsIdleTimeout,
 			MaxHeaderBytes:    opsMaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+			ConnContext:       ops.ConnContext,
 		},
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
 	}
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(opsLn)) }()
+	opsConns := opsConnLimit(o.opsMaxConns, server.FileLimit())
+	if opsConns < o.opsMaxConns {
+		logger.Warn("ops-max-conns lowered to a quarter of the open-file limit, so that idle ops connections cannot take the lock sessions' descriptors",
+			"ops_max_conns", opsConns, "asked", o.opsMaxConns, "open_file_limit", server.FileLimit())
+	}
+	// Past the cap, connections wait in the kernel's backlog, holding no
+	// descriptor of the process, until an open one closes.
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsLn, opsConns))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir

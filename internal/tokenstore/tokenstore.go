@@ -68,12 +68,31 @@ func Open(dir string) (*Store, error) {
 	if err := mkdirDurably(dir); err != nil {
 		return nil, err
 	}
+	// Looked at before lockDir creates the lock file, which is one of the
+	// signs of an earlier run.
+	traces, err := runTraces(dir)
+	if err != nil {
+		return nil, err
+	}
 	if err := lockDir(dir); err != nil {
 		return nil, err
 	}
 	prev, err := readEpoch(dir)
 	if err != nil {
 		return nil, err
+	}
+	hasEpoch, err := exists(filepath.Join(dir, epochFile))
+	if err != nil {
+		return nil, err
+	}
+	if !hasEpoch && len(traces) > 0 {
+		// Starting at epoch 1 here would repeat the tokens of the runs that
+		// left these files.
+		return nil, fmt.Errorf("tokenstore: %s has no epoch file, but %s show that a server ran on it: "+
+			"starting at epoch 1 could repeat tokens already granted. Write the highest epoch ever used "+
+			"(the epoch= field of the start log line, or the highest token >> %d) into %s; "+
+			"or, if no lock was ever granted from this directory, remove it",
+			dir, strings.Join(traces, ", "), CounterBits, filepath.Join(dir, epochFile))
 	}
 	// Checked here, not only in moveTo: prev+1 wraps to 0 for the largest
 	// uint64, which would restart tokens below every earlier one.
@@ -190,6 +209,24 @@ func (s *Store) moveTo(e uint64) error {
 	}
 	s.epoch, s.counter = e, 0
 	return nil
+}
+
+// runTraces lists the files of dir, other than the epoch file, that only a
+// run of the server leaves there: the lock file (created at every start, on
+// unix) and the files of the crash recovery grace. A directory that holds
+// one of them but no epoch file has lost its epoch.
+func runTraces(dir string) ([]string, error) {
+	var found []string
+	for _, name := range []string{lockFile, leaseFile, cleanFile} {
+		ok, err := exists(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			found = append(found, name)
+		}
+	}
+	return found, nil
 }
 
 func readEpoch(dir string) (uint64, error) {

@@ -379,3 +379,64 @@ func BenchmarkNext(b *testing.B) {
 		s.Next()
 	}
 }
+
+// TestDeletedEpochFileRefusesToStart: a used directory whose epoch file is
+// gone must not start again at epoch 1, whatever the earlier runs left
+// beside it: each file a run leaves is a sign of use on its own.
+func TestDeletedEpochFileRefusesToStart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, dir string) // leaves a used directory
+	}{
+		{"after a crash", func(t *testing.T, dir string) {
+			s := open(t, dir)
+			take(t, s, 3, 0)
+			if err := s.NoteLease(2e9); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"after a clean shutdown", func(t *testing.T, dir string) {
+			s := open(t, dir)
+			take(t, s, 3, 0)
+			if err := s.MarkClean(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"after a run that noted nothing", func(t *testing.T, dir string) {
+			open(t, dir)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.prepare(t, dir)
+			if entries, _ := os.ReadDir(dir); len(entries) < 2 {
+				t.Skip("this platform's runs leave no lock file")
+			}
+			if err := os.Remove(filepath.Join(dir, epochFile)); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(dir)
+			if err == nil {
+				t.Fatalf("Open with the epoch file deleted: got epoch %d, want an error", s.Epoch())
+			}
+			for _, want := range []string{"no epoch file", filepath.Join(dir, epochFile)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if _, serr := os.Stat(filepath.Join(dir, epochFile)); serr == nil {
+				t.Errorf("the refused Open wrote an epoch file")
+			}
+			// Restoring the epoch, as the message says, starts above it.
+			writeEpoch(t, dir, "7\n")
+			if s := open(t, dir); s.Epoch() != 8 {
+				t.Errorf("after restoring epoch 7: got epoch %d, want 8", s.Epoch())
+			}
+		})
+	}
+	// A fresh directory, or an empty one made for the server, is not used.
+	empty := t.TempDir()
+	if s := open(t, empty); s.Epoch() != 1 {
+		t.Errorf("empty directory: got epoch %d, want 1", s.Epoch())
+	}
+}

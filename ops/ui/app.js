@@ -236,11 +236,43 @@ function fmtDur(ms) {
   return `${Math.floor(m / 60)} h ${m % 60} m`;
 }
 
+// INVISIBLE matches what names and owner texts may hold but a page must not
+// render as such: the bidirectional controls (U+202E turns "gpj.exe"
+// around) and the C1 controls. They are shown escaped, as a terminal shows
+// a control character.
+const INVISIBLE = /[\u0080-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
+
+function escapeCode(c) { return "\\u" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0"); }
+
+// plain is text with every invisible character escaped, for attributes and
+// dialog texts.
+function plain(text) { return String(text).replace(INVISIBLE, escapeCode); }
+
+// setText puts text in e, each invisible character as its escape in a
+// marked span, so that it cannot be taken for the same characters typed.
+function setText(e, text) {
+  text = String(text);
+  if (text.search(INVISIBLE) < 0) { e.textContent = text; return; }
+  const kids = [];
+  let last = 0;
+  for (const m of text.matchAll(INVISIBLE)) {
+    if (m.index > last) kids.push(text.slice(last, m.index));
+    const esc = document.createElement("span");
+    esc.className = "esc";
+    esc.title = "an invisible control character in the name, shown escaped";
+    esc.textContent = escapeCode(m[0]);
+    kids.push(esc);
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) kids.push(text.slice(last));
+  e.replaceChildren(...kids);
+}
+
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === "class") e.className = v;
-    else if (k === "text") e.textContent = v;
+    else if (k === "text") setText(e, v);
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
@@ -343,7 +375,7 @@ function renderLocks() {
 function renderLock(name) {
   const now = Date.now();
   const l = state.locks.get(name) || { name, holder: null, waiters: [], history: [], holds: [], waits: [] };
-  $("lock-title").textContent = name;
+  setText($("lock-title"), name);
   const h = l.holder;
   const holder = $("holder");
   if (h) {
@@ -367,7 +399,7 @@ function renderLock(name) {
     el("td", { class: "opt", text: w.remote }),
     el("td", { class: "opt num", text: w.id }),
     since("td", { class: "num" }, w, now),
-    el("td", {}, el("button", { type: "button", "data-focus": "kick:" + w.id, onclick: () => kick(name, w), "aria-label": `Kick waiter ${w.owner || w.id}` }, "Kick…")))));
+    el("td", {}, el("button", { type: "button", "data-focus": "kick:" + w.id, onclick: () => kick(name, w), "aria-label": plain(`Kick waiter ${w.owner || w.id}`) }, "Kick…")))));
   $("history").replaceChildren(...l.history.map((e) => el("li", {},
     el("span", { class: "tag " + e.type, text: e.type.replace("_", " ") }), " ",
     el("span", { text: `${new Date(e.at).toLocaleTimeString()} · ${e.session.owner || "(no owner)"} · session ${e.session.id}` +
@@ -495,8 +527,8 @@ async function pollServer() {
 
 function confirmDialog(title, text, ok) {
   const d = $("confirm");
-  $("confirm-title").textContent = title;
-  $("confirm-text").textContent = text;
+  setText($("confirm-title"), title);
+  setText($("confirm-text"), text);
   $("confirm-ok").textContent = ok;
   d.returnValue = "";
   d.showModal();
@@ -505,7 +537,7 @@ function confirmDialog(title, text, ok) {
 
 function toast(text) {
   const t = $("toast");
-  t.textContent = text;
+  setText(t, text);
   t.hidden = false;
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => { t.hidden = true; }, 4000);

@@ -104,6 +104,14 @@ func Markdown(r *Results) string {
 		w("\nRatios below divide by the baseline's **p50**: handovers back to back by the back-to-back round trip (%s), handovers after a 20 ms hold by the after-idle round trip (%s), cycles by connect + echo + close (%s).\n\n", Dur(rtt), Dur(rttIdle), Dur(conn))
 	}
 
+	if p := r.Polling; p != nil {
+		w("### Handover beside operators polling the locks (Baton)\n\n")
+		w("%d waiters hand one lock over back to back while %d other sessions wait on another lock; in alternated windows nobody lists the locks, or %d loops poll `GET /v1/locks` without pause (%d listings, p50 %s each). Latency as in the handover table.\n\n",
+			p.Waiters, p.Queue, p.Pollers, p.Listings, Dur(p.ListingP50))
+		w("| listing the locks | n | p50 | p99 | max |\n|---|---:|---:|---:|---:|\n")
+		w("| nobody | %d | %s | %s | %s |\n", p.Quiet.N, Dur(p.Quiet.P50), Dur(p.Quiet.P99), Dur(p.Quiet.Max))
+		w("| %d loops | %d | %s | %s | %s |\n\n", p.Pollers, p.Polled.N, Dur(p.Polled.P50), Dur(p.Polled.P99), Dur(p.Polled.Max))
+	}
 	if len(r.Handover) > 0 {
 		w("### Handover: one lock, N waiters, every client re-queues at once\n\n")
 		w("Latency: from the holder's Unlock call to the next holder's Lock return. Server mean: Baton's own `baton_handover_latency_seconds` over the run (end of the holder's session to the push written), the server's share of the latency.\n\n")

@@ -30,6 +30,9 @@ type Results struct {
 	Cycles   []scenario.CyclesResult   `json:"cycles,omitempty"`
 	Detect   []scenario.DetectResult   `json:"detect,omitempty"`
 	Scale    []scenario.ScaleResult    `json:"scale,omitempty"`
+	// Polling is the handover beside a large queue, without and with
+	// loops polling GET /v1/locks.
+	Polling *scenario.PollingResult `json:"polling,omitempty"`
 	// Floor is Baton against the minimal lock server (issue 16).
 	Floor *floor.Result `json:"floor,omitempty"`
 	// FloorBefore is an earlier run's floor comparison (-floor-before),
