@@ -59,6 +59,7 @@ type healthWatch struct {
 	state    map[raft.ServerID]healthState
 	snapshot []MemberHealth // the latest look, for View and metrics
 	leading  bool
+	started  time.Time // when this leader began to watch
 }
 
 type healthState struct {
@@ -75,6 +76,7 @@ func (n *Node) resetHealth(leading bool) {
 	n.health.state = map[raft.ServerID]healthState{}
 	n.health.snapshot = nil
 	n.health.leading = leading
+	n.health.started = time.Now()
 	n.health.mu.Unlock()
 }
 
@@ -93,6 +95,9 @@ func (n *Node) lookAtHealth() {
 	w := &n.health
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.started.IsZero() {
+		w.started = now
+	}
 	if w.state == nil {
 		w.state = map[raft.ServerID]healthState{}
 	}
@@ -106,17 +111,25 @@ func (n *Node) lookAtHealth() {
 				h.LastContact = max(now.Sub(n.lease.base.Add(time.Duration(c.lastContact))), 0)
 			}
 			h.Failures = c.failures
-			h.Reachable = h.LastContact >= 0 && h.LastContact < n.unreachableAfter()
+			young := now.Sub(w.started) < n.unreachableAfter() // it has not had the time to answer yet
+			h.Reachable = (h.LastContact >= 0 && h.LastContact < n.unreachableAfter()) || (h.LastContact < 0 && young)
 			if c.lastLog < last {
 				h.IndexLag = last - c.lastLog
 			}
 			h.Healthy = h.Reachable && h.IndexLag <= maxIndexLag
 		}
 		st, seen := w.state[s.ID]
+		if !seen {
+			// A new leader has not heard from anyone yet: a member counts
+			// as reachable until it has had unreachableAfter to answer.
+			st.reachable = true
+		}
 		if !seen || st.healthy != h.Healthy {
 			st.healthy, st.since = h.Healthy, now
 		}
-		n.reportReachability(s.ID, &st, h, now, seen)
+		if now.Sub(w.started) >= n.unreachableAfter() || h.Reachable {
+			n.reportReachability(s.ID, &st, h, now)
+		}
 		w.state[s.ID] = st
 		h.Since = now.Sub(st.since)
 		snap = append(snap, h)
@@ -127,16 +140,16 @@ func (n *Node) lookAtHealth() {
 // reportReachability logs a member's loss of contact once, then every
 // downReportEvery while it lasts, and its return; raft's own per-request
 // errors about it are not logged (raftlog.go). w.mu must be held.
-func (n *Node) reportReachability(id raft.ServerID, st *healthState, h MemberHealth, now time.Time, seen bool) {
+func (n *Node) reportReachability(id raft.ServerID, st *healthState, h MemberHealth, now time.Time) {
 	switch {
-	case !h.Reachable && (st.reachable || !seen):
+	case !h.Reachable && st.reachable:
 		st.reachable, st.downSince, st.lastReport = false, now, now
 		n.log.Warn("cluster member unreachable", "member", string(id), "last_contact", lastContactText(h.LastContact), "failures", h.Failures)
 	case !h.Reachable && now.Sub(st.lastReport) >= downReportEvery:
 		st.lastReport = now
 		n.log.Warn("cluster member still unreachable", "member", string(id), "for", now.Sub(st.downSince).Round(time.Second).String(),
 			"last_contact", lastContactText(h.LastContact), "failures", h.Failures)
-	case h.Reachable && !st.reachable && seen:
+	case h.Reachable && !st.reachable:
 		st.reachable = true
 		n.log.Info("cluster member reachable again", "member", string(id), "after", now.Sub(st.downSince).Round(time.Second).String())
 	case h.Reachable:

@@ -27,6 +27,9 @@ type fakeCluster struct {
 	leaderOps string
 	members   []server.ClusterMember
 	addErr    error
+	// healthy, votersHealthy and tolerance: the leader's view of health.
+	healthy                  *bool
+	votersHealthy, tolerance int
 }
 
 func (c *fakeCluster) View() server.ClusterView {
@@ -37,7 +40,8 @@ func (c *fakeCluster) View() server.ClusterView {
 		role = "leader"
 	}
 	return server.ClusterView{NodeID: "n1", Role: role, Leader: &server.ClusterNode{ID: "n2", Addr: "h:1", OpsAddr: c.leaderOps},
-		Term: 7, Epoch: 12, LeaseBound: 30 * time.Second, GraceRemaining: 1500 * time.Millisecond, Members: append([]server.ClusterMember(nil), c.members...)}
+		Term: 7, Epoch: 12, LeaseBound: 30 * time.Second, GraceRemaining: 1500 * time.Millisecond, Members: append([]server.ClusterMember(nil), c.members...),
+		Healthy: c.healthy, VotersHealthy: c.votersHealthy, FailureTolerance: c.tolerance}
 }
 
 func (c *fakeCluster) LeaderOpsAddr() (string, bool) {
@@ -90,7 +94,12 @@ func TestClusterStandalone(t *testing.T) {
 }
 
 func TestClusterView(t *testing.T) {
-	c := &fakeCluster{leading: true, members: []server.ClusterMember{{ID: "n1", RaftAddr: "h:7", Voter: true}}}
+	healthy := false
+	c := &fakeCluster{leading: true, members: []server.ClusterMember{
+		{ID: "n1", RaftAddr: "h:7", Voter: true, Role: "leader", Health: &server.MemberHealth{Reachable: true, Healthy: true, Since: 90 * time.Second}},
+		{ID: "n2", RaftAddr: "h:8", Voter: true, Role: "follower", Health: &server.MemberHealth{LastContact: 3500 * time.Millisecond, Failures: 17, IndexLag: 4, Since: 2 * time.Second}},
+		{ID: "n3", RaftAddr: "h:9", Voter: true, Role: "follower", Health: &server.MemberHealth{LastContact: -1, Since: time.Second}},
+	}, healthy: &healthy, votersHealthy: 1, tolerance: -1}
 	srv, _ := setup(t, ops.Config{Cluster: c})
 	m := object(t, do(t, srv, "GET", "/v1/cluster", "", ""))
 	want := map[string]string{"node_id": "n1", "role": "leader", "term": "7", "epoch": "12", "lease_bound_ms": "30000", "grace_remaining_ms": "1500"}
@@ -99,8 +108,15 @@ func TestClusterView(t *testing.T) {
 			t.Errorf("%s: got %s, want %s", k, got, v)
 		}
 	}
-	if got := fmt.Sprint(m["members"]); got != "[map[id:n1 raft_addr:h:7 voter:true]]" {
+	if got := fmt.Sprint(m["members"]); got != "[map[health:map[failures:0 healthy:true index_lag:0 last_contact_ms:0 reachable:true since_ms:90000] id:n1 raft_addr:h:7 role:leader voter:true] "+
+		"map[health:map[failures:17 healthy:false index_lag:4 last_contact_ms:3500 reachable:false since_ms:2000] id:n2 raft_addr:h:8 role:follower voter:true] "+
+		"map[health:map[failures:0 healthy:false index_lag:0 last_contact_ms:<nil> reachable:false since_ms:1000] id:n3 raft_addr:h:9 role:follower voter:true]]" {
 		t.Errorf("members: got %s", got)
+	}
+	for k, v := range map[string]string{"healthy": "false", "voters_healthy": "1", "failure_tolerance": "-1"} {
+		if got := fmt.Sprint(m[k]); got != v {
+			t.Errorf("%s: got %s, want %s", k, got, v)
+		}
 	}
 	if got := fmt.Sprint(m["leader"]); got != "map[addr:h:1 id:n2 ops_addr:]" {
 		t.Errorf("leader: got %s", got)

@@ -207,8 +207,18 @@ func TestBinaryClusterTLS(t *testing.T) {
 
 	// Reads through the follower reach the leader (node certificates for
 	// server auth only).
-	if code, body, _ := p.opsCall(t, p.operator, "GET", follower.opsAddr, "/v1/locks", ""); code != 200 || !strings.Contains(body, `"jobs/a"`) {
-		t.Fatalf("GET /v1/locks through the follower: %d %s", code, body)
+	// (The follower learns the leader's ops address with the leader's
+	// epoch entry: a moment after the election.)
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		code, body, _ := p.opsCall(t, p.operator, "GET", follower.opsAddr, "/v1/locks", "")
+		if code == 200 && strings.Contains(body, `"jobs/a"`) {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("GET /v1/locks through the follower: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	// The caller without an admin grant: refused everywhere.
 	release := "/v1/locks/" + url.PathEscape("jobs/a") + "/release"

@@ -145,7 +145,7 @@ func TestBrowserDashboardOnFollower(t *testing.T) {
 
 	// The server page shows the cluster as this node sees it.
 	b.run("server page", chromedp.Navigate(base+"/#/server"), chromedp.WaitVisible(chromedp.CSS("#cluster dl")))
-	b.wait(`document.querySelectorAll("#cluster tbody tr").length === 3 && document.getElementById("cluster").textContent.includes("`+leader.id+` (leader)")`, 5*time.Second, "3 members and the leader")
+	b.wait(`document.querySelectorAll("#members tbody tr").length === 3 && document.querySelector('#members tr[data-member="`+leader.id+`"] td:nth-child(2)').textContent === "leader"`, 5*time.Second, "3 members and the leader")
 	b.wait(`!document.getElementById("node-note").hidden`, 5*time.Second, "note that the figures are the follower's")
 
 	// The leader goes (SIGTERM hands over); the page's stream comes back

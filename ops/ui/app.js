@@ -428,6 +428,9 @@ function lockHistogram(name, metric) {
 
 let metrics = null;
 let cluster = null;
+// clusterHealth is the leader's view of the cluster (its members' health):
+// this node's own on the leader, sent on by a follower otherwise.
+let clusterHealth = null;
 
 function renderServer() {
   const stats = [];
@@ -471,6 +474,7 @@ function renderBanner() {
 }
 
 function renderCluster() {
+  const health = clusterHealth;
   const note = $("node-note");
   const href = leaderHref(cluster);
   note.hidden = !href;
@@ -491,11 +495,34 @@ function renderCluster() {
       el("dt", { text: "Lease bound" }), el("dd", { text: fmtDur(c.lease_bound_ms) }),
       el("dt", { text: "Term / epoch" }), el("dd", { text: `${c.term} / ${c.epoch}` }),
       el("dt", { text: "Grace" }), el("dd", { text: c.grace_remaining_ms > 0 ? `${fmtDur(c.grace_remaining_ms)} left` : "none" })),
-    el("div", { class: "wrap" }, el("table", {},
-      el("thead", {}, el("tr", {}, el("th", { text: "Member" }), el("th", { text: "Raft address" }), el("th", { text: "Voter" }))),
-      el("tbody", {}, ...(c.members || []).map((m) => el("tr", {},
-        el("td", { text: m.id + (c.leader && c.leader.id === m.id ? " (leader)" : "") }),
-        el("td", { text: m.raft_addr }), el("td", { text: m.voter ? "yes" : "no" })))))));
+    clusterHealthLine(health),
+    el("div", { class: "wrap" }, el("table", { id: "members" },
+      el("thead", {}, el("tr", {}, ...["Member", "Role", "Raft address", "Voter", "Health", "For", "Last contact", "Log lag"].map((t) => el("th", { text: t })))),
+      el("tbody", {}, ...((health || c).members || []).map(memberRow)))));
+}
+
+// clusterHealthLine sums up the leader's view of its members' health.
+function clusterHealthLine(h) {
+  if (!h || typeof h.healthy !== "boolean") return el("p", { class: "muted", text: "Member health: unknown (only the leader knows it, and none answered)." });
+  const voters = (h.members || []).filter((m) => m.voter).length;
+  return el("p", { class: h.healthy ? "" : "bad", id: "cluster-health",
+    text: `Cluster ${h.healthy ? "healthy" : "UNHEALTHY"}: ${h.voters_healthy} of ${voters} voters healthy; it can lose ${Math.max(h.failure_tolerance, 0)} more.` });
+}
+
+// memberRow is one member, an unhealthy one marked in red with its last contact.
+function memberRow(m) {
+  const h = m.health;
+  let state = "unknown", since = "–", contact = "–", lag = "–";
+  if (h) {
+    state = h.healthy ? "healthy" : (h.reachable ? "unhealthy (behind)" : "unreachable");
+    since = fmtDur(h.since_ms);
+    contact = m.role === "leader" ? "–" : (h.last_contact_ms === null ? "never" : `${fmtDur(h.last_contact_ms)} ago`);
+    lag = String(h.index_lag);
+  }
+  return el("tr", { "data-member": m.id, class: h && !h.healthy ? "bad" : "" },
+    el("td", { text: m.id }), el("td", { text: m.role || "follower" }), el("td", { text: m.raft_addr }),
+    el("td", { text: m.voter ? "yes" : "no" }), el("td", { text: state }), el("td", { text: since }),
+    el("td", { text: contact }), el("td", { text: lag }));
 }
 
 function sumOf(m, name) { return (m.get(name) || []).reduce((a, s) => a + s.value, 0); }
@@ -519,6 +546,11 @@ async function pollServer() {
   if (!state.authed) return; // logged out while /metrics was asked
   const r = await api("GET", "/v1/cluster");
   cluster = r.ok && r.body && typeof r.body === "object" ? r.body : null;
+  clusterHealth = cluster && cluster.role === "leader" ? cluster : null;
+  if (cluster && cluster.role !== "leader" && cluster.role !== "standalone" && cluster.leader) {
+    const l = await api("GET", "/v1/cluster?view=leader");
+    clusterHealth = l.ok && l.body && typeof l.body === "object" ? l.body : null;
+  }
   renderBanner();
   if (route().view === "server") renderServer();
 }
