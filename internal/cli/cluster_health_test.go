@@ -116,6 +116,12 @@ func TestBinaryMemberHealth(t *testing.T) {
 			strings.HasSuffix(metricLine(l.opsAddr, "baton_cluster_healthy "), " 0") &&
 			strings.HasSuffix(metricLine(l.opsAddr, "baton_cluster_voters_healthy "), " 2")
 	}, "the metrics")
+	exported := exportedMetrics(t, l.opsAddr)
+	for n, panel := range grafanaMetrics(t) {
+		if strings.HasPrefix(n, "baton_cluster_") && !exported[n] {
+			t.Errorf("the Grafana panel %q queries %s, which the leader does not export", panel, n)
+		}
+	}
 	var out bytes.Buffer
 	cmd := batonCmd(t, "cluster", "-ops-addr", other.opsAddr)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -212,6 +218,7 @@ func TestBrowserClusterHealth(t *testing.T) {
 			t.Errorf("a member without a role on %s: %q", at.id, roles)
 		}
 	}
+	b.wait(row+`.querySelector("td:nth-child(6)").textContent.endsWith(" s")`, 10*time.Second, "down for a second or more (for the screenshot)")
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

@@ -20,48 +20,15 @@ import (
 // deploy/grafana/baton.json names is exported by /metrics of a real baton
 // serve, once a lock has been waited for, held and released (so the
 // per-lock histograms have series). A renamed metric fails here instead of
-// leaving an empty panel in production.
+// leaving an empty panel in production. The cluster's metrics
+// (baton_cluster_*) are checked against a cluster's leader in
+// TestBinaryMemberHealth (grafanaClusterMetrics).
 func TestGrafanaDashboardMetricsExist(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "baton.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-		Templating struct {
-			List []struct {
-				Definition string `json:"definition"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("deploy/grafana/baton.json: %v", err)
-	}
-	metricRE := regexp.MustCompile(`\bbaton_[a-z_]+`)
-	queried := map[string]string{} // metric -> a panel that queries it
-	for _, p := range dash.Panels {
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
-		for _, tg := range p.Targets {
-			names := metricRE.FindAllString(tg.Expr, -1)
-			if len(names) == 0 {
-				t.Errorf("panel %q: query %q names no baton metric", p.Title, tg.Expr)
-			}
-			for _, n := range names {
-				queried[n] = p.Title
-			}
-		}
-	}
-	for _, v := range dash.Templating.List {
-		for _, n := range metricRE.FindAllString(v.Definition, -1) {
-			queried[n] = "variable " + v.Definition
+	queried := map[string]string{}
+	for n, panel := range grafanaMetrics(t) {
+		if !strings.HasPrefix(n, "baton_cluster_") {
+			queried[n] = panel
 		}
 	}
 
@@ -124,4 +91,71 @@ func TestGrafanaDashboardMetricsExist(t *testing.T) {
 	if len(queried) < 8 {
 		t.Errorf("the dashboard queries only %d metrics (%v), want sessions, grants, wait, hold, expiries, force-releases...", len(queried), queried)
 	}
+}
+
+// grafanaMetrics is every baton metric a query of deploy/grafana/baton.json
+// names, with a panel that queries it.
+func grafanaMetrics(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "baton.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("deploy/grafana/baton.json: %v", err)
+	}
+	metricRE := regexp.MustCompile(`\bbaton_[a-z_]+`)
+	queried := map[string]string{} // metric -> a panel that queries it
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			names := metricRE.FindAllString(tg.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: query %q names no baton metric", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				queried[n] = p.Title
+			}
+		}
+	}
+	for _, v := range dash.Templating.List {
+		for _, n := range metricRE.FindAllString(v.Definition, -1) {
+			queried[n] = "variable " + v.Definition
+		}
+	}
+
+	return queried
+}
+
+// exportedMetrics is the set of metric names /metrics of opsAddr exports.
+func exportedMetrics(t *testing.T, opsAddr string) map[string]bool {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	exported := map[string]bool{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "baton_") {
+			exported[line[:strings.IndexAny(line, "{ ")]] = true
+		}
+	}
+	return exported
 }
