@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"internal/clusterharness": {}, // the same: only tests
 	"internal/proctest":       {}, // child processes for tests: the standard library and goleak
 	"internal/layering":       {},
+	"internal/doccheck":       {}, // the docs' checks: Markdown only
 	// Only tests: they run the other-language clients' suites.
 	"clients": {},
 	// The fault proxy as a process, for those suites.
