@@ -8,7 +8,6 @@ import (
 // stillToClean are the pages that still tell some of their own history;
 // remove a page from here once History finds nothing in it.
 var stillToClean = map[string]bool{
-	"docs/clients.md":     true,
 	"docs/reliability.md": true,
 }
 
