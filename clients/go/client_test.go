@@ -22,7 +22,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 func TestInputsRefusedBeforeDialling(t *testing.T) {
@@ -483,4 +483,26 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool := x509.NewCertPool()
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(addrs, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return c
+}
+
+// acquire takes name, or fails the test; the lock is released at its end.
+func acquire(t *testing.T, c *Client, name string, opts ...Option) *Lock {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", name, err)
+	}
+	t.Cleanup(func() { l.Release() })
+	return l
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // TestPushAtTheDeadline: a promotion push that arrives as the 0.8 × lease

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // Errors. Test for them with errors.Is; use errors.As with a *wire.Error to

@@ -1,18 +1,20 @@
 package baton_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
-	"log/slog"
-	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/batonlock/baton"
-	"github.com/batonlock/baton/server"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // Do is the usual way to hold a lock: the work runs while the lock is held.
@@ -48,8 +50,8 @@ func ExampleClient_Do() {
 		log.Fatal(err)
 	}
 	// Output:
-	// wrote batch 1 with token 1
-	// wrote batch 2 with token 1
+	// wrote batch 1 with token 1099511627777
+	// wrote batch 2 with token 1099511627777
 }
 
 // Acquire suits callers that cannot put the work in a callback. Release is
@@ -85,7 +87,7 @@ func ExampleClient_Acquire() {
 	}
 	fmt.Println("released:", l.Err())
 	// Output:
-	// holding reports/daily with token 1
+	// holding reports/daily with token 1099511627777
 	// released: lock released
 }
 
@@ -134,7 +136,8 @@ func (s *store) Write(token uint64, v string) error {
 
 // Pass the token to the guarded resource with every write: fencing is what
 // protects it in the window between the server moving a lock and the old
-// holder noticing.
+// holder noticing. Only the order of tokens matters; a fresh server's
+// first is 2^40 + 1 (its epoch, 1, in the high bits).
 func ExampleLock_Token() {
 	addr, stop := exampleServer()
 	defer stop()
@@ -166,7 +169,7 @@ func ExampleLock_Token() {
 	// Output:
 	// <nil>
 	// <nil>
-	// stale token 1: 2 has written since
+	// stale token 1099511627777: 1099511627778 has written since
 	// from the second holder
 }
 
@@ -213,9 +216,9 @@ func ExampleClient_Campaign() {
 	defer second.Resign()
 	fmt.Println(second.Value(), "leads, term", second.Token())
 	// Output:
-	// scheduler-a:8080 leads, term 1
+	// scheduler-a:8080 leads, term 1099511627777
 	// scheduler-a:8080 schedules the jobs
-	// scheduler-b:8080 leads, term 2
+	// scheduler-b:8080 leads, term 1099511627778
 }
 
 // DoAll takes several locks without deadlock (in sorted order, all or
@@ -243,8 +246,8 @@ func ExampleClient_DoAll() {
 		log.Fatal(err)
 	}
 	// Output:
-	// holding account/1 with token 1
-	// holding account/2 with token 2
+	// holding account/1 with token 1099511627777
+	// holding account/2 with token 1099511627778
 }
 
 // WithMaxHold bounds a live holder: the claim ends (and the work is told)
@@ -296,31 +299,64 @@ func ExampleIsRetryable() {
 	// done: <nil>
 }
 
-// exampleServer starts a Baton server on loopback for an example, and
-// returns its address and a function that stops it. Real programs dial a
-// running `baton serve`.
+// exampleServer starts the baton server (the binary TestMain's run builds
+// from this repository) on loopback with an empty data directory, for one
+// example, and returns its address and a function that stops it. Real
+// programs dial a running `baton serve`.
 func exampleServer() (addr string, stop func()) {
-	var tokens atomic.Uint64
-	cfg := server.DefaultConfig()
-	cfg.NextToken = func() uint64 { return tokens.Add(1) }
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := server.New(cfg)
+	bin, err := buildServer()
 	if err != nil {
 		log.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	data, err := os.MkdirTemp(exampleServerDir, "data-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	served := make(chan struct{})
+	cmd := exec.Command(bin, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
+		"-shutdown-linger=0s", "-log-format=json", "-data-dir="+data)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		log.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	// One reader owns the server's output until the process ends: it
+	// reports the address, keeps the log for a failure, and drains the pipe.
+	serving := make(chan string, 1)
+	var logged strings.Builder
+	drained := make(chan struct{})
 	go func() {
-		defer close(served)
-		srv.Serve(ln)
+		defer close(drained)
+		lines := bufio.NewScanner(out)
+		for lines.Scan() {
+			logged.WriteString(lines.Text() + "\n")
+			var l struct{ Msg, Addr string }
+			if json.Unmarshal(lines.Bytes(), &l) == nil && l.Msg == "baton serving" {
+				select {
+				case serving <- l.Addr:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, out)
 	}()
-	return ln.Addr().String(), func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-served
+	stop = func() {
+		cmd.Process.Kill()
+		<-drained
+		cmd.Wait()
+		os.RemoveAll(data)
 	}
+	select {
+	case addr = <-serving:
+		return addr, stop
+	case <-drained:
+		stop()
+		log.Fatalf("baton serve ended before serving:\n%s", logged.String())
+	case <-time.After(30 * time.Second):
+		stop()
+		log.Fatalf("baton serve did not report its address within 30s:\n%s", logged.String())
+	}
+	return "", nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // TestHeartbeatIntervalOnTheWire measures the schedule where the server sees

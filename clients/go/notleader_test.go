@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // TestNotLeaderOverPipe: a waiter follows NOT_LEADER's hint at once when it

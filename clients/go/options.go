@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // Defaults of a Client made without options.

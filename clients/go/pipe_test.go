@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // This file is a scripted server peer over net.Pipe, for tests inside

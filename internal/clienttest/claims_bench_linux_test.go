@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 )
 
@@ -30,14 +31,14 @@ import (
 func BenchmarkUncontendedClaims(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		opts []Option
+		opts []baton.Option
 	}{
 		{"reset", nil},
-		{"normal_close", []Option{WithNormalClose(true)}},
+		{"normal_close", []baton.Option{baton.WithNormalClose(true)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ts := batontest.StartServer(b)
-			c, err := New([]string{ts.Addr}, bc.opts...)
+			c, err := baton.New([]string{ts.Addr}, bc.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

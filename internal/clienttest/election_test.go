@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 )
 
@@ -34,7 +35,7 @@ func TestIntegrationCampaign(t *testing.T) {
 	}
 
 	type campaign struct {
-		ld  *Leadership
+		ld  *baton.Leadership
 		err error
 	}
 	bLeads := make(chan campaign, 1)
@@ -57,13 +58,13 @@ func TestIntegrationCampaign(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a's leadership context did not end on the loss")
 	}
-	if err := leaderA.Err(); !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrForceReleased) {
+	if err := leaderA.Err(); !errors.Is(err, baton.ErrLockLost) || !errors.Is(err, baton.ErrForceReleased) {
 		t.Errorf("a's Err() = %v, want ErrLockLost and ErrForceReleased", err)
 	}
-	if err := leaderA.Resign(); !errors.Is(err, ErrForceReleased) {
+	if err := leaderA.Resign(); !errors.Is(err, baton.ErrForceReleased) {
 		t.Errorf("a's Resign after the loss = %v, want the loss", err)
 	}
-	var leaderB *Leadership
+	var leaderB *baton.Leadership
 	select {
 	case r := <-bLeads:
 		if r.err != nil {
@@ -94,7 +95,7 @@ func TestIntegrationCampaign(t *testing.T) {
 	if err := leaderB.Resign(); err != nil {
 		t.Errorf("b's Resign: %v, want nil (it led until then)", err)
 	}
-	if err := leaderB.Err(); err != ErrReleased {
+	if err := leaderB.Err(); err != baton.ErrReleased {
 		t.Errorf("b's Err() after Resign = %v, want ErrReleased", err)
 	}
 	select {
@@ -114,7 +115,7 @@ func TestIntegrationCampaign(t *testing.T) {
 	}
 
 	// The value is owner text: refused before dialling if it breaks the rules.
-	if _, err := a.Campaign(ctx, election, "bad\nvalue"); !errors.Is(err, ErrBadRequest) {
+	if _, err := a.Campaign(ctx, election, "bad\nvalue"); !errors.Is(err, baton.ErrBadRequest) {
 		t.Errorf("Campaign with a control character in the value: %v, want ErrBadRequest", err)
 	}
 }

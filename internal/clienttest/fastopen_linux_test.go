@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
@@ -99,9 +100,9 @@ func fastOpenInNetns(t *testing.T) {
 				c.TLS = serverTLS
 			}
 		})
-		opts := []Option{WithTCPFastOpen(clientTFO)}
+		opts := []baton.Option{baton.WithTCPFastOpen(clientTFO)}
 		if useTLS {
-			opts = append(opts, WithTLSConfig(clientTLS))
+			opts = append(opts, baton.WithTLSConfig(clientTLS))
 		}
 		c := newTestClient(t, []string{ts.Addr}, opts...)
 		var before map[string]int64
@@ -181,7 +182,7 @@ func fastOpenInNetns(t *testing.T) {
 	t.Run("a server that is down is passed over", func(t *testing.T) {
 		a := batontest.StartServer(t, func(c *server.Config) { c.TCPFastOpen = true })
 		b := batontest.StartServer(t, func(c *server.Config) { c.TCPFastOpen = true })
-		c := newTestClient(t, []string{a.Addr, b.Addr}, WithTCPFastOpen(true))
+		c := newTestClient(t, []string{a.Addr, b.Addr}, baton.WithTCPFastOpen(true))
 		for i := 0; i < warmup; i++ {
 			acquire(t, c, "tfo/down").Release()
 		}

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/faultproxy"
 )
@@ -27,8 +28,9 @@ func TestIntegrationHolderFaults(t *testing.T) {
 		fault func(p *faultproxy.Proxy)
 		// byClose: the server moves the lock when the holder's own close
 		// reaches it, microseconds after the cancel; the cancel is then
-		// timed inside the client, where the work's wake-up would time the
-		// scheduler.
+		// timed by the client's deadline (the lock's last ValidUntil, at
+		// which the session cancels the work and then closes), where the
+		// work's wake-up would time the scheduler.
 		byClose bool
 	}{
 		// Nothing passes either way: the server moves the lock after a lease
@@ -48,8 +50,8 @@ func TestIntegrationHolderFaults(t *testing.T) {
 			t.Parallel()
 			srv := batontest.StartServer(t)
 			px := newProxy(t, srv.Addr)
-			holder := newTestClient(t, []string{px.Addr()}, WithLease(lease))
-			waiter := newTestClient(t, []string{srv.Addr}, WithLease(lease))
+			holder := newTestClient(t, []string{px.Addr()}, baton.WithLease(lease))
+			waiter := newTestClient(t, []string{srv.Addr}, baton.WithLease(lease))
 
 			var mu sync.Mutex
 			var lastUp time.Time // the last bytes the server could have seen
@@ -78,9 +80,9 @@ func TestIntegrationHolderFaults(t *testing.T) {
 
 			cancelAt := w.cancelAt
 			if tc.byClose {
-				cancelAt = w.endedAt
-				if d := w.cancelAt.Sub(w.endedAt); d < 0 || d > 100*time.Millisecond {
-					t.Errorf("the work saw its context end %v after the session cancelled it, want at once", d)
+				cancelAt = w.deadline
+				if d := w.cancelAt.Sub(w.deadline); d < 0 || d > 100*time.Millisecond {
+					t.Errorf("the work saw its context end %v after the lock's deadline (ValidUntil), want at once", d)
 				}
 			}
 			if !cancelAt.Before(grantAt) {
@@ -93,7 +95,7 @@ func TestIntegrationHolderFaults(t *testing.T) {
 			if d := w.cancelAt.Sub(faultAt); d < lease*8/10-lease/4-100*time.Millisecond || d > lease*8/10+200*time.Millisecond {
 				t.Errorf("work cancelled %v after the fault, want 0.8 × lease (%v) less up to lease/4", d, lease*8/10)
 			}
-			if !errors.Is(w.err, ErrLockLost) || !errors.Is(w.err, ErrUnconfirmed) {
+			if !errors.Is(w.err, baton.ErrLockLost) || !errors.Is(w.err, baton.ErrUnconfirmed) {
 				t.Errorf("Do: %v, want ErrLockLost and ErrUnconfirmed", w.err)
 			}
 			if hv.Token <= token || r.l.Token() != hv.Token {
@@ -119,7 +121,7 @@ func TestIntegrationReset(t *testing.T) {
 	resetAt := time.Now()
 	px.Reset()
 	w := waitWork(t, done, 5*time.Second)
-	if !errors.Is(w.err, ErrLockLost) || errors.Is(w.err, ErrUnconfirmed) {
+	if !errors.Is(w.err, baton.ErrLockLost) || errors.Is(w.err, baton.ErrUnconfirmed) {
 		t.Errorf("Do: %v, want ErrLockLost from the broken connection", w.err)
 	}
 	r := waitResult(t, ch, 5*time.Second)
@@ -165,7 +167,7 @@ func TestIntegrationHeartbeatFigures(t *testing.T) {
 					replied = append(replied, c.Sent)
 				}
 			})
-			c := newTestClient(t, []string{px.Addr()}, WithLease(lease))
+			c := newTestClient(t, []string{px.Addr()}, baton.WithLease(lease))
 			// The write of ACQUIRE, the first round-trip sample, is known
 			// only to lie between the call and the proxy's read of it (the
 			// proxy reads once it has accepted, late under load). The test
@@ -188,7 +190,7 @@ func TestIntegrationHeartbeatFigures(t *testing.T) {
 			sent[0] = beforeAcquire.Add(window / 2)
 			slack := window
 
-			s := schedule{lease: lease}
+			s := heartbeatSchedule{lease: lease}
 			var worst time.Duration
 			var intervals []time.Duration
 			for k := 0; k+1 < len(sent) && k < len(replied); k++ {
@@ -220,6 +222,35 @@ func TestIntegrationHeartbeatFigures(t *testing.T) {
 	}
 }
 
+// heartbeatSchedule is the schedule that docs/protocol.md prescribes, worked
+// out here from the spec rather than taken from the client:
+//
+//	interval = clamp(lease/4 - 2 × srtt, 1ms, lease/4)
+//
+// with srtt the round trip's EWMA (alpha 0.2), its first sample taken whole.
+type heartbeatSchedule struct {
+	lease time.Duration
+	srtt  time.Duration
+	n     int
+}
+
+// minHeartbeatInterval is the schedule's floor.
+const minHeartbeatInterval = time.Millisecond
+
+func (s *heartbeatSchedule) observe(rtt time.Duration) {
+	rtt = max(rtt, 0)
+	if s.n == 0 {
+		s.srtt = rtt
+	} else {
+		s.srtt = (4*s.srtt + rtt) / 5
+	}
+	s.n++
+}
+
+func (s *heartbeatSchedule) interval() time.Duration {
+	return min(max(s.lease/4-2*s.srtt, minHeartbeatInterval), s.lease/4)
+}
+
 func roundAll(ds []time.Duration) []time.Duration {
 	out := make([]time.Duration, len(ds))
 	for i, d := range ds {
@@ -235,7 +266,7 @@ func TestIntegrationLeaseShorterThanRTT(t *testing.T) {
 	srv := batontest.StartServer(t)
 	px := newProxy(t, srv.Addr)
 	px.SetDelay(faultproxy.Both, 30*time.Millisecond) // rtt 60ms; timeout 0.8 × 40ms = 32ms
-	c := newTestClient(t, []string{px.Addr()}, WithLease(40*time.Millisecond))
+	c := newTestClient(t, []string{px.Addr()}, baton.WithLease(40*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	l, err := c.Acquire(ctx, "slow")
@@ -243,8 +274,8 @@ func TestIntegrationLeaseShorterThanRTT(t *testing.T) {
 		l.Release()
 		t.Fatalf("Acquire over a link slower than the lease succeeded")
 	}
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), ErrUnconfirmed.Error()) {
-		t.Errorf("Acquire: %v, want context.DeadlineExceeded after %q", err, ErrUnconfirmed)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), baton.ErrUnconfirmed.Error()) {
+		t.Errorf("Acquire: %v, want context.DeadlineExceeded after %q", err, baton.ErrUnconfirmed)
 	}
 	if n := px.Accepted(); n < 3 {
 		t.Errorf("%d attempts, want several (a new place each time)", n)
@@ -253,7 +284,7 @@ func TestIntegrationLeaseShorterThanRTT(t *testing.T) {
 	// Nothing is left behind: another client gets the lock.
 	other := newTestClient(t, []string{srv.Addr})
 	batontest.Eventually(t, 5*time.Second, func() bool {
-		l, err := other.Acquire(context.Background(), "slow", WithNoWait(true))
+		l, err := other.Acquire(context.Background(), "slow", baton.WithNoWait(true))
 		if err == nil {
 			l.Release()
 		}
@@ -268,7 +299,7 @@ func TestIntegrationRTTRisesAboveLease(t *testing.T) {
 	const lease = 200 * time.Millisecond
 	srv := batontest.StartServer(t)
 	px := newProxy(t, srv.Addr)
-	holder := newTestClient(t, []string{px.Addr()}, WithLease(lease))
+	holder := newTestClient(t, []string{px.Addr()}, baton.WithLease(lease))
 	waiter := newTestClient(t, []string{srv.Addr})
 	_, done := doUntilCancelled(t, holder, "res")
 	ch := acquireLater(t, srv.Srv, waiter, "res")
@@ -282,7 +313,7 @@ func TestIntegrationRTTRisesAboveLease(t *testing.T) {
 	if !w.cancelAt.Before(grantAt) {
 		t.Errorf("holder cancelled %v after the server's grant, want before", w.cancelAt.Sub(grantAt))
 	}
-	if !errors.Is(w.err, ErrUnconfirmed) {
+	if !errors.Is(w.err, baton.ErrUnconfirmed) {
 		t.Errorf("Do: %v, want ErrUnconfirmed", w.err)
 	}
 }

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 )
 
@@ -24,7 +25,7 @@ func TestClientLeavesFrozenNode(t *testing.T) {
 	}
 	defer frozen.Close()
 	good := batontest.StartServer(t)
-	c, err := New([]string{frozen.Addr().String(), good.Addr}, WithLease(time.Second))
+	c, err := baton.New([]string{frozen.Addr().String(), good.Addr}, baton.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

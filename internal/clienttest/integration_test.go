@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -8,19 +8,21 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/faultproxy"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
+	"go.uber.org/goleak"
 )
 
 // These tests run the client against the real server over loopback TCP,
 // with faults injected by internal/faultproxy. Real time: tolerances are
 // wide, and no test asserts an exact sleep.
 
-func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {
+func newTestClient(t *testing.T, addrs []string, opts ...baton.Option) *baton.Client {
 	t.Helper()
-	c, err := New(addrs, opts...)
+	c, err := baton.New(addrs, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -37,7 +39,7 @@ func newProxy(t *testing.T, target string) *faultproxy.Proxy {
 	return p
 }
 
-func acquire(t *testing.T, c *Client, name string, opts ...Option) *Lock {
+func acquire(t *testing.T, c *baton.Client, name string, opts ...baton.Option) *baton.Lock {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -51,7 +53,7 @@ func acquire(t *testing.T, c *Client, name string, opts ...Option) *Lock {
 
 // acquireLater starts an Acquire and returns once the server has it queued.
 // At the end of the test the Acquire is cancelled and its lock released.
-func acquireLater(t *testing.T, srv *server.Server, c *Client, name string, opts ...Option) <-chan acquireResult {
+func acquireLater(t *testing.T, srv *server.Server, c *baton.Client, name string, opts ...baton.Option) <-chan acquireResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	lv, _ := srv.Lock(name)
@@ -102,34 +104,59 @@ func grantedBy(t *testing.T, srv *server.Server, name string) (time.Time, server
 	return before.Add(-lv.Holder.Since), *lv.Holder
 }
 
+// acquireResult is what an Acquire run in the background returned, and when.
+type acquireResult struct {
+	l   *baton.Lock
+	err error
+	at  time.Time
+}
+
+func goAcquire(ctx context.Context, c *baton.Client, name string, opts ...baton.Option) <-chan acquireResult {
+	ch := make(chan acquireResult, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, opts...)
+		ch <- acquireResult{l, err, time.Now()}
+	}()
+	return ch
+}
+
 // work is the outcome of a Do whose work waits for its context to end.
 type work struct {
 	token    uint64
 	cancelAt time.Time // when the work saw its context end
-	endedAt  time.Time // when the session cancelled it (just before closing)
-	err      error     // what Do returned
+	// deadline is the last ValidUntil the work read while it held the
+	// lock: the instant the client's clock ends the claim when no
+	// confirmation comes, at which the session cancels the work and then
+	// closes the connection.
+	deadline time.Time
+	err      error // what Do returned
 }
 
 // doUntilCancelled runs Do in the background; it returns once the lock is
 // held, with a channel for the outcome.
-func doUntilCancelled(t *testing.T, c *Client, name string, opts ...Option) (uint64, <-chan work) {
+func doUntilCancelled(t *testing.T, c *baton.Client, name string, opts ...baton.Option) (uint64, <-chan work) {
 	t.Helper()
 	held := make(chan uint64, 1)
 	out := make(chan work, 1)
 	go func() {
 		var w work
-		var lock *Lock
-		w.err = c.Do(context.Background(), name, func(ctx context.Context, l *Lock) error {
-			lock = l
+		w.err = c.Do(context.Background(), name, func(ctx context.Context, l *baton.Lock) error {
 			w.token = l.Token()
 			held <- l.Token()
-			<-ctx.Done()
-			w.cancelAt = time.Now()
-			return context.Cause(ctx)
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for {
+				if v := l.ValidUntil(); !v.IsZero() {
+					w.deadline = v
+				}
+				select {
+				case <-ctx.Done():
+					w.cancelAt = time.Now()
+					return context.Cause(ctx)
+				case <-tick.C:
+				}
+			}
 		}, opts...)
-		if lock != nil {
-			w.endedAt = lock.s.endedAt // read after Do's Release: the session is done
-		}
 		out <- w
 	}()
 	select {
@@ -157,12 +184,12 @@ func waitWork(t *testing.T, ch <-chan work, within time.Duration) work {
 func TestIntegrationHandover(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
-	a := newTestClient(t, []string{srv.Addr}, WithOwner("a"))
-	b := newTestClient(t, []string{srv.Addr}, WithOwner("b"))
+	a := newTestClient(t, []string{srv.Addr}, baton.WithOwner("a"))
+	b := newTestClient(t, []string{srv.Addr}, baton.WithOwner("b"))
 
 	la := acquire(t, a, "jobs/nightly")
 	ch := acquireLater(t, srv.Srv, b, "jobs/nightly")
-	if _, err := b.Acquire(context.Background(), "jobs/nightly", WithNoWait(true)); !errors.Is(err, ErrBusy) {
+	if _, err := b.Acquire(context.Background(), "jobs/nightly", baton.WithNoWait(true)); !errors.Is(err, baton.ErrBusy) {
 		t.Errorf("try-lock of a held lock: %v, want ErrBusy", err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -183,8 +210,8 @@ func TestIntegrationHandover(t *testing.T) {
 		t.Errorf("waiter's token %d, want more than the first holder's %d", r.l.Token(), la.Token())
 	}
 	_, hv := grantedBy(t, srv.Srv, "jobs/nightly")
-	if hv.Owner != "b" || hv.Token != r.l.Token() || hv.Lease != DefaultLease {
-		t.Errorf("server's holder %+v, want owner b, token %d, lease %v", hv, r.l.Token(), DefaultLease)
+	if hv.Owner != "b" || hv.Token != r.l.Token() || hv.Lease != baton.DefaultLease {
+		t.Errorf("server's holder %+v, want owner b, token %d, lease %v", hv, r.l.Token(), baton.DefaultLease)
 	}
 }
 
@@ -195,7 +222,7 @@ func TestIntegrationRestartWhileHolding(t *testing.T) {
 	token, done := doUntilCancelled(t, c, "res")
 	srv.Restart(t)
 	w := waitWork(t, done, 5*time.Second)
-	if !errors.Is(w.err, ErrLockLost) || !errors.Is(w.err, ErrShutdown) {
+	if !errors.Is(w.err, baton.ErrLockLost) || !errors.Is(w.err, baton.ErrShutdown) {
 		t.Errorf("Do: %v, want ErrLockLost and ErrShutdown", w.err)
 	}
 	var we *wire.Error
@@ -217,7 +244,7 @@ func TestIntegrationRestartWhileWaiting(t *testing.T) {
 	token, done := doUntilCancelled(t, a, "res")
 	ch := acquireLater(t, srv.Srv, b, "res")
 	srv.Restart(t)
-	if w := waitWork(t, done, 5*time.Second); !errors.Is(w.err, ErrShutdown) {
+	if w := waitWork(t, done, 5*time.Second); !errors.Is(w.err, baton.ErrShutdown) {
 		t.Errorf("holder: %v, want ErrShutdown", w.err)
 	}
 	// The waiter rides out the restart and takes a new place.
@@ -241,7 +268,7 @@ func TestIntegrationForceRelease(t *testing.T) {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	w := waitWork(t, done, 2*time.Second)
-	if !errors.Is(w.err, ErrLockLost) || !errors.Is(w.err, ErrForceReleased) {
+	if !errors.Is(w.err, baton.ErrLockLost) || !errors.Is(w.err, baton.ErrForceReleased) {
 		t.Errorf("Do: %v, want ErrLockLost and ErrForceReleased", w.err)
 	}
 	r := waitResult(t, ch, 2*time.Second)
@@ -265,7 +292,7 @@ func TestIntegrationKick(t *testing.T) {
 		t.Fatalf("Kick: %v", err)
 	}
 	r := waitResult(t, ch, 2*time.Second)
-	if !errors.Is(r.err, ErrKicked) {
+	if !errors.Is(r.err, baton.ErrKicked) {
 		t.Fatalf("Acquire: %v, want ErrKicked", r.err)
 	}
 	// Not retried: the operator's decision stands.
@@ -274,6 +301,10 @@ func TestIntegrationKick(t *testing.T) {
 		t.Errorf("%d waiters after the kick, want 0", len(lv.Waiters))
 	}
 }
+
+// backoffCap is the longest wait of the client's backoff between attempts
+// (2s, as the package documents).
+const backoffCap = 2 * time.Second
 
 // TestIntegrationOverloaded: a waiter refused by a server limit backs off and
 // tries again until there is room.
@@ -300,7 +331,8 @@ func TestIntegrationOverloaded(t *testing.T) {
 }
 
 // TestIntegrationAddresses: a dead address is skipped, and is not tried first
-// again; with no address alive, Acquire fails at once.
+// again (a listener put on it afterwards sees no connection); with no
+// address alive, Acquire fails at once.
 func TestIntegrationAddresses(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
@@ -308,13 +340,33 @@ func TestIntegrationAddresses(t *testing.T) {
 	c := newTestClient(t, []string{dead, srv.Addr})
 	l := acquire(t, c, "res")
 	l.Release()
-	if got := c.last.Load(); got != 1 {
-		t.Errorf("preferred address %d, want 1", got)
+	revived, err := net.Listen("tcp", dead)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", dead, err)
+	}
+	accepted := make(chan int, 1) // how many connections it saw, once it is closed
+	go func() {
+		n := 0
+		for {
+			conn, err := revived.Accept()
+			if err != nil {
+				accepted <- n
+				return
+			}
+			n++
+			conn.Close() // no server here: the client moves on
+		}
+	}()
+	l = acquire(t, c, "res")
+	l.Release()
+	revived.Close()
+	if n := <-accepted; n != 0 {
+		t.Errorf("the second Acquire dialled %s first, want %s, the address that last answered", dead, srv.Addr)
 	}
 
 	c = newTestClient(t, []string{dead, deadAddr(t)})
 	start := time.Now()
-	_, err := c.Acquire(context.Background(), "res")
+	_, err = c.Acquire(context.Background(), "res")
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Acquire with no server: %v, want connection refused", err)
 	}
@@ -335,11 +387,13 @@ func deadAddr(t *testing.T) string {
 }
 
 // TestIntegrationGoroutinesEndWithLock: a lost lock's goroutines end without
-// Release being called.
+// Release being called. Not parallel: every goroutine that was not there
+// before the lock, once the server has started the ones it keeps, must end.
 func TestIntegrationGoroutinesEndWithLock(t *testing.T) {
-	t.Parallel()
 	srv := batontest.StartServer(t)
 	c := newTestClient(t, []string{srv.Addr})
+	acquire(t, c, "warm-up").Release() // the server starts what it keeps running
+	before := goleak.IgnoreCurrent()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l, err := c.Acquire(ctx, "res")
@@ -349,10 +403,15 @@ func TestIntegrationGoroutinesEndWithLock(t *testing.T) {
 	if _, err := srv.Srv.ForceRelease("res"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-l.s.done:
-	case <-time.After(2 * time.Second):
-		t.Fatalf("the lock's goroutines still run 2s after its loss")
+	<-l.Done()
+	for deadline := time.Now().Add(2 * time.Second); ; { // Find itself waits about 0.4s
+		err := goleak.Find(before)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock's goroutines still run 2s after its loss: %v", err)
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 )
 
@@ -26,7 +27,7 @@ func TestIntegrationDoAllNoDeadlock(t *testing.T) {
 		wg.Go(func() {
 			for i := range rounds {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := c.DoAll(ctx, names, func(ctx context.Context, set *LockSet) error {
+				err := c.DoAll(ctx, names, func(ctx context.Context, set *baton.LockSet) error {
 					for _, name := range names {
 						tok, ok := set.Token(name)
 						lv, _ := srv.Srv.Lock(name)
@@ -63,7 +64,7 @@ func TestIntegrationAcquireAll(t *testing.T) {
 
 	t.Run("refused inputs", func(t *testing.T) {
 		for _, names := range [][]string{nil, {"a", "b", "a"}, {"a", ""}} {
-			if _, err := c.AcquireAll(ctx, names); !errors.Is(err, ErrBadRequest) {
+			if _, err := c.AcquireAll(ctx, names); !errors.Is(err, baton.ErrBadRequest) {
 				t.Errorf("AcquireAll(%q): %v, want ErrBadRequest", names, err)
 			}
 		}
@@ -71,8 +72,8 @@ func TestIntegrationAcquireAll(t *testing.T) {
 
 	t.Run("nothing when one is busy", func(t *testing.T) {
 		acquire(t, other, "set1/b")
-		_, err := c.AcquireAll(ctx, []string{"set1/b", "set1/a"}, WithNoWait(true))
-		if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), `"set1/b"`) {
+		_, err := c.AcquireAll(ctx, []string{"set1/b", "set1/a"}, baton.WithNoWait(true))
+		if !errors.Is(err, baton.ErrBusy) || !strings.Contains(err.Error(), `"set1/b"`) {
 			t.Errorf("AcquireAll with set1/b held elsewhere: %v, want ErrBusy naming set1/b", err)
 		}
 		batontest.Eventually(t, 5*time.Second, func() bool { return !held("set1/a") },
@@ -103,13 +104,13 @@ func TestIntegrationAcquireAll(t *testing.T) {
 			t.Fatal("the set's context did not end when set2/b was lost")
 		}
 		err = set.Err()
-		if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrForceReleased) || !strings.Contains(err.Error(), `"set2/b"`) {
+		if !errors.Is(err, baton.ErrLockLost) || !errors.Is(err, baton.ErrForceReleased) || !strings.Contains(err.Error(), `"set2/b"`) {
 			t.Errorf("set Err() = %v, want the loss of set2/b", err)
 		}
-		if err := context.Cause(locks[0].Context()); !errors.Is(err, ErrForceReleased) {
+		if err := context.Cause(locks[0].Context()); !errors.Is(err, baton.ErrForceReleased) {
 			t.Errorf("set2/a's context cause %v, want the set's loss", err)
 		}
-		if err := set.Release(); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), `"set2/b"`) {
+		if err := set.Release(); !errors.Is(err, baton.ErrLockLost) || !strings.Contains(err.Error(), `"set2/b"`) {
 			t.Errorf("Release() = %v, want the loss of set2/b", err)
 		}
 		batontest.Eventually(t, 5*time.Second, func() bool { return !held("set2/a") && !held("set2/c") },
@@ -135,7 +136,7 @@ func TestIntegrationAcquireAll(t *testing.T) {
 		}
 		select {
 		case err := <-got:
-			if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrForceReleased) || errors.Is(err, context.Canceled) {
+			if !errors.Is(err, baton.ErrLockLost) || !errors.Is(err, baton.ErrForceReleased) || errors.Is(err, context.Canceled) {
 				t.Errorf("AcquireAll after set3/a was lost: %v, want the loss, not a cancellation", err)
 			}
 			if want := `acquire "set3/b": lock "set3/a" lost`; err == nil || !strings.HasPrefix(err.Error(), want) {
@@ -154,7 +155,7 @@ func TestIntegrationAcquireAll(t *testing.T) {
 		started := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- c.DoAll(ctx, []string{"set4/a", "set4/b"}, func(ctx context.Context, set *LockSet) error {
+			done <- c.DoAll(ctx, []string{"set4/a", "set4/b"}, func(ctx context.Context, set *baton.LockSet) error {
 				close(started)
 				<-ctx.Done()
 				return ctx.Err()
@@ -172,7 +173,7 @@ func TestIntegrationAcquireAll(t *testing.T) {
 		}
 		select {
 		case err := <-done:
-			if !errors.Is(err, ErrLockLost) || errors.Is(err, context.Canceled) {
+			if !errors.Is(err, baton.ErrLockLost) || errors.Is(err, context.Canceled) {
 				t.Errorf("DoAll: %v, want ErrLockLost, not context.Canceled", err)
 			}
 		case <-time.After(5 * time.Second):

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/faultproxy"
 	"github.com/batonlock/baton/server"
@@ -78,7 +79,7 @@ func TestIntegrationLogger(t *testing.T) {
 	// The follower first: it answers NOT_LEADER naming the leader, the
 	// second address.
 	log := &recordLog{}
-	c := newTestClient(t, []string{follower.Addr, leader.Addr}, WithLogger(slog.New(log)), WithLease(time.Second))
+	c := newTestClient(t, []string{follower.Addr, leader.Addr}, baton.WithLogger(slog.New(log)), baton.WithLease(time.Second))
 	l := acquire(t, c, "logged")
 	l.Release()
 	for _, want := range []struct{ prefix, part string }{
@@ -96,7 +97,7 @@ func TestIntegrationLogger(t *testing.T) {
 	// Through a link that stalls: misses at Warn, then the loss.
 	px := newProxy(t, leader.Addr)
 	log2 := &recordLog{}
-	c2 := newTestClient(t, []string{px.Addr()}, WithLogger(slog.New(log2)), WithLease(time.Second))
+	c2 := newTestClient(t, []string{px.Addr()}, baton.WithLogger(slog.New(log2)), baton.WithLease(time.Second))
 	l2 := acquire(t, c2, "frozen")
 	px.Stall(faultproxy.Both)
 	select {
@@ -104,7 +105,7 @@ func TestIntegrationLogger(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the lock was not lost through a frozen link")
 	}
-	if err := l2.Err(); !errors.Is(err, ErrUnconfirmed) {
+	if err := l2.Err(); !errors.Is(err, baton.ErrUnconfirmed) {
 		t.Fatalf("Err() = %v, want ErrUnconfirmed", err)
 	}
 	l2.Release()

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // The child process of TestPausedHolder (pause_unix_test.go): the test
@@ -37,7 +39,7 @@ const (
 // the parent), so that the client's goroutines run only when the work
 // yields or is preempted, as on a busy machine.
 func pausedHolder(addr, mode string) int {
-	c, err := New([]string{addr}, WithLease(pausedLease), WithOwner("paused-holder"))
+	c, err := baton.New([]string{addr}, baton.WithLease(pausedLease), baton.WithOwner("paused-holder"))
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -52,8 +54,8 @@ func pausedHolder(addr, mode string) int {
 	return 0
 }
 
-func pausedRound(ctx context.Context, c *Client, mode string) error {
-	return c.Do(ctx, "paused/"+mode, func(ctx context.Context, l *Lock) error {
+func pausedRound(ctx context.Context, c *baton.Client, mode string) error {
+	return c.Do(ctx, "paused/"+mode, func(ctx context.Context, l *baton.Lock) error {
 		check := func() error {
 			if mode == "ctx.Err" {
 				if ctx.Err() != nil {
@@ -76,7 +78,7 @@ func pausedRound(ctx context.Context, c *Client, mode string) error {
 			case paused > 0:
 				// The first check after the resume.
 				fmt.Printf("resumed after %v: lost=%v err=%v\n",
-					paused.Round(time.Millisecond), errors.Is(err, ErrLockLost), err)
+					paused.Round(time.Millisecond), errors.Is(err, baton.ErrLockLost), err)
 				return nil
 			case inside >= pauseThreshold:
 				paused = inside // the next check is the first wholly after it

@@ -1,6 +1,6 @@
 //go:build unix
 
-package baton
+package clienttest
 
 import (
 	"encoding/json"
@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/proctest"
-	"github.com/batonlock/baton/wire"
 )
 
 // TestPausedHolder: a holder whose whole process is stopped (SIGSTOP) past

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
@@ -26,21 +27,21 @@ import (
 func TestReleaseReset(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
 	serverTLS := &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}}
-	clientTLS := WithTLSConfig(&tls.Config{RootCAs: ca.Pool()})
+	clientTLS := baton.WithTLSConfig(&tls.Config{RootCAs: ca.Pool()})
 	for _, tt := range []struct {
 		name   string
 		tls    bool
-		opts   []Option
+		opts   []baton.Option
 		reason string // how the server saw the holder's session end
 		socket string // what becomes of the client's socket: gone, TIME_WAIT, or "" (not checked)
 	}{
 		{"default", false, nil, "reset", "gone"},
-		{"normal close", false, []Option{WithNormalClose(true)}, "closed", "TIME_WAIT"},
-		{"default over TLS", true, []Option{clientTLS}, "reset", "gone"},
+		{"normal close", false, []baton.Option{baton.WithNormalClose(true)}, "closed", "TIME_WAIT"},
+		{"default over TLS", true, []baton.Option{clientTLS}, "reset", "gone"},
 		// The server's close sends close_notify to the half-closed client
 		// socket, which the client's kernel answers with a reset: no
 		// TIME_WAIT either, but by the server's doing, not checked here.
-		{"normal close over TLS", true, []Option{clientTLS, WithNormalClose(true)}, "closed", ""},
+		{"normal close over TLS", true, []baton.Option{clientTLS, baton.WithNormalClose(true)}, "closed", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -52,7 +53,7 @@ func TestReleaseReset(t *testing.T) {
 			holder := newTestClient(t, []string{ts.Addr}, tt.opts...)
 			waiter := newTestClient(t, []string{ts.Addr}, tt.opts...)
 			l := acquire(t, holder, "rst")
-			local, remote := endpoints(l)
+			local, remote := endpoints(t, ts, "rst")
 			w := acquireLater(t, ts.Srv, waiter, "rst")
 
 			before := endedCount(ts, tt.reason)
@@ -152,9 +153,28 @@ func TestServerEndClosesNormally(t *testing.T) {
 	}
 }
 
-// endpoints are the local and remote ports of l's connection.
-func endpoints(l *Lock) (local, remote int) {
-	return l.s.raw.LocalAddr().(*net.TCPAddr).Port, l.s.raw.RemoteAddr().(*net.TCPAddr).Port
+// endpoints are the local and remote ports of the connection of name's
+// holder, as the server sees it.
+func endpoints(t *testing.T, ts *batontest.Server, name string) (local, remote int) {
+	t.Helper()
+	v, ok := ts.Srv.Lock(name)
+	if !ok || v.Holder == nil {
+		t.Fatalf("lock %q has no holder", name)
+	}
+	return portOf(t, v.Holder.Remote), portOf(t, ts.Addr)
+}
+
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	return port
 }
 
 func endedCount(ts *batontest.Server, reason string) float64 {

@@ -1,4 +1,4 @@
-package baton
+package clienttest
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
@@ -35,12 +36,12 @@ func TestMutualTLSWithServer(t *testing.T) {
 	}
 	ts := batontest.StartServer(t, func(c *server.Config) { c.TLS = rl.Config(); c.ACL = acl })
 
-	withCert := func(leaf *testcerts.Leaf) Option {
+	withCert := func(leaf *testcerts.Leaf) baton.Option {
 		cfg := &tls.Config{RootCAs: ca.Pool()}
 		if leaf != nil {
 			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
 		}
-		return WithTLSConfig(cfg)
+		return baton.WithTLSConfig(cfg)
 	}
 	worker := ca.Client(t, "worker")
 	l := acquire(t, newTestClient(t, []string{ts.Addr}, withCert(worker)), "jobs/nightly")
@@ -52,14 +53,14 @@ func TestMutualTLSWithServer(t *testing.T) {
 	foreign := testcerts.NewCA(t, "other").Client(t, "worker")
 	for _, tt := range []struct {
 		name string
-		opt  Option
+		opt  baton.Option
 		lock string
 		want string
 	}{
 		{"no certificate", withCert(nil), "jobs/a", "refused the TLS handshake"},
 		{"expired certificate", withCert(expired), "jobs/a", "refused the TLS handshake"},
 		{"certificate of another CA", withCert(foreign), "jobs/a", "refused the TLS handshake"},
-		{"plain TCP", WithTLSConfig(nil), "jobs/a", "this server requires TLS"},
+		{"plain TCP", baton.WithTLSConfig(nil), "jobs/a", "this server requires TLS"},
 		{"lock the rules deny", withCert(worker), "deploy/web", `may not acquire lock "deploy/web"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,7 +68,7 @@ func TestMutualTLSWithServer(t *testing.T) {
 			defer cancel()
 			start := time.Now()
 			_, err := newTestClient(t, []string{ts.Addr}, tt.opt).Acquire(ctx, tt.lock)
-			if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, baton.ErrUnauthorized) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Acquire: %v, want ErrUnauthorized with %q", err, tt.want)
 			}
 			if d := time.Since(start); d > 2*time.Second {

@@ -3,7 +3,7 @@ package wire_test
 import (
 	"testing"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 var sink []byte

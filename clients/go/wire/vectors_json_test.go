@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // Vectors is testdata/vectors.json: the wire vectors that the Go, Python

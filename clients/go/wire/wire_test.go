@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // vector is one row of PROTOCOL.md's "Test vectors", with the fields the
