@@ -1,5 +1,10 @@
 // Package baton is the Go client of Baton, a named-lock server.
 //
+//	import baton "github.com/batonlock/baton/clients/go"
+//
+// The client is a module of its own that requires no other module, so a
+// program that imports it gets nothing of the server.
+//
 // # The model
 //
 // One client owns a named lock and does the work; the others wait in a FIFO
