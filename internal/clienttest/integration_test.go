@@ -357,11 +357,16 @@ func TestIntegrationAddresses(t *testing.T) {
 			conn.Close() // no server here: the client moves on
 		}
 	}()
-	l = acquire(t, c, "res")
-	l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	l, err = c.Acquire(ctx, "res")
+	cancel()
+	if err == nil {
+		l.Release()
+	}
 	revived.Close()
-	if n := <-accepted; n != 0 {
-		t.Errorf("the second Acquire dialled %s first, want %s, the address that last answered", dead, srv.Addr)
+	if n := <-accepted; n != 0 || err != nil {
+		t.Errorf("second Acquire: %v, after %d connections to %s; want the lock from %s, the address that last answered, dialled first",
+			err, n, dead, srv.Addr)
 	}
 
 	c = newTestClient(t, []string{dead, deadAddr(t)})
