@@ -3,6 +3,7 @@ module github.com/batonlock/baton
 go 1.26.0
 
 require (
+	github.com/batonlock/baton/clients/go v0.0.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/hashicorp/go-hclog v1.6.2
 	github.com/hashicorp/raft v1.7.2
@@ -37,3 +38,5 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/batonlock/baton/clients/go => ./clients/go
