@@ -372,6 +372,16 @@ func (t *Table) HolderOf(name string) (id SessionID, waiters int, ok bool) {
 	return l.first.id, l.waiters, true
 }
 
+// Occupancy tells how lock name is held now: by how many holders, whether
+// by an exclusive claim (then the only one), and how many wait.
+func (t *Table) Occupancy(name string) (holders int, exclusive bool, waiters int) {
+	l := t.locks[name]
+	if l == nil {
+		return 0, false, 0
+	}
+	return l.holders, l.exclusivelyHeld(), l.waiters
+}
+
 // Limit is the limit in force for the shared claims of lock name; false
 // while the name has no shared session (holding or waiting), when the
 // next shared claim sets it.
