@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"errors"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -42,7 +41,7 @@ func bothPaths(t *testing.T, f func(t *testing.T, ts *batontest.Server)) {
 	for _, park := range []bool{true, false} {
 		t.Run("park="+strconv.FormatBool(park), func(t *testing.T) {
 			t.Parallel()
-			f(t, batontest.StartServer(t, parkIdle(park)))
+			f(t, batontest.StartServer(t, func(c *server.Config) { c.ParkIdle = park }))
 		})
 	}
 }
@@ -90,36 +89,6 @@ func TestSeveralPushesInQueueOrder(t *testing.T) {
 			t.Fatalf("late reader: token %d, want more than the writer's %d", got, wtok)
 		}
 	})
-}
-
-// TestSharedHoldersStayParked: the idle poller's fast path serves shared
-// holders as it serves a mutex's holder: their ACQUIRE, their heartbeats
-// and their close (with the handover's push) are answered by the shard,
-// with no reader goroutine started.
-func TestSharedHoldersStayParked(t *testing.T) {
-	t.Parallel()
-	if runtime.GOOS != "linux" {
-		t.Skip("the idle poller is Linux's")
-	}
-	ts := batontest.StartServer(t, parkIdle(true))
-	a, atok := holdShared(t, ts, "sem", 2)
-	b, btok := holdShared(t, ts, "sem", 2)
-	c := queueShared(t, ts, "sem", 2, 1)
-	waitParked(t, ts, 3)
-	const started = 0 // the ACQUIREs too were the shard's
-	for range 3 {
-		expectHolds(t, a, atok)
-		expectHolds(t, b, btok)
-		expectQueued(t, c, 1)
-	}
-	a.Conn.Close()
-	if got := expectPush(t, c, frameWait); got <= btok {
-		t.Fatalf("push token %d, want more than %d", got, btok)
-	}
-	waitParked(t, ts, 2)
-	if n := ts.Srv.PollerReadersStarted(); n != started {
-		t.Fatalf("readers started for parked shared sessions: %d, want none", n-started)
-	}
 }
 
 // TestLimitMismatch: the message is exactly the limit in force, in

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/server"
 	"github.com/batonlock/baton/wire"
 )
 
@@ -119,7 +120,7 @@ func TestVectorsFileVersion2(t *testing.T) {
 	for _, park := range []bool{true, false} {
 		t.Run(fmt.Sprintf("park=%v", park), func(t *testing.T) {
 			t.Parallel()
-			ts := batontest.StartServer(t, parkIdle(park))
+			ts := batontest.StartServer(t, func(c *server.Config) { c.ParkIdle = park })
 			for _, f := range v.V2.BadFrames {
 				raw, err := hex.DecodeString(f.Hex)
 				if err != nil {
