@@ -834,38 +834,22 @@ func (s *schedule) forceRelease() {
 
 // forceReleaseSession ends one holder, by its session.
 func (s *schedule) forceReleaseSession() {
-	id := s.pick()
-	s.logf("force-release session %d", id)
-	exits, err := s.tb.ForceReleaseSession(s.now, id, nil)
-	s.checkGrantPromises(exits)
-	s.checkTablePromises()
-	sess := s.m.sessions[id]
-	var wantErr error
-	switch {
-	case sess == nil:
-		wantErr = locktable.ErrUnknownSession
-	case sess.token == 0:
-		wantErr = locktable.ErrWaiter
-	}
-	if wantErr != nil {
-		if !errors.Is(err, wantErr) || len(exits) != 0 {
-			s.fatalf("force-release session %d: got %v, %s, want %v and no exits", id, err, exitIDs(exits), wantErr)
-		}
-		return
-	}
-	if err != nil {
-		s.fatalf("force-release session %d: got %v, want no error", id, err)
-	}
-	w := newWant()
-	w.promotedBy = id
-	s.m.remove(s.now, sess, locktable.CauseForceReleased, true, w)
-	s.checkExits(exits, w)
+	s.endOne("force-release session", s.tb.ForceReleaseSession, locktable.ErrWaiter, func(sess *mSession) bool { return sess.token == 0 }, locktable.CauseForceReleased)
 }
 
+// kick removes one waiter.
 func (s *schedule) kick() {
+	s.endOne("kick", s.tb.Kick, locktable.ErrHolder, func(sess *mSession) bool { return sess.token != 0 }, locktable.CauseKicked)
+}
+
+// endOne ends one session picked at random with end (a kick or a
+// force-release), which refuses a session of the other kind (wrong) with
+// wrongErr.
+func (s *schedule) endOne(what string, end func(time.Time, locktable.SessionID, []locktable.Exit) ([]locktable.Exit, error),
+	wrongErr error, wrong func(*mSession) bool, cause locktable.Cause) {
 	id := s.pick()
-	s.logf("kick %d", id)
-	exits, err := s.tb.Kick(s.now, id, nil)
+	s.logf("%s %d", what, id)
+	exits, err := end(s.now, id, nil)
 	s.checkGrantPromises(exits)
 	s.checkTablePromises()
 	sess := s.m.sessions[id]
@@ -873,21 +857,21 @@ func (s *schedule) kick() {
 	switch {
 	case sess == nil:
 		wantErr = locktable.ErrUnknownSession
-	case sess.token != 0:
-		wantErr = locktable.ErrHolder
+	case wrong(sess):
+		wantErr = wrongErr
 	}
 	if wantErr != nil {
 		if !errors.Is(err, wantErr) || len(exits) != 0 {
-			s.fatalf("kick %d: got %v, %s, want %v and no exits", id, err, exitIDs(exits), wantErr)
+			s.fatalf("%s %d: got %v, %s, want %v and no exits", what, id, err, exitIDs(exits), wantErr)
 		}
 		return
 	}
 	if err != nil {
-		s.fatalf("kick %d: got %v, want no error", id, err)
+		s.fatalf("%s %d: got %v, want no error", what, id, err)
 	}
 	w := newWant()
 	w.promotedBy = id
-	s.m.remove(s.now, sess, locktable.CauseKicked, true, w)
+	s.m.remove(s.now, sess, cause, true, w)
 	s.checkExits(exits, w)
 }
 

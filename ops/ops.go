@@ -529,7 +529,37 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 // releaseSession answers POST /v1/sessions/{id}/release: one holder,
 // of any lock and any kind, is ended alone.
 func (h *handler) releaseSession(w http.ResponseWriter, r *http.Request, id string) {
-	sv, err := h.b.ReleaseSessionIf(id, h.ruleCheck(r, "force-release a holder of"))
+	h.endSession(w, r, id, "force-release", h.b.ReleaseSessionIf, server.ErrWaiter, func() string {
+		return fmt.Sprintf("session %q waits for its lock; remove it from the queue with POST /v1/sessions/%s/kick", id, url.PathEscape(id))
+	})
+}
+
+func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
+	h.endSession(w, r, id, "kick", h.b.KickIf, server.ErrHolder, func() string { return h.holderMessage(id) })
+}
+
+// endSession ends session id by end (KickIf or ReleaseSessionIf), which
+// checks the access rules and acts in one step: the session's lock is
+// known only in the table, and no session may enter it between the check
+// and the action (ids are sequential, and a caller could aim at the next
+// one). conflict is end's error for a session of the other kind, answered
+// 409 with conflictMsg.
+func (h *handler) endSession(w http.ResponseWriter, r *http.Request, id, action string,
+	end func(id string, allow func(lock string) error) (server.SessionView, error), conflict error, conflictMsg func() string) {
+	var allow func(lock string) error
+	if h.acl != nil && h.acl() != nil {
+		what := "kick a waiter of"
+		if action != "kick" {
+			what = "force-release a holder of"
+		}
+		allow = func(lock string) error {
+			if refused := h.adminCheck(r, what, lock); refused != nil {
+				return refused
+			}
+			return nil // not a nil *adminRefusal, which is a non-nil error
+		}
+	}
+	sv, err := end(id, allow)
 	var refused *adminRefusal
 	switch {
 	case err == nil:
@@ -539,59 +569,24 @@ func (h *handler) releaseSession(w http.ResponseWriter, r *http.Request, id stri
 	case errors.Is(err, server.ErrUnknownSession):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q not found", id))
 		return
-	case errors.Is(err, server.ErrWaiter):
-		writeError(w, http.StatusConflict, fmt.Sprintf("session %q waits for its lock; remove it from the queue with POST /v1/sessions/%s/kick", id, url.PathEscape(id)))
+	case errors.Is(err, conflict):
+		writeError(w, http.StatusConflict, conflictMsg())
 		return
 	default:
-		h.fail(w, r, fmt.Errorf("force-release session %q: %w", id, err))
+		h.fail(w, r, fmt.Errorf("%s session %q: %w", action, id, err))
+		return
+	}
+	if action == "kick" {
+		h.log.Info("ops: kicked session", "session", sv.ID,
+			"owner", sv.Owner, "remote", sv.Remote,
+			"identities", callerIdentities(r), "client", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, toSession(sv, false))
 		return
 	}
 	h.log.Info("ops: force-released session", "session", sv.ID,
 		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token, "shared", sv.Shared,
 		"identities", callerIdentities(r), "client", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, toSession(sv, true))
-}
-
-// ruleCheck is the access rules' check of action on a session's lock, for
-// a backend call that checks and acts in one step (KickIf,
-// ReleaseSessionIf): the session's lock is known only in the table, and
-// no session may enter it between the check and the action (ids are
-// sequential, and a caller could aim at the next one). Nil when no rules
-// are configured.
-func (h *handler) ruleCheck(r *http.Request, action string) func(lock string) error {
-	if h.acl == nil || h.acl() == nil {
-		return nil
-	}
-	return func(lock string) error {
-		if refused := h.adminCheck(r, action, lock); refused != nil {
-			return refused
-		}
-		return nil // not a nil *adminRefusal, which is a non-nil error
-	}
-}
-
-func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
-	sv, err := h.b.KickIf(id, h.ruleCheck(r, "kick a waiter of"))
-	var refused *adminRefusal
-	switch {
-	case err == nil:
-	case errors.As(err, &refused):
-		h.refuseAdmin(w, r, refused)
-		return
-	case errors.Is(err, server.ErrUnknownSession):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q not found", id))
-		return
-	case errors.Is(err, server.ErrHolder):
-		writeError(w, http.StatusConflict, h.holderMessage(id))
-		return
-	default:
-		h.fail(w, r, fmt.Errorf("kick session %q: %w", id, err))
-		return
-	}
-	h.log.Info("ops: kicked session", "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote,
-		"identities", callerIdentities(r), "client", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, toSession(sv, false))
 }
 
 // holderMessage tells how to end holder id: force-release its lock, named
