@@ -90,10 +90,10 @@ func BenchmarkHandover(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		dst, _ = tb.Release(c.now, holder, dst[:0])
-		if len(dst) != 1 || !dst[0].HasPromoted {
+		if len(dst) != 1 || len(dst[0].Promoted) == 0 {
 			b.Fatalf("got exits %s, want one promotion", exitIDs(dst))
 		}
-		holder = dst[0].Promoted.ID
+		holder = dst[0].Promoted[0].ID
 		tb.Acquire(c.now, next, r, nil)
 		next++
 	}

@@ -30,25 +30,59 @@ func (t *Table) CheckInvariants() error {
 		if t.locks[s.lock.name] != s.lock {
 			return fmt.Errorf("session %d: its lock %q is not in the locks map", id, s.lock.name)
 		}
-		if s.held() != (s.lock.holder == s) {
-			return fmt.Errorf("session %d: held() %v but lock holder is %v", id, s.held(), s.lock.holder)
+		if s.held() != s.lock.holds(s) {
+			return fmt.Errorf("session %d: held() %v but the lock's holders say %v", id, s.held(), s.lock.holds(s))
 		}
 	}
 	for name, l := range t.locks {
 		if l.name != name {
 			return fmt.Errorf("lock %q filed under %q", l.name, name)
 		}
-		if l.holder == nil && t.graceUntil.IsZero() {
-			return fmt.Errorf("lock %q has no holder (waiters %d)", name, l.waiters)
-		}
-		if l.holder == nil && l.head == nil {
+		if l.first == nil && l.head == nil {
 			return fmt.Errorf("lock %q has neither holder nor waiters", name)
 		}
-		if l.holder != nil && !t.graceUntil.IsZero() {
-			return fmt.Errorf("lock %q has holder %d during the grace period", name, l.holder.id)
+		if l.first != nil && !t.graceUntil.IsZero() {
+			return fmt.Errorf("lock %q has holder %d during the grace period", name, l.first.id)
 		}
-		if l.holder != nil && t.sessions[l.holder.id] != l.holder {
-			return fmt.Errorf("lock %q: holder %d is not in the sessions map", name, l.holder.id)
+		// The holders: linked both ways, counted, held, of this lock; at
+		// most one exclusive claim and then alone, or shared claims within
+		// the limit.
+		h, shared := 0, 0
+		var hprev *session
+		for s := l.first; s != nil; s = s.next {
+			h++
+			if s.prev != hprev {
+				return fmt.Errorf("lock %q: holder %d has prev %v, want %v", name, s.id, s.prev, hprev)
+			}
+			if !s.held() || s.lock != l || t.sessions[s.id] != s {
+				return fmt.Errorf("lock %q: holder %d is not held, of another lock, or not in the map", name, s.id)
+			}
+			if s.shared {
+				shared++
+			}
+			hprev = s
+		}
+		if l.last != hprev || h != l.holders {
+			return fmt.Errorf("lock %q: last holder %v, %d holders linked, want %v and the count %d", name, l.last, h, hprev, l.holders)
+		}
+		if shared != h && h > 1 {
+			return fmt.Errorf("lock %q: an exclusive holder among %d holders", name, h)
+		}
+		if shared > 0 && shared > l.limit {
+			return fmt.Errorf("lock %q: %d shared holders, over the limit %d", name, shared, l.limit)
+		}
+		// Nobody waits behind a head that may hold (outside the grace period).
+		if w := l.head; w != nil && t.graceUntil.IsZero() && l.mayHold(w.shared, l.limit) {
+			return fmt.Errorf("lock %q: waiter %d at the head may hold (holders %d, limit %d) but waits", name, w.id, l.holders, l.limit)
+		}
+		sharedWaiting := 0
+		for w := l.head; w != nil; w = w.next {
+			if w.shared {
+				sharedWaiting++
+			}
+		}
+		if shared+sharedWaiting != l.shared {
+			return fmt.Errorf("lock %q: %d shared sessions, the count says %d", name, shared+sharedWaiting, l.shared)
 		}
 		n := 0
 		var prev *session
@@ -70,4 +104,14 @@ func (t *Table) CheckInvariants() error {
 		}
 	}
 	return nil
+}
+
+// holds reports whether s is one of l's holders.
+func (l *lock) holds(s *session) bool {
+	for h := l.first; h != nil; h = h.next {
+		if h == s {
+			return true
+		}
+	}
+	return false
 }

@@ -58,22 +58,22 @@ func TestGraceQueuesFreeLocks(t *testing.T) {
 	var names []string
 	var last uint64
 	for _, e := range exits {
-		if e.Cause != locktable.CauseGraceEnded || !e.HasPromoted || e.Session.ID != 0 {
+		if e.Cause != locktable.CauseGraceEnded || len(e.Promoted) == 0 || e.Session.ID != 0 {
 			t.Fatalf("exit %+v: want a grace-ended grant with no session", e)
 		}
-		if e.Promoted.Token <= last {
-			t.Fatalf("token %d after %d: want rising tokens", e.Promoted.Token, last)
+		if e.Promoted[0].Token <= last {
+			t.Fatalf("token %d after %d: want rising tokens", e.Promoted[0].Token, last)
 		}
-		last = e.Promoted.Token
-		names = append(names, e.Promoted.Name)
+		last = e.Promoted[0].Token
+		names = append(names, e.Promoted[0].Name)
 	}
 	if got, want := strings.Join(names, " "), "a b c"; got != want {
 		t.Fatalf("granted at the bound: got %q, want %q", got, want)
 	}
-	if exits[0].Promoted.ID != 1 || exits[1].Promoted.ID != 3 || exits[2].Promoted.ID != 4 {
+	if exits[0].Promoted[0].ID != 1 || exits[1].Promoted[0].ID != 3 || exits[2].Promoted[0].ID != 4 {
 		t.Fatalf("granted %s, want sessions 1, 3, 4 (the heads)", exitIDs(exits))
 	}
-	if w := exits[0].Promoted.Waited; w != 10*time.Second {
+	if w := exits[0].Promoted[0].Waited; w != 10*time.Second {
 		t.Fatalf("session 1 waited %v, want 10s", w)
 	}
 	checkInvariants(t, tb)
@@ -91,7 +91,7 @@ func TestGraceQueuesFreeLocks(t *testing.T) {
 
 	// FIFO holds afterwards: session 1 leaves, session 2 is next.
 	exits, _ = tb.Release(c.now, 1, nil)
-	if len(exits) != 1 || !exits[0].HasPromoted || exits[0].Promoted.ID != 2 || exits[0].Promoted.Token <= last {
+	if len(exits) != 1 || len(exits[0].Promoted) == 0 || exits[0].Promoted[0].ID != 2 || exits[0].Promoted[0].Token <= last {
 		t.Fatalf("release of 1: got %+v, want 2 promoted with a larger token", exits)
 	}
 	// And a free lock is granted at once again.
@@ -104,7 +104,7 @@ func TestGraceAcquireAtTheBoundGrantsTheQueueFirst(t *testing.T) {
 	tb, c, end := graceTable(t, locktable.Config{})
 	acquire(t, tb, c.now, 1, req("a", time.Minute))
 	st, exits := acquire(t, tb, end, 2, req("a", time.Minute))
-	if len(exits) != 1 || exits[0].Promoted.ID != 1 {
+	if len(exits) != 1 || exits[0].Promoted[0].ID != 1 {
 		t.Fatalf("ACQUIRE at the bound: got exits %s, want session 1 granted", exitIDs(exits))
 	}
 	mustWait(t, st, 1)
@@ -120,7 +120,7 @@ func TestGraceWaitersExpire(t *testing.T) {
 		t.Fatalf("NextDeadline: got %v, want the first expiry before the bound", next)
 	}
 	exits := tb.Expire(c.advance(3*time.Second), nil)
-	if len(exits) != 1 || exits[0].Session.ID != 1 || exits[0].Cause != locktable.CauseExpired || exits[0].HasPromoted {
+	if len(exits) != 1 || exits[0].Session.ID != 1 || exits[0].Cause != locktable.CauseExpired || len(exits[0].Promoted) > 0 {
 		t.Fatalf("Expire at 3s: got %s, want 1 expired and nobody granted", exitIDs(exits))
 	}
 	for now := c.advance(time.Second); now.Before(end); now = c.advance(time.Second) {
@@ -131,7 +131,7 @@ func TestGraceWaitersExpire(t *testing.T) {
 	// Session 3's lease ran out at the bound: it leaves, and lock b is
 	// not granted; session 2 kept its lease and is granted.
 	if len(exits) != 2 || exits[0].Session.ID != 3 || exits[0].Cause != locktable.CauseExpired ||
-		exits[1].Cause != locktable.CauseGraceEnded || exits[1].Promoted.ID != 2 {
+		exits[1].Cause != locktable.CauseGraceEnded || exits[1].Promoted[0].ID != 2 {
 		t.Fatalf("Expire at the bound: got %s, want 3 expired, then 2 granted", exitIDs(exits))
 	}
 	if tb.Locks() != 1 {

@@ -15,18 +15,31 @@ import (
 
 // The randomized test. It runs random schedules against a reference model
 // kept here, as simple as it can be, and compares after every step. The
-// events: acquire, heartbeat (seen), silence (advance), close (release),
-// reset (a release and the client's reconnect as a new session), expire,
-// force-release, kick, and restart: the table is dropped, as a server that
-// stops cleanly or crashes drops it, and a new one starts with the token
-// counter moved on (as tokenstore.Open moves the epoch) and, after a
-// crash, a grace period as long as the longest lease noted (the bound that
-// tokenstore keeps); then the clients reconnect in a random order.
+// events: acquire (exclusive, or shared with a limit of 1 to 5), heartbeat
+// (seen), silence (advance), close (release), reset (a release and the
+// client's reconnect as a new session), expire, force-release of a name
+// (every holder) and of one holder, kick, and restart: the table is
+// dropped, as a server that stops cleanly or crashes drops it, and a new
+// one starts with the token counter moved on (as tokenstore.Open moves the
+// epoch) and, after a crash, a grace period as long as the longest lease
+// noted (the bound that tokenstore keeps); then the clients reconnect in a
+// random order. A quarter of the schedules make exclusive claims only:
+// version 1's mutex, which must behave as it always has.
 //
-// Besides agreeing with the model, every grant is checked against the
-// promises: its token is larger than every earlier one, and after a crash
-// no lock is granted while a holder of the crashed run could still believe
-// it holds (its last heartbeat plus its lease).
+// Besides agreeing with the model, the table is held to the promises of
+// the protocol on every step, checked on what the table itself says (its
+// exits and its snapshot), before any comparison with the model, so that
+// a broken promise is named as such:
+//
+//   - never more shared holders than the name's limit;
+//   - never an exclusive holder beside anyone;
+//   - grants in queue order: nobody overtakes (every holder arrived before
+//     every waiter; the grants of one call come in arrival order);
+//   - tokens strictly rising per name, for every grant, so two holders
+//     never share one;
+//   - no waiter left behind a head that could hold;
+//   - after a crash, no grant of a name while a holder of the crashed run
+//     could still believe it holds it (its last heartbeat plus its lease).
 
 var (
 	seedFlag      = flag.Uint64("seed", 0, "run only the randomized schedule with this seed, logging every step")
@@ -37,6 +50,8 @@ type mSession struct {
 	id       locktable.SessionID
 	name     string
 	owner    string
+	shared   bool
+	limit    int // shared only
 	lease    time.Duration
 	lastSeen time.Time
 	arrived  time.Time // ACQUIRE
@@ -45,14 +60,14 @@ type mSession struct {
 }
 
 func (s *mSession) overdue(now time.Time) bool { return !s.lastSeen.Add(s.lease).After(now) }
+func (s *mSession) deadline() time.Time        { return s.lastSeen.Add(s.lease) }
 
 type model struct {
 	maxSessions, maxWaiters int
 	sessions                map[locktable.SessionID]*mSession
-	holder                  map[string]locktable.SessionID
+	holders                 map[string][]locktable.SessionID // grant order
 	queue                   map[string][]locktable.SessionID // arrival order
-	lastToken               map[string]uint64
-	globalToken             uint64
+	limit                   map[string]int                   // while the name has shared sessions
 
 	graceUntil time.Time     // the table's grace period; zero when none or over
 	maxLease   time.Duration // the longest lease noted since the last clean start
@@ -66,25 +81,41 @@ type model struct {
 	storeGraceEnds time.Time
 }
 
-// wantExit is what the model expects of one exit.
-type wantExit struct {
-	cause    locktable.Cause
-	promoted locktable.SessionID // 0: none
+// want is what the model expects of one table call: who leaves and why,
+// and who is granted, per name in queue order. promotedBy, if set, is the
+// session whose exit must carry every grant (a call that removes one
+// session); otherwise the grants may be spread over the exits of the call
+// (an expiry removes sessions in deadline order, and which exit frees the
+// slot is the heap's business; the outcome is the same).
+type want struct {
+	exits      map[locktable.SessionID]locktable.Cause
+	grants     map[string][]locktable.SessionID
+	promotedBy locktable.SessionID
+}
+
+func newWant() *want {
+	return &want{exits: map[locktable.SessionID]locktable.Cause{}, grants: map[string][]locktable.SessionID{}}
 }
 
 type schedule struct {
-	t       *testing.T
-	seed    uint64
-	verbose bool
-	rng     *rand.Rand
-	tb      *locktable.Table
-	m       *model
-	now     time.Time
-	nextID  locktable.SessionID
-	step    int
-	history []entry
-	tok     uint64 // the last token handed out
-	stats   scheduleStats
+	t         *testing.T
+	seed      uint64
+	verbose   bool
+	rng       *rand.Rand
+	tb        *locktable.Table
+	m         *model
+	now       time.Time
+	nextID    locktable.SessionID
+	step      int
+	history   []entry
+	tok       uint64 // the last token handed out
+	exclusive bool   // this schedule makes exclusive claims only
+	limits    map[string]int
+	// lastToken is the last token granted per name, and globalToken the
+	// last of all, as the table's grants said (not the model).
+	lastToken   map[string]uint64
+	globalToken uint64
+	stats       scheduleStats
 }
 
 // logf notes a step for the history shown on failure; the line is only
@@ -140,14 +171,25 @@ func TestRandomSchedules(t *testing.T) {
 		total.restarts += st.restarts
 		total.graceRestarts += st.graceRestarts
 		total.graceGrants += st.graceGrants
+		total.sharedGrants += st.sharedGrants
+		total.multiGrants += st.multiGrants
+		total.mismatches += st.mismatches
+		total.fullSemaphores += st.fullSemaphores
 	}
-	t.Logf("%d schedules: %d steps, %d restarts (%d with a grace period), %d grants at the end of a grace period",
-		n, total.steps, total.restarts, total.graceRestarts, total.graceGrants)
+	t.Logf("%d schedules: %d steps, %d restarts (%d with a grace period), %d grants at the end of a grace period, "+
+		"%d shared grants, %d calls granting several at once, %d limit mismatches, %d steps with a semaphore full",
+		n, total.steps, total.restarts, total.graceRestarts, total.graceGrants,
+		total.sharedGrants, total.multiGrants, total.mismatches, total.fullSemaphores)
+	if n >= 100 && (total.multiGrants == 0 || total.mismatches == 0 || total.fullSemaphores == 0 || total.graceGrants == 0) {
+		t.Errorf("the schedules never reached a case they exist for: %+v", total)
+	}
 }
 
 // scheduleStats counts what a schedule exercised.
 type scheduleStats struct {
 	steps, restarts, graceRestarts, graceGrants int
+	sharedGrants, multiGrants, mismatches       int
+	fullSemaphores                              int
 }
 
 var names = []string{"a", "b", "c"}
@@ -157,9 +199,9 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{
 		sessions:      map[locktable.SessionID]*mSession{},
-		holder:        map[string]locktable.SessionID{},
+		holders:       map[string][]locktable.SessionID{},
 		queue:         map[string][]locktable.SessionID{},
-		lastToken:     map[string]uint64{},
+		limit:         map[string]int{},
 		believedUntil: map[string]time.Time{},
 	}
 	if rng.IntN(3) == 0 {
@@ -168,26 +210,32 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 	if rng.IntN(3) == 0 {
 		m.maxWaiters = 1 + rng.IntN(3)
 	}
-	s := &schedule{t: t, seed: seed, verbose: verbose, rng: rng, m: m, now: t0, nextID: 1}
+	s := &schedule{t: t, seed: seed, verbose: verbose, rng: rng, m: m, now: t0, nextID: 1,
+		exclusive: rng.IntN(4) == 0, limits: map[string]int{}, lastToken: map[string]uint64{}}
+	for _, name := range names {
+		s.limits[name] = 1 + rng.IntN(5)
+	}
 	s.tb = s.newTable(time.Time{})
-	s.logf("config: max sessions %d, max waiters %d", m.maxSessions, m.maxWaiters)
+	s.logf("config: max sessions %d, max waiters %d, exclusive only %v, limits %v", m.maxSessions, m.maxWaiters, s.exclusive, s.limits)
 	steps := 100 + rng.IntN(200)
 	for s.step = 1; s.step <= steps; s.step++ {
 		switch r := rng.IntN(100); {
 		case r < 28:
 			s.acquire()
-		case r < 52:
+		case r < 50:
 			s.seen()
-		case r < 69:
+		case r < 67:
 			s.advance()
-		case r < 76:
+		case r < 74:
 			s.release()
-		case r < 80:
+		case r < 78:
 			s.reset()
-		case r < 87:
+		case r < 85:
 			s.expire()
-		case r < 92:
+		case r < 88:
 			s.forceRelease()
+		case r < 92:
+			s.forceReleaseSession()
 		case r < 97:
 			s.kick()
 		default:
@@ -236,7 +284,7 @@ func (s *schedule) advance() {
 		if len(s.m.sessions) > 0 {
 			sess := s.m.sessions[s.pick()]
 			if sess != nil {
-				due := sess.lastSeen.Add(sess.lease).Add(-time.Duration(s.rng.IntN(2)))
+				due := sess.deadline().Add(-time.Duration(s.rng.IntN(2)))
 				if due.After(s.now) {
 					d = due.Sub(s.now)
 				}
@@ -258,164 +306,315 @@ func (s *schedule) randomLease() time.Duration {
 	}
 }
 
-// expireAll is the model's expiry: every session silent for its lease is
-// out; a lock whose holder went passes to its first live waiter.
-func (m *model) expireAll(now time.Time, want map[locktable.SessionID]wantExit) {
-	var gone []locktable.SessionID
-	for id, sess := range m.sessions {
-		if sess.overdue(now) {
-			gone = append(gone, id)
+// The model's rules.
+
+// exclusivelyHeld reports whether an exclusive claim holds name.
+func (m *model) exclusivelyHeld(name string) bool {
+	h := m.holders[name]
+	return len(h) > 0 && !m.sessions[h[0]].shared
+}
+
+// mayHold reports whether a claim may hold name by its holders alone.
+func (m *model) mayHold(name string, shared bool, limit int) bool {
+	if !shared {
+		return len(m.holders[name]) == 0
+	}
+	return !m.exclusivelyHeld(name) && len(m.holders[name]) < limit
+}
+
+// sharedSessions counts the shared sessions of name, holding or waiting.
+func (m *model) sharedSessions(name string) int {
+	n := 0
+	for _, sess := range m.sessions {
+		if sess.name == name && sess.shared {
+			n++
 		}
 	}
-	slices.Sort(gone)
-	for _, id := range gone {
-		sess := m.sessions[id]
-		if sess == nil || !sess.overdue(now) {
-			continue // already taken out with its lock
+	return n
+}
+
+// remove takes sess out; with move, the queue then moves if sess was a
+// holder or the head of the queue.
+func (m *model) remove(now time.Time, sess *mSession, cause locktable.Cause, move bool, w *want) {
+	name := sess.name
+	frees := sess.token != 0 || (len(m.queue[name]) > 0 && m.queue[name][0] == sess.id)
+	m.drop(sess)
+	w.exits[sess.id] = cause
+	if move && frees {
+		m.moveQueue(now, name, w)
+	}
+}
+
+// drop forgets sess.
+func (m *model) drop(sess *mSession) {
+	del := func(id locktable.SessionID) bool { return id == sess.id }
+	m.holders[sess.name] = slices.DeleteFunc(m.holders[sess.name], del)
+	m.queue[sess.name] = slices.DeleteFunc(m.queue[sess.name], del)
+	delete(m.sessions, sess.id)
+	if m.sharedSessions(sess.name) == 0 {
+		delete(m.limit, sess.name)
+	}
+}
+
+// moveQueue grants the heads of name's queue while they may hold; an
+// overdue head that may hold expires instead. Nothing moves during grace.
+func (m *model) moveQueue(now time.Time, name string, w *want) {
+	if !m.graceUntil.IsZero() {
+		return
+	}
+	for len(m.queue[name]) > 0 {
+		head := m.sessions[m.queue[name][0]]
+		if !m.mayHold(name, head.shared, m.limit[name]) {
+			return
 		}
-		if sess.token != 0 {
-			m.removeHolder(now, sess, locktable.CauseExpired, want)
-		} else {
-			m.removeWaiter(sess)
-			want[id] = wantExit{cause: locktable.CauseExpired}
+		if head.overdue(now) {
+			m.drop(head)
+			w.exits[head.id] = locktable.CauseExpired
+			continue
 		}
+		m.queue[name] = m.queue[name][1:]
+		m.holders[name] = append(m.holders[name], head.id)
+		head.granted = now
+		head.token = ^uint64(0) // filled in from the table's grant
+		w.grants[name] = append(w.grants[name], head.id)
+	}
+}
+
+// expireAll is the model's expiry: every session silent for its lease
+// leaves, in deadline order, each moving the queue.
+func (m *model) expireAll(now time.Time, w *want) {
+	for {
+		var next *mSession
+		for _, sess := range m.sessions {
+			if sess.overdue(now) && (next == nil || sess.deadline().Before(next.deadline()) ||
+				(sess.deadline().Equal(next.deadline()) && sess.id < next.id)) {
+				next = sess
+			}
+		}
+		if next == nil {
+			return
+		}
+		m.remove(now, next, locktable.CauseExpired, true, w)
 	}
 }
 
 // endGraceIfDue ends the grace period at now, if it is due, granting the
-// head of every queue; it returns the promoted sessions in name order.
-func (m *model) endGraceIfDue(now time.Time) []locktable.SessionID {
+// heads of every queue; it returns the grants per name, in name order.
+func (m *model) endGraceIfDue(now time.Time) []graceGrant {
 	if m.graceUntil.IsZero() || now.Before(m.graceUntil) {
 		return nil
 	}
 	m.graceUntil = time.Time{}
-	var promoted []locktable.SessionID
+	var out []graceGrant
 	for _, name := range m.names() {
-		q := m.queue[name]
-		if _, held := m.holder[name]; held || len(q) == 0 {
-			continue
+		w := newWant()
+		m.moveQueue(now, name, w)
+		if len(w.exits) != 0 {
+			panic("an overdue waiter left at the end of the grace period") // expireAll ran first
 		}
-		next := m.sessions[q[0]]
-		m.holder[name] = next.id
-		next.granted = now
-		next.token = ^uint64(0) // filled in from the table's grant
-		m.queue[name] = q[1:]
-		promoted = append(promoted, next.id)
+		if len(w.grants[name]) > 0 {
+			out = append(out, graceGrant{name: name, ids: w.grants[name]})
+		}
 	}
-	return promoted
+	return out
+}
+
+type graceGrant struct {
+	name string
+	ids  []locktable.SessionID
 }
 
 // names are the names with a holder or waiters, sorted.
 func (m *model) names() []string {
 	var out []string
 	for _, name := range names {
-		if _, held := m.holder[name]; held || len(m.queue[name]) > 0 {
+		if len(m.holders[name]) > 0 || len(m.queue[name]) > 0 {
 			out = append(out, name)
 		}
 	}
 	return out
 }
 
-func (m *model) removeWaiter(sess *mSession) {
-	m.queue[sess.name] = slices.DeleteFunc(m.queue[sess.name], func(id locktable.SessionID) bool { return id == sess.id })
-	delete(m.sessions, sess.id)
+// The promises, checked on what the table says.
+
+// checkGrantPromises checks the grants of one call's exits: per name, in
+// arrival order (nobody overtakes) and with tokens strictly rising past
+// every earlier grant of the name; and none during a crash's aftermath.
+func (s *schedule) checkGrantPromises(exits []locktable.Exit) {
+	for _, e := range exits {
+		for _, g := range e.Promoted {
+			s.checkGrant(g.ID, g.Name, g.Token)
+		}
+	}
+	if s.m.graceUntil.IsZero() {
+		return
+	}
+	for _, e := range exits {
+		if len(e.Promoted) > 0 && e.Cause != locktable.CauseGraceEnded && s.now.Before(s.m.graceUntil) {
+			s.fatalf("exit %s granted during the grace period", exitIDs(exits))
+		}
+	}
 }
 
-// removeHolder takes the holder out and promotes the first live waiter; the
-// overdue waiters ahead of it expire. Overdue waiters behind it are left for
-// the next expiry.
-func (m *model) removeHolder(now time.Time, sess *mSession, cause locktable.Cause, want map[locktable.SessionID]wantExit) {
-	delete(m.sessions, sess.id)
-	delete(m.holder, sess.name)
-	w := wantExit{cause: cause}
-	live := m.queue[sess.name]
-	for len(live) > 0 && m.sessions[live[0]].overdue(now) {
-		delete(m.sessions, live[0])
-		want[live[0]] = wantExit{cause: locktable.CauseExpired}
-		live = live[1:]
+// checkGrant checks one grant against the promises, and records its token.
+func (s *schedule) checkGrant(id locktable.SessionID, name string, token uint64) {
+	if until := s.m.believedUntil[name]; s.now.Before(until) {
+		s.fatalf("grant to %d of %q at +%v: a holder of the crashed run may believe it holds the lock until +%v",
+			id, name, s.now.Sub(t0), until.Sub(t0))
 	}
-	if len(live) > 0 {
-		next := m.sessions[live[0]]
-		m.holder[sess.name] = next.id
-		next.granted = now
-		next.token = ^uint64(0) // filled in from the table's grant
-		w.promoted = next.id
-		live = live[1:]
+	if token <= s.lastToken[name] || token <= s.globalToken {
+		s.fatalf("promise broken: grant to %d of %q: got token %d, want more than %d (the name's last) and %d (the last of all)",
+			id, name, token, s.lastToken[name], s.globalToken)
 	}
-	m.queue[sess.name] = live
-	want[sess.id] = w
+	s.lastToken[name] = token
+	s.globalToken = token
 }
 
-// checkExits compares the table's exits with the model's expectations and
-// records the tokens of the promotions. graceGrants are the grants at the
-// end of the grace period, in name order: they come after every other exit.
-func (s *schedule) checkExits(exits []locktable.Exit, want map[locktable.SessionID]wantExit, graceGrants ...locktable.SessionID) {
+// checkTablePromises checks the table's state: the holders within the
+// rules, nobody overtaken, and no waiter behind a head that could hold.
+func (s *schedule) checkTablePromises() {
+	inGrace := !s.m.graceUntil.IsZero()
+	for _, li := range s.tb.Snapshot(s.now) {
+		shared := 0
+		for _, h := range li.Holders {
+			if h.Shared {
+				shared++
+			}
+		}
+		if shared > 0 && shared > li.Limit {
+			s.fatalf("promise broken: lock %q has %d shared holders, over its limit %d: %+v", li.Name, shared, li.Limit, li.Holders)
+		}
+		if shared != len(li.Holders) && len(li.Holders) > 1 {
+			s.fatalf("promise broken: lock %q has an exclusive holder beside others: %+v", li.Name, li.Holders)
+		}
+		// Ids are given in arrival order: every holder arrived before
+		// every waiter, and the queue keeps arrival order.
+		for i, w := range li.Waiters {
+			if i > 0 && w.ID < li.Waiters[i-1].ID {
+				s.fatalf("promise broken: lock %q: waiter %d queued behind %d, who came later", li.Name, w.ID, li.Waiters[i-1].ID)
+			}
+			for _, h := range li.Holders {
+				if h.ID > w.ID {
+					s.fatalf("promise broken: lock %q: holder %d overtook waiter %d", li.Name, h.ID, w.ID)
+				}
+			}
+		}
+		if len(li.Waiters) == 0 || inGrace {
+			continue
+		}
+		head := li.Waiters[0]
+		exclusive := len(li.Holders) > 0 && !li.Holders[0].Shared
+		if !head.Shared && len(li.Holders) == 0 || head.Shared && !exclusive && len(li.Holders) < li.Limit {
+			s.fatalf("promise broken: lock %q: waiter %d (shared %v) at the head could hold (holders %d, limit %d) but waits",
+				li.Name, head.ID, head.Shared, len(li.Holders), li.Limit)
+		}
+	}
+}
+
+// checkExits compares one call's exits with the model's expectations and
+// records the tokens of the grants. graceGrants are the grants at the end
+// of the grace period, one exit per name in name order, after every other
+// exit.
+func (s *schedule) checkExits(exits []locktable.Exit, w *want, graceGrants ...graceGrant) {
 	cut := len(exits) - len(graceGrants)
 	if cut < 0 {
 		s.fatalf("got exits %s, want at least the %d grants at the end of the grace period %v", exitIDs(exits), len(graceGrants), graceGrants)
 	}
-	s.stats.graceGrants += len(graceGrants)
-	for i, id := range graceGrants {
+	for i, gg := range graceGrants {
 		e := exits[cut+i]
-		if e.Cause != locktable.CauseGraceEnded || !e.HasPromoted || e.Promoted.ID != id || e.Session != (locktable.Info{}) {
-			s.fatalf("exit %d of %s: got cause %v promoted %v %d, want the end of grace granting %d (grants %v)",
-				cut+i, exitIDs(exits), e.Cause, e.HasPromoted, e.Promoted.ID, id, graceGrants)
+		if e.Cause != locktable.CauseGraceEnded || e.Session != (locktable.Info{}) || !slices.Equal(grantIDs(e.Promoted), gg.ids) {
+			s.fatalf("exit %d of %s: got cause %v promoted %v, want the end of grace granting %v of %q", cut+i, exitIDs(exits), e.Cause, grantIDs(e.Promoted), gg.ids, gg.name)
 		}
-		p := s.m.sessions[id]
-		if e.Promoted.Name != p.name || e.Promoted.Waited != s.now.Sub(p.arrived) {
-			s.fatalf("grace grant of %d: got %+v, want name %q waited %v", id, e.Promoted, p.name, s.now.Sub(p.arrived))
-		}
-		s.grant(p, e.Promoted.Token)
+		s.stats.graceGrants += len(gg.ids)
+		s.checkPromoted(e.Promoted)
 	}
 	exits = exits[:cut]
-	if len(exits) != len(want) {
-		s.fatalf("got exits %s, want %d: %v", exitIDs(exits), len(want), want)
+	if len(exits) != len(w.exits) {
+		s.fatalf("got exits %s, want %d: %v", exitIDs(exits), len(w.exits), w.exits)
 	}
+	got := map[string][]locktable.SessionID{}
 	left := map[locktable.SessionID]bool{}
-	for _, e := range exits {
+	for i, e := range exits {
 		if left[e.Session.ID] {
 			s.fatalf("got exits %s: session %d left twice", exitIDs(exits), e.Session.ID)
 		}
 		left[e.Session.ID] = true
-		w, ok := want[e.Session.ID]
+		cause, ok := w.exits[e.Session.ID]
 		if !ok {
 			s.fatalf("got exits %s; session %d should not have left", exitIDs(exits), e.Session.ID)
 		}
-		if e.Cause != w.cause {
-			s.fatalf("exit of %d: got cause %v, want %v", e.Session.ID, e.Cause, w.cause)
+		if e.Cause != cause {
+			s.fatalf("exit of %d: got cause %v, want %v", e.Session.ID, e.Cause, cause)
 		}
 		if e.Cause == locktable.CauseExpired && e.Session.Silent < e.Session.Lease {
 			s.fatalf("exit of %d: expired after %v of silence, before its lease %v", e.Session.ID, e.Session.Silent, e.Session.Lease)
 		}
-		if e.HasPromoted != (w.promoted != 0) || (e.HasPromoted && e.Promoted.ID != w.promoted) {
-			s.fatalf("exit of %d: got promoted %v %d, want %d", e.Session.ID, e.HasPromoted, e.Promoted.ID, w.promoted)
+		if w.promotedBy != 0 && len(e.Promoted) > 0 && (e.Session.ID != w.promotedBy || i != 0) {
+			s.fatalf("exits %s: the grants of one session's end must come with its exit, the first", exitIDs(exits))
 		}
-		if e.HasPromoted {
-			p := s.m.sessions[w.promoted]
-			if e.Promoted.Name != p.name {
-				s.fatalf("promotion of %d: got name %q, want %q", p.id, e.Promoted.Name, p.name)
-			}
-			if want := s.now.Sub(p.arrived); e.Promoted.Waited != want {
-				s.fatalf("promotion of %d: got Waited %v, want %v", p.id, e.Promoted.Waited, want)
-			}
-			s.grant(p, e.Promoted.Token)
+		for _, g := range e.Promoted {
+			got[g.Name] = append(got[g.Name], g.ID)
+		}
+		s.checkPromoted(e.Promoted)
+	}
+	for _, name := range names {
+		if !slices.Equal(got[name], w.grants[name]) {
+			s.fatalf("exits %s: grants of %q: got %v, want %v", exitIDs(exits), name, got[name], w.grants[name])
 		}
 	}
 }
 
-// grant checks a new grant and records its token.
-func (s *schedule) grant(p *mSession, token uint64) {
-	if until := s.m.believedUntil[p.name]; s.now.Before(until) {
-		s.fatalf("grant to %d of %q at +%v: a holder of the crashed run may believe it holds the lock until +%v",
-			p.id, p.name, s.now.Sub(t0), until.Sub(t0))
+// checkPromoted compares grants with the model's sessions and takes their
+// tokens.
+func (s *schedule) checkPromoted(grants []locktable.Grant) {
+	if len(grants) > 1 {
+		s.stats.multiGrants++
 	}
-	if token <= s.m.lastToken[p.name] || token <= s.m.globalToken {
-		s.fatalf("grant to %d of %q: got token %d, want more than %d (the name's last) and %d (the last of all)",
-			p.id, p.name, token, s.m.lastToken[p.name], s.m.globalToken)
+	for _, g := range grants {
+		p := s.m.sessions[g.ID]
+		if p == nil || p.token == 0 {
+			s.fatalf("grant %+v: the model does not hold session %d", g, g.ID)
+		}
+		if g.Name != p.name || g.Shared != p.shared {
+			s.fatalf("promotion of %d: got name %q shared %v, want %q %v", p.id, g.Name, g.Shared, p.name, p.shared)
+		}
+		if want := s.now.Sub(p.arrived); g.Waited != want {
+			s.fatalf("promotion of %d: got Waited %v, want %v", p.id, g.Waited, want)
+		}
+		if p.shared {
+			s.stats.sharedGrants++
+		}
+		p.token = g.Token
 	}
-	p.token = token
-	s.m.lastToken[p.name] = token
-	s.m.globalToken = token
+}
+
+func grantIDs(gs []locktable.Grant) []locktable.SessionID {
+	var ids []locktable.SessionID
+	for _, g := range gs {
+		ids = append(ids, g.ID)
+	}
+	return ids
+}
+
+// The steps.
+
+// randomRequest is a claim on a random name: in a mixed schedule shared
+// half the time, with the name's limit, or now and then another one.
+func (s *schedule) randomRequest(id locktable.SessionID) locktable.Request {
+	r := locktable.Request{
+		Name:   names[s.rng.IntN(len(names))],
+		Owner:  fmt.Sprintf("o%d", id),
+		Lease:  s.randomLease(),
+		NoWait: s.rng.IntN(6) == 0,
+	}
+	if !s.exclusive && s.rng.IntN(2) == 0 {
+		r.Shared = true
+		r.Limit = s.limits[r.Name]
+		if s.rng.IntN(8) == 0 {
+			r.Limit = 1 + s.rng.IntN(5)
+		}
+	}
+	return r
 }
 
 func (s *schedule) acquire() {
@@ -428,12 +627,7 @@ func (s *schedule) acquire() {
 			id = s.nextID
 		}
 	}
-	r := locktable.Request{
-		Name:   names[s.rng.IntN(len(names))],
-		Owner:  fmt.Sprintf("o%d", id),
-		Lease:  s.randomLease(),
-		NoWait: s.rng.IntN(6) == 0,
-	}
+	r := s.randomRequest(id)
 	if dup {
 		s.logf("acquire %d (in use) %q", id, r.Name)
 		_, _, exits, err := s.tb.Acquire(s.now, id, r, nil)
@@ -450,30 +644,38 @@ func (s *schedule) acquire() {
 func (s *schedule) acquireNew(r locktable.Request) {
 	id := s.nextID
 	s.nextID++
-	s.logf("acquire %d %q lease %v nowait %v", id, r.Name, r.Lease, r.NoWait)
+	s.logf("acquire %d %q lease %v nowait %v shared %v limit %d", id, r.Name, r.Lease, r.NoWait, r.Shared, r.Limit)
 	s.m.maxLease = max(s.m.maxLease, r.Lease)
 	st, ref, exits, err := s.tb.Acquire(s.now, id, r, nil)
 	if err != nil {
 		s.fatalf("acquire: got error %v, want none", err)
 	}
-	want := map[locktable.SessionID]wantExit{}
-	s.m.expireAll(s.now, want)
-	s.checkExits(exits, want, s.m.endGraceIfDue(s.now)...)
+	s.checkGrantPromises(exits)
+	if st.Held {
+		s.checkGrant(id, r.Name, st.Token)
+	}
+	s.checkTablePromises()
+
+	w := newWant()
+	s.m.expireAll(s.now, w)
+	s.checkExits(exits, w, s.m.endGraceIfDue(s.now)...)
 
 	m := s.m
 	var wantRef locktable.Refusal
-	_, held := m.holder[r.Name]
 	inGrace := !m.graceUntil.IsZero()
-	// During grace a lock with waiters is as good as held.
-	busy := held || (inGrace && len(m.queue[r.Name]) > 0)
+	holdNow := !inGrace && len(m.queue[r.Name]) == 0 && m.mayHold(r.Name, r.Shared, r.Limit)
+	limit, limited := m.limit[r.Name]
 	switch {
+	case r.Shared && limited && limit != r.Limit:
+		wantRef = locktable.RefusedLimit
+		s.stats.mismatches++
 	case m.maxSessions > 0 && len(m.sessions) >= m.maxSessions:
 		wantRef = locktable.RefusedSessions
 	case inGrace && r.NoWait:
 		wantRef = locktable.RefusedGrace
-	case busy && r.NoWait:
+	case !holdNow && r.NoWait:
 		wantRef = locktable.RefusedBusy
-	case busy && m.maxWaiters > 0 && len(m.queue[r.Name]) >= m.maxWaiters:
+	case !holdNow && m.maxWaiters > 0 && len(m.queue[r.Name]) >= m.maxWaiters:
 		wantRef = locktable.RefusedWaiters
 	}
 	if ref != wantRef {
@@ -483,22 +685,34 @@ func (s *schedule) acquireNew(r locktable.Request) {
 		if st != (locktable.State{}) {
 			s.fatalf("refused acquire: got state %+v, want the zero state", st)
 		}
+		if got, ok := s.tb.Limit(r.Name); ok != limited || got != limit {
+			s.fatalf("after a refusal: Limit(%q) = %d %v, want %d %v (a refused claim sets nothing)", r.Name, got, ok, limit, limited)
+		}
 		return
 	}
-	sess := &mSession{id: id, name: r.Name, owner: r.Owner, lease: r.Lease, lastSeen: s.now, arrived: s.now}
-	m.sessions[id] = sess
-	if !held && !inGrace {
-		if !st.Held {
-			s.fatalf("acquire %d of free %q: got %+v, want held", id, r.Name, st)
+	sess := &mSession{id: id, name: r.Name, owner: r.Owner, shared: r.Shared, lease: r.Lease, lastSeen: s.now, arrived: s.now}
+	if r.Shared {
+		sess.limit = r.Limit
+		if !limited {
+			m.limit[r.Name] = r.Limit
 		}
-		m.holder[r.Name] = id
+	}
+	m.sessions[id] = sess
+	if holdNow {
+		if !st.Held {
+			s.fatalf("acquire %d of %q, which it may hold: got %+v, want held", id, r.Name, st)
+		}
+		m.holders[r.Name] = append(m.holders[r.Name], id)
 		sess.granted = s.now
-		s.grant(sess, st.Token)
+		sess.token = st.Token
+		if r.Shared {
+			s.stats.sharedGrants++
+		}
 		return
 	}
 	m.queue[r.Name] = append(m.queue[r.Name], id)
 	if st.Held || st.Position != len(m.queue[r.Name]) {
-		s.fatalf("acquire %d of held %q: got %+v, want waiting at %d", id, r.Name, st, len(m.queue[r.Name]))
+		s.fatalf("acquire %d of %q, which it may not hold: got %+v, want waiting at %d", id, r.Name, st, len(m.queue[r.Name]))
 	}
 }
 
@@ -540,13 +754,15 @@ func (s *schedule) reset() {
 	sess := s.m.sessions[id]
 	s.releaseID(id, "reset")
 	if sess != nil {
-		s.acquireNew(locktable.Request{Name: sess.name, Owner: sess.owner, Lease: sess.lease})
+		s.acquireNew(locktable.Request{Name: sess.name, Owner: sess.owner, Lease: sess.lease, Shared: sess.shared, Limit: sess.limit})
 	}
 }
 
 func (s *schedule) releaseID(id locktable.SessionID, what string) {
 	s.logf("%s %d", what, id)
 	exits, ok := s.tb.Release(s.now, id, nil)
+	s.checkGrantPromises(exits)
+	s.checkTablePromises()
 	sess := s.m.sessions[id]
 	if sess == nil {
 		if ok || len(exits) != 0 {
@@ -557,22 +773,20 @@ func (s *schedule) releaseID(id locktable.SessionID, what string) {
 	if !ok {
 		s.fatalf("release %d: got false, want true", id)
 	}
-	want := map[locktable.SessionID]wantExit{}
-	if sess.token != 0 {
-		s.m.removeHolder(s.now, sess, locktable.CauseReleased, want)
-	} else {
-		s.m.removeWaiter(sess)
-		want[id] = wantExit{cause: locktable.CauseReleased}
-	}
-	s.checkExits(exits, want)
+	w := newWant()
+	w.promotedBy = id
+	s.m.remove(s.now, sess, locktable.CauseReleased, true, w)
+	s.checkExits(exits, w)
 }
 
 func (s *schedule) expire() {
 	s.logf("expire")
 	exits := s.tb.Expire(s.now, nil)
-	want := map[locktable.SessionID]wantExit{}
-	s.m.expireAll(s.now, want)
-	s.checkExits(exits, want, s.m.endGraceIfDue(s.now)...)
+	s.checkGrantPromises(exits)
+	s.checkTablePromises()
+	w := newWant()
+	s.m.expireAll(s.now, w)
+	s.checkExits(exits, w, s.m.endGraceIfDue(s.now)...)
 	for id := range s.m.sessions {
 		in, ok := s.tb.Session(s.now, id)
 		if !ok || in.Silent >= in.Lease {
@@ -581,12 +795,16 @@ func (s *schedule) expire() {
 	}
 }
 
+// forceRelease takes a name from every holder: each ends, in grant order,
+// and the queue moves once, with the last one's exit.
 func (s *schedule) forceRelease() {
 	name := names[s.rng.IntN(len(names))]
 	s.logf("force-release %q", name)
 	exits, err := s.tb.ForceRelease(s.now, name, nil)
-	hid, held := s.m.holder[name]
-	if !held {
+	s.checkGrantPromises(exits)
+	s.checkTablePromises()
+	holders := slices.Clone(s.m.holders[name])
+	if len(holders) == 0 {
 		if !errors.Is(err, locktable.ErrNotHeld) || len(exits) != 0 {
 			s.fatalf("force-release of free %q: got %v, %s, want ErrNotHeld and none", name, err, exitIDs(exits))
 		}
@@ -595,34 +813,66 @@ func (s *schedule) forceRelease() {
 	if err != nil {
 		s.fatalf("force-release %q: got %v, want no error", name, err)
 	}
-	want := map[locktable.SessionID]wantExit{}
-	s.m.removeHolder(s.now, s.m.sessions[hid], locktable.CauseForceReleased, want)
-	s.checkExits(exits, want)
+	w := newWant()
+	w.promotedBy = holders[len(holders)-1]
+	for i, id := range holders {
+		s.m.remove(s.now, s.m.sessions[id], locktable.CauseForceReleased, i == len(holders)-1, w)
+	}
+	// The holders' exits come first, in grant order; the last carries the
+	// grants, and the waiters expired on the way follow.
+	if len(exits) < len(holders) {
+		s.fatalf("force-release %q: got exits %s, want the holders %v first", name, exitIDs(exits), holders)
+	}
+	for i, id := range holders {
+		if exits[i].Session.ID != id || (i < len(holders)-1 && len(exits[i].Promoted) > 0) {
+			s.fatalf("force-release %q: got exits %s, want the holders %v first, in grant order, the last with the grants", name, exitIDs(exits), holders)
+		}
+	}
+	w.promotedBy = 0 // checked above: the last holder's exit is not the first
+	s.checkExits(exits, w)
 }
 
+// forceReleaseSession ends one holder, by its session.
+func (s *schedule) forceReleaseSession() {
+	s.endOne("force-release session", s.tb.ForceReleaseSession, locktable.ErrWaiter, func(sess *mSession) bool { return sess.token == 0 }, locktable.CauseForceReleased)
+}
+
+// kick removes one waiter.
 func (s *schedule) kick() {
+	s.endOne("kick", s.tb.Kick, locktable.ErrHolder, func(sess *mSession) bool { return sess.token != 0 }, locktable.CauseKicked)
+}
+
+// endOne ends one session picked at random with end (a kick or a
+// force-release), which refuses a session of the other kind (wrong) with
+// wrongErr.
+func (s *schedule) endOne(what string, end func(time.Time, locktable.SessionID, []locktable.Exit) ([]locktable.Exit, error),
+	wrongErr error, wrong func(*mSession) bool, cause locktable.Cause) {
 	id := s.pick()
-	s.logf("kick %d", id)
-	exits, err := s.tb.Kick(s.now, id, nil)
+	s.logf("%s %d", what, id)
+	exits, err := end(s.now, id, nil)
+	s.checkGrantPromises(exits)
+	s.checkTablePromises()
 	sess := s.m.sessions[id]
 	var wantErr error
 	switch {
 	case sess == nil:
 		wantErr = locktable.ErrUnknownSession
-	case sess.token != 0:
-		wantErr = locktable.ErrHolder
+	case wrong(sess):
+		wantErr = wrongErr
 	}
 	if wantErr != nil {
 		if !errors.Is(err, wantErr) || len(exits) != 0 {
-			s.fatalf("kick %d: got %v, %s, want %v and no exits", id, err, exitIDs(exits), wantErr)
+			s.fatalf("%s %d: got %v, %s, want %v and no exits", what, id, err, exitIDs(exits), wantErr)
 		}
 		return
 	}
 	if err != nil {
-		s.fatalf("kick %d: got %v, want no error", id, err)
+		s.fatalf("%s %d: got %v, want no error", what, id, err)
 	}
-	s.m.removeWaiter(sess)
-	s.checkExits(exits, map[locktable.SessionID]wantExit{id: {cause: locktable.CauseKicked}})
+	w := newWant()
+	w.promotedBy = id
+	s.m.remove(s.now, sess, cause, true, w)
+	s.checkExits(exits, w)
 }
 
 // restart drops the table, as a server that stops does, and starts a new
@@ -645,10 +895,12 @@ func (s *schedule) restart() {
 	if !clean {
 		// Holders of the crashed run were told nothing: each may believe
 		// in its lock until its last heartbeat plus its lease.
-		for name, id := range m.holder {
-			h := m.sessions[id]
-			if until := h.lastSeen.Add(h.lease); until.After(m.believedUntil[name]) {
-				m.believedUntil[name] = until
+		for name, ids := range m.holders {
+			for _, id := range ids {
+				h := m.sessions[id]
+				if until := h.deadline(); until.After(m.believedUntil[name]) {
+					m.believedUntil[name] = until
+				}
 			}
 		}
 		if m.maxLease > 0 {
@@ -672,21 +924,23 @@ func (s *schedule) restart() {
 	}
 	s.logf("restart after a %s: grace %v; %d clients reconnect", what, max(noGrant.Sub(s.now), 0), len(clients))
 	m.sessions = map[locktable.SessionID]*mSession{}
-	m.holder = map[string]locktable.SessionID{}
+	m.holders = map[string][]locktable.SessionID{}
 	m.queue = map[string][]locktable.SessionID{}
+	m.limit = map[string]int{}
 	m.graceUntil = noGrant
 	s.tb = s.newTable(noGrant)
 	for _, c := range clients {
 		if s.rng.IntN(8) == 0 {
 			continue // this client gave up
 		}
-		s.acquireNew(locktable.Request{Name: c.name, Owner: c.owner, Lease: c.lease})
+		s.acquireNew(locktable.Request{Name: c.name, Owner: c.owner, Lease: c.lease, Shared: c.shared, Limit: c.limit})
 	}
 }
 
 // check compares the whole table with the model.
 func (s *schedule) check() {
 	m := s.m
+	s.checkTablePromises()
 	if err := s.tb.CheckInvariants(); err != nil {
 		s.fatalf("internal invariant: %v", err)
 	}
@@ -696,12 +950,6 @@ func (s *schedule) check() {
 	inGrace := !m.graceUntil.IsZero()
 	if until, ok := s.tb.GraceUntil(); ok != inGrace || !until.Equal(m.graceUntil) {
 		s.fatalf("GraceUntil: got %v %v, want %v %v", until, ok, m.graceUntil, inGrace)
-	}
-	for _, name := range names {
-		_, held := m.holder[name]
-		if len(m.queue[name]) > 0 && !held && !inGrace {
-			s.fatalf("model: lock %q has waiters and no holder outside the grace period", name)
-		}
 	}
 	lockNames := m.names()
 	if got, want := s.tb.Locks(), len(lockNames); got != want {
@@ -715,12 +963,25 @@ func (s *schedule) check() {
 		if i > 0 && snap[i-1].Name >= li.Name {
 			s.fatalf("Snapshot not sorted by name: %q before %q", snap[i-1].Name, li.Name)
 		}
-		hid, ok := m.holder[li.Name]
-		if ok != (li.Holder != nil) || (ok && li.Holder.ID != hid) {
-			s.fatalf("lock %q: got holder %+v, want %d (held %v)", li.Name, li.Holder, hid, ok)
+		var hids []locktable.SessionID
+		for _, h := range li.Holders {
+			hids = append(hids, h.ID)
+			s.checkInfo(h)
 		}
-		if li.Holder != nil {
-			s.checkInfo(*li.Holder)
+		if !slices.Equal(hids, m.holders[li.Name]) {
+			s.fatalf("lock %q: got holders %v, want %v (grant order)", li.Name, hids, m.holders[li.Name])
+		}
+		if (li.Holder == nil) != (len(li.Holders) == 0) || (li.Holder != nil && *li.Holder != li.Holders[0]) {
+			s.fatalf("lock %q: got Holder %+v, want the first of %v", li.Name, li.Holder, hids)
+		}
+		if li.Limit != m.limit[li.Name] {
+			s.fatalf("lock %q: got limit %d, want %d", li.Name, li.Limit, m.limit[li.Name])
+		}
+		if got, ok := s.tb.Limit(li.Name); got != li.Limit || ok != (li.Limit != 0) {
+			s.fatalf("Limit(%q): got %d %v, want %d", li.Name, got, ok, li.Limit)
+		}
+		if li.Limit > 0 && len(li.Holders) == li.Limit && li.Holders[0].Shared {
+			s.stats.fullSemaphores++
 		}
 		var ids []locktable.SessionID
 		for j, w := range li.Waiters {
@@ -741,7 +1002,7 @@ func (s *schedule) check() {
 			s.fatalf("Session(%d): got false, want true", id)
 		}
 		s.checkInfo(in)
-		if d := sess.lastSeen.Add(sess.lease); min.IsZero() || d.Before(min) {
+		if d := sess.deadline(); min.IsZero() || d.Before(min) {
 			min = d
 		}
 	}
@@ -764,6 +1025,7 @@ func (s *schedule) checkInfo(in locktable.Info) {
 		Name:   sess.name,
 		Owner:  sess.owner,
 		Lease:  sess.lease,
+		Shared: sess.shared,
 		Held:   sess.token != 0,
 		Token:  sess.token,
 		Silent: s.now.Sub(sess.lastSeen),

@@ -1,9 +1,20 @@
 // Package locktable holds the rules of Baton's named locks: one FIFO queue
-// per name, grants, promotion, lease expiry, force-release, kick and fencing
-// tokens. It is a pure state machine: every call takes the current time as an
-// argument and returns what changed, so the server can tell each session what
-// happened. It starts no goroutines, does no I/O, never reads the clock, and
-// is not safe for concurrent use: the caller serialises calls.
+// and a set of holders per name, exclusive and shared claims, grants,
+// promotion, lease expiry, force-release, kick and fencing tokens. It is a
+// pure state machine: every call takes the current time as an argument and
+// returns what changed, so the server can tell each session what happened.
+// It starts no goroutines, does no I/O, never reads the clock, and is not
+// safe for concurrent use: the caller serialises calls.
+//
+// The grant rule: the queue is served strictly in order, and nobody
+// overtakes. The head of the queue is granted as soon as it may hold, then
+// the next head, and so on. An exclusive claim may hold when the name has
+// no holder; a shared claim may hold when no exclusive claim holds the name
+// and fewer than the name's limit of shared claims do. The limit belongs to
+// the name while it has shared sessions (holding or waiting): a shared
+// claim with another limit is refused, and after the last shared session
+// the next shared claim sets it anew. With exclusive claims only, a name
+// is a mutex with a FIFO queue.
 package locktable
 
 import (
@@ -41,6 +52,13 @@ type Request struct {
 	Owner  string
 	Lease  time.Duration // > 0
 	NoWait bool
+	// Shared makes a shared claim: it holds the name together with other
+	// shared claims, at most Limit of them. False is an exclusive claim,
+	// which holds the name alone.
+	Shared bool
+	// Limit is a shared claim's limit, 1 or more; an exclusive claim's is
+	// not looked at.
+	Limit int
 }
 
 // Refusal says why Acquire turned a session away.
@@ -57,6 +75,10 @@ const (
 	RefusedWaiters
 	// RefusedGrace: NOWAIT during the grace period of Config.NoGrantBefore.
 	RefusedGrace
+	// RefusedLimit: a shared claim whose Limit differs from the limit in
+	// force for the name (see Table.Limit). It is checked before every
+	// other refusal: it is the client's configuration, not a passing state.
+	RefusedLimit
 )
 
 func (r Refusal) String() string {
@@ -71,6 +93,8 @@ func (r Refusal) String() string {
 		return "waiters"
 	case RefusedGrace:
 		return "grace"
+	case RefusedLimit:
+		return "limit"
 	}
 	return fmt.Sprintf("refusal(%d)", uint8(r))
 }
@@ -116,18 +140,21 @@ func (c Cause) String() string {
 	return fmt.Sprintf("cause(%d)", uint8(c))
 }
 
-// Exit is one session leaving the table, and the grant it caused. The
+// Exit is one session leaving the table, and the grants it caused. The
 // exception is Cause CauseGraceEnded: no session left (Session is the zero
-// Info) and Promoted is the head of a queue granted at the end of the grace
-// period, so that callers handle every promotion in one place.
+// Info) and Promoted are the heads of a queue granted at the end of the
+// grace period, so that callers handle every promotion in one place.
 type Exit struct {
 	Session Info  // the session as it was when it left; zero for CauseGraceEnded
 	Cause   Cause // why it left
-	// Promoted is the waiter that now holds the lock in its place; valid when
-	// HasPromoted is true. Only a holder's exit, or the end of the grace
-	// period, promotes.
-	Promoted    Grant
-	HasPromoted bool
+	// Promoted are the waiters that now hold the lock because this session
+	// left, in queue order (so their tokens rise in that order): none, one
+	// (the next holder of a mutex), or several (shared claims that stood
+	// behind an exclusive holder, or behind a waiter that left the head).
+	// It is the table's scratch: valid until the next call that changes the
+	// table (Acquire, Release, Expire, ForceRelease, ForceReleaseSession,
+	// Kick).
+	Promoted []Grant
 }
 
 // Grant is a waiter promoted to holder.
@@ -135,6 +162,7 @@ type Grant struct {
 	ID     SessionID
 	Name   string
 	Token  uint64
+	Shared bool          // a shared claim
 	Waited time.Duration // from its ACQUIRE to the promotion
 }
 
@@ -144,6 +172,7 @@ type Info struct {
 	Name     string
 	Owner    string
 	Lease    time.Duration
+	Shared   bool // a shared claim
 	Held     bool
 	Token    uint64        // holder only
 	Position int           // waiter only
@@ -153,8 +182,16 @@ type Info struct {
 
 // LockInfo describes a lock that has a holder or waiters.
 type LockInfo struct {
-	Name    string
-	Holder  *Info // nil during the grace period; otherwise never past a call
+	Name string
+	// Holder is the first holder (Holders[0]); nil when none holds it,
+	// which outside the grace period is only between calls, never past one.
+	Holder *Info
+	// Holders are every holder, in grant order: one exclusive claim, or up
+	// to Limit shared ones.
+	Holders []Info
+	// Limit is the limit in force for shared claims while the name has
+	// shared sessions, holding or waiting; 0 when it has none.
+	Limit   int
 	Waiters []Info
 }
 
@@ -162,24 +199,47 @@ type LockInfo struct {
 var (
 	ErrUnknownSession = errors.New("locktable: no such session")
 	ErrHolder         = errors.New("locktable: session holds the lock")
+	ErrWaiter         = errors.New("locktable: session waits for the lock")
 	ErrNotHeld        = errors.New("locktable: lock not held")
 	ErrDuplicate      = errors.New("locktable: session id already in use")
 )
 
 type lock struct {
-	name       string
-	holder     *session
-	head, tail *session // the FIFO queue of waiters, linked through prev/next
-	waiters    int
+	name string
+	// The holders, in grant order, linked through prev/next (a session is
+	// a holder or a waiter, never both, so one pair of links serves both
+	// lists).
+	first, last *session
+	holders     int
+	head, tail  *session // the FIFO queue of waiters, linked through prev/next
+	waiters     int
+	// shared counts the shared sessions, holding or waiting; limit is the
+	// name's limit while it is positive.
+	shared int
+	limit  int
 	// Removals from the queue, counted for the position cache (see state):
 	// of the head, and from anywhere else but the tail.
 	headRemovals, middleRemovals uint32
+}
+
+// exclusivelyHeld reports whether an exclusive claim holds l (it is then
+// the only holder).
+func (l *lock) exclusivelyHeld() bool { return l.first != nil && !l.first.shared }
+
+// mayHold reports whether a claim, shared or not with limit, may hold l
+// now by the holders alone (the queue is the caller's business).
+func (l *lock) mayHold(shared bool, limit int) bool {
+	if !shared {
+		return l.holders == 0
+	}
+	return !l.exclusivelyHeld() && l.holders < limit
 }
 
 type session struct {
 	id       SessionID
 	lock     *lock
 	owner    string
+	shared   bool
 	lease    time.Duration
 	lastSeen time.Time
 	since    time.Time // ACQUIRE, or grant once held
@@ -204,6 +264,9 @@ type Table struct {
 	// graceUntil is Config.NoGrantBefore until the grace period has ended
 	// (then zero): while it is set, no lock has a holder.
 	graceUntil time.Time
+	// grants backs the Promoted slices of the exits of one call; emptied
+	// at the start of the next call that changes the table.
+	grants []Grant
 }
 
 // New returns an empty table.
@@ -226,10 +289,12 @@ func (t *Table) Sessions() int { return len(t.sessions) }
 func (t *Table) Locks() int { return len(t.locks) }
 
 // Acquire enters session id into the table with its first frame, received
-// at now. A free lock is granted at once; a held one queues the session,
-// unless req.NoWait or a limit refuses it. A refused session is not entered.
-// During the grace period (Config.NoGrantBefore) every session queues, and a
-// NoWait one is refused with RefusedGrace.
+// at now. A claim that may hold at once (the queue is empty and the holders
+// leave room for it, see the package doc) is granted; any other is queued
+// at the tail, unless req.NoWait or a limit refuses it. A refused session
+// is not entered, and sets nothing (not the name's limit). During the grace
+// period (Config.NoGrantBefore) every session queues, and a NoWait one is
+// refused with RefusedGrace.
 //
 // Every overdue session is expired first, as Expire(now) would, so a dead
 // holder does not make a newcomer wait and dead sessions count against no
@@ -241,20 +306,29 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	if req.Lease <= 0 {
 		return State{}, NotRefused, dst, fmt.Errorf("locktable: lease %v must be positive", req.Lease)
 	}
-	dst = t.Expire(now, dst)
+	if req.Shared && req.Limit < 1 {
+		return State{}, NotRefused, dst, fmt.Errorf("locktable: limit %d of a shared claim must be at least 1", req.Limit)
+	}
+	t.grants = t.grants[:0]
+	dst = t.expire(now, dst)
 	l := t.locks[req.Name]
+	if req.Shared && l != nil && l.shared > 0 && l.limit != req.Limit {
+		return State{}, RefusedLimit, dst, nil
+	}
 	if t.cfg.MaxSessions > 0 && len(t.sessions) >= t.cfg.MaxSessions {
 		return State{}, RefusedSessions, dst, nil
 	}
-	inGrace := !t.graceUntil.IsZero() // Expire has ended it if it is over
+	inGrace := !t.graceUntil.IsZero() // expire has ended it if it is over
 	if inGrace && req.NoWait {
 		return State{}, RefusedGrace, dst, nil
 	}
-	if l != nil && (l.holder != nil || inGrace) {
+	// Nobody overtakes: a claim holds at once only behind an empty queue.
+	holdNow := !inGrace && (l == nil || (l.head == nil && l.mayHold(req.Shared, req.Limit)))
+	if !holdNow {
 		if req.NoWait {
 			return State{}, RefusedBusy, dst, nil
 		}
-		if t.cfg.MaxWaitersPerLock > 0 && l.waiters >= t.cfg.MaxWaitersPerLock {
+		if t.cfg.MaxWaitersPerLock > 0 && l != nil && l.waiters >= t.cfg.MaxWaitersPerLock {
 			return State{}, RefusedWaiters, dst, nil
 		}
 	}
@@ -266,14 +340,21 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 		id:       id,
 		lock:     l,
 		owner:    req.Owner,
+		shared:   req.Shared,
 		lease:    req.Lease,
 		lastSeen: now,
 		since:    now,
 		deadline: now.Add(req.Lease),
 	}
+	if req.Shared {
+		if l.shared == 0 {
+			l.limit = req.Limit
+		}
+		l.shared++
+	}
 	t.sessions[id] = s
 	t.expiry.push(s)
-	if l.holder == nil && !inGrace {
+	if holdNow {
 		t.grant(now, s)
 		return State{Held: true, Token: s.token}, NotRefused, dst, nil
 	}
@@ -281,14 +362,35 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	return State{Position: l.waiters}, NotRefused, dst, nil
 }
 
-// HolderOf returns the holder of lock name and how many sessions wait
+// HolderOf returns the first holder of lock name and how many sessions wait
 // behind it; ok is false when nobody holds it.
 func (t *Table) HolderOf(name string) (id SessionID, waiters int, ok bool) {
 	l := t.locks[name]
-	if l == nil || l.holder == nil {
+	if l == nil || l.first == nil {
 		return 0, 0, false
 	}
-	return l.holder.id, l.waiters, true
+	return l.first.id, l.waiters, true
+}
+
+// Occupancy tells how lock name is held now: by how many holders, whether
+// by an exclusive claim (then the only one), and how many wait.
+func (t *Table) Occupancy(name string) (holders int, exclusive bool, waiters int) {
+	l := t.locks[name]
+	if l == nil {
+		return 0, false, 0
+	}
+	return l.holders, l.exclusivelyHeld(), l.waiters
+}
+
+// Limit is the limit in force for the shared claims of lock name; false
+// while the name has no shared session (holding or waiting), when the
+// next shared claim sets it.
+func (t *Table) Limit(name string) (int, bool) {
+	l := t.locks[name]
+	if l == nil || l.shared == 0 {
+		return 0, false
+	}
+	return l.limit, true
 }
 
 // Seen records a complete frame from session id at now: its lease starts
@@ -310,24 +412,31 @@ func (t *Table) Seen(now time.Time, id SessionID) (State, bool) {
 }
 
 // Release removes session id, appending its exit (and any exits it caused)
-// to dst. If it held the lock, the head of the queue is promoted at once.
-// It reports false if the session was not in the table.
+// to dst. The queue moves at once for what it frees: the slot of a holder,
+// or the head of the queue, whose leaving may let those behind it in. It
+// reports false if the session was not in the table.
 func (t *Table) Release(now time.Time, id SessionID, dst []Exit) ([]Exit, bool) {
 	s := t.sessions[id]
 	if s == nil {
 		return dst, false
 	}
-	return t.remove(now, s, CauseReleased, dst), true
+	t.grants = t.grants[:0]
+	return t.remove(now, s, CauseReleased, true, dst), true
 }
 
 // Expire removes every session whose lease has run out at now: silent for
 // at least its lease. Exits are appended to dst. If the grace period ends
-// at or before now, it then grants the head of every queue, in the order of
-// the locks' names, each as an Exit with Cause CauseGraceEnded; waiters
-// whose lease ran out during the grace period have left before.
+// at or before now, it then grants the heads of every queue, in the order
+// of the locks' names, as one Exit per lock with Cause CauseGraceEnded;
+// waiters whose lease ran out during the grace period have left before.
 func (t *Table) Expire(now time.Time, dst []Exit) []Exit {
+	t.grants = t.grants[:0]
+	return t.expire(now, dst)
+}
+
+func (t *Table) expire(now time.Time, dst []Exit) []Exit {
 	for len(t.expiry) > 0 && !t.expiry[0].deadline.After(now) {
-		dst = t.remove(now, t.expiry[0], CauseExpired, dst)
+		dst = t.remove(now, t.expiry[0], CauseExpired, true, dst)
 	}
 	if !t.graceUntil.IsZero() && !now.Before(t.graceUntil) {
 		dst = t.endGrace(now, dst)
@@ -335,27 +444,25 @@ func (t *Table) Expire(now time.Time, dst []Exit) []Exit {
 	return dst
 }
 
-// endGrace ends the grace period and grants the head of every queue.
+// endGrace ends the grace period and grants the heads of every queue.
 func (t *Table) endGrace(now time.Time, dst []Exit) []Exit {
 	t.graceUntil = time.Time{}
 	names := make([]string, 0, len(t.locks))
 	for name, l := range t.locks {
-		if l.holder == nil && l.head != nil {
+		if l.first == nil && l.head != nil {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names) // a fixed order, for tests and logs
 	for _, name := range names {
-		l := t.locks[name]
-		w := l.head
-		l.unlink(w)
-		waited := now.Sub(w.since)
-		t.grant(now, w)
-		dst = append(dst, Exit{
-			Cause:       CauseGraceEnded,
-			Promoted:    Grant{ID: w.id, Name: name, Token: w.token, Waited: waited},
-			HasPromoted: true,
-		})
+		exit := Exit{Cause: CauseGraceEnded}
+		// Expire has just removed every overdue session: none is left to
+		// expire on the way.
+		overdue := t.moveQueue(now, t.locks[name], &exit, nil)
+		if len(exit.Promoted) > 0 {
+			dst = append(dst, exit)
+		}
+		dst = append(dst, overdue...)
 	}
 	return dst
 }
@@ -377,18 +484,39 @@ func (t *Table) NextDeadline() (time.Time, bool) {
 	return next, ok
 }
 
-// ForceRelease takes the lock name from its holder and promotes the next
-// waiter. It returns ErrNotHeld when nobody holds it.
+// ForceRelease takes the lock name from every holder, in grant order, and
+// then moves the queue once: the exit of the last holder carries the
+// grants. It returns ErrNotHeld when nobody holds it.
 func (t *Table) ForceRelease(now time.Time, name string, dst []Exit) ([]Exit, error) {
 	l := t.locks[name]
-	if l == nil || l.holder == nil {
+	if l == nil || l.first == nil {
 		return dst, ErrNotHeld
 	}
-	return t.remove(now, l.holder, CauseForceReleased, dst), nil
+	t.grants = t.grants[:0]
+	for l.first != l.last {
+		dst = t.remove(now, l.first, CauseForceReleased, false, dst)
+	}
+	return t.remove(now, l.first, CauseForceReleased, true, dst), nil
 }
 
-// Kick removes waiter id from its queue. It returns ErrUnknownSession for a
-// session not in the table and ErrHolder for a holder (use ForceRelease).
+// ForceReleaseSession takes the lock from holder id alone, and moves the
+// queue for the slot it frees. It returns ErrUnknownSession for a session
+// not in the table and ErrWaiter for a waiter (use Kick).
+func (t *Table) ForceReleaseSession(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
+	s := t.sessions[id]
+	if s == nil {
+		return dst, ErrUnknownSession
+	}
+	if !s.held() {
+		return dst, ErrWaiter
+	}
+	t.grants = t.grants[:0]
+	return t.remove(now, s, CauseForceReleased, true, dst), nil
+}
+
+// Kick removes waiter id from its queue; a waiter at the head leaving may
+// let those behind it in. It returns ErrUnknownSession for a session not in
+// the table and ErrHolder for a holder (use ForceReleaseSession).
 func (t *Table) Kick(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
 	s := t.sessions[id]
 	if s == nil {
@@ -397,7 +525,8 @@ func (t *Table) Kick(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
 	if s.held() {
 		return dst, ErrHolder
 	}
-	return t.remove(now, s, CauseKicked, dst), nil
+	t.grants = t.grants[:0]
+	return t.remove(now, s, CauseKicked, true, dst), nil
 }
 
 // Session describes session id at now.
@@ -443,16 +572,20 @@ func (t *Table) Names(dst []string) []string {
 // waiter after, the last of the previous page (0: at the head), when that
 // session still waits for name; otherwise after skip waiters from the head
 // (the page before moved meanwhile). Positions count from skip. False if
-// nobody holds or waits.
+// nobody holds or waits. Its holders are left to HolderPage; Holder is the
+// first, and Limit is given.
 func (t *Table) LockPage(now time.Time, name string, after SessionID, skip, max int) (li LockInfo, more, ok bool) {
 	l := t.locks[name]
 	if l == nil {
 		return LockInfo{}, false, false
 	}
 	li = LockInfo{Name: l.name, Waiters: make([]Info, 0, min(max, l.waiters))}
-	if l.holder != nil {
-		h := t.info(now, l.holder)
+	if l.first != nil {
+		h := t.info(now, l.first)
 		li.Holder = &h
+	}
+	if l.shared > 0 {
+		li.Limit = l.limit
 	}
 	w := l.head
 	if s := t.sessions[after]; after != 0 && s != nil && s.lock == l && !s.held() {
@@ -469,11 +602,40 @@ func (t *Table) LockPage(now time.Time, name string, after SessionID, skip, max 
 	return li, w != nil, true
 }
 
+// HolderPage describes at most max holders of lock name at now, in grant
+// order, and reports whether more follow, as LockPage does for waiters:
+// the page starts after holder after when that session still holds name,
+// otherwise after skip holders from the first.
+func (t *Table) HolderPage(now time.Time, name string, after SessionID, skip, max int) (holders []Info, more bool) {
+	l := t.locks[name]
+	if l == nil {
+		return nil, false
+	}
+	h := l.first
+	if s := t.sessions[after]; after != 0 && s != nil && s.lock == l && s.held() {
+		h = s.next
+	} else {
+		for i := 0; h != nil && i < skip; i++ {
+			h = h.next
+		}
+	}
+	holders = make([]Info, 0, min(max, l.holders))
+	for ; h != nil && len(holders) < max; h = h.next {
+		holders = append(holders, t.info(now, h))
+	}
+	return holders, h != nil
+}
+
 func (t *Table) lockInfo(now time.Time, l *lock) LockInfo {
-	li := LockInfo{Name: l.name, Waiters: make([]Info, 0, l.waiters)}
-	if l.holder != nil {
-		h := t.info(now, l.holder)
-		li.Holder = &h
+	li := LockInfo{Name: l.name, Holders: make([]Info, 0, l.holders), Waiters: make([]Info, 0, l.waiters)}
+	for h := l.first; h != nil; h = h.next {
+		li.Holders = append(li.Holders, t.info(now, h))
+	}
+	if len(li.Holders) > 0 {
+		li.Holder = &li.Holders[0]
+	}
+	if l.shared > 0 {
+		li.Limit = l.limit
 	}
 	pos := 0
 	for w := l.head; w != nil; w = w.next {
@@ -493,6 +655,7 @@ func infoAt(now time.Time, s *session, st State) Info {
 		Name:     s.lock.name,
 		Owner:    s.owner,
 		Lease:    s.lease,
+		Shared:   s.shared,
 		Held:     st.Held,
 		Token:    st.Token,
 		Position: st.Position,
@@ -529,6 +692,7 @@ func (t *Table) state(s *session) State {
 	return State{Position: pos}
 }
 
+// grant makes s, which is in no list, a holder of its lock with a new token.
 func (t *Table) grant(now time.Time, s *session) {
 	tok := t.cfg.NextToken()
 	if tok == 0 {
@@ -536,33 +700,30 @@ func (t *Table) grant(now time.Time, s *session) {
 	}
 	s.token = tok
 	s.since = now
-	s.lock.holder = s
+	s.lock.addHolder(s)
 }
 
-// remove takes s out of the table and, if it held its lock, promotes the
-// first waiter that is not itself overdue (overdue ones expire on the way).
-func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exit {
+// remove takes s out of the table. With move, the queue then moves for
+// what s freed (see moveQueue): a holder's slot, or the head of the queue;
+// the grants go into s's exit, and the overdue waiters expired on the way
+// follow it.
+func (t *Table) remove(now time.Time, s *session, cause Cause, move bool, dst []Exit) []Exit {
 	exit := Exit{Session: t.info(now, s), Cause: cause}
 	l := s.lock
 	t.expiry.remove(s)
 	delete(t.sessions, s.id)
-	if !s.held() {
+	frees := s.held() || s == l.head
+	if s.held() {
+		l.removeHolder(s)
+	} else {
 		l.unlink(s)
-		dst = append(dst, exit)
-		t.dropIfEmpty(l)
-		return dst
 	}
-	l.holder = nil
-	// Expire overdue waiters first, as their own exits, so a waiter that
-	// has been silent for its lease never gets the lock.
+	if s.shared {
+		l.shared--
+	}
 	var overdue []Exit
-	overdue = t.expireOverdueWaiters(now, l, overdue)
-	if w := l.head; w != nil {
-		l.unlink(w)
-		waited := now.Sub(w.since)
-		t.grant(now, w)
-		exit.Promoted = Grant{ID: w.id, Name: l.name, Token: w.token, Waited: waited}
-		exit.HasPromoted = true
+	if move && frees {
+		overdue = t.moveQueue(now, l, &exit, overdue)
 	}
 	dst = append(dst, exit)
 	dst = append(dst, overdue...)
@@ -570,24 +731,72 @@ func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exi
 	return dst
 }
 
-// expireOverdueWaiters expires the waiters at the head of l's queue whose
-// lease has run out, so the next promotion goes to a live one. Overdue
-// waiters further back are left to Expire: only the head can be promoted,
-// and walking the whole queue would make every handover O(queue).
-func (t *Table) expireOverdueWaiters(now time.Time, l *lock, dst []Exit) []Exit {
-	for w := l.head; w != nil && !w.deadline.After(now); w = l.head {
-		dst = append(dst, Exit{Session: t.info(now, w), Cause: CauseExpired})
-		t.expiry.remove(w)
-		delete(t.sessions, w.id)
-		l.unlink(w)
+// moveQueue grants the heads of l's queue, one after the other, while the
+// head may hold, and puts the grants, in queue order, in exit.Promoted. A
+// head that may hold but has been silent for its lease expires instead (its
+// exit is appended to overdue), so a dead waiter never gets the lock; one
+// that may not hold stops the queue, and overdue waiters behind it are left
+// to Expire (walking the whole queue would make every handover O(queue)).
+// During the grace period nothing is granted.
+func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []Exit {
+	if !t.graceUntil.IsZero() {
+		return overdue
 	}
-	return dst
+	start := len(t.grants)
+	for w := l.head; w != nil && l.mayHold(w.shared, l.limit); w = l.head {
+		if !w.deadline.After(now) {
+			overdue = append(overdue, Exit{Session: t.info(now, w), Cause: CauseExpired})
+			t.expiry.remove(w)
+			delete(t.sessions, w.id)
+			l.unlink(w)
+			if w.shared {
+				l.shared--
+			}
+			continue
+		}
+		waited := now.Sub(w.since)
+		l.unlink(w)
+		t.grant(now, w)
+		t.grants = append(t.grants, Grant{ID: w.id, Name: l.name, Token: w.token, Shared: w.shared, Waited: waited})
+	}
+	if n := len(t.grants); n > start {
+		exit.Promoted = t.grants[start:n:n]
+	}
+	return overdue
 }
 
 func (t *Table) dropIfEmpty(l *lock) {
-	if l.holder == nil && l.head == nil {
+	if l.first == nil && l.head == nil {
 		delete(t.locks, l.name)
 	}
+}
+
+// addHolder appends s to l's holders.
+func (l *lock) addHolder(s *session) {
+	s.prev, s.next = l.last, nil
+	if l.last != nil {
+		l.last.next = s
+	} else {
+		l.first = s
+	}
+	l.last = s
+	l.holders++
+}
+
+// removeHolder takes s out of l's holders.
+func (l *lock) removeHolder(s *session) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		l.first = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else {
+		l.last = s.prev
+	}
+	s.prev, s.next = nil, nil
+	l.holders--
 }
 
 func (l *lock) enqueue(s *session) {

@@ -78,8 +78,12 @@ func exitIDs(exits []locktable.Exit) string {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%d:%v", e.Session.ID, e.Cause)
-		if e.HasPromoted {
-			fmt.Fprintf(&b, "->%d", e.Promoted.ID)
+		for i, g := range e.Promoted {
+			sep := "->"
+			if i > 0 {
+				sep = "+"
+			}
+			fmt.Fprintf(&b, "%s%d", sep, g.ID)
 		}
 	}
 	return "[" + b.String() + "]"
@@ -240,7 +244,7 @@ func TestReleasePromotesHead(t *testing.T) {
 	if !e.Session.Held || e.Session.Token != tok1 || e.Session.Since != 4*time.Second {
 		t.Errorf("exit session: got %+v, want the holder with token %d, since 4s", e.Session, tok1)
 	}
-	g := e.Promoted
+	g := e.Promoted[0]
 	if g.Name != "jobs" || g.Token <= tok1 || g.Waited != 3*time.Second {
 		t.Errorf("promoted: got %+v, want jobs, token > %d, waited 3s", g, tok1)
 	}
@@ -268,13 +272,13 @@ func TestPromotionFIFO(t *testing.T) {
 	var last uint64
 	for want := locktable.SessionID(2); want <= 10; want++ {
 		exits, _ := tb.Release(c.advance(time.Millisecond), holder, nil)
-		if len(exits) != 1 || !exits[0].HasPromoted || exits[0].Promoted.ID != want {
+		if len(exits) != 1 || len(exits[0].Promoted) == 0 || exits[0].Promoted[0].ID != want {
 			t.Fatalf("release of %d: got exits %s, want %d promoted", holder, exitIDs(exits), want)
 		}
-		if exits[0].Promoted.Token <= last {
-			t.Fatalf("token: got %d, want more than %d", exits[0].Promoted.Token, last)
+		if exits[0].Promoted[0].Token <= last {
+			t.Fatalf("token: got %d, want more than %d", exits[0].Promoted[0].Token, last)
 		}
-		last = exits[0].Promoted.Token
+		last = exits[0].Promoted[0].Token
 		holder = want
 	}
 	exits, _ := tb.Release(c.now, holder, nil)
@@ -317,7 +321,7 @@ func TestSeenSlidesLease(t *testing.T) {
 	exits := tb.Expire(c.now, nil)
 	// Both deadlines are due: whichever the heap takes first, the waiter is
 	// never promoted, since it is overdue too.
-	if len(exits) != 2 || slices.ContainsFunc(exits, func(e locktable.Exit) bool { return e.HasPromoted || e.Cause != locktable.CauseExpired }) {
+	if len(exits) != 2 || slices.ContainsFunc(exits, func(e locktable.Exit) bool { return len(e.Promoted) > 0 || e.Cause != locktable.CauseExpired }) {
 		t.Fatalf("at the lease: got exits %s, want 1 and 2 expired, nobody promoted", exitIDs(exits))
 	}
 	for _, e := range exits {
@@ -371,7 +375,7 @@ func TestExpireSilentHolderPromotes(t *testing.T) {
 	}
 	exits := tb.Expire(c.now, nil)
 	wantExits(t, exits, "1:expired->2")
-	if g := exits[0].Promoted; g.Token <= tok1 || g.Waited != 1500*time.Millisecond {
+	if g := exits[0].Promoted[0]; g.Token <= tok1 || g.Waited != 1500*time.Millisecond {
 		t.Fatalf("promoted: got %+v, want token > %d, waited 1.5s", g, tok1)
 	}
 	if d, _ := tb.NextDeadline(); !d.Equal(t0.Add(500*time.Millisecond + time.Hour)) {
@@ -726,4 +730,189 @@ func TestHolderOf(t *testing.T) {
 	check(2, 1)
 	tb.Release(c.now, 3, nil)
 	check(2, 0)
+}
+
+// shared is a shared claim on name with limit.
+func shared(name string, limit int, lease time.Duration) locktable.Request {
+	return locktable.Request{Name: name, Owner: "test", Lease: lease, Shared: true, Limit: limit}
+}
+
+// TestSemaphore: shared claims of limit 3 hold three at a time, each with
+// its own rising token; the fourth waits, and is granted when one leaves.
+func TestSemaphore(t *testing.T) {
+	tb, c, _ := newTable(t, locktable.Config{})
+	var last uint64
+	for id := locktable.SessionID(1); id <= 3; id++ {
+		tok := mustHold(t, first(acquire(t, tb, c.now, id, shared("sem", 3, time.Second))))
+		if tok <= last {
+			t.Fatalf("holder %d: token %d, want more than %d", id, tok, last)
+		}
+		last = tok
+	}
+	mustWait(t, first(acquire(t, tb, c.now, 4, shared("sem", 3, time.Second))), 1)
+	li, _ := tb.Lock(c.now, "sem")
+	if len(li.Holders) != 3 || li.Limit != 3 || li.Holder == nil || li.Holder.ID != 1 || !li.Holders[2].Shared {
+		t.Fatalf("Lock: got %+v, want holders 1, 2, 3 (shared), limit 3", li)
+	}
+	exits, _ := tb.Release(c.advance(time.Millisecond), 2, nil)
+	wantExits(t, exits, "2:released->4")
+	if g := exits[0].Promoted[0]; g.Token <= last || !g.Shared || g.Waited != time.Millisecond {
+		t.Fatalf("grant: got %+v, want shared, a token above %d, waited 1ms", g, last)
+	}
+	checkInvariants(t, tb)
+}
+
+// TestReadWriteLock: a writer waits for the readers; readers that come
+// after it wait behind it (nobody overtakes, so a writer is never
+// starved); when the writer leaves, the readers behind it are granted
+// together, in queue order, with rising tokens.
+func TestReadWriteLock(t *testing.T) {
+	tb, c, _ := newTable(t, locktable.Config{})
+	mustHold(t, first(acquire(t, tb, c.now, 1, shared("rw", 10, time.Second))))
+	mustHold(t, first(acquire(t, tb, c.now, 2, shared("rw", 10, time.Second))))
+	mustWait(t, first(acquire(t, tb, c.now, 3, req("rw", time.Second))), 1)
+	mustWait(t, first(acquire(t, tb, c.now, 4, shared("rw", 10, time.Second))), 2)
+	mustWait(t, first(acquire(t, tb, c.now, 5, shared("rw", 10, time.Second))), 3)
+	exits, _ := tb.Release(c.now, 1, nil)
+	wantExits(t, exits, "1:released")
+	exits, _ = tb.Release(c.now, 2, nil)
+	wantExits(t, exits, "2:released->3")
+	exits, _ = tb.Release(c.now, 3, nil)
+	wantExits(t, exits, "3:released->4+5")
+	if g := exits[0].Promoted; g[1].Token <= g[0].Token {
+		t.Fatalf("tokens %d then %d, want them rising in queue order", g[0].Token, g[1].Token)
+	}
+	checkInvariants(t, tb)
+}
+
+// TestHeadWaiterLeavingMovesTheQueue: a writer waiting at the head, when it
+// leaves (closed, kicked or expired), lets the readers behind it in.
+func TestHeadWaiterLeavingMovesTheQueue(t *testing.T) {
+	for _, how := range []string{"release", "kick", "expire"} {
+		t.Run(how, func(t *testing.T) {
+			tb, c, _ := newTable(t, locktable.Config{})
+			mustHold(t, first(acquire(t, tb, c.now, 1, shared("rw", 3, time.Hour))))
+			acquire(t, tb, c.now, 2, req("rw", time.Second))
+			acquire(t, tb, c.now, 3, shared("rw", 3, time.Hour))
+			acquire(t, tb, c.now, 4, shared("rw", 3, time.Hour))
+			var exits []locktable.Exit
+			switch how {
+			case "release":
+				exits, _ = tb.Release(c.now, 2, nil)
+			case "kick":
+				exits, _ = tb.Kick(c.now, 2, nil)
+			case "expire":
+				exits = tb.Expire(c.advance(time.Second), nil)
+			}
+			cause := map[string]string{"release": "released", "kick": "kicked", "expire": "expired"}[how]
+			wantExits(t, exits, "2:"+cause+"->3+4")
+			checkInvariants(t, tb)
+		})
+	}
+}
+
+// TestLimitBelongsToTheName: while shared sessions exist (holding or
+// waiting), a shared claim with another limit is refused with
+// RefusedLimit, NOWAIT or not and before BUSY; exclusive claims neither set
+// nor check it; a refused claim sets nothing; after the last shared
+// session the next shared claim sets it anew.
+func TestLimitBelongsToTheName(t *testing.T) {
+	tb, c, _ := newTable(t, locktable.Config{})
+	refused := func(id locktable.SessionID, r locktable.Request, want locktable.Refusal) {
+		t.Helper()
+		st, ref, _, err := tb.Acquire(c.now, id, r, nil)
+		if err != nil || ref != want || st != (locktable.State{}) {
+			t.Fatalf("Acquire(%d, %+v): got %+v, %v, %v, want %v", id, r, st, ref, err, want)
+		}
+	}
+	// A refused claim sets nothing: a NOWAIT shared claim behind an
+	// exclusive holder is BUSY, and leaves no limit.
+	mustHold(t, first(acquire(t, tb, c.now, 1, req("n", time.Hour))))
+	refused(2, locktable.Request{Name: "n", Lease: time.Hour, Shared: true, Limit: 4, NoWait: true}, locktable.RefusedBusy)
+	if l, ok := tb.Limit("n"); ok {
+		t.Fatalf("Limit after a refused claim: got %d, want none", l)
+	}
+	// A waiting shared claim sets it.
+	mustWait(t, first(acquire(t, tb, c.now, 3, shared("n", 2, time.Hour))), 1)
+	if l, ok := tb.Limit("n"); !ok || l != 2 {
+		t.Fatalf("Limit: got %d %v, want 2", l, ok)
+	}
+	refused(4, shared("n", 3, time.Hour), locktable.RefusedLimit)
+	refused(5, locktable.Request{Name: "n", Lease: time.Hour, Shared: true, Limit: 3, NoWait: true}, locktable.RefusedLimit)
+	mustWait(t, first(acquire(t, tb, c.now, 6, req("n", time.Hour))), 2) // exclusive: not checked
+	tb.Release(c.now, 1, nil)                                            // 3 holds
+	tb.Release(c.now, 3, nil)                                            // 6 holds; no shared session left
+	if l, ok := tb.Limit("n"); ok {
+		t.Fatalf("Limit with no shared session: got %d, want none", l)
+	}
+	mustWait(t, first(acquire(t, tb, c.now, 7, shared("n", 5, time.Hour))), 1)
+	if l, _ := tb.Limit("n"); l != 5 {
+		t.Fatalf("Limit set anew: got %d, want 5", l)
+	}
+	checkInvariants(t, tb)
+	if _, _, _, err := tb.Acquire(c.now, 8, shared("n", 0, time.Hour), nil); err == nil {
+		t.Fatal("a shared claim with limit 0: got no error")
+	}
+}
+
+// TestForceReleaseEveryHolder: a name's force-release ends every holder,
+// in grant order, and moves the queue once (with the last exit); one
+// holder's force-release by session ends it alone.
+func TestForceReleaseEveryHolder(t *testing.T) {
+	tb, c, _ := newTable(t, locktable.Config{})
+	for id := locktable.SessionID(1); id <= 3; id++ {
+		acquire(t, tb, c.now, id, shared("s", 3, time.Hour))
+	}
+	acquire(t, tb, c.now, 4, req("s", time.Hour))
+	acquire(t, tb, c.now, 5, shared("s", 3, time.Hour))
+	exits, err := tb.ForceReleaseSession(c.now, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExits(t, exits, "2:force_released")
+	if _, err := tb.ForceReleaseSession(c.now, 4, nil); !errors.Is(err, locktable.ErrWaiter) {
+		t.Fatalf("ForceReleaseSession of a waiter: got %v, want ErrWaiter", err)
+	}
+	if _, err := tb.ForceReleaseSession(c.now, 99, nil); !errors.Is(err, locktable.ErrUnknownSession) {
+		t.Fatalf("ForceReleaseSession of nobody: got %v, want ErrUnknownSession", err)
+	}
+	exits, err = tb.ForceRelease(c.now, "s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExits(t, exits, "1:force_released", "3:force_released->4")
+	exits, _ = tb.ForceRelease(c.now, "s", nil)
+	wantExits(t, exits, "4:force_released->5")
+	checkInvariants(t, tb)
+}
+
+// TestHolderPage: holders are read a page at a time, in grant order,
+// resuming after the last one read.
+func TestHolderPage(t *testing.T) {
+	tb, c, _ := newTable(t, locktable.Config{})
+	for id := locktable.SessionID(1); id <= 5; id++ {
+		acquire(t, tb, c.now, id, shared("p", 5, time.Hour))
+	}
+	var got []locktable.SessionID
+	var after locktable.SessionID
+	for skip := 0; ; {
+		page, more := tb.HolderPage(c.now, "p", after, skip, 2)
+		for _, h := range page {
+			got = append(got, h.ID)
+		}
+		if !more {
+			break
+		}
+		skip += len(page)
+		after = page[len(page)-1].ID
+		if after == 2 {
+			// The page's last leaves: the next page resumes by count, and 3,
+			// moved up into the page read already, is missed (a listing in
+			// steps is not one instant; GET /v1/locks says so).
+			tb.Release(c.now, 2, nil)
+		}
+	}
+	if want := []locktable.SessionID{1, 2, 4, 5}; !slices.Equal(got, want) {
+		t.Fatalf("holders read: got %v, want %v", got, want)
+	}
 }

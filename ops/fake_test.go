@@ -25,7 +25,7 @@ type fakeBackend struct {
 	mu    sync.Mutex
 	ready bool
 	locks map[string]*server.LockView
-	err   error // if set, ForceRelease and Kick fail with it
+	err   error // if set, the admin calls fail with it
 }
 
 func (f *fakeBackend) Ready() bool {
@@ -60,15 +60,23 @@ func (f *fakeBackend) Lock(name string) (server.LockView, bool) {
 	return copyLock(l), true
 }
 
-func (f *fakeBackend) ForceRelease(name string) (server.SessionView, error) {
+func (f *fakeBackend) ForceReleaseAll(name string) ([]server.SessionView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return server.SessionView{}, f.err
+		return nil, f.err
 	}
 	l, ok := f.locks[name]
 	if !ok || l.Holder == nil {
-		return server.SessionView{}, server.ErrNotHeld
+		return nil, server.ErrNotHeld
+	}
+	if len(l.Holders) > 1 { // several shared holders: all end, nobody is promoted here
+		ended := l.Holders
+		l.Holder, l.Holders = nil, nil
+		if len(l.Waiters) == 0 {
+			delete(f.locks, name)
+		}
+		return ended, nil
 	}
 	ended := *l.Holder
 	l.Holder = nil
@@ -81,7 +89,60 @@ func (f *fakeBackend) ForceRelease(name string) (server.SessionView, error) {
 	if l.Holder == nil && len(l.Waiters) == 0 {
 		delete(f.locks, name)
 	}
-	return ended, nil
+	return []server.SessionView{ended}, nil
+}
+
+// ReleaseSessionIf ends one holder of a lock with several (a lone holder
+// goes as ForceReleaseAll's).
+func (f *fakeBackend) ReleaseSessionIf(id string, allow func(lock string) error) (server.SessionView, error) {
+	f.mu.Lock()
+	if f.err != nil {
+		f.mu.Unlock()
+		return server.SessionView{}, f.err
+	}
+	for name, l := range f.locks {
+		for _, w := range l.Waiters {
+			if w.ID == id {
+				f.mu.Unlock()
+				return server.SessionView{}, server.ErrWaiter
+			}
+		}
+		for i, h := range l.Holders {
+			if h.ID != id {
+				continue
+			}
+			if allow != nil {
+				if err := allow(name); err != nil {
+					f.mu.Unlock()
+					return server.SessionView{}, err
+				}
+			}
+			l.Holders = slices.Delete(slices.Clone(l.Holders), i, i+1)
+			if len(l.Holders) > 0 {
+				l.Holder = &l.Holders[0]
+			} else {
+				l.Holder = nil
+			}
+			f.mu.Unlock()
+			return h, nil
+		}
+		if l.Holder != nil && l.Holder.ID == id {
+			if allow != nil {
+				if err := allow(name); err != nil {
+					f.mu.Unlock()
+					return server.SessionView{}, err
+				}
+			}
+			f.mu.Unlock()
+			ended, err := f.ForceReleaseAll(name)
+			if err != nil {
+				return server.SessionView{}, err
+			}
+			return ended[0], nil
+		}
+	}
+	f.mu.Unlock()
+	return server.SessionView{}, server.ErrUnknownSession
 }
 
 func (f *fakeBackend) KickIf(id string, allow func(lock string) error) (server.SessionView, error) {
@@ -124,7 +185,7 @@ func (f *fakeBackend) add(l server.LockView) {
 }
 
 func copyLock(l *server.LockView) server.LockView {
-	c := server.LockView{Name: l.Name, Waiters: slices.Clone(l.Waiters)}
+	c := server.LockView{Name: l.Name, Limit: l.Limit, Waiters: slices.Clone(l.Waiters), Holders: slices.Clone(l.Holders)}
 	if l.Holder != nil {
 		h := *l.Holder
 		c.Holder = &h

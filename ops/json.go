@@ -18,14 +18,21 @@ type (
 		Remote   string  `json:"remote"`
 		Owner    string  `json:"owner"`
 		LeaseMS  int64   `json:"lease_ms"`
+		Shared   bool    `json:"shared"`          // protocol v2: a shared claim
 		Token    *uint64 `json:"token,omitempty"` // holder only
 		SinceMS  int64   `json:"since_ms"`
 		SilentMS int64   `json:"silent_ms"`
 	}
 	lockJSON struct {
 		Name    string        `json:"name"`
-		Holder  *sessionJSON  `json:"holder"`  // null if nobody holds it
+		Holder  *sessionJSON  `json:"holder"`  // the first holder; null if nobody holds it
 		Waiters []sessionJSON `json:"waiters"` // never null
+		Holders []sessionJSON `json:"holders"` // every holder, in grant order; never null
+		Limit   *int          `json:"limit"`   // the limit in force for shared claims; null when none
+	}
+	// releasedJSON answers the release of a lock with several holders.
+	releasedJSON struct {
+		Released []sessionJSON `json:"released"` // in grant order
 	}
 	locksJSON struct {
 		Locks []lockJSON `json:"locks"` // never null
@@ -38,10 +45,21 @@ type (
 // toLock decides holder or waiter by position in the view, not by
 // SessionView.Held, so a holder always shows its token and a waiter never.
 func toLock(v server.LockView) lockJSON {
-	l := lockJSON{Name: v.Name, Waiters: make([]sessionJSON, 0, len(v.Waiters))}
-	if v.Holder != nil {
+	l := lockJSON{Name: v.Name, Waiters: make([]sessionJSON, 0, len(v.Waiters)), Holders: make([]sessionJSON, 0, len(v.Holders))}
+	for _, h := range v.Holders {
+		l.Holders = append(l.Holders, toSession(h, true))
+	}
+	switch {
+	case len(l.Holders) > 0:
+		l.Holder = &l.Holders[0]
+	case v.Holder != nil: // a view that names only its first holder
 		s := toSession(*v.Holder, true)
 		l.Holder = &s
+		l.Holders = append(l.Holders, s)
+	}
+	if v.Limit > 0 {
+		limit := v.Limit
+		l.Limit = &limit
 	}
 	for _, w := range v.Waiters {
 		l.Waiters = append(l.Waiters, toSession(w, false))
@@ -55,6 +73,7 @@ func toSession(v server.SessionView, holder bool) sessionJSON {
 		Remote:   v.Remote,
 		Owner:    v.Owner,
 		LeaseMS:  ms(v.Lease),
+		Shared:   v.Shared,
 		SinceMS:  ms(v.Since),
 		SilentMS: ms(v.Silent),
 	}

@@ -34,10 +34,14 @@ type Backend interface {
 	Ready() bool
 	Locks() []server.LockView
 	Lock(name string) (server.LockView, bool)
-	ForceRelease(name string) (server.SessionView, error) // server.ErrNotHeld
+	// ForceReleaseAll ends every holder of lock name, in grant order, and
+	// returns them.
+	ForceReleaseAll(name string) ([]server.SessionView, error) // server.ErrNotHeld
 	// KickIf kicks waiter id if allow, called with its lock's name in the
 	// same step as the kick, returns nil; allow's error is returned as is.
 	KickIf(id string, allow func(lock string) error) (server.SessionView, error) // server.ErrUnknownSession, server.ErrHolder
+	// ReleaseSessionIf ends holder id alone, with allow as in KickIf.
+	ReleaseSessionIf(id string, allow func(lock string) error) (server.SessionView, error) // server.ErrUnknownSession, server.ErrWaiter
 }
 
 var _ Backend = (*server.Server)(nil)
@@ -341,6 +345,8 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		methods, serve = methodsPost, func() { h.release(w, r, segs[1]) }
 	case len(segs) == 3 && segs[0] == "sessions" && segs[1] != "" && segs[2] == "kick":
 		methods, serve = methodsPost, func() { h.kick(w, r, segs[1]) }
+	case len(segs) == 3 && segs[0] == "sessions" && segs[1] != "" && segs[2] == "release":
+		methods, serve = methodsPost, func() { h.releaseSession(w, r, segs[1]) }
 	default:
 		msg := fmt.Sprintf("no endpoint %s", p)
 		if len(segs) > 2 && segs[0] == "locks" {
@@ -486,11 +492,14 @@ func (h *handler) getLock(w http.ResponseWriter, name string) {
 	writeJSON(w, http.StatusOK, toLock(v))
 }
 
+// release answers POST /v1/locks/{name}/release: every holder is ended.
+// One holder, shared or not, is answered as its SESSION; several as
+// {"released": [SESSION, ...]} in grant order.
 func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 	if !h.mayAdmin(w, r, "force-release", name) {
 		return
 	}
-	sv, err := h.b.ForceRelease(name)
+	ended, err := h.b.ForceReleaseAll(name)
 	switch {
 	case err == nil:
 	case errors.Is(err, server.ErrNotHeld):
@@ -500,28 +509,57 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 		h.fail(w, r, fmt.Errorf("force-release lock %q: %w", name, err))
 		return
 	}
-	h.log.Info("ops: force-released lock", "lock", name, "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token,
-		"identities", callerIdentities(r), "client", r.RemoteAddr)
-	// The ended session was the holder, so its token is shown.
-	writeJSON(w, http.StatusOK, toSession(sv, true))
+	for _, sv := range ended {
+		h.log.Info("ops: force-released lock", "lock", name, "session", sv.ID,
+			"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token, "shared", sv.Shared,
+			"identities", callerIdentities(r), "client", r.RemoteAddr)
+	}
+	// The ended sessions were holders, so their tokens are shown.
+	if len(ended) == 1 {
+		writeJSON(w, http.StatusOK, toSession(ended[0], true))
+		return
+	}
+	out := releasedJSON{Released: make([]sessionJSON, 0, len(ended))}
+	for _, sv := range ended {
+		out.Released = append(out.Released, toSession(sv, true))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// releaseSession answers POST /v1/sessions/{id}/release: one holder,
+// of any lock and any kind, is ended alone.
+func (h *handler) releaseSession(w http.ResponseWriter, r *http.Request, id string) {
+	h.endSession(w, r, id, "force-release", h.b.ReleaseSessionIf, server.ErrWaiter, func() string {
+		return fmt.Sprintf("session %q waits for its lock; remove it from the queue with POST /v1/sessions/%s/kick", id, url.PathEscape(id))
+	})
 }
 
 func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
-	// The rules are per lock, and the session's lock is known only in the
-	// table: the server checks them and kicks in one step, so that no
-	// session can enter the table between the check and the kick (ids are
-	// sequential, and a caller could aim at the next one).
+	h.endSession(w, r, id, "kick", h.b.KickIf, server.ErrHolder, func() string { return h.holderMessage(id) })
+}
+
+// endSession ends session id by end (KickIf or ReleaseSessionIf), which
+// checks the access rules and acts in one step: the session's lock is
+// known only in the table, and no session may enter it between the check
+// and the action (ids are sequential, and a caller could aim at the next
+// one). conflict is end's error for a session of the other kind, answered
+// 409 with conflictMsg.
+func (h *handler) endSession(w http.ResponseWriter, r *http.Request, id, action string,
+	end func(id string, allow func(lock string) error) (server.SessionView, error), conflict error, conflictMsg func() string) {
 	var allow func(lock string) error
 	if h.acl != nil && h.acl() != nil {
+		what := "kick a waiter of"
+		if action != "kick" {
+			what = "force-release a holder of"
+		}
 		allow = func(lock string) error {
-			if refused := h.adminCheck(r, "kick a waiter of", lock); refused != nil {
+			if refused := h.adminCheck(r, what, lock); refused != nil {
 				return refused
 			}
 			return nil // not a nil *adminRefusal, which is a non-nil error
 		}
 	}
-	sv, err := h.b.KickIf(id, allow)
+	sv, err := end(id, allow)
 	var refused *adminRefusal
 	switch {
 	case err == nil:
@@ -531,26 +569,42 @@ func (h *handler) kick(w http.ResponseWriter, r *http.Request, id string) {
 	case errors.Is(err, server.ErrUnknownSession):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q not found", id))
 		return
-	case errors.Is(err, server.ErrHolder):
-		writeError(w, http.StatusConflict, h.holderMessage(id))
+	case errors.Is(err, conflict):
+		writeError(w, http.StatusConflict, conflictMsg())
 		return
 	default:
-		h.fail(w, r, fmt.Errorf("kick session %q: %w", id, err))
+		h.fail(w, r, fmt.Errorf("%s session %q: %w", action, id, err))
 		return
 	}
-	h.log.Info("ops: kicked session", "session", sv.ID,
-		"owner", sv.Owner, "remote", sv.Remote,
+	if action == "kick" {
+		h.log.Info("ops: kicked session", "session", sv.ID,
+			"owner", sv.Owner, "remote", sv.Remote,
+			"identities", callerIdentities(r), "client", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, toSession(sv, false))
+		return
+	}
+	h.log.Info("ops: force-released session", "session", sv.ID,
+		"owner", sv.Owner, "remote", sv.Remote, "fencing_token", sv.Token, "shared", sv.Shared,
 		"identities", callerIdentities(r), "client", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, toSession(sv, false))
+	writeJSON(w, http.StatusOK, toSession(sv, true))
 }
 
 // holderMessage tells how to end holder id: force-release its lock, named
-// if a fresh snapshot still shows it as holder.
+// if a fresh snapshot still shows it as holder, or the one session.
 func (h *handler) holderMessage(id string) string {
 	for _, l := range h.b.Locks() {
-		if l.Holder != nil && l.Holder.ID == id {
+		if l.Holder == nil {
+			continue
+		}
+		if l.Holder.ID == id && len(l.Holders) <= 1 {
 			return fmt.Sprintf("session %q holds lock %q; force-release it with POST /v1/locks/%s/release",
 				id, l.Name, url.PathEscape(l.Name))
+		}
+		for _, hv := range l.Holders {
+			if hv.ID == id {
+				return fmt.Sprintf("session %q holds lock %q with others; force-release it alone with POST /v1/sessions/%s/release, or every holder with POST /v1/locks/%s/release",
+					id, l.Name, url.PathEscape(id), url.PathEscape(l.Name))
+			}
 		}
 	}
 	return fmt.Sprintf("session %q holds its lock; force-release it with POST /v1/locks/{name}/release", id)

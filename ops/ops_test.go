@@ -95,8 +95,8 @@ func TestRoutes(t *testing.T) {
 }
 
 var (
-	sessionKeys = []string{"id", "lease_ms", "owner", "remote", "silent_ms", "since_ms"}
-	holderKeys  = []string{"id", "lease_ms", "owner", "remote", "silent_ms", "since_ms", "token"}
+	sessionKeys = []string{"id", "lease_ms", "owner", "remote", "shared", "silent_ms", "since_ms"}
+	holderKeys  = []string{"id", "lease_ms", "owner", "remote", "shared", "silent_ms", "since_ms", "token"}
 )
 
 // checkSession checks one SESSION object: exact keys and values.
@@ -120,6 +120,7 @@ func checkSession(t *testing.T, what string, got any, want server.SessionView, i
 		"lease_ms":  json.Number(fmt.Sprint(want.Lease.Milliseconds())),
 		"since_ms":  json.Number(fmt.Sprint(want.Since.Milliseconds())),
 		"silent_ms": json.Number(fmt.Sprint(want.Silent.Milliseconds())),
+		"shared":    want.Shared,
 	}
 	if isHolder {
 		wantVals["token"] = json.Number(fmt.Sprint(want.Token))
@@ -174,8 +175,22 @@ func TestLockJSON(t *testing.T) {
 
 func checkLock(t *testing.T, m map[string]any, want server.LockView) {
 	t.Helper()
-	if k := keys(m); !slices.Equal(k, []string{"holder", "name", "waiters"}) {
-		t.Fatalf("lock %q keys: got %v, want [holder name waiters]", want.Name, k)
+	if k := keys(m); !slices.Equal(k, []string{"holder", "holders", "limit", "name", "waiters"}) {
+		t.Fatalf("lock %q keys: got %v, want [holder holders limit name waiters]", want.Name, k)
+	}
+	wantHolders := want.Holders
+	if len(wantHolders) == 0 && want.Holder != nil {
+		wantHolders = []server.SessionView{*want.Holder}
+	}
+	hs, ok := m["holders"].([]any)
+	if !ok || len(hs) != len(wantHolders) {
+		t.Fatalf("lock %q holders: got %#v, want a list of %d, never null", want.Name, m["holders"], len(wantHolders))
+	}
+	for i, h := range wantHolders { // in grant order
+		checkSession(t, fmt.Sprintf("%s holders[%d]", want.Name, i), hs[i], h, true)
+	}
+	if want.Limit == 0 && m["limit"] != nil || want.Limit != 0 && m["limit"] != json.Number(fmt.Sprint(want.Limit)) {
+		t.Errorf("lock %q limit: got %#v, want %d (0: null)", want.Name, m["limit"], want.Limit)
 	}
 	if m["name"] != want.Name {
 		t.Errorf("name: got %#v, want %q", m["name"], want.Name)

@@ -39,32 +39,56 @@ func (s *Server) Locks() []LockView {
 // read in steps, as by Locks.
 func (s *Server) Lock(name string) (LockView, bool) { return s.lockInSteps(name) }
 
-// lockInSteps reads lock name a page of its queue at a time (snapshotStep
-// sessions), each page under the mutex, and makes the view's text outside
-// it.
+// lockInSteps reads lock name a page of its holders, then of its queue,
+// at a time (snapshotStep sessions), each page under the mutex, and makes
+// the view's text outside it.
 func (s *Server) lockInSteps(name string) (LockView, bool) {
 	var (
-		holder  *locktable.Info
-		waiters []locktable.Info
-		remotes []net.Addr // the holder's first, if any, then the waiters'
-		seen    map[locktable.SessionID]bool
+		holders, waiters []locktable.Info
+		hremotes         []net.Addr
+		remotes          []net.Addr // the waiters'
+		limit            int
+		seen             map[locktable.SessionID]bool
 	)
+	// The holders: a semaphore may have many.
 	var after locktable.SessionID
+	for skip := 0; ; {
+		s.mu.Lock()
+		page, more := s.table.HolderPage(time.Now(), name, after, skip, snapshotStep)
+		for _, h := range page {
+			if seen != nil && seen[h.ID] {
+				continue
+			}
+			holders = append(holders, h)
+			hremotes = append(hremotes, s.remoteLocked(h.ID))
+		}
+		s.mu.Unlock()
+		if !more {
+			break
+		}
+		if seen == nil {
+			seen = make(map[locktable.SessionID]bool, len(holders))
+		}
+		for _, h := range page {
+			seen[h.ID] = true
+		}
+		skip += len(page)
+		after = page[len(page)-1].ID
+	}
+	seen = nil
+	after = 0
 	for skip := 0; ; {
 		s.mu.Lock()
 		li, more, ok := s.table.LockPage(time.Now(), name, after, skip, snapshotStep)
 		if !ok {
 			s.mu.Unlock()
-			if skip == 0 {
+			if skip == 0 && len(holders) == 0 {
 				return LockView{}, false
 			}
 			break // emptied while it was read
 		}
 		if skip == 0 {
-			holder = li.Holder
-			if holder != nil {
-				remotes = append(remotes, s.remoteLocked(holder.ID))
-			}
+			limit = li.Limit
 		}
 		for _, w := range li.Waiters {
 			// The queue may have moved between pages: a session is shown once.
@@ -87,11 +111,13 @@ func (s *Server) lockInSteps(name string) (LockView, bool) {
 		skip += len(li.Waiters)
 		after = li.Waiters[len(li.Waiters)-1].ID
 	}
-	lv := LockView{Name: name, Waiters: make([]SessionView, len(waiters))}
-	if holder != nil {
-		h := sessionView(*holder, remotes[0])
-		lv.Holder = &h
-		remotes = remotes[1:]
+	lv := LockView{Name: name, Limit: limit, Waiters: make([]SessionView, len(waiters))}
+	if len(holders) > 0 {
+		lv.Holders = make([]SessionView, len(holders))
+		for i, h := range holders {
+			lv.Holders[i] = sessionView(h, hremotes[i])
+		}
+		lv.Holder = &lv.Holders[0]
 	}
 	for i, w := range waiters {
 		lv.Waiters[i] = sessionView(w, remotes[i])
@@ -108,19 +134,58 @@ func (s *Server) remoteLocked(id locktable.SessionID) net.Addr {
 	return nil
 }
 
-// ForceRelease ends the holder's session of lock name with ERROR
-// FORCE_RELEASED and promotes the next waiter at once. It returns the ended
-// session, or ErrNotHeld if nobody holds the lock.
+// ForceRelease ends every holder's session of lock name with ERROR
+// FORCE_RELEASED, in grant order, and then moves the queue once. It returns
+// the first ended session (the holder of a mutex; ForceReleaseAll returns
+// every one), or ErrNotHeld if nobody holds the lock.
 func (s *Server) ForceRelease(name string) (SessionView, error) {
+	ended, err := s.ForceReleaseAll(name)
+	if err != nil {
+		return SessionView{}, err
+	}
+	return ended[0], nil
+}
+
+// ForceReleaseAll is ForceRelease returning every ended holder, in grant
+// order.
+func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.mayServeLocked(now) // the release promotes: fail closed first if need be
 	exits, err := s.table.ForceRelease(now, name, s.exits[:0])
 	if errors.Is(err, locktable.ErrNotHeld) {
-		return SessionView{}, ErrNotHeld
+		return nil, ErrNotHeld
 	}
-	return s.adminExitsLocked(now, exits, err)
+	if err != nil {
+		return nil, err
+	}
+	var ended []SessionView
+	for _, e := range exits {
+		if e.Cause == locktable.CauseForceReleased {
+			ended = append(ended, s.sessionViewLocked(e.Session))
+		}
+	}
+	s.settleLocked(now, exits)
+	return ended, nil
+}
+
+// ReleaseSession ends holder id alone with ERROR FORCE_RELEASED, and moves
+// the queue for the slot it frees. It returns the ended session,
+// ErrUnknownSession if there is no such session, or ErrWaiter if it waits
+// (use Kick).
+func (s *Server) ReleaseSession(id string) (SessionView, error) { return s.ReleaseSessionIf(id, nil) }
+
+// ReleaseSessionIf is ReleaseSession for a caller whose right to release
+// depends on the lock, as KickIf is Kick's.
+func (s *Server) ReleaseSessionIf(id string, allow func(lock string) error) (SessionView, error) {
+	return s.endSessionIf(id, allow, func(now time.Time, sid locktable.SessionID) ([]locktable.Exit, error) {
+		exits, err := s.table.ForceReleaseSession(now, sid, s.exits[:0])
+		if errors.Is(err, locktable.ErrWaiter) {
+			return nil, ErrWaiter
+		}
+		return exits, err
+	})
 }
 
 // Kick ends waiter id with ERROR KICKED. It returns the ended session,
@@ -134,6 +199,18 @@ func (s *Server) Kick(id string) (SessionView, error) { return s.KickIf(id, nil)
 // nothing done. The check and the kick are one step under the table's
 // mutex, so no session can come or go between them; allow must not block.
 func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, error) {
+	return s.endSessionIf(id, allow, func(now time.Time, sid locktable.SessionID) ([]locktable.Exit, error) {
+		exits, err := s.table.Kick(now, sid, s.exits[:0])
+		if errors.Is(err, locktable.ErrHolder) {
+			return nil, ErrHolder
+		}
+		return exits, err
+	})
+}
+
+// endSessionIf ends session id by end (a kick or a release), after allow
+// (if not nil) has accepted its lock, all in one step under mu.
+func (s *Server) endSessionIf(id string, allow func(lock string) error, end func(time.Time, locktable.SessionID) ([]locktable.Exit, error)) (SessionView, error) {
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		return SessionView{}, ErrUnknownSession
@@ -141,7 +218,7 @@ func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	s.mayServeLocked(now)
+	s.mayServeLocked(now) // the end may promote: fail closed first if need be
 	if allow != nil {
 		in, ok := s.table.Session(now, locktable.SessionID(n))
 		if !ok {
@@ -151,12 +228,9 @@ func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, 
 			return SessionView{}, err
 		}
 	}
-	exits, err := s.table.Kick(now, locktable.SessionID(n), s.exits[:0])
-	switch {
-	case errors.Is(err, locktable.ErrUnknownSession):
+	exits, err := end(now, locktable.SessionID(n))
+	if errors.Is(err, locktable.ErrUnknownSession) {
 		return SessionView{}, ErrUnknownSession
-	case errors.Is(err, locktable.ErrHolder):
-		return SessionView{}, ErrHolder
 	}
 	return s.adminExitsLocked(now, exits, err)
 }
@@ -173,10 +247,13 @@ func (s *Server) adminExitsLocked(now time.Time, exits []locktable.Exit, err err
 }
 
 func (s *Server) lockViewLocked(li locktable.LockInfo) LockView {
-	lv := LockView{Name: li.Name, Waiters: make([]SessionView, len(li.Waiters))}
-	if li.Holder != nil {
-		h := s.sessionViewLocked(*li.Holder)
-		lv.Holder = &h
+	lv := LockView{Name: li.Name, Limit: li.Limit, Waiters: make([]SessionView, len(li.Waiters))}
+	if len(li.Holders) > 0 {
+		lv.Holders = make([]SessionView, len(li.Holders))
+		for i, h := range li.Holders {
+			lv.Holders[i] = s.sessionViewLocked(h)
+		}
+		lv.Holder = &lv.Holders[0]
 	}
 	for i, w := range li.Waiters {
 		lv.Waiters[i] = s.sessionViewLocked(w)
@@ -194,6 +271,7 @@ func sessionView(in locktable.Info, remote net.Addr) SessionView {
 		ID:     strconv.FormatUint(uint64(in.ID), 10),
 		Owner:  in.Owner,
 		Lease:  in.Lease,
+		Shared: in.Shared,
 		Held:   in.Held,
 		Token:  in.Token,
 		Since:  in.Since,

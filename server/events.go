@@ -232,7 +232,7 @@ type record struct {
 	id                   locktable.SessionID
 	lease, since, silent time.Duration
 	token                uint64
-	held                 bool
+	held, shared         bool
 }
 
 // event is r as subscribers see it.
@@ -241,6 +241,7 @@ func (r *record) event() Event {
 		ID:     strconv.FormatUint(uint64(r.id), 10),
 		Owner:  r.owner,
 		Lease:  r.lease,
+		Shared: r.shared,
 		Held:   r.held,
 		Token:  r.token,
 		Since:  r.since,
@@ -264,7 +265,7 @@ func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) +
 // eventLocked records what happened to session in of lock at now. mu must be held.
 func (s *Server) eventLocked(now time.Time, typ string, in locktable.Info) {
 	r := record{at: now, typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
-		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held}
+		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared}
 	if c := s.sessions[in.ID]; c != nil {
 		r.remote = c.remote
 	}

@@ -20,6 +20,9 @@ type metrics struct {
 	locks          prometheus.Gauge
 	grantImmediate prometheus.Counter
 	grantPromotion prometheus.Counter
+	// grantExclusive and grantShared count the same grants by claim.
+	grantExclusive prometheus.Counter
+	grantShared    prometheus.Counter
 	handovers      map[EndReason]prometheus.Counter
 	handoverTime   prometheus.Histogram
 	// waitTime and holdTime are per lock name when lockNames is positive,
@@ -52,6 +55,10 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 	grants := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "baton_grants_total", Help: "Locks granted: at once on ACQUIRE, or by promotion from the queue.",
 	}, []string{"kind"})
+	claims := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_claim_grants_total",
+		Help: "Locks granted, by claim: exclusive (protocol v1, or v2 without SHARED) or shared (v2 SHARED); the same grants as baton_grants_total.",
+	}, []string{"claim"})
 	handovers := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "baton_handovers_total", Help: "Promotions of a waiter, by how the previous holder's session ended.",
 	}, []string{"cause"})
@@ -82,6 +89,8 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 		}),
 		grantImmediate: grants.WithLabelValues("immediate"),
 		grantPromotion: grants.WithLabelValues("promotion"),
+		grantExclusive: claims.WithLabelValues("exclusive"),
+		grantShared:    claims.WithLabelValues("shared"),
 		handovers:      map[EndReason]prometheus.Counter{},
 		handoverTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "baton_handover_latency_seconds",
@@ -107,7 +116,7 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 		m.ended[r] = ended.WithLabelValues(r.String())
 		m.handovers[r] = handovers.WithLabelValues(r.String())
 	}
-	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized} {
+	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized, wire.CodeLimitMismatch} {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
 	}
 	m.lockNames = lockNames
@@ -130,11 +139,20 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 		m.allLocks = &lockObservers{wait: m.waitTime.WithLabelValues(), hold: m.holdTime.WithLabelValues()}
 	}
 	reg.MustRegister(m.waitTime, m.holdTime)
-	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, handovers, m.handoverTime,
+	reg.MustRegister(m.connections, m.parked, sessions, m.locks, grants, claims, handovers, m.handoverTime,
 		expiries, m.heartbeats, protoErrs, refusals, ended, m.aclRefusals,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// claimGrant counts a grant by its claim.
+func (m *metrics) claimGrant(shared bool) {
+	if shared {
+		m.grantShared.Inc()
+	} else {
+		m.grantExclusive.Inc()
+	}
 }
 
 // registerGrace adds the gauge of the crash-recovery grace period ending at
@@ -190,4 +208,58 @@ func (m *metrics) series(name string) *lockObservers {
 	o := &lockObservers{label: label, wait: m.waitTime.WithLabelValues(label), hold: m.holdTime.WithLabelValues(label)}
 	m.lockSeries[label] = o
 	return o
+}
+
+// slotsCollector publishes, for the lock names that have series of their
+// own (Config.MetricsLockNames), how many hold each and the limit in force:
+// a semaphore's slots in use out of its limit. It reads the table at each
+// scrape, so grants cost nothing for it; a scrape costs a look-up per such
+// name under the server's mutex, and their number is bounded.
+type slotsCollector struct {
+	srv            *Server
+	holders, limit *prometheus.Desc
+}
+
+func newSlotsCollector(s *Server) *slotsCollector {
+	return &slotsCollector{
+		srv: s,
+		holders: prometheus.NewDesc("baton_lock_holders",
+			"Sessions holding the lock: slots in use of a semaphore, 1 for a held mutex; only for the lock names published by -metrics-lock-names.",
+			[]string{"lock"}, nil),
+		limit: prometheus.NewDesc("baton_lock_limit",
+			"The limit in force for the lock's shared claims (protocol v2), while it has shared sessions; only for the lock names published by -metrics-lock-names.",
+			[]string{"lock"}, nil),
+	}
+}
+
+func (c *slotsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.holders
+	ch <- c.limit
+}
+
+func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
+	type slots struct {
+		name     string
+		holders  int
+		limit    int
+		hasLimit bool
+	}
+	s := c.srv
+	s.mu.Lock()
+	out := make([]slots, 0, len(s.m.lockSeries))
+	for label := range s.m.lockSeries {
+		if label == otherLocks {
+			continue // a name past the bound: it shares no state with the others
+		}
+		holders, _, _ := s.table.Occupancy(label)
+		limit, ok := s.table.Limit(label)
+		out = append(out, slots{label, holders, limit, ok})
+	}
+	s.mu.Unlock()
+	for _, sl := range out {
+		ch <- prometheus.MustNewConstMetric(c.holders, prometheus.GaugeValue, float64(sl.holders), sl.name)
+		if sl.hasLimit {
+			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(sl.limit), sl.name)
+		}
+	}
 }

@@ -43,6 +43,9 @@ const (
 	// ReasonNotLeader: this node of a replicated cluster does not lead (or
 	// just stopped leading); the message names the leader if known.
 	ReasonNotLeader
+	// ReasonLimitMismatch: a shared claim's limit differs from the one in
+	// force for the name (protocol version 2); the message is that limit.
+	ReasonLimitMismatch
 )
 
 var reasonNames = [...]string{
@@ -62,6 +65,7 @@ var reasonNames = [...]string{
 	ReasonUnauthorized:  "unauthorized",
 	ReasonTLSHandshake:  "tls_handshake",
 	ReasonNotLeader:     "not_leader",
+	ReasonLimitMismatch: "limit_mismatch",
 }
 
 func (r EndReason) String() string {
@@ -97,6 +101,8 @@ func (r EndReason) code() wire.Code {
 		return wire.CodeUnauthorized
 	case ReasonNotLeader:
 		return wire.CodeNotLeader
+	case ReasonLimitMismatch:
+		return wire.CodeLimitMismatch
 	}
 	return 0
 }

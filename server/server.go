@@ -121,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.serving.Store(!cfg.Replicated)
 	s.m.registerGrace(reg, cfg.NoGrantBefore)
+	if cfg.MetricsLockNames > 0 {
+		reg.MustRegister(newSlotsCollector(s))
+	}
 	s.sec.init(cfg)
 	s.fds.init(cfg.ReserveFDs)
 	if !cfg.NoGrantBefore.IsZero() {
@@ -497,18 +500,23 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 
 // applyExitsLocked brings the sessions of the table's exits up to date:
 // counts them, ends those the table ended (expiry, force-release, kick),
-// and queues the promotion push for each new holder. cause is the reason
-// of the session the caller itself is ending (0 if none). mu must be held.
+// and queues the promotion push for each new holder, in queue order. cause
+// is the reason of the session the caller itself is ending (0 if none). mu
+// must be held.
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
 		if e.Cause == locktable.CauseGraceEnded {
-			s.promoteLocked(now, e.Promoted, 0, fx) // nobody left
-			s.grantEventLocked(now, e.Promoted)
+			for _, g := range e.Promoted { // nobody left
+				s.promoteLocked(now, g, 0, fx)
+			}
+			for _, g := range e.Promoted {
+				s.grantEventLocked(now, g)
+			}
 			continue
 		}
-		// Counts before the push (the metrics are read without mu: they
-		// never show the new holder beside the old one), the events after
-		// it (read under mu, so their order is unchanged).
+		// Counts before the pushes (the metrics are read without mu: they
+		// never show the new holders beside the old one), the events after
+		// them (read under mu, so their order is unchanged).
 		if e.Session.Held {
 			s.m.holding.Dec()
 			s.m.series(e.Session.Name).hold.Observe(e.Session.Since.Seconds())
@@ -529,12 +537,14 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		case locktable.CauseKicked:
 			reason = ReasonKicked
 		}
-		if e.HasPromoted {
-			s.promoteLocked(now, e.Promoted, reason, fx)
+		// Every push of one exit is a grant at now: the caller asked
+		// mayServeLocked(now) before the table call that made them.
+		for _, g := range e.Promoted {
+			s.promoteLocked(now, g, reason, fx)
 		}
 		s.exitEventLocked(now, e)
-		if e.HasPromoted {
-			s.grantEventLocked(now, e.Promoted)
+		for _, g := range e.Promoted {
+			s.grantEventLocked(now, g)
 		}
 		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)
@@ -550,7 +560,7 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 }
 
 // promoteLocked counts the grant g of a waiter and pushes its ACQUIRED.
-// reason is how the previous holder's session ended (0 when there was
+// reason is how the session whose end made room ended (0 when there was
 // none: the end of the grace period). mu must be held.
 //
 // The push is the handover, so it is written here, under mu and before
@@ -566,6 +576,7 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 		return // ending too (as in shutdown): it must not hear ACQUIRED
 	}
 	s.m.grantPromotion.Inc()
+	s.m.claimGrant(g.Shared)
 	if ctr := s.m.handovers[reason]; ctr != nil {
 		ctr.Inc()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -386,17 +387,23 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	if !s.mayServeLocked(now) {
 		return ReasonNotLeader, s.leaderHint(), false, false
 	}
+	// A version 1 claim, and a version 2 one without SHARED, is exclusive.
+	shared := req.Shared()
 	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
 		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
+		Shared: shared, Limit: int(req.Limit),
 	}, s.exits[:0])
 	s.settleLocked(now, exits) // overdue sessions, expired on the way
-	// An error is a bug: ids are unique and the lease was checked.
+	// An error is a bug: ids are unique, and the lease and limit were checked.
 	if err != nil {
 		return ReasonProtocolError, err.Error(), false, false
 	}
 	switch refusal {
+	case locktable.RefusedLimit:
+		limit, _ := s.table.Limit(req.Name)
+		return ReasonLimitMismatch, strconv.Itoa(limit), false, false
 	case locktable.RefusedBusy:
-		return ReasonBusy, fmt.Sprintf("lock %q is held", req.Name), false, false
+		return ReasonBusy, s.busyMessageLocked(req.Name, shared), false, false
 	case locktable.RefusedSessions:
 		s.m.refusedSess.Inc()
 		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false, false
@@ -416,6 +423,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	if st.Held {
 		s.m.holding.Inc()
 		s.m.grantImmediate.Inc()
+		s.m.claimGrant(shared)
 		s.m.series(req.Name).wait.Observe(0)
 	} else {
 		s.m.waiting.Inc()
@@ -431,6 +439,23 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	c.queueState(st)
 	s.wakeReaperLocked(now.Add(lease))
 	return 0, "", true, false
+}
+
+// busyMessageLocked says why a NOWAIT claim on name may not hold at once.
+// An exclusive claim's is version 1's, byte for byte. mu must be held.
+func (s *Server) busyMessageLocked(name string, shared bool) string {
+	if !shared {
+		return fmt.Sprintf("lock %q is held", name)
+	}
+	holders, exclusive, waiters := s.table.Occupancy(name)
+	limit, _ := s.table.Limit(name)
+	switch {
+	case exclusive:
+		return fmt.Sprintf("lock %q is held by an exclusive claim", name)
+	case waiters > 0:
+		return fmt.Sprintf("lock %q has %d waiting, who go first", name, waiters)
+	}
+	return fmt.Sprintf("lock %q has no free slot: %d of %d held", name, holders, limit)
 }
 
 // takeReadErr returns c.readErr (see there) and clears it.

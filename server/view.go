@@ -11,6 +11,7 @@ type SessionView struct {
 	Remote string // the client's ip:port
 	Owner  string
 	Lease  time.Duration
+	Shared bool // a shared claim (protocol v2)
 	Held   bool
 	Token  uint64        // holder only
 	Since  time.Duration // how long it has held, or waited
@@ -19,8 +20,16 @@ type SessionView struct {
 
 // LockView describes one lock that has a holder or waiters.
 type LockView struct {
-	Name    string
-	Holder  *SessionView // nil if nobody holds it at this instant
+	Name string
+	// Holder is the first holder, Holders[0]; nil if nobody holds it at
+	// this instant.
+	Holder *SessionView
+	// Holders are every holder, in grant order: one exclusive claim, or up
+	// to Limit shared claims (protocol v2).
+	Holders []SessionView
+	// Limit is the limit in force for shared claims while the lock has
+	// shared sessions; 0 when none.
+	Limit   int
 	Waiters []SessionView
 }
 
@@ -34,6 +43,9 @@ var (
 	ErrUnknownSession = errors.New("no such session")
 	// ErrHolder: kick of a session that holds its lock (use release).
 	ErrHolder = errors.New("session holds the lock; use release")
+	// ErrWaiter: force-release of a session that waits for its lock (use
+	// kick).
+	ErrWaiter = errors.New("session waits for the lock; use kick")
 )
 
 // Errors of a replicated node's membership calls (package cluster).

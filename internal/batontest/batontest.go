@@ -140,6 +140,24 @@ func (c *Conn) Acquire(name string, lease time.Duration, noWait bool, owner stri
 	c.Write(b)
 }
 
+// AcquireV2 sends a protocol version 2 ACQUIRE: a shared claim with limit,
+// or (shared false, limit 1) an exclusive one.
+func (c *Conn) AcquireV2(name string, lease time.Duration, shared bool, limit uint16, noWait bool, owner string) {
+	c.t.Helper()
+	a := wire.Acquire{Version: wire.Version2, LeaseMs: uint32(lease / time.Millisecond), Limit: limit, Name: name, Owner: owner}
+	if noWait {
+		a.Flags |= wire.FlagNoWait
+	}
+	if shared {
+		a.Flags |= wire.FlagShared
+	}
+	b, err := wire.AppendAcquire(nil, a)
+	if err != nil {
+		c.t.Fatalf("encode ACQUIRE: %v", err)
+	}
+	c.Write(b)
+}
+
 // Heartbeat sends a HEARTBEAT.
 func (c *Conn) Heartbeat() {
 	c.t.Helper()

@@ -281,17 +281,32 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	if err != nil {
 		return adminFailed(s, c.name, err)
 	}
+	// A lock with several holders (protocol v2) answers {"released": [...]}.
+	var several struct {
+		Released []opsSession `json:"released"`
+	}
+	if !o.json && json.Unmarshal(body, &several) == nil && len(several.Released) > 0 {
+		for _, sv := range several.Released {
+			printReleased(s, name, sv)
+		}
+		return exitOK
+	}
 	sv, code, done := sessionAnswer(s, c, ops, o.json, body)
 	if done {
 		return code
 	}
+	printReleased(s, name, sv)
+	return exitOK
+}
+
+// printReleased is the summary line of holder sv's force-release of name.
+func printReleased(s *sys, name string, sv opsSession) {
 	token := "?"
 	if sv.Token != nil {
 		token = strconv.FormatUint(*sv.Token, 10)
 	}
 	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
 		name, sv.ID, ownerText(sv.Owner), token, fmtAge(msDuration(sv.SinceMS)))
-	return exitOK
 }
 
 func runKick(ctx context.Context, s *sys, c *command, args []string) int {

@@ -253,12 +253,19 @@ type granted struct {
 // readGranted acquires name on addr and waits (heartbeating) for the grant.
 func readGranted(t *testing.T, addr, name string, lease time.Duration) granted {
 	t.Helper()
+	return readGrantedClaim(t, addr, wire.Acquire{Version: wire.Version, LeaseMs: uint32(lease.Milliseconds()), Name: name})
+}
+
+// readGrantedClaim is readGranted for the claim a (a shared one, say).
+func readGrantedClaim(t *testing.T, addr string, a wire.Acquire) granted {
+	t.Helper()
+	name, lease := a.Name, time.Duration(a.LeaseMs)*time.Millisecond
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	b, err := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: uint32(lease.Milliseconds()), Name: name})
+	b, err := wire.AppendAcquire(nil, a)
 	if err != nil {
 		t.Fatal(err)
 	}

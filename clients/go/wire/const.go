@@ -1,10 +1,21 @@
-// Package wire holds the bytes of Baton's protocol, version 1: frame types,
-// error codes, limits, and the encoders and decoders of every frame. It does
-// no I/O of its own; the server and the client read and write the bytes.
+// Package wire holds the bytes of Baton's protocol, versions 1 and 2: frame
+// types, error codes, limits, and the encoders and decoders of every frame.
+// It does no I/O of its own; the server and the client read and write the
+// bytes.
 package wire
 
-// Version is the protocol version this package speaks.
-const Version = 1
+// Protocol versions. The version byte of an ACQUIRE picks its layout; the
+// frames after it are the same in both.
+const (
+	// Version1 claims are exclusive: one holder at a time.
+	Version1 = 1
+	// Version2 adds the SHARED flag and a limit, for semaphores and
+	// read/write locks.
+	Version2 = 2
+	// Version is what a client that needs only a mutex sends: version 1,
+	// which every server speaks.
+	Version = Version1
+)
 
 // Frame limits.
 const (
@@ -20,9 +31,13 @@ const (
 	MaxOwner = 255
 	// MaxErrorMessage is the longest ERROR message in bytes.
 	MaxErrorMessage = 512
-	// acquireFixed is the fixed part of an ACQUIRE payload:
+	// MaxLimit is the largest limit of a shared claim (u16).
+	MaxLimit = 65535
+	// acquireFixed is the fixed part of a version 1 ACQUIRE payload:
 	// version, flags, lease_ms u32, name_len.
 	acquireFixed = 7
+	// acquireFixedV2 is that of version 2, where limit u16 follows lease_ms.
+	acquireFixedV2 = 9
 )
 
 // Type is a frame's type byte.
@@ -57,6 +72,9 @@ func (t Type) String() string {
 const (
 	// FlagNoWait in ACQUIRE: answer ERROR BUSY instead of queueing.
 	FlagNoWait uint8 = 0x01
+	// FlagShared in a version 2 ACQUIRE: a shared claim, which holds the
+	// name together with other shared claims, up to the limit.
+	FlagShared uint8 = 0x02
 	// FlagPush in ACQUIRED: the waiter was promoted; the frame is not a reply.
 	FlagPush uint8 = 0x01
 )
@@ -80,6 +98,9 @@ const (
 	CodeBadRequest    Code = 0x21
 	CodeVersion       Code = 0x22
 	CodeUnauthorized  Code = 0x23
+	// CodeLimitMismatch (version 2): a shared claim's limit differs from the
+	// one in force for the name; the message is that limit in decimal.
+	CodeLimitMismatch Code = 0x24
 )
 
 var codeNames = map[Code]string{
@@ -94,6 +115,7 @@ var codeNames = map[Code]string{
 	CodeBadRequest:    "BAD_REQUEST",
 	CodeVersion:       "VERSION",
 	CodeUnauthorized:  "UNAUTHORIZED",
+	CodeLimitMismatch: "LIMIT_MISMATCH",
 }
 
 // String gives the spec's name of the code, or "0xNN" for an unknown one.

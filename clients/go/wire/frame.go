@@ -81,15 +81,22 @@ func AppendFrame(dst []byte, t Type, payload []byte) []byte {
 
 // Acquire is the payload of an ACQUIRE frame.
 type Acquire struct {
-	Version uint8  // Version
-	Flags   uint8  // FlagNoWait or 0
+	Version uint8  // Version1 or Version2
+	Flags   uint8  // FlagNoWait, and FlagShared in version 2
 	LeaseMs uint32 // 1 .. 4294967295
-	Name    string // 1 .. 255 bytes, see CheckName
-	Owner   string // 0 .. 255 bytes, see CheckOwner
+	// Limit is how many shared claims may hold the name at once, 1 ..
+	// MaxLimit, and 1 in an exclusive claim. Version 2 only: 0 in version 1,
+	// which has no such field.
+	Limit uint16
+	Name  string // 1 .. 255 bytes, see CheckName
+	Owner string // 0 .. 255 bytes, see CheckOwner
 }
 
 // NoWait reports whether the NOWAIT flag is set.
 func (a Acquire) NoWait() bool { return a.Flags&FlagNoWait != 0 }
+
+// Shared reports whether this is a shared claim (version 2, SHARED set).
+func (a Acquire) Shared() bool { return a.Version == Version2 && a.Flags&FlagShared != 0 }
 
 // AppendAcquire appends an ACQUIRE frame to dst after checking every field as
 // the server would, so a client learns of its mistake before dialling.
@@ -97,17 +104,25 @@ func AppendAcquire(dst []byte, a Acquire) ([]byte, error) {
 	if err := a.check(); err != nil {
 		return dst, err
 	}
-	n := acquireFixed + len(a.Name) + len(a.Owner)
+	fixed := acquireFixed
+	if a.Version == Version2 {
+		fixed = acquireFixedV2
+	}
+	n := fixed + len(a.Name) + len(a.Owner)
 	dst = append(dst, byte(TypeAcquire), byte(n>>8), byte(n), a.Version, a.Flags)
 	dst = binary.BigEndian.AppendUint32(dst, a.LeaseMs)
+	if a.Version == Version2 {
+		dst = binary.BigEndian.AppendUint16(dst, a.Limit)
+	}
 	dst = append(dst, byte(len(a.Name)))
 	dst = append(dst, a.Name...)
 	return append(dst, a.Owner...), nil
 }
 
-// DecodeAcquire parses and checks an ACQUIRE payload. The error is an *Error:
-// PROTOCOL when the payload is cut short, VERSION for a version other than 1,
-// BAD_REQUEST for unknown flags, a zero lease, or a bad name or owner.
+// DecodeAcquire parses and checks an ACQUIRE payload of version 1 or 2. The
+// error is an *Error: VERSION for any other version, PROTOCOL when the
+// payload is cut short, BAD_REQUEST for unknown flags, a zero lease, a bad
+// limit, or a bad name or owner.
 //
 // The version is checked first, as soon as its byte is there, so that a
 // client of another version learns that rather than of a layout it did not use.
@@ -115,22 +130,30 @@ func DecodeAcquire(p []byte) (Acquire, error) {
 	if len(p) == 0 {
 		return Acquire{}, errorf(CodeProtocol, "empty ACQUIRE payload")
 	}
-	if p[0] != Version {
-		return Acquire{}, errorf(CodeVersion, "protocol version %d is not supported, want %d", p[0], Version)
+	fixed := acquireFixed
+	switch p[0] {
+	case Version1:
+	case Version2:
+		fixed = acquireFixedV2
+	default:
+		return Acquire{}, versionError(p[0])
 	}
-	if len(p) < acquireFixed {
-		return Acquire{}, errorf(CodeProtocol, "ACQUIRE payload of %d bytes is shorter than %d", len(p), acquireFixed)
+	if len(p) < fixed {
+		return Acquire{}, errorf(CodeProtocol, "version %d ACQUIRE payload of %d bytes is shorter than %d", p[0], len(p), fixed)
 	}
-	nameLen := int(p[6])
-	if len(p) < acquireFixed+nameLen {
-		return Acquire{}, errorf(CodeProtocol, "ACQUIRE payload of %d bytes is shorter than %d + name_len %d", len(p), acquireFixed, nameLen)
+	nameLen := int(p[fixed-1])
+	if len(p) < fixed+nameLen {
+		return Acquire{}, errorf(CodeProtocol, "version %d ACQUIRE payload of %d bytes is shorter than %d + name_len %d", p[0], len(p), fixed, nameLen)
 	}
 	a := Acquire{
 		Version: p[0],
 		Flags:   p[1],
 		LeaseMs: binary.BigEndian.Uint32(p[2:6]),
-		Name:    string(p[acquireFixed : acquireFixed+nameLen]),
-		Owner:   string(p[acquireFixed+nameLen:]),
+		Name:    string(p[fixed : fixed+nameLen]),
+		Owner:   string(p[fixed+nameLen:]),
+	}
+	if a.Version == Version2 {
+		a.Limit = binary.BigEndian.Uint16(p[6:8])
 	}
 	if err := a.check(); err != nil {
 		return Acquire{}, err
@@ -138,15 +161,35 @@ func DecodeAcquire(p []byte) (Acquire, error) {
 	return a, nil
 }
 
+func versionError(v uint8) *Error {
+	return errorf(CodeVersion, "protocol version %d is not supported, want %d or %d", v, Version1, Version2)
+}
+
 func (a Acquire) check() error {
-	if a.Version != Version {
-		return errorf(CodeVersion, "protocol version %d is not supported, want %d", a.Version, Version)
+	known := FlagNoWait
+	switch a.Version {
+	case Version1:
+		if a.Limit != 0 {
+			return errorf(CodeBadRequest, "limit %d in a version 1 ACQUIRE, which has no limit (use version 2)", a.Limit)
+		}
+	case Version2:
+		known |= FlagShared
+	default:
+		return versionError(a.Version)
 	}
-	if a.Flags&^FlagNoWait != 0 {
-		return errorf(CodeBadRequest, "unknown ACQUIRE flags 0x%02x", a.Flags&^FlagNoWait)
+	if a.Flags&^known != 0 {
+		return errorf(CodeBadRequest, "unknown ACQUIRE flags 0x%02x", a.Flags&^known)
 	}
 	if a.LeaseMs == 0 {
 		return errorf(CodeBadRequest, "lease 0ms must be at least 1ms")
+	}
+	if a.Version == Version2 {
+		switch {
+		case a.Limit == 0:
+			return errorf(CodeBadRequest, "limit 0 must be at least 1")
+		case a.Limit > 1 && a.Flags&FlagShared == 0:
+			return errorf(CodeBadRequest, "limit %d without SHARED: an exclusive claim's limit must be 1", a.Limit)
+		}
 	}
 	if err := CheckName(a.Name); err != nil {
 		return err

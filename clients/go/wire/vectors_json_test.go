@@ -13,8 +13,15 @@ import (
 )
 
 // Vectors is testdata/vectors.json: the wire vectors that the Go, Python
-// and TypeScript tests all read.
+// and TypeScript tests all read. The top level is version 1; Version2
+// holds what version 2 adds, in the same shapes.
 type Vectors struct {
+	VectorSections
+	Version2 VectorSections `json:"version_2"`
+}
+
+// VectorSections are the sections of one protocol version.
+type VectorSections struct {
 	Frames []struct {
 		What   string         `json:"what"`
 		Hex    string         `json:"hex"`
@@ -38,6 +45,8 @@ type Vectors struct {
 		LeaseMs  uint32 `json:"lease_ms"`
 		Owner    string `json:"owner"`
 		OwnerHex string `json:"owner_hex"`
+		Shared   bool   `json:"shared"` // version 2
+		Limit    int    `json:"limit"`  // version 2
 		Error    string `json:"error"`
 		Hex      string `json:"hex"`
 	} `json:"bad_acquire"`
@@ -71,12 +80,22 @@ func unhex(t *testing.T, s string) []byte {
 }
 
 // TestVectorsFile decodes every frame of the shared vectors file to its
-// fields and encodes the fields back to the same bytes.
+// fields and encodes the fields back to the same bytes, for version 1 and
+// for what version 2 adds.
 func TestVectorsFile(t *testing.T) {
 	v := loadVectors(t)
 	if len(v.Frames) < 15 {
 		t.Fatalf("%d frames in the vectors file, want the table of PROTOCOL.md and more", len(v.Frames))
 	}
+	if len(v.Version2.Frames) < 3 || len(v.Version2.BadFrames) == 0 || len(v.Version2.ErrorCodes) == 0 {
+		t.Fatalf("version_2: %d frames, %d bad frames, %d error codes, want PROTOCOL.md's version 2 vectors",
+			len(v.Version2.Frames), len(v.Version2.BadFrames), len(v.Version2.ErrorCodes))
+	}
+	t.Run("version 1", func(t *testing.T) { checkSections(t, v.VectorSections, wire.Version1) })
+	t.Run("version 2", func(t *testing.T) { checkSections(t, v.Version2, wire.Version2) })
+}
+
+func checkSections(t *testing.T, v VectorSections, version uint8) {
 	for _, f := range v.Frames {
 		want := unhex(t, f.Hex)
 		h, payload, n, err := wire.Split(want)
@@ -95,6 +114,12 @@ func TestVectorsFile(t *testing.T) {
 			if a.LeaseMs != uint32(f.Fields["lease_ms"].(float64)) || a.Name != f.Fields["name"] ||
 				a.Owner != f.Fields["owner"] || a.NoWait() != f.Fields["nowait"] || int(a.Version) != int(f.Fields["version"].(float64)) {
 				t.Errorf("%s: decoded %+v, want %v", f.What, a, f.Fields)
+			}
+			if a.Version != version {
+				t.Errorf("%s: version %d in the section of version %d", f.What, a.Version, version)
+			}
+			if version == wire.Version2 && (a.Shared() != f.Fields["shared"] || int(a.Limit) != int(f.Fields["limit"].(float64))) {
+				t.Errorf("%s: decoded shared %v limit %d, want %v", f.What, a.Shared(), a.Limit, f.Fields)
 			}
 			got, err = wire.AppendAcquire(nil, a)
 			if err != nil {
@@ -139,6 +164,19 @@ func TestVectorsFile(t *testing.T) {
 			t.Errorf("%s: ParseHeader accepted it", r.What)
 		}
 	}
+	for _, b := range v.BadFrames {
+		if !b.First {
+			continue // a frame after a valid ACQUIRE: only a server can judge it
+		}
+		h, payload, _, err := wire.Split(unhex(t, b.Hex))
+		if err == nil && h.Type == wire.TypeAcquire {
+			_, err = wire.DecodeAcquire(payload)
+		}
+		var we *wire.Error
+		if h.Type == wire.TypeAcquire && (!errors.As(err, &we) || we.Code.String() != b.Error) {
+			t.Errorf("%s: DecodeAcquire: %v, want %s", b.What, err, b.Error)
+		}
+	}
 	for _, b := range v.BadAcquire {
 		name, owner := b.Name, b.Owner
 		if b.NameHex != "" {
@@ -147,7 +185,17 @@ func TestVectorsFile(t *testing.T) {
 		if b.OwnerHex != "" {
 			owner = string(unhex(t, b.OwnerHex))
 		}
-		_, err := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: b.LeaseMs, Name: name, Owner: owner})
+		if b.Limit > wire.MaxLimit {
+			continue // a u16 cannot hold it: a client refuses it before it makes the field
+		}
+		a := wire.Acquire{Version: version, LeaseMs: b.LeaseMs, Name: name, Owner: owner}
+		if version == wire.Version2 {
+			a.Limit = uint16(b.Limit)
+			if b.Shared {
+				a.Flags |= wire.FlagShared
+			}
+		}
+		_, err := wire.AppendAcquire(nil, a)
 		var we *wire.Error
 		if !errors.As(err, &we) || we.Code.String() != b.Error {
 			t.Errorf("%s: AppendAcquire: %v, want %s", b.What, err, b.Error)

@@ -291,8 +291,15 @@ func TestAppendKeepsDst(t *testing.T) {
 	check("AppendAcquire", got, "01 00 0b 01 00 00 00 07 d0 04 6a 6f 62 73")
 }
 
-// acquirePayload builds an ACQUIRE payload byte by byte, without the checks
-// of AppendAcquire, so malformed ones can be made.
+// acquirePayloadV2 builds a version 2 ACQUIRE payload byte by byte, without
+// the checks of AppendAcquire, so malformed ones can be made.
+func acquirePayloadV2(version, flags byte, lease uint32, limit uint16, name, owner string) []byte {
+	p := []byte{version, flags, byte(lease >> 24), byte(lease >> 16), byte(lease >> 8), byte(lease), byte(limit >> 8), byte(limit), byte(len(name))}
+	p = append(p, name...)
+	return append(p, owner...)
+}
+
+// acquirePayload builds a version 1 ACQUIRE payload the same way.
 func acquirePayload(version, flags byte, lease uint32, name, owner string) []byte {
 	p := []byte{version, flags, byte(lease >> 24), byte(lease >> 16), byte(lease >> 8), byte(lease), byte(len(name))}
 	p = append(p, name...)
@@ -312,10 +319,24 @@ func TestDecodeAcquireErrors(t *testing.T) {
 		{"6 bytes", []byte{1, 0, 0, 0, 3, 0xe8}, wire.CodeProtocol},
 		{"name_len 4, 2 name bytes", ok("jobs", "")[:9], wire.CodeProtocol},
 		{"name_len 255, no name", []byte{1, 0, 0, 0, 0, 1, 255}, wire.CodeProtocol},
-		{"version 2, 1 byte", []byte{2}, wire.CodeVersion},
+		{"version 3, 1 byte", []byte{3}, wire.CodeVersion},
 		{"version 0", acquirePayload(0, 0, 1000, "jobs", ""), wire.CodeVersion},
-		{"version 2", acquirePayload(2, 0, 1000, "jobs", ""), wire.CodeVersion},
+		{"version 3", acquirePayload(3, 0, 1000, "jobs", ""), wire.CodeVersion},
 		{"version 255, short", []byte{255, 0, 0}, wire.CodeVersion},
+		// Version 2: limit u16 after lease_ms, so the fixed part is 9 bytes.
+		{"v2, version only", []byte{2}, wire.CodeProtocol},
+		{"v2, 8 bytes", []byte{2, 2, 0, 0, 3, 0xe8, 0, 3}, wire.CodeProtocol},
+		{"v2, the v1 layout", acquirePayload(2, 0, 1000, "jobs", ""), wire.CodeProtocol},
+		{"v2, name_len 4, 2 name bytes", acquirePayloadV2(2, 0, 1000, 1, "jobs", "")[:11], wire.CodeProtocol},
+		{"v2, limit 0", acquirePayloadV2(2, wire.FlagShared, 1000, 0, "jobs", ""), wire.CodeBadRequest},
+		{"v2, exclusive limit 0", acquirePayloadV2(2, 0, 1000, 0, "jobs", ""), wire.CodeBadRequest},
+		{"v2, limit 2 without SHARED", acquirePayloadV2(2, 0, 1000, 2, "jobs", ""), wire.CodeBadRequest},
+		{"v2, limit 65535 without SHARED", acquirePayloadV2(2, wire.FlagNoWait, 1000, 65535, "jobs", ""), wire.CodeBadRequest},
+		{"v2, flag 0x04", acquirePayloadV2(2, 0x04|wire.FlagShared, 1000, 3, "jobs", ""), wire.CodeBadRequest},
+		{"v2, lease 0", acquirePayloadV2(2, wire.FlagShared, 0, 3, "jobs", ""), wire.CodeBadRequest},
+		{"v2, empty name", acquirePayloadV2(2, wire.FlagShared, 1000, 3, "", ""), wire.CodeBadRequest},
+		{"v2, owner with newline", acquirePayloadV2(2, wire.FlagShared, 1000, 3, "jobs", "h\n"), wire.CodeBadRequest},
+		{"v1, SHARED is an unknown flag", acquirePayload(1, wire.FlagShared, 1000, "jobs", ""), wire.CodeBadRequest},
 		{"flag 0x02", acquirePayload(1, 0x02, 1000, "jobs", ""), wire.CodeBadRequest},
 		{"flag 0x80 with NOWAIT", acquirePayload(1, 0x81, 1000, "jobs", ""), wire.CodeBadRequest},
 		{"flags 0xff", acquirePayload(1, 0xff, 1000, "jobs", ""), wire.CodeBadRequest},
@@ -363,6 +384,10 @@ func TestDecodeAcquireEdges(t *testing.T) {
 		{"multibyte UTF-8", wire.Acquire{Version: 1, LeaseMs: 1, Name: "jobs/été/€/😀", Owner: "höst:1"}},
 		{"U+0080 (C1, valid UTF-8, no byte below 0x20)", wire.Acquire{Version: 1, LeaseMs: 1, Name: "\u0080"}},
 		{"NOWAIT", wire.Acquire{Version: 1, Flags: wire.FlagNoWait, LeaseMs: 1, Name: "x"}},
+		{"v2 shared, the largest limit", wire.Acquire{Version: 2, Flags: wire.FlagShared, LeaseMs: 1, Limit: 65535, Name: "x"}},
+		{"v2 shared limit 1", wire.Acquire{Version: 2, Flags: wire.FlagShared, LeaseMs: 1, Limit: 1, Name: "x"}},
+		{"v2 shared NOWAIT, both of 255 bytes", wire.Acquire{Version: 2, Flags: wire.FlagShared | wire.FlagNoWait, LeaseMs: 0xffffffff, Limit: 7, Name: strings.Repeat("n", 255), Owner: strings.Repeat("o", 255)}},
+		{"v2 exclusive", wire.Acquire{Version: 2, LeaseMs: 1, Limit: 1, Name: "x", Owner: "h:1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.what, func(t *testing.T) {
@@ -375,6 +400,9 @@ func TestDecodeAcquireEdges(t *testing.T) {
 				t.Fatalf("Split: got %+v n=%d err=%v, want an ACQUIRE of %d bytes", h, n, err, len(frame))
 			}
 			want := acquirePayload(tt.a.Version, tt.a.Flags, tt.a.LeaseMs, tt.a.Name, tt.a.Owner)
+			if tt.a.Version == 2 {
+				want = acquirePayloadV2(tt.a.Version, tt.a.Flags, tt.a.LeaseMs, tt.a.Limit, tt.a.Name, tt.a.Owner)
+			}
 			if !bytes.Equal(p, want) {
 				t.Fatalf("payload: got % x, want % x", p, want)
 			}
@@ -397,8 +425,13 @@ func TestAppendAcquireChecks(t *testing.T) {
 		want wire.Code
 	}{
 		{"version 0", func(a *wire.Acquire) { a.Version = 0 }, wire.CodeVersion},
-		{"version 2", func(a *wire.Acquire) { a.Version = 2 }, wire.CodeVersion},
+		{"version 3", func(a *wire.Acquire) { a.Version = 3 }, wire.CodeVersion},
 		{"unknown flag", func(a *wire.Acquire) { a.Flags = 0x04 }, wire.CodeBadRequest},
+		{"SHARED in version 1", func(a *wire.Acquire) { a.Flags = wire.FlagShared }, wire.CodeBadRequest},
+		{"a limit in version 1", func(a *wire.Acquire) { a.Limit = 3 }, wire.CodeBadRequest},
+		{"v2 limit 0", func(a *wire.Acquire) { a.Version, a.Flags = 2, wire.FlagShared }, wire.CodeBadRequest},
+		{"v2 limit 2 without SHARED", func(a *wire.Acquire) { a.Version, a.Limit = 2, 2 }, wire.CodeBadRequest},
+		{"v2 unknown flag", func(a *wire.Acquire) { a.Version, a.Flags, a.Limit = 2, 0x06, 2 }, wire.CodeBadRequest},
 		{"lease 0", func(a *wire.Acquire) { a.LeaseMs = 0 }, wire.CodeBadRequest},
 		{"empty name", func(a *wire.Acquire) { a.Name = "" }, wire.CodeBadRequest},
 		// 256 bytes would not fit name_len: it must be refused, not wrapped.
@@ -650,6 +683,7 @@ func TestCodeClass(t *testing.T) {
 		wire.CodeBadRequest:    wire.ClassClient,
 		wire.CodeVersion:       wire.ClassClient,
 		wire.CodeUnauthorized:  wire.ClassClient,
+		wire.CodeLimitMismatch: wire.ClassClient,
 	}
 	for c, want := range named {
 		if got := c.Class(); got != want {
@@ -672,6 +706,7 @@ func TestStrings(t *testing.T) {
 		{wire.CodeBadRequest.String(), "BAD_REQUEST"},
 		{wire.CodeVersion.String(), "VERSION"},
 		{wire.CodeUnauthorized.String(), "UNAUTHORIZED"},
+		{wire.CodeLimitMismatch.String(), "LIMIT_MISMATCH"},
 		{wire.Code(0x00).String(), "0x00"},
 		{wire.CodeNotLeader.String(), "NOT_LEADER"},
 		{wire.Code(0x04).String(), "0x04"},
