@@ -270,7 +270,7 @@ func TestFSMStaleEpochCommands(t *testing.T) {
 	apply(1, command{Op: opEpoch, Node: "n1", LeaderLease: time.Second})
 	apply(2, command{Op: opBound, Epoch: 1, Bound: 30 * time.Second})
 	apply(3, command{Op: opEpoch, Node: "n2", LeaderLease: time.Second}) // n2 takes epoch 2
-	for _, c := range []command{{Op: opHandoff, Epoch: 1, Bound: 0}, {Op: opBound, Epoch: 1, Bound: time.Second}} {
+	for _, c := range []command{{Op: opHandoff, Epoch: 1, Bound: 0}, {Op: opBound, Epoch: 1, Bound: time.Second}, {Op: opServed, Epoch: 1}} {
 		if err, _ := apply(4, c).(error); !errors.Is(err, errStaleEpoch) {
 			t.Errorf("%s of epoch 1 during epoch 2: got %v, want errStaleEpoch", c.Op, err)
 		}
@@ -326,6 +326,8 @@ func TestGraceOf(t *testing.T) {
 		// A leader that crashed inside its own grace leaves that grace to
 		// the next: its predecessor's clients may still believe.
 		{"crash inside an inherited grace", state{Epoch: 4, LeaseBound: time.Second, Inherited: 30 * time.Second}, 30 * time.Second, false},
+		// One that served its grace whole leaves only its own clients.
+		{"crash after the grace was served", state{Epoch: 4, LeaseBound: time.Second, Inherited: 30 * time.Second, GraceServed: true}, time.Second + 2*ll, false},
 	} {
 		got, planned := graceOf(tc.st, ll)
 		if got != tc.want || planned != tc.wantPlanned {

@@ -22,8 +22,9 @@ import (
 // reviewers): every epoch records the grace it inherited; the next epoch's
 // grace is never shorter than what any client of an earlier leader may
 // still believe. After a crash that is the lease bound plus twice the
-// longest leader lease, and never less than the grace the crashed epoch
-// inherited itself. After a planned handoff it is what the handing-over
+// longest leader lease, and, unless the crashed epoch's leader recorded
+// that it served its own grace whole, never less than the grace that epoch
+// inherited. After a planned handoff it is what the handing-over
 // leader committed, which covers its own holders that did not close and
 // the rest of its own inherited grace. The bound is never lowered by an
 // epoch inside its grace, and every command that changes the grace's
@@ -45,6 +46,10 @@ const (
 	// opJoined: members that hold the log (acknowledged an epoch entry);
 	// such a member that loses its data must not rejoin under its id.
 	opJoined = "joined"
+	// opServed: the leader of Epoch has served its whole grace: what its
+	// epoch inherited is discharged, and a crash from now on leaves only
+	// its own clients to cover. Ignored unless Epoch is current.
+	opServed = "served"
 )
 
 // Epoch space: tokens are Epoch<<counterBits | counter, so the epoch has
@@ -81,8 +86,10 @@ type state struct {
 	ClusterID string `json:"cluster_id,omitempty"`
 	// Epoch is raised once per leadership; tokens are Epoch<<40 | counter.
 	Epoch uint64 `json:"epoch"`
-	// Inherited is the failover grace the current epoch began with.
-	Inherited time.Duration `json:"inherited"`
+	// Inherited is the failover grace the current epoch began with, and
+	// GraceServed whether its leader has served it whole.
+	Inherited   time.Duration `json:"inherited"`
+	GraceServed bool          `json:"grace_served,omitempty"`
 	// LeaseBound is the longest lease a leader may have granted or queued.
 	LeaseBound time.Duration `json:"lease_bound"`
 	// Handoff, when HandoffEpoch is the current epoch, replaces the crash
@@ -153,6 +160,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		f.st.Handoff, f.st.HandoffEpoch = c.Bound, c.Epoch
 		return nil
+	case opServed:
+		if c.Epoch != f.st.Epoch {
+			return errStaleEpoch
+		}
+		f.st.GraceServed = true
+		return nil
 	case opJoined:
 		for _, m := range c.Members {
 			if !slices.Contains(f.st.Joined, m) {
@@ -178,7 +191,7 @@ func (f *fsm) applyEpochLocked(c command) any {
 	maxLease = max(maxLease, c.LeaderLease)
 	grace, planned := graceOf(f.st, maxLease)
 	f.st.Epoch++
-	f.st.Inherited = grace
+	f.st.Inherited, f.st.GraceServed = grace, false
 	f.st.Handoff, f.st.HandoffEpoch = 0, 0
 	if f.st.ClusterID == "" {
 		f.st.ClusterID = c.ClusterID
@@ -193,15 +206,20 @@ func (f *fsm) applyEpochLocked(c command) any {
 // handoff by st's own epoch it is the handoff. Otherwise the previous
 // leader may have crashed or been cut off: its clients may believe for
 // the lease bound B after their last confirmation, which it made at most
-// one leader lease after the last send a quorum acknowledged (and every
-// such send came before this election), so B plus twice the longest
-// leader lease any leader recorded covers them; and never less than the
-// grace st's epoch inherited, which may not have run out when it ended.
+// two leader lease timeouts after the last send a quorum acknowledged (and
+// every such send came before this election), so B plus twice the longest
+// leader lease any leader recorded covers them. And if st's epoch had not
+// served its own grace whole, what it inherited may not have run out
+// either: never less than that.
 func graceOf(st state, maxLeaderLease time.Duration) (grace time.Duration, planned bool) {
 	if st.HandoffEpoch != 0 && st.HandoffEpoch == st.Epoch {
 		return st.Handoff, true
 	}
-	return max(st.LeaseBound+2*maxLeaderLease, st.Inherited), false
+	grace = st.LeaseBound + 2*maxLeaderLease
+	if !st.GraceServed {
+		grace = max(grace, st.Inherited)
+	}
+	return grace, false
 }
 
 // newClusterID is a random cluster id, proposed with a first epoch.

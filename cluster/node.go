@@ -74,6 +74,9 @@ type Node struct {
 	// epoch is the epoch this node serves while leading, and epochIndex
 	// the index of its entry in the log.
 	epoch, epochIndex atomic.Uint64
+	// served is the last epoch whose grace this node recorded as served
+	// whole (opServed). Owned by the leader loop.
+	served uint64
 	// raiseMu serialises bound changes, so that concurrent ACQUIREs with
 	// the same longer lease make one Raft write, and no lease is let
 	// through while a lowering is being committed.
@@ -481,6 +484,7 @@ func (n *Node) run() {
 			}
 		case <-joined.C:
 			if n.leading.Load() {
+				n.recordServed()
 				n.recordJoined()
 				n.lookAtHealth()
 			}
@@ -608,6 +612,21 @@ func (n *Node) lowerBound() {
 		return // fastBound stays low: a longer lease raises the bound again
 	}
 	n.fastBound.Store(int64(target))
+}
+
+// recordServed commits, once per epoch, that this leader has served its
+// whole grace: from then on a crash leaves the next leader only this
+// leader's own clients to cover, not what this epoch inherited.
+func (n *Node) recordServed() {
+	e := n.epoch.Load()
+	if n.served == e || n.srv.GraceRemaining() > 0 {
+		return
+	}
+	if err := n.apply(command{Op: opServed, Epoch: e}); err != nil {
+		n.log.Warn("cannot record that the grace was served", "epoch", e, "err", err)
+		return
+	}
+	n.served = e
 }
 
 // joinedEvery is how often the leader looks at its members' health, and

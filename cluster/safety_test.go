@@ -157,3 +157,29 @@ func TestLoweringRacesFastPath(t *testing.T) {
 		t.Fatalf("a session holds with a %v lease while the committed bound is %v", long, b)
 	}
 }
+
+// TestGraceShrinksOnceServed: a leader that has served its whole grace
+// records it, and a crash after that leaves the next leader only its own
+// clients to cover: the grace it inherited does not pass on for ever.
+func TestGraceShrinksOnceServed(t *testing.T) {
+	const lease = 3 * time.Second
+	c := newTestCluster(t, 3)
+	a := c.leader()
+	x := holdOn(t, a, "jobs", lease)
+	c.isolate(a) // x may believe for its lease: b inherits about 3 s
+	b := c.leaderExcept(a)
+	if g := b.srv.GraceRemaining(); g < lease-time.Second {
+		t.Fatalf("grace after the first cut %v, want about %v", g, lease)
+	}
+	x.Conn.Close()
+	// b serves its grace, then lowers the bound (nobody needs 3 s now).
+	batontest.Eventually(t, settle+lease, func() bool { return b.srv.GraceRemaining() == 0 && b.node.bound() == 0 }, "b did not serve its grace and lower the bound (grace %v, bound %v)", b.srv.GraceRemaining(), b.node.bound())
+	batontest.Eventually(t, settle, func() bool { return b.node.fsm.get().GraceServed }, "b did not record its grace as served")
+	c.connectAll() // a back, as a follower: a quorum without b
+	batontest.Eventually(t, settle, func() bool { return a.node.fsm.get().GraceServed }, "a did not catch up")
+	c.isolate(b)
+	next := c.leaderExcept(b)
+	if g := next.srv.GraceRemaining(); g > time.Second {
+		t.Fatalf("grace after a crash of a leader that had served its grace: %v, want only its own clients' (bound 0 + 2 x leader lease)", g)
+	}
+}
