@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/server"
 )
 
 // The regression tests of the grace's safety: each scenario let two
@@ -72,7 +74,10 @@ func TestHandoverInsideGraceCarriesIt(t *testing.T) {
 		t.Fatalf("leader after the cut: grace %v, want about %v", g, lease)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if err := b.node.Handover(); err != nil {
+	// A leadership lost during the drain (a loaded machine) fails the
+	// commit: the next leader then takes the crash grace, which must
+	// cover the holders just the same.
+	if err := b.node.Handover(); err != nil && !errors.Is(err, server.ErrNotLeader) {
 		t.Fatalf("handover inside the grace: %v", err)
 	}
 	next := c.leaderExcept(a, b)
@@ -113,7 +118,10 @@ func TestDrainGivingUpHandsOffTheBound(t *testing.T) {
 	a := c.leader()
 	x := holdOn(t, a, "jobs", lease) // never reads its SHUTDOWN, never closes
 	defer x.Conn.Close()
-	if err := a.node.Handover(); err != nil {
+	// A leadership lost during the drain (a loaded machine) fails the
+	// commit: the next leader then takes the crash grace, which must
+	// cover the holders just the same.
+	if err := a.node.Handover(); err != nil && !errors.Is(err, server.ErrNotLeader) {
 		t.Fatalf("handover: %v", err)
 	}
 	next := c.leaderExcept(a)
