@@ -74,16 +74,38 @@ func check(holds []*hold, writes []regWrite) verdict {
 		}
 	}
 	highest := map[string]uint64{}
+	// Refused writes of one token in a row are one violation: a holder
+	// that believes too long writes many times.
+	type refusal struct {
+		name      string
+		token     uint64
+		first     time.Time
+		last      time.Time
+		n         int
+		taken uint64
+	}
+	var refused []*refusal
+	lastRefused := map[string]*refusal{}
 	for _, w := range writes {
 		switch {
 		case !w.ok:
-			v.bad = append(v.bad, fmt.Sprintf("lock %q: a holder wrote with token %d at %s after the register took %d",
-				w.name, w.token, w.at.Format("15:04:05.000"), highest[w.name]))
+			if r := lastRefused[w.name]; r != nil && r.token == w.token {
+				r.last, r.n = w.at, r.n+1
+				continue
+			}
+			r := &refusal{name: w.name, token: w.token, first: w.at, last: w.at, n: 1, taken: highest[w.name]}
+			refused = append(refused, r)
+			lastRefused[w.name] = r
 		case w.token < highest[w.name]:
 			v.bad = append(v.bad, fmt.Sprintf("lock %q: the register took token %d after %d", w.name, w.token, highest[w.name]))
 		default:
 			highest[w.name] = w.token
+			delete(lastRefused, w.name)
 		}
+	}
+	for _, r := range refused {
+		v.bad = append(v.bad, fmt.Sprintf("lock %q: a holder wrote with token %d %d times from %s to %s after the register took %d",
+			r.name, r.token, r.n, r.first.Format("15:04:05.000"), r.last.Format("15:04:05.000"), r.taken))
 	}
 	return v
 }

@@ -173,12 +173,16 @@ func (c *testCluster) kill(i int) {
 	nd.up = false
 }
 
+// termWait bounds a SIGTERM's exit: Raft's shutdown waits out dials to a
+// peer whose link is cut (10 s each).
+const termWait = 45 * time.Second
+
 // terminate sends SIGTERM to node i and waits for exit 0.
 func (c *testCluster) terminate(i int) {
 	c.t.Helper()
 	nd := c.node(i)
 	nd.p.Signal(c.t, syscall.SIGTERM)
-	if code := nd.p.Wait(c.t, startWait); code != 0 {
+	if code := nd.p.Wait(c.t, termWait); code != 0 {
 		c.t.Errorf("node n%d exited %d after SIGTERM, want 0", i, code)
 	}
 	nd.up = false
@@ -219,7 +223,11 @@ type clusterView struct {
 	Role   string `json:"role"`
 	Term   uint64 `json:"term"`
 	Epoch  uint64 `json:"epoch"`
-	Leader *struct {
+	// LeaseBoundMs and GraceRemainingMs: the committed lease bound, and
+	// how much of a leader's failover grace is left.
+	LeaseBoundMs     int64 `json:"lease_bound_ms"`
+	GraceRemainingMs int64 `json:"grace_remaining_ms"`
+	Leader           *struct {
 		ID string `json:"id"`
 	} `json:"leader"`
 }
