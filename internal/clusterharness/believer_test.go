@@ -41,6 +41,23 @@ const (
 	linkDeaf
 )
 
+// beatMode is when a believer sends its heartbeats.
+type beatMode int
+
+const (
+	// beatAfterReply: lease/4 after the reply to the last one, one in
+	// flight, as the Go client does.
+	beatAfterReply beatMode = iota
+	// beatPipelined: every lease/4 whether or not the last one was
+	// answered. The protocol asks clients for one in flight; the server
+	// answers each, and the belief rule holds for any number in flight. A
+	// pipelining believer has heartbeats queued at a paused node.
+	beatPipelined
+	// beatManual: only when the scenario asks (bsession.beat), as a
+	// client whose own timer fires late (it was slow or paused itself).
+	beatManual
+)
+
 // believer is one client of the long workload: it takes name with lease
 // on the leader, holds it for a random time in [holdMin, holdMax] while
 // writing the register every every, closes, and takes it again, until the
@@ -50,11 +67,7 @@ type believer struct {
 	id    int
 	name  string
 	lease time.Duration
-	// pipeline: a heartbeat every lease/4 whether or not the last one was
-	// answered. The protocol asks clients for one in flight; the server
-	// answers each, and the belief rule holds for any number in flight. A
-	// pipelining believer has heartbeats queued at a paused node.
-	pipeline         bool
+	beats            beatMode
 	every            time.Duration
 	holdMin, holdMax time.Duration
 
@@ -200,8 +213,8 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 	beatEvery := b.lease / 4
 	beat := time.NewTimer(beatEvery)
 	defer beat.Stop()
-	if !b.pipeline {
-		beat.Stop() // armed by the first reply
+	if b.beats != beatPipelined {
+		beat.Stop() // armed by the first reply, if ever
 	}
 	expire := time.NewTimer(time.Until(deadline))
 	defer expire.Stop()
@@ -245,7 +258,7 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 				end(time.Now(), errors.New("heartbeat write failed"))
 				return "", h != nil
 			}
-			if b.pipeline {
+			if b.beats == beatPipelined {
 				beat.Reset(beatEvery)
 			}
 		case at := <-write.C:
@@ -277,19 +290,19 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 				deadline = pending[0].Add(timeout)
 				pending = pending[1:]
 				expire.Reset(time.Until(deadline))
-				if !b.pipeline && len(pending) == 0 {
+				if b.beats == beatAfterReply && len(pending) == 0 {
 					beat.Reset(beatEvery)
 				}
 			}
 			if ev.typ == wire.TypeAcquired && h == nil {
 				h = &hold{client: 1000 + b.id, name: b.name, token: ev.token, granted: ev.at}
+				if seen := b.w.reg.read(b.name); seen > h.token {
+					h.readAbove = seen
+				}
 				b.w.mu.Lock()
 				b.w.holds = append(b.w.holds, h)
 				b.w.mu.Unlock()
 				s.held.Store(true)
-				if seen := b.w.reg.read(b.name); seen > h.token {
-					h.readAbove = seen
-				}
 				b.w.reg.write(b.name, h.token)
 				work.Reset(holdFor)
 			}

@@ -159,14 +159,14 @@ func (w *workload) acquire(c *baton.Client, name string) (*baton.Lock, error) {
 // resource busy).
 func (w *workload) work(id int, l *baton.Lock, d, every time.Duration) *hold {
 	h := &hold{client: id, name: l.Name(), token: l.Token(), granted: time.Now()}
-	w.mu.Lock()
-	w.holds = append(w.holds, h)
-	w.mu.Unlock()
 	lostAt := make(chan time.Time, 1)
 	stop := context.AfterFunc(l.Context(), func() { lostAt <- time.Now() })
 	if seen := w.reg.read(h.name); seen > h.token {
 		h.readAbove = seen
 	}
+	w.mu.Lock()
+	w.holds = append(w.holds, h)
+	w.mu.Unlock()
 	done := time.NewTimer(d)
 	var tick <-chan time.Time
 	if every > 0 {
@@ -208,6 +208,22 @@ func (w *workload) stop() ([]*hold, []regWrite) {
 	w.reg.mu.Lock()
 	defer w.reg.mu.Unlock()
 	return append([]*hold(nil), w.holds...), append([]regWrite(nil), w.reg.writes...)
+}
+
+// snapshot returns every hold and register write so far, while the
+// workload runs (holds still running have no end yet: the checker counts
+// them as ended at their grant).
+func (w *workload) snapshot() ([]*hold, []regWrite) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	var hs []*hold
+	for _, h := range w.holds {
+		c := *h
+		hs = append(hs, &c)
+	}
+	return hs, append([]regWrite(nil), w.reg.writes...)
 }
 
 // firstGrant is the first grant at or after t0 whose token's epoch is above
