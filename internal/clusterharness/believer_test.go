@@ -1,6 +1,7 @@
 package clusterharness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,7 @@ const (
 // workload stops.
 type believer struct {
 	w     *workload
+	ctx   context.Context // ends its loop and session; nil: the workload's
 	id    int
 	name  string
 	lease time.Duration
@@ -116,7 +118,7 @@ func (b *believer) current(node int) *bsession {
 func (b *believer) run(addrs []string) {
 	rng := rand.New(rand.NewPCG(uint64(b.id), uint64(time.Now().UnixNano())))
 	next, hint := rng.IntN(len(addrs)), ""
-	for b.w.ctx.Err() == nil {
+	for b.context().Err() == nil {
 		addr := hint
 		if addr == "" {
 			addr = addrs[next%len(addrs)]
@@ -132,9 +134,66 @@ func (b *believer) run(addrs []string) {
 		var held bool
 		hint, held = b.session(addr, s, hold)
 		if !held && hint == "" {
-			b.w.idle(time.Duration(20+rng.IntN(60)) * time.Millisecond)
+			idle(b.context(), time.Duration(20+rng.IntN(60))*time.Millisecond)
 		}
 	}
+}
+
+func (b *believer) context() context.Context {
+	if b.ctx != nil {
+		return b.ctx
+	}
+	return b.w.ctx
+}
+
+// believerGroup is believers started and stopped together.
+type believerGroup struct {
+	label  string
+	lease  time.Duration
+	bs     []*believer
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// believers starts perName believers of each name with lease, each
+// holding for holdMin to holdMax at a time, on the nodes at addrs.
+func (w *workload) believers(addrs []string, label string, names []string, perName int, lease, holdMin, holdMax time.Duration, firstID int) *believerGroup {
+	ctx, cancel := context.WithCancel(w.ctx)
+	g := &believerGroup{label: label, lease: lease, cancel: cancel}
+	for _, name := range names {
+		for range perName {
+			b := &believer{w: w, ctx: ctx, id: firstID + len(g.bs), name: name, lease: lease,
+				every: min(lease/10, 100*time.Millisecond), holdMin: holdMin, holdMax: holdMax}
+			g.bs = append(g.bs, b)
+			w.wg.Add(1)
+			g.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				defer g.wg.Done()
+				b.run(addrs)
+			}()
+		}
+	}
+	return g
+}
+
+// stop ends the group's believers (each closes, ending its hold) and
+// waits for them.
+func (g *believerGroup) stop() {
+	g.cancel()
+	g.wg.Wait()
+}
+
+// holdingOn lists the sessions of the group's believers that hold their
+// lock on node i.
+func (g *believerGroup) holdingOn(i int) []*bsession {
+	var ss []*bsession
+	for _, b := range g.bs {
+		if s := b.current(i); s != nil {
+			ss = append(ss, s)
+		}
+	}
+	return ss
 }
 
 func indexOf(addrs []string, a string) int {
@@ -239,7 +298,7 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 	}
 	for {
 		select {
-		case <-b.w.ctx.Done():
+		case <-b.context().Done():
 			end(time.Now(), nil)
 			return "", h != nil
 		case <-work.C:

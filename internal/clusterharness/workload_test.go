@@ -265,11 +265,14 @@ type lazyString func() string
 func (f lazyString) String() string { return f() }
 
 // idle waits d, or less if the workload stops meanwhile.
-func (w *workload) idle(d time.Duration) {
+func (w *workload) idle(d time.Duration) { idle(w.ctx, d) }
+
+// idle waits d, or less if ctx ends meanwhile.
+func idle(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-w.ctx.Done():
+	case <-ctx.Done():
 	}
 }
