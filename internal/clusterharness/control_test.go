@@ -90,7 +90,7 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 
 	w := newWorkload()
 	t.Cleanup(func() { w.stop() })
-	w.loops(t, 8, c.clientAddrs(), names)
+	w.loops(t, 8, 0, c.clientAddrs(), names)
 	hc, err := baton.New(c.clientAddrs(), baton.WithLease(lease), baton.WithOwner("holder"))
 	if err != nil {
 		t.Fatal(err)

@@ -70,8 +70,15 @@ const (
 // names are the Go loops' locks.
 var names = []string{"alpha", "beta", "gamma", "delta", "epsilon"}
 
-// clientLoops is the number of Go client loops.
-const clientLoops = 24
+// clientLoops is the number of Go client loops on names, longLoops the
+// number on longNames (the long holders' locks).
+const (
+	clientLoops = 24
+	longLoops   = 4
+)
+
+// longNames are the long holders' locks (see phaseHolders).
+var longNames = []string{"long1-a", "long1-b", "long10-a", "long10-b", "long60"}
 
 // phase is a part of the schedule with one set of leases in play: the
 // longest sets the lease bound, and so every crash failover's grace.
@@ -194,7 +201,12 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 	w := newWorkload()
 	t.Cleanup(func() { w.stop() })
 	addrs := c.clientAddrs()
-	w.loops(t, clientLoops, addrs, names)
+	w.loops(t, clientLoops, 0, addrs, names)
+	// Go loops on the long holders' names too: a Go client waiting on a
+	// paused leader moves on to the new one after 0.8 × its lease, so the
+	// new leader has a waiter to grant while the paused leader's holder
+	// still believes.
+	w.loops(t, longLoops, clientLoops, addrs, longNames)
 	// Long holders with 1 s leases are there throughout; the others
 	// come and go with their phase.
 	groups := []*believerGroup{w.believers(addrs, "1 s", []string{"long1-a", "long1-b"}, 2, time.Second, 2*time.Second, 8*time.Second, 0)}

@@ -102,10 +102,11 @@ func newWorkload() *workload {
 	return w
 }
 
-// loops starts n client loops with addrs over names; the loops end at stop.
-func (w *workload) loops(t *testing.T, n int, addrs, names []string) {
+// loops starts n client loops (ids from firstID) with addrs over names;
+// the loops end at stop.
+func (w *workload) loops(t *testing.T, n, firstID int, addrs, names []string) {
 	t.Helper()
-	for i := range n {
+	for i := firstID; i < firstID+n; i++ {
 		c, err := baton.New(addrs, baton.WithLease(lease), baton.WithOwner(fmt.Sprintf("loop-%d", i)),
 			baton.WithDialTimeout(time.Second))
 		if err != nil {
@@ -211,16 +212,19 @@ func (w *workload) stop() ([]*hold, []regWrite) {
 }
 
 // snapshot returns every hold and register write so far, while the
-// workload runs (holds still running have no end yet: the checker counts
-// them as ended at their grant).
+// workload runs; a hold still running ends now in it.
 func (w *workload) snapshot() ([]*hold, []regWrite) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.reg.mu.Lock()
 	defer w.reg.mu.Unlock()
+	now := time.Now()
 	var hs []*hold
 	for _, h := range w.holds {
 		c := *h
+		if c.ended.IsZero() {
+			c.ended = now
+		}
 		hs = append(hs, &c)
 	}
 	return hs, append([]regWrite(nil), w.reg.writes...)
