@@ -64,11 +64,11 @@ const (
 // writing the register every every, closes, and takes it again, until the
 // workload stops.
 type believer struct {
-	w     *workload
-	ctx   context.Context // ends its loop and session; nil: the workload's
-	id    int
-	name  string
-	lease time.Duration
+	w                *workload
+	ctx              context.Context // ends its loop and session; nil: the workload's
+	id               int
+	name             string
+	lease            time.Duration
 	beats            beatMode
 	every            time.Duration
 	holdMin, holdMax time.Duration

@@ -97,7 +97,9 @@ const (
 	phaseLong
 )
 
-func (p phase) String() string { return [...]string{"1 s leases", "10 s leases too", "60 s leases too"}[p] }
+func (p phase) String() string {
+	return [...]string{"1 s leases", "10 s leases too", "60 s leases too"}[p]
+}
 
 // The faults of each phase, in order.
 var (
