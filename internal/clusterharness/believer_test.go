@@ -289,7 +289,7 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 			return
 		}
 		if deadline.Before(at) {
-			at, why = deadline, fmt.Errorf("unconfirmed for 0.8 × lease %v", b.lease)
+			at, why = deadline, errUnconfirmed
 		}
 		b.w.mu.Lock()
 		h.ended, h.lost = at, why
@@ -305,7 +305,7 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 			end(time.Now(), nil) // the close is the release
 			return "", true
 		case <-expire.C:
-			end(deadline, nil)
+			end(deadline, errUnconfirmed)
 			return "", h != nil
 		case <-s.beatNow:
 			if !send(wire.AppendHeartbeat(nil)) {
@@ -337,7 +337,7 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 				return hint, h != nil
 			}
 			if !ev.at.Before(deadline) {
-				end(deadline, nil) // too late: it confirms nothing
+				end(deadline, errUnconfirmed) // too late: it confirms nothing
 				return "", h != nil
 			}
 			if !(ev.typ == wire.TypeAcquired && ev.push) {
@@ -398,6 +398,10 @@ func (b *believer) read(nc net.Conn, s *bsession, events chan<- frameEvent, quit
 		}
 	}
 }
+
+// errUnconfirmed ends a belief at its deadline: 0.8 × lease after the
+// send of the latest frame whose reply arrived.
+var errUnconfirmed = errors.New("unconfirmed for 0.8 × lease")
 
 // readEvent reads one frame of the node.
 func readEvent(r io.Reader, buf *[wire.MaxFrame]byte) frameEvent {

@@ -240,13 +240,18 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 
 // phaseHolders are the long holders each phase adds: lease, names, and
 // how long each holds at a time.
+//
+// One 60 s holder, not two: a second one waiting at the new leader after
+// the first kill would keep the bound up there, and killTwice would not
+// see a leader that lowers the bound inside its grace (the Go loops wait
+// for "long60" with 1 s leases).
 var phaseHolders = map[phase]struct {
 	lease, holdMin, holdMax time.Duration
 	names                   []string
-	firstID                 int
+	perName, firstID        int
 }{
-	phaseGrace: {10 * time.Second, 5 * time.Second, 20 * time.Second, []string{"long10-a", "long10-b"}, 100},
-	phaseLong:  {time.Minute, 20 * time.Second, 40 * time.Second, []string{"long60"}, 200},
+	phaseGrace: {10 * time.Second, 5 * time.Second, 20 * time.Second, []string{"long10-a", "long10-b"}, 2, 100},
+	phaseLong:  {time.Minute, 20 * time.Second, 40 * time.Second, []string{"long60"}, 1, 200},
 }
 
 // enterPhase moves the workload from phase from to phase to: the long
@@ -266,7 +271,7 @@ func (c *testCluster) enterPhase(w *workload, addrs []string, groups []*believer
 	}
 	for p := from + 1; p <= to; p++ {
 		h := phaseHolders[p]
-		groups = append(groups, w.believers(addrs, h.lease.String(), h.names, 2, h.lease, h.holdMin, h.holdMax, h.firstID))
+		groups = append(groups, w.believers(addrs, h.lease.String(), h.names, h.perName, h.lease, h.holdMin, h.holdMax, h.firstID))
 	}
 	c.waitLongHolders(groups)
 	return groups
