@@ -209,6 +209,9 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 	// new leader has a waiter to grant while the paused leader's holder
 	// still believes.
 	w.loops(t, longLoops, clientLoops, addrs, longNames)
+	// And one that waits for "long60" alone, so that a leader that grants
+	// it too early has a taker (its only believer is the one cut off).
+	w.loops(t, 1, clientLoops+longLoops, addrs, []string{"long60"})
 	// Long holders with 1 s leases are there throughout; the others
 	// come and go with their phase.
 	groups := []*believerGroup{w.believers(addrs, "1 s", []string{"long1-a", "long1-b"}, 2, time.Second, 2*time.Second, 8*time.Second, 0)}
