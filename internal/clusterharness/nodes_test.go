@@ -292,18 +292,24 @@ func (nd *node) handoverNote() string {
 	}
 	for _, l := range strings.Split(log, "\n") {
 		var e struct {
-			Msg      string `json:"msg"`
-			Bound    string `json:"handoff_bound"`
-			Transfer string `json:"transfer"`
-			Holders  int    `json:"holders"`
-			Err      string `json:"err"`
+			Msg       string `json:"msg"`
+			Handoff   string `json:"handoff"`
+			OldBound  string `json:"handoff_bound"`
+			AllClosed *bool  `json:"all_closed"`
+			Transfer  string `json:"transfer"`
+			Holders   int    `json:"holders"`
+			Err       string `json:"err"`
 		}
 		if json.Unmarshal([]byte(l), &e) != nil {
 			continue
 		}
 		switch {
 		case e.Msg == "leadership handed over":
-			return fmt.Sprintf("handed over: %d holders, handoff bound %s, transfer %s", e.Holders, e.Bound, e.Transfer)
+			closed := ""
+			if e.AllClosed != nil {
+				closed = fmt.Sprintf(" (all closed: %v)", *e.AllClosed)
+			}
+			return fmt.Sprintf("handed over: %d holders%s, handoff %s, transfer %s", e.Holders, closed, e.Handoff+e.OldBound, e.Transfer)
 		case strings.Contains(e.Msg, "handover incomplete"):
 			return "handover incomplete: " + e.Err
 		}
