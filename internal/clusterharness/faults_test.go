@@ -127,6 +127,8 @@ type window struct {
 	// it leads (epoch committed; its grace may still run); 0 if not taken.
 	ready time.Duration
 	cut   int    // long holders whose links the fault cut or made deaf
+	// cutSessions are their sessions, each done when its belief is over.
+	cutSessions []*bsession
 	note  string // what happened on the way (handover, compound steps)
 }
 
@@ -242,6 +244,14 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 			st.kind, st.phase, win.leader, win.epoch, win.cut, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader, win.noteText())
 		if untilViolation {
 			if v := check(w.snapshot()); !v.ok() {
+				// Let the holders the fault cut off believe to their
+				// end, so that the overlaps are reported whole.
+				for _, s := range win.cutSessions {
+					select {
+					case <-s.done:
+					case <-time.After(2 * time.Minute):
+					}
+				}
 				break
 			}
 		}
@@ -366,12 +376,13 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 // cutHolders sets the links of the long holders on node i to l and
-// returns how many it changed.
-func cutHolders(groups []*believerGroup, i int, l linkState) int {
+// returns how many it changed; their sessions are added to win's.
+func (win *window) cutHolders(groups []*believerGroup, i int, l linkState) int {
 	n := 0
 	for _, g := range groups {
 		for _, s := range g.holdingOn(i) {
 			s.setLink(l)
+			win.cutSessions = append(win.cutSessions, s)
 			n++
 		}
 	}
@@ -390,7 +401,7 @@ func (c *testCluster) inject(w *workload, groups []*believerGroup, st step) *win
 	win := &window{step: st, leader: l, epoch: v.Epoch}
 	switch st.kind {
 	case killLeader:
-		win.cut = cutHolders(groups, l, linkCut)
+		win.cut = win.cutHolders(groups, l, linkCut)
 		win.at = time.Now()
 		c.kill(l)
 		c.waitLeader(l)
@@ -404,7 +415,7 @@ func (c *testCluster) inject(w *workload, groups []*believerGroup, st step) *win
 		time.Sleep(time.Until(win.at.Add(stopFor)))
 		c.signal(l, syscall.SIGCONT)
 	case cutRaft:
-		win.cut = cutHolders(groups, l, linkDeaf)
+		win.cut = win.cutHolders(groups, l, linkDeaf)
 		win.at = time.Now()
 		c.nw.setRaftLink(c.t, l, false)
 		c.waitLeader(l)
@@ -419,7 +430,7 @@ func (c *testCluster) inject(w *workload, groups []*believerGroup, st step) *win
 		time.Sleep(downFor)
 		c.start(f)
 	case termLeader:
-		win.cut = cutHolders(groups, l, linkCut)
+		win.cut = win.cutHolders(groups, l, linkCut)
 		win.at = time.Now()
 		c.terminate(l)
 		win.note = c.node(l).handoverNote()
@@ -432,7 +443,7 @@ func (c *testCluster) inject(w *workload, groups []*believerGroup, st step) *win
 		}
 		c.startAll()
 	case killThenTerm:
-		win.cut = cutHolders(groups, l, linkCut)
+		win.cut = win.cutHolders(groups, l, linkCut)
 		win.at = time.Now()
 		c.kill(l)
 		l2 := c.waitLeader(l)
@@ -450,7 +461,7 @@ func (c *testCluster) inject(w *workload, groups []*believerGroup, st step) *win
 		c.waitLeader(l2)
 		c.start(l2)
 	case killTwice:
-		win.cut = cutHolders(groups, l, linkCut)
+		win.cut = win.cutHolders(groups, l, linkCut)
 		win.at = time.Now()
 		c.kill(l)
 		l2 := c.waitLeader(l)
@@ -462,7 +473,7 @@ func (c *testCluster) inject(w *workload, groups []*believerGroup, st step) *win
 		if err != nil {
 			c.t.Fatalf("n%d: %v", l2, err)
 		}
-		win.cut += cutHolders(groups, l2, linkCut)
+		win.cut += win.cutHolders(groups, l2, linkCut)
 		killAt := time.Now()
 		c.kill(l2)
 		win.note = fmt.Sprintf("n%d took over, killed %v after the first kill with %v of its grace left and a lease bound of %v", l2,
