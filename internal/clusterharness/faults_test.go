@@ -126,10 +126,10 @@ type window struct {
 	// ready is the time from the fault to another node's /readyz saying
 	// it leads (epoch committed; its grace may still run); 0 if not taken.
 	ready time.Duration
-	cut   int    // long holders whose links the fault cut or made deaf
+	cut   int // long holders whose links the fault cut or made deaf
 	// cutSessions are their sessions, each done when its belief is over.
 	cutSessions []*bsession
-	note  string // what happened on the way (handover, compound steps)
+	note        string // what happened on the way (handover, compound steps)
 }
 
 // longEvery is how often (in rounds) the long schedule visits phaseLong.
