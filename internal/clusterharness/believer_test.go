@@ -103,11 +103,12 @@ func (s *bsession) beat() {
 }
 
 // current is the believer's session if it holds its lock on node (0: any
-// node), else nil.
+// node) over a link that is up, else nil (one cut off by an earlier fault
+// is not hit again).
 func (b *believer) current(node int) *bsession {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if s := b.cur; s != nil && s.held.Load() && (node == 0 || s.node == node) {
+	if s := b.cur; s != nil && s.held.Load() && linkState(s.link.Load()) == linkUp && (node == 0 || s.node == node) {
 		return s
 	}
 	return nil

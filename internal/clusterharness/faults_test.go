@@ -58,10 +58,13 @@ const (
 	// grantWait bounds the time from a fault to the first grant after it
 	// (a lease bound of 10 s makes it some 11 s, a compound fault more).
 	grantWait = 40 * time.Second
-	// lowerLooks is how long killTwice waits between its kills: two of
+	// lowerLooks is how long killTwice waits between its kills: three of
 	// the leader's looks at lowering the lease bound (every 10 s), so that
-	// a leader that lowered it inside its grace would have done so.
-	lowerLooks = 25 * time.Second
+	// a leader that would lower it inside its grace has done so (it
+	// lowers only to the larger of two looks in a row, and its first look
+	// may still count a 60 s ACQUIRE it refused as a follower), while a
+	// 60 s holder cut off at the first kill believes for 48 s more.
+	lowerLooks = 32 * time.Second
 	// boundWait bounds the wait for the lease bound to come down after the
 	// long holders leave (two looks after the grace, which may be 60 s).
 	boundWait = 150 * time.Second
