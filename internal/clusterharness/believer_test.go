@@ -82,6 +82,7 @@ type bsession struct {
 	node    int // the node it is connected to (1-based)
 	link    atomic.Int32
 	held    atomic.Bool
+	replies atomic.Uint64 // replies that confirmed a send
 	beatNow chan struct{} // a heartbeat at once
 	done    chan struct{} // closed when the session's belief is over
 	hold    *hold         // set once granted; read after done
@@ -349,6 +350,7 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 				}
 				deadline = pending[0].Add(timeout)
 				pending = pending[1:]
+				s.replies.Add(1)
 				expire.Reset(time.Until(deadline))
 				if b.beats == beatAfterReply && len(pending) == 0 {
 					beat.Reset(beatEvery)
