@@ -135,7 +135,11 @@ func (b *believer) run(addrs []string) {
 		s := newBelieverSession(node)
 		var held bool
 		hint, held = b.session(addr, s, hold)
-		if !held && hint == "" {
+		switch {
+		case held:
+		case hint != "": // a short pause: hints go stale while a leader changes
+			idle(b.context(), time.Duration(5+rng.IntN(10))*time.Millisecond)
+		default:
 			idle(b.context(), time.Duration(20+rng.IntN(60))*time.Millisecond)
 		}
 	}
@@ -150,8 +154,6 @@ func (b *believer) context() context.Context {
 
 // believerGroup is believers started and stopped together.
 type believerGroup struct {
-	label  string
-	lease  time.Duration
 	bs     []*believer
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -159,9 +161,9 @@ type believerGroup struct {
 
 // believers starts perName believers of each name with lease, each
 // holding for holdMin to holdMax at a time, on the nodes at addrs.
-func (w *workload) believers(addrs []string, label string, names []string, perName int, lease, holdMin, holdMax time.Duration, firstID int) *believerGroup {
+func (w *workload) believers(addrs []string, names []string, perName int, lease, holdMin, holdMax time.Duration, firstID int) *believerGroup {
 	ctx, cancel := context.WithCancel(w.ctx)
-	g := &believerGroup{label: label, lease: lease, cancel: cancel}
+	g := &believerGroup{cancel: cancel}
 	for _, name := range names {
 		for range perName {
 			b := &believer{w: w, ctx: ctx, id: firstID + len(g.bs), name: name, lease: lease,

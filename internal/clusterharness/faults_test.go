@@ -236,7 +236,7 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 	w.loops(t, 1, clientLoops+longLoops, addrs, []string{"long60"})
 	// Long holders with 1 s leases are there throughout; the others
 	// come and go with their phase.
-	groups := []*believerGroup{w.believers(addrs, "1 s", []string{"long1-a", "long1-b"}, 2, time.Second, 2*time.Second, 8*time.Second, 0)}
+	groups := []*believerGroup{w.believers(addrs, []string{"long1-a", "long1-b"}, 2, time.Second, 2*time.Second, 8*time.Second, 0)}
 	c.waitGrant(w, time.Now(), 0)
 
 	var windows []*window
@@ -304,7 +304,7 @@ func (c *testCluster) enterPhase(w *workload, addrs []string, groups []*believer
 	}
 	for p := from + 1; p <= to; p++ {
 		h := phaseHolders[p]
-		groups = append(groups, w.believers(addrs, h.lease.String(), h.names, h.perName, h.lease, h.holdMin, h.holdMax, h.firstID))
+		groups = append(groups, w.believers(addrs, h.names, h.perName, h.lease, h.holdMin, h.holdMax, h.firstID))
 	}
 	c.waitLongHolders(groups)
 	return groups
