@@ -536,8 +536,24 @@ func (c *testCluster) waitGrantWithin(w *workload, t0 time.Time, epoch uint64, w
 	c.t.Helper()
 	var h *hold
 	c.eventually(within, func() bool { h = w.firstGrant(t0, epoch); return h != nil },
-		"no grant on an epoch above %d since %s; Acquire errors:%s", epoch, t0.Format("15:04:05.000"), errorSummaryOf(w))
+		"no grant on an epoch above %d since %s (%s); Acquire errors:%s", epoch, t0.Format("15:04:05.000"),
+		lazyString(c.leaderState), errorSummaryOf(w))
 	return h
+}
+
+// leaderState says what the serving leader reports of its grace, for a
+// failure message.
+func (c *testCluster) leaderState() string {
+	l := c.leader()
+	if l == 0 {
+		return "no serving leader"
+	}
+	v, err := c.view(l)
+	if err != nil {
+		return fmt.Sprintf("leader n%d: %v", l, err)
+	}
+	return fmt.Sprintf("leader n%d, epoch %d: lease bound %v, grace left %v", l, v.Epoch,
+		time.Duration(v.LeaseBoundMs)*time.Millisecond, time.Duration(v.GraceRemainingMs)*time.Millisecond)
 }
 
 // waitBound waits until the leader's committed lease bound is at most b.
