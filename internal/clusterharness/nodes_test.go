@@ -177,13 +177,25 @@ func (c *testCluster) kill(i int) {
 // peer whose link is cut (10 s each).
 const termWait = 45 * time.Second
 
-// terminate sends SIGTERM to node i and waits for exit 0.
+// terminate sends SIGTERM to node i and waits for exit 0. A node that
+// does not exit gets SIGQUIT, so that its goroutines' stacks are in its
+// log, before the test fails.
 func (c *testCluster) terminate(i int) {
 	c.t.Helper()
 	nd := c.node(i)
 	nd.p.Signal(c.t, syscall.SIGTERM)
-	if code := nd.p.Wait(c.t, termWait); code != 0 {
-		c.t.Errorf("node n%d exited %d after SIGTERM, want 0", i, code)
+	select {
+	case <-nd.p.Exited:
+	case <-time.After(termWait):
+		nd.p.Signal(c.t, syscall.SIGQUIT)
+		select {
+		case <-nd.p.Exited:
+		case <-time.After(5 * time.Second):
+		}
+		c.t.Fatalf("node n%d still running %v after SIGTERM; its goroutines (SIGQUIT):\n%s", i, termWait, tail(nd.log.String(), 400))
+	}
+	if nd.p.Code != 0 {
+		c.t.Errorf("node n%d exited %d after SIGTERM, want 0", i, nd.p.Code)
 	}
 	nd.up = false
 }
