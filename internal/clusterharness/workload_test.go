@@ -141,6 +141,7 @@ func (w *workload) acquire(c *baton.Client, name string) (*baton.Lock, error) {
 	if err != nil && w.ctx.Err() == nil {
 		// The kind: the text without the lock's name, up to the details.
 		kind := strings.ReplaceAll(err.Error(), fmt.Sprintf("%q", name), "NAME")
+		kind = strings.Join(strings.Fields(kind), " ") // one line (an error per address has several)
 		if i := strings.Index(kind, " ("); i > 0 {
 			kind = kind[:i]
 		}
