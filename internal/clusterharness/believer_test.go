@@ -306,6 +306,11 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 			end(time.Now(), nil)
 			return "", h != nil
 		case <-work.C:
+			if linkState(s.link.Load()) != linkUp {
+				// Cut off by a fault, it works on while it believes:
+				// the grace must cover exactly such a holder.
+				continue
+			}
 			end(time.Now(), nil) // the close is the release
 			return "", true
 		case <-expire.C:
