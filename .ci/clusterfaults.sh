@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# CI for replicated mode's fault harness (issue 13), called by .ci/run:
-# three real `baton serve` nodes, each in a network namespace of its own
-# with a Raft link and a client link, 24 client loops, and the short
-# schedule (each of the six faults once), the control run with the grace
-# switched off (the checker must report the overlap) and the same run with
-# the grace on. Without root or iproute2 the harness falls back to loopback
-# and says which faults it skipped. About 2 minutes.
+# CI for replicated mode's fault harness, called by .ci/run: real
+# `baton serve` nodes, each in a network namespace of its own with a Raft
+# link and a client link, Go client loops and long raw holders, and
+#  - the short schedule (12 faults over 1 s and 10 s leases, compound
+#    faults included) against the normal build: the checker must pass;
+#  - the mutation gate: the faultinject build with each safety rule
+#    switched off (no grace, a handoff of 0, no leader lease) must each
+#    make the checker report a violation, or CI fails;
+#  - the two process-level scenarios (a handover inside a grace, a paused
+#    leader on SIGCONT) and the slow old leader, against the normal build.
+# Without root or iproute2 the harness falls back to loopback and says so.
+# About 7 minutes on a 2-core machine.
 # The long schedule: BATON_CLUSTER_SCHEDULE=long bash .ci/clusterfaults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,10 +21,10 @@ if [ "$(id -u)" = 0 ] && ! command -v ip >/dev/null; then
   apt-get update && apt-get install -y --no-install-recommends iproute2
 fi
 
-echo "--- cluster faults: schedule ${BATON_CLUSTER_SCHEDULE:-short}, control run without the grace"
-# Not under -race: the nodes are separate processes, and 24 client loops
+echo "--- cluster faults: schedule ${BATON_CLUSTER_SCHEDULE:-short}, the mutation gate, the scenarios"
+# Not under -race: the nodes are separate processes, and the client loops
 # under the race detector would starve them on a 2-core machine; the
 # package's unit test runs under -race in go test ./... with the rest.
-BATON_CLUSTER_FAULTS=1 go test -count=1 -v -timeout 45m \
-  -run 'TestClusterFaults|TestControlWithoutGraceOverlaps|TestSlowOldLeaderGraceHolds' \
+BATON_CLUSTER_FAULTS=1 go test -count=1 -v -timeout 90m \
+  -run 'TestClusterFaults|TestMutationGate|TestHandoverInsideGraceKeepsGrace|TestPausedLeaderConfirmsNothing|TestControlWithoutGraceOverlaps|TestSlowOldLeaderGraceHolds' \
   ./internal/clusterharness

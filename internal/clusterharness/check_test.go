@@ -74,16 +74,40 @@ func check(holds []*hold, writes []regWrite) verdict {
 		}
 	}
 	highest := map[string]uint64{}
+	// The refused writes of one token are one violation: a holder that
+	// believes too long writes many times.
+	type refusal struct {
+		name        string
+		token       uint64
+		first, last time.Time
+		n           int
+		taken       uint64
+	}
+	type key struct {
+		name  string
+		token uint64
+	}
+	var refused []*refusal
+	byToken := map[key]*refusal{}
 	for _, w := range writes {
 		switch {
 		case !w.ok:
-			v.bad = append(v.bad, fmt.Sprintf("lock %q: a holder wrote with token %d at %s after the register took %d",
-				w.name, w.token, w.at.Format("15:04:05.000"), highest[w.name]))
+			if r := byToken[key{w.name, w.token}]; r != nil {
+				r.last, r.n = w.at, r.n+1
+				continue
+			}
+			r := &refusal{name: w.name, token: w.token, first: w.at, last: w.at, n: 1, taken: highest[w.name]}
+			refused = append(refused, r)
+			byToken[key{w.name, w.token}] = r
 		case w.token < highest[w.name]:
 			v.bad = append(v.bad, fmt.Sprintf("lock %q: the register took token %d after %d", w.name, w.token, highest[w.name]))
 		default:
 			highest[w.name] = w.token
 		}
+	}
+	for _, r := range refused {
+		v.bad = append(v.bad, fmt.Sprintf("lock %q: a holder wrote with token %d %d times from %s to %s after the register took %d",
+			r.name, r.token, r.n, r.first.Format("15:04:05.000"), r.last.Format("15:04:05.000"), r.taken))
 	}
 	return v
 }
@@ -116,6 +140,8 @@ func TestCheckerRules(t *testing.T) {
 		{"token reused", []*hold{h(1<<40|1, 0, 10), h(1<<40|1, 20, 30)}, nil, 0, 1},
 		{"stale write refused", nil, []regWrite{wr(2<<40|1, true), wr(1<<40|7, false)}, 0, 1},
 		{"register took a lower token", nil, []regWrite{wr(2<<40|1, true), wr(1<<40|7, true)}, 0, 1},
+		{"one stale holder, many refused writes between the new one's", nil,
+			[]regWrite{wr(2<<40|1, true), wr(1<<40|7, false), wr(2<<40|1, true), wr(1<<40|7, false), wr(1<<40|8, false)}, 0, 2},
 		{"read above its token", []*hold{h(1<<40|1, 0, 10), readAbove}, nil, 0, 1},
 	} {
 		v := check(tc.holds, tc.writes)

@@ -21,19 +21,23 @@ import (
 // node the old leader therefore ends its sessions (NOT_LEADER) before a new
 // leader can exist, and a grace-less failover after a cut link would
 // usually still not overlap. Nodes may run with different timers, though:
-// here the first leader, n1, has 3 s timers and the others the defaults
-// (300 ms), so the others elect a new leader some 2.5 s before n1 notices,
-// and during those seconds n1 still confirms its holder's heartbeats.
+// here the leader S has 3 s timers and the others the defaults (200 ms),
+// so the others elect a new leader some 2.5 s before S notices, and during
+// those seconds S still confirms its holder's heartbeats.
 //
-// The run: n1 leads (the others start with 10 s timers so that n1 wins the
-// first election, then restart with the defaults); a holder takes "ctl" on
-// n1 and keeps writing to the register; a probe whose client knows only
-// n2 and n3 waits for "ctl" (NOT_LEADER from both until n1 is cut off);
-// then n1's Raft link goes down for 5 s.
+// The run: the cluster starts with the default timers; its first leader
+// becomes S: the others restart with 10 s timers, then S restarts with
+// 3 s ones and wins the election that follows (no other node stands for
+// 10 s), then the others restart with the defaults. A holder takes "ctl"
+// on S and keeps writing to the register; a probe whose client knows only
+// the other two waits for "ctl" (NOT_LEADER from both until S is cut
+// off); then S's Raft link goes down for 5 s. (Which node wins a first
+// election depends on how the founders bootstrap, so the slow timers go
+// to whichever did.)
 
 const (
 	ctlName = "ctl"
-	slowFor = 3 * time.Second // n1's Raft timers
+	slowFor = 3 * time.Second // the old leader's Raft timers
 )
 
 // TestControlWithoutGraceOverlaps: with the grace off, the checker reports
@@ -76,21 +80,38 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 	slow := []string{"-raft-heartbeat-timeout=" + slowFor.String(), "-raft-election-timeout=" + slowFor.String(),
 		"-raft-leader-lease-timeout=" + slowFor.String()}
 	late := []string{"-raft-heartbeat-timeout=10s", "-raft-election-timeout=10s"}
-	c := newCluster(t, nw, bin, env, 3, slow, late, late)
+	c := newCluster(t, nw, bin, env, 3)
 	c.startAll()
-	if l := c.waitLeader(); l != 1 {
-		t.Fatalf("n%d won the first election, want n1 (the only node with timers under 10 s)", l)
+	c.settle()
+	s := c.leader()
+	var others []int
+	for i := 1; i <= 3; i++ {
+		if i != s {
+			others = append(others, i)
+		}
 	}
-	for _, i := range []int{2, 3} {
+	for _, i := range others {
+		c.kill(i)
+		c.node(i).flags = late
+		c.start(i)
+		c.waitFollows(i, s)
+	}
+	c.kill(s)
+	c.node(s).flags = slow
+	c.start(s)
+	if l := c.waitLeader(); l != s {
+		t.Fatalf("n%d won the election, want n%d (the only node with timers under 10 s)", l, s)
+	}
+	for _, i := range others {
 		c.kill(i)
 		c.node(i).flags = nil
 		c.start(i)
-		c.waitFollows(i, 1)
+		c.waitFollows(i, s)
 	}
 
 	w := newWorkload()
 	t.Cleanup(func() { w.stop() })
-	w.loops(t, 8, c.clientAddrs(), names)
+	w.loops(t, 8, 0, c.clientAddrs(), names)
 	hc, err := baton.New(c.clientAddrs(), baton.WithLease(lease), baton.WithOwner("holder"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +122,7 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 	}
 	holderDone := make(chan *hold, 1)
 	go func() { holderDone <- w.work(-1, l, time.Minute, 50*time.Millisecond) }()
-	pc, err := baton.New([]string{nw.clientAddr(2), nw.clientAddr(3)}, baton.WithLease(lease), baton.WithOwner("probe"))
+	pc, err := baton.New(c.others(s), baton.WithLease(lease), baton.WithOwner("probe"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +137,14 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 			w.idle(50 * time.Millisecond)
 		}
 	}()
-	time.Sleep(300 * time.Millisecond) // the probe is turned away by n2 and n3 meanwhile
+	time.Sleep(300 * time.Millisecond) // the probe is turned away by the others meanwhile
 
 	cutAt := time.Now()
-	nw.setRaftLink(t, 1, false)
+	nw.setRaftLink(t, s, false)
 	select {
 	case holder = <-holderDone:
 	case <-time.After(grantWait):
-		t.Fatalf("the holder on n1 did not see its loss within %v of the cut", grantWait)
+		t.Fatalf("the holder on n%d did not see its loss within %v of the cut", s, grantWait)
 	}
 	select {
 	case probe = <-probeDone:
@@ -133,7 +154,7 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 	if rest := cutFor - time.Since(cutAt); rest > 0 {
 		time.Sleep(rest)
 	}
-	nw.setRaftLink(t, 1, true)
+	nw.setRaftLink(t, s, true)
 	t.Logf("cut at %s: holder %v; probe %v", cutAt.Format("15:04:05.000"), holder, probe)
 	holds, writes := w.stop()
 	return check(holds, writes), probe, holder

@@ -13,14 +13,15 @@ import (
 // The fault tests run only when BATON_CLUSTER_FAULTS is set (to anything
 // but 0): they take minutes and want root for network namespaces, so a
 // plain `go test ./...` skips them, saying so; .ci/clusterfaults.sh sets it.
-// BATON_CLUSTER_SCHEDULE=long runs many windows of each fault instead of
-// one (BATON_CLUSTER_ROUNDS sets how many; 20 by default, about 10 minutes).
+// BATON_CLUSTER_SCHEDULE=long runs many rounds of the schedule instead of
+// one (BATON_CLUSTER_ROUNDS sets how many; 17 by default, some 200 faults
+// in about an hour).
 // BATON_CLUSTER_NETNS=0 forces the loopback network; BATON_CLUSTER_LOGS=dir
 // keeps every node's log there.
 const gateVar = "BATON_CLUSTER_FAULTS"
 
 // batonBin is the normal build, faultBin the faultinject build (with the
-// test-only grace knob); both empty when the fault tests do not run, and
+// test-only mutation knobs); both empty when the fault tests do not run, and
 // skipReason says why.
 var batonBin, faultBin, skipReason string
 

@@ -173,13 +173,29 @@ func (c *testCluster) kill(i int) {
 	nd.up = false
 }
 
-// terminate sends SIGTERM to node i and waits for exit 0.
+// termWait bounds a SIGTERM's exit: Raft's shutdown waits out dials to a
+// peer whose link is cut (10 s each).
+const termWait = 45 * time.Second
+
+// terminate sends SIGTERM to node i and waits for exit 0. A node that
+// does not exit gets SIGQUIT, so that its goroutines' stacks are in its
+// log, before the test fails.
 func (c *testCluster) terminate(i int) {
 	c.t.Helper()
 	nd := c.node(i)
 	nd.p.Signal(c.t, syscall.SIGTERM)
-	if code := nd.p.Wait(c.t, startWait); code != 0 {
-		c.t.Errorf("node n%d exited %d after SIGTERM, want 0", i, code)
+	select {
+	case <-nd.p.Exited:
+	case <-time.After(termWait):
+		nd.p.Signal(c.t, syscall.SIGQUIT)
+		select {
+		case <-nd.p.Exited:
+		case <-time.After(5 * time.Second):
+		}
+		c.t.Fatalf("node n%d still running %v after SIGTERM; its goroutines (SIGQUIT):\n%s", i, termWait, tail(nd.log.String(), 400))
+	}
+	if nd.p.Code != 0 {
+		c.t.Errorf("node n%d exited %d after SIGTERM, want 0", i, nd.p.Code)
 	}
 	nd.up = false
 }
@@ -219,7 +235,11 @@ type clusterView struct {
 	Role   string `json:"role"`
 	Term   uint64 `json:"term"`
 	Epoch  uint64 `json:"epoch"`
-	Leader *struct {
+	// LeaseBoundMs and GraceRemainingMs: the committed lease bound, and
+	// how much of a leader's failover grace is left.
+	LeaseBoundMs     int64 `json:"lease_bound_ms"`
+	GraceRemainingMs int64 `json:"grace_remaining_ms"`
+	Leader           *struct {
 		ID string `json:"id"`
 	} `json:"leader"`
 }
@@ -284,18 +304,24 @@ func (nd *node) handoverNote() string {
 	}
 	for _, l := range strings.Split(log, "\n") {
 		var e struct {
-			Msg      string `json:"msg"`
-			Bound    string `json:"handoff_bound"`
-			Transfer string `json:"transfer"`
-			Holders  int    `json:"holders"`
-			Err      string `json:"err"`
+			Msg       string `json:"msg"`
+			Handoff   string `json:"handoff"`
+			OldBound  string `json:"handoff_bound"`
+			AllClosed *bool  `json:"all_closed"`
+			Transfer  string `json:"transfer"`
+			Holders   int    `json:"holders"`
+			Err       string `json:"err"`
 		}
 		if json.Unmarshal([]byte(l), &e) != nil {
 			continue
 		}
 		switch {
 		case e.Msg == "leadership handed over":
-			return fmt.Sprintf("handed over: %d holders, handoff bound %s, transfer %s", e.Holders, e.Bound, e.Transfer)
+			closed := ""
+			if e.AllClosed != nil {
+				closed = fmt.Sprintf(" (all closed: %v)", *e.AllClosed)
+			}
+			return fmt.Sprintf("handed over: %d holders%s, handoff %s, transfer %s", e.Holders, closed, e.Handoff+e.OldBound, e.Transfer)
 		case strings.Contains(e.Msg, "handover incomplete"):
 			return "handover incomplete: " + e.Err
 		}

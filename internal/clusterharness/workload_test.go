@@ -102,10 +102,11 @@ func newWorkload() *workload {
 	return w
 }
 
-// loops starts n client loops with addrs over names; the loops end at stop.
-func (w *workload) loops(t *testing.T, n int, addrs, names []string) {
+// loops starts n client loops (ids from firstID) with addrs over names;
+// the loops end at stop.
+func (w *workload) loops(t *testing.T, n, firstID int, addrs, names []string) {
 	t.Helper()
-	for i := range n {
+	for i := firstID; i < firstID+n; i++ {
 		c, err := baton.New(addrs, baton.WithLease(lease), baton.WithOwner(fmt.Sprintf("loop-%d", i)),
 			baton.WithDialTimeout(time.Second))
 		if err != nil {
@@ -140,6 +141,7 @@ func (w *workload) acquire(c *baton.Client, name string) (*baton.Lock, error) {
 	if err != nil && w.ctx.Err() == nil {
 		// The kind: the text without the lock's name, up to the details.
 		kind := strings.ReplaceAll(err.Error(), fmt.Sprintf("%q", name), "NAME")
+		kind = strings.Join(strings.Fields(kind), " ") // one line (an error per address has several)
 		if i := strings.Index(kind, " ("); i > 0 {
 			kind = kind[:i]
 		}
@@ -159,14 +161,14 @@ func (w *workload) acquire(c *baton.Client, name string) (*baton.Lock, error) {
 // resource busy).
 func (w *workload) work(id int, l *baton.Lock, d, every time.Duration) *hold {
 	h := &hold{client: id, name: l.Name(), token: l.Token(), granted: time.Now()}
-	w.mu.Lock()
-	w.holds = append(w.holds, h)
-	w.mu.Unlock()
 	lostAt := make(chan time.Time, 1)
 	stop := context.AfterFunc(l.Context(), func() { lostAt <- time.Now() })
 	if seen := w.reg.read(h.name); seen > h.token {
 		h.readAbove = seen
 	}
+	w.mu.Lock()
+	w.holds = append(w.holds, h)
+	w.mu.Unlock()
 	done := time.NewTimer(d)
 	var tick <-chan time.Time
 	if every > 0 {
@@ -210,6 +212,25 @@ func (w *workload) stop() ([]*hold, []regWrite) {
 	return append([]*hold(nil), w.holds...), append([]regWrite(nil), w.reg.writes...)
 }
 
+// snapshot returns every hold and register write so far, while the
+// workload runs; a hold still running ends now in it.
+func (w *workload) snapshot() ([]*hold, []regWrite) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	now := time.Now()
+	var hs []*hold
+	for _, h := range w.holds {
+		c := *h
+		if c.ended.IsZero() {
+			c.ended = now
+		}
+		hs = append(hs, &c)
+	}
+	return hs, append([]regWrite(nil), w.reg.writes...)
+}
+
 // firstGrant is the first grant at or after t0 whose token's epoch is above
 // epoch; nil if none yet.
 func (w *workload) firstGrant(t0 time.Time, epoch uint64) *hold {
@@ -249,11 +270,14 @@ type lazyString func() string
 func (f lazyString) String() string { return f() }
 
 // idle waits d, or less if the workload stops meanwhile.
-func (w *workload) idle(d time.Duration) {
+func (w *workload) idle(d time.Duration) { idle(w.ctx, d) }
+
+// idle waits d, or less if ctx ends meanwhile.
+func idle(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-w.ctx.Done():
+	case <-ctx.Done():
 	}
 }
