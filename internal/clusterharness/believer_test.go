@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // A believer is a raw wire client that holds a lock for many seconds and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // Two process-level scenarios, each built to show one way two clients can
