@@ -8,6 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,12 +27,27 @@ import (
 //
 //   - a founder that a peer reports as having held the log (opJoined)
 //     refuses to start, and says how to come back under a new id;
-//   - a founder that a peer with state does not know as such (it never
-//     received the log: it was started late) starts without bootstrapping,
-//     and the leader sends it the log;
-//   - a founder bootstraps only once a majority of the founders, itself
-//     included, said that they have no state either, or have nothing but
-//     the founders' configuration (no epoch yet: founded a moment ago).
+//   - a founder that the cluster's serving leader does not know as such
+//     (it never received the log: it was started late) starts without
+//     bootstrapping, admits only the founders until the leader has sent it
+//     the configuration, and gets the log. Only the leader's answer counts
+//     for that: another founder may lag and not know yet;
+//   - a founder bootstraps once a majority of the founders, itself
+//     included, has answered and none knows of an epoch (no state, or
+//     nothing but the founders' configuration: being founded a moment
+//     ago);
+//   - otherwise (a founder that knows of an epoch, no leader answering)
+//     it waits.
+//
+// Its limit: a founder that never received an epoch (down since the
+// cluster was founded) cannot tell that the others committed some; if it
+// is the only founder a wiped founder can reach, with the rest down, the
+// two could found the cluster again.
+//
+// A node answers from what it keeps on disk (the cluster id and the
+// members that hold the log, written as they are applied: marker), since
+// a restarted node's state machine learns the log only once a leader says
+// what is committed.
 //
 // The question is one line on a Raft connection, behind a byte no Raft
 // message starts with; over TLS it goes only between members, like Raft.
@@ -49,7 +67,14 @@ type helloReply struct {
 	ClusterID string `json:"cluster_id,omitempty"`
 	// Joined says that the asking node is recorded as holding the log.
 	Joined bool `json:"joined"`
+	// Leader says that the answering node serves as the cluster's leader:
+	// its state machine has every committed entry, so its "not joined" is
+	// the cluster's.
+	Leader bool `json:"leader,omitempty"`
 }
+
+// maxHelloLine bounds a hello's question.
+const maxHelloLine = 1024
 
 // helloTimeout bounds one hello, and helloEvery is how often the founders
 // are asked again while no decision can be made.
@@ -67,7 +92,7 @@ type helloAnswerer func(asker string) helloReply
 // plain TCP, where the question's own word is all there is).
 func answerHello(conn net.Conn, rest []byte, peer string, answer *atomic.Pointer[helloAnswerer], self string) {
 	conn.SetDeadline(time.Now().Add(helloTimeout))
-	line, err := bufio.NewReader(io.MultiReader(bytesReader(rest), conn)).ReadBytes('\n')
+	line, err := bufio.NewReader(io.LimitReader(io.MultiReader(bytesReader(rest), conn), maxHelloLine)).ReadBytes('\n')
 	if err != nil {
 		return
 	}
@@ -137,12 +162,15 @@ func decideBootstrap(cfg Config, log *slog.Logger, dial func(raft.ServerAddress,
 	quorum := len(cfg.Peers)/2 + 1
 	lastLog := time.Time{}
 	for {
-		// Every founder is asked before deciding: one that has not applied
-		// the latest record yet must not speak for the others.
-		empty := 1 // this node
+		// A majority of the founders must answer before anything but a
+		// refusal is decided: one founder that lags (a restarted node that
+		// has not learnt what is committed yet) must not speak for the
+		// others. Any founder with Raft state means the cluster exists.
+		answered := 1 // this node, with no state
 		var unreachable []string
-		var exists *helloReply
-		var existsFrom string
+		var fromLeader *helloReply
+		var leaderID string
+		withState := 0
 		for _, p := range cfg.Peers {
 			if p.ID == cfg.NodeID {
 				continue
@@ -151,33 +179,35 @@ func decideBootstrap(cfg Config, log *slog.Logger, dial func(raft.ServerAddress,
 			switch {
 			case err != nil:
 				unreachable = append(unreachable, fmt.Sprintf("%s (%v)", p.ID, err))
+				continue
 			case r.HasState && r.Joined:
 				return 0, fmt.Errorf("%w: %s, a member of cluster %s, says node %q held the log. A member that lost its data must not rejoin under its id "+
 					"(its empty log could elect a leader that misses committed entries, and fencing tokens could go back). "+
 					"Remove it (baton cluster remove %s), then start this node with a new -node-id, -join and an empty -data-dir, "+
 					"and add it (baton cluster add NEW-ID %s)", ErrLostData, p.ID, clusterName(r.ClusterID), cfg.NodeID, cfg.NodeID, cfg.RaftAddr)
-			case r.HasState && r.ClusterID == "":
-				// Founded a moment ago, no epoch yet: nothing was committed
-				// that an empty log could lose. Bootstrap alike.
-				empty++
-			case r.HasState:
-				exists, existsFrom = &r, p.ID
-			default:
-				empty++
+			case r.HasState && r.Leader:
+				fromLeader, leaderID = &r, p.ID
+				withState++
+			case r.HasState && r.ClusterID != "":
+				withState++
 			}
+			// A founder with no state, or with nothing but the founders'
+			// configuration and no epoch it knows of (on disk), counts as
+			// founding: the cluster is being founded a moment ago.
+			answered++
 		}
-		if exists != nil {
-			log.Info("the cluster exists and this founder never held its log: starting without bootstrapping; the leader will send the log",
-				"node", cfg.NodeID, "told_by", existsFrom, "cluster_id", exists.ClusterID)
+		switch {
+		case fromLeader != nil:
+			log.Info("the cluster exists and its leader says this founder never held its log: starting without bootstrapping; the leader will send the log",
+				"node", cfg.NodeID, "leader", leaderID, "cluster_id", fromLeader.ClusterID)
 			return joinLate, nil
-		}
-		if empty >= quorum {
+		case withState == 0 && answered >= quorum:
 			return bootstrapNew, nil
 		}
 		if time.Since(lastLog) >= 10*time.Second {
 			lastLog = time.Now()
-			log.Warn("no Raft state here: waiting for a majority of the founders to say whether the cluster exists before bootstrapping",
-				"node", cfg.NodeID, "without_state", empty, "need", quorum, "unreachable", unreachable)
+			log.Warn("no Raft state here: waiting for a majority of the founders to say that the cluster does not exist yet, or for its leader to say whether this node held its log",
+				"node", cfg.NodeID, "answered", answered, "need", quorum, "with_state", withState, "unreachable", unreachable)
 		}
 		select {
 		case <-stop:
@@ -194,12 +224,74 @@ func clusterName(id string) string {
 	return id
 }
 
-// helloFor is this node's answer to asker once Raft runs.
+// helloFor is this node's answer to asker once Raft runs: from the state
+// machine and the marker on disk, whichever knows more.
 func (n *Node) helloFor(asker string) helloReply {
 	st := n.fsm.get()
-	joined := false
-	for _, m := range st.Joined {
-		joined = joined || m == asker
+	m := n.marker()
+	id := st.ClusterID
+	if id == "" {
+		id = m.ClusterID
 	}
-	return helloReply{Node: n.cfg.NodeID, HasState: n.r().LastIndex() > 0, ClusterID: st.ClusterID, Joined: joined}
+	joined := slices.Contains(st.Joined, asker) || slices.Contains(m.Joined, asker)
+	return helloReply{Node: n.cfg.NodeID, HasState: n.r().LastIndex() > 0, ClusterID: id, Joined: joined, Leader: n.leading.Load()}
+}
+
+// clusterMarker is what a node keeps on disk of the replicated state for
+// the founders' question: raft/cluster.json.
+type clusterMarker struct {
+	ClusterID string   `json:"cluster_id"`
+	Joined    []string `json:"joined"`
+}
+
+const markerFile = "cluster.json"
+
+// readMarker reads dir's marker; none yet is the zero marker.
+func readMarker(dir string) (clusterMarker, error) {
+	var m clusterMarker
+	b, err := os.ReadFile(filepath.Join(dir, markerFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", filepath.Join(dir, markerFile), err)
+	}
+	return m, nil
+}
+
+// writeMarker replaces dir's marker durably (a temporary file, fsync,
+// rename, fsync of the directory).
+func writeMarker(dir string, m clusterMarker) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, markerFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, markerFile)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

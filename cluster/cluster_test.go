@@ -592,6 +592,7 @@ func (*nullServer) EndTerm(server.EndReason, string) (int, <-chan struct{}) {
 	return 0, c
 }
 func (*nullServer) MaxLease() time.Duration       { return 0 }
+func (*nullServer) Serving() bool                 { return false }
 func (*nullServer) GraceRemaining() time.Duration { return 0 }
 
 // TestDefaultTimersFailoverBudget: with 1 s leases, the first grant on a new leader within 2.5 s of a kill -9 of the old one.

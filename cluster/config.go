@@ -116,6 +116,8 @@ func (c Config) Validate() error {
 	switch {
 	case !self && !c.Join:
 		return fmt.Errorf("peers: this node %q is not in the list; start it with -join to wait to be added", c.NodeID)
+	case c.Join && c.TLS != nil && len(c.Peers) == 0:
+		return fmt.Errorf("join: over TLS a node waiting to be added admits only the current members, named in -peers (id=raft-host:port,...): give them")
 	case self && c.Join:
 		return fmt.Errorf("join: node %q is a founding member in -peers; -join is for a node added later", c.NodeID)
 	case c.HeartbeatTimeout < 20*time.Millisecond:

@@ -131,6 +131,12 @@ var errStaleEpoch = errors.New("cluster: command of an epoch that is no longer c
 type fsm struct {
 	mu sync.Mutex
 	st state
+	// record, if set, is called (outside mu, on Raft's FSM goroutine) when
+	// the cluster id or the members that hold the log change, so that the
+	// node keeps them on disk: Raft replays the log into the state only
+	// once a leader says what is committed, and a restarted node must be
+	// able to answer a founder's question before that (bootstrap.go).
+	record func(clusterID string, joined []string)
 }
 
 func newFSM() *fsm { return &fsm{st: state{Nodes: map[string]nodeAddrs{}}} }
@@ -144,7 +150,19 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return fmt.Errorf("cluster: undecodable log entry %d: %w", l.Index, err)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	before, beforeJoined := f.st.ClusterID, len(f.st.Joined)
+	res := f.applyLocked(c, l.Index)
+	changed := f.st.ClusterID != before || len(f.st.Joined) != beforeJoined
+	id, joined := f.st.ClusterID, slices.Clone(f.st.Joined)
+	f.mu.Unlock()
+	if changed && f.record != nil {
+		f.record(id, joined)
+	}
+	return res
+}
+
+// applyLocked applies c. f.mu must be held.
+func (f *fsm) applyLocked(c command, index uint64) any {
 	switch c.Op {
 	case opEpoch:
 		return f.applyEpochLocked(c)
@@ -175,7 +193,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		slices.Sort(f.st.Joined)
 		return nil
 	}
-	return fmt.Errorf("cluster: unknown command %q in log entry %d", c.Op, l.Index)
+	return fmt.Errorf("cluster: unknown command %q in log entry %d", c.Op, index)
 }
 
 // applyEpochLocked starts the next epoch. Its grace is graceOf the state

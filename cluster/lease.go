@@ -166,15 +166,6 @@ func (l *leaderLease) recomputeLocked() {
 	}
 }
 
-// reset forgets every acknowledgement: called when this node wins an
-// election, so that what the lease says in a term was acknowledged in it.
-func (l *leaderLease) reset() {
-	l.mu.Lock()
-	clear(l.acked)
-	l.until.Store(0)
-	l.mu.Unlock()
-}
-
 // leaseTransport is Raft's transport with the leader lease's bookkeeping:
 // every AppendEntries this node sends is timed, and a reply in the same
 // term acknowledges the send.

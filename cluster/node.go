@@ -41,6 +41,7 @@ type Server interface {
 	EndTerm(reason server.EndReason, msg string) (holders int, allClosed <-chan struct{})
 	MaxLease() time.Duration
 	GraceRemaining() time.Duration
+	Serving() bool
 }
 
 var _ Server = (*server.Server)(nil)
@@ -74,6 +75,12 @@ type Node struct {
 	// epoch is the epoch this node serves while leading, and epochIndex
 	// the index of its entry in the log.
 	epoch, epochIndex atomic.Uint64
+	// markerDir is where the marker lives ("" over the in-memory
+	// transport: nothing kept), and markerV the marker as last read or
+	// written.
+	markerDir string
+	markerMu  sync.Mutex
+	markerV   clusterMarker
 	// served is the last epoch whose grace this node recorded as served
 	// whole (opServed). Owned by the leader loop.
 	served uint64
@@ -192,6 +199,15 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		stop:      make(chan struct{}), done: make(chan struct{}),
 	}
 	rt, real := trans.(*raftTransport)
+	if real {
+		n.markerDir = filepath.Join(cfg.DataDir, "raft")
+		m, err := readMarker(n.markerDir)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		n.markerV = m
+		n.fsm.record = n.record
+	}
 	if !real || has || cfg.Join {
 		if real && !has {
 			rt.beforeRaft(nil) // no configuration yet: any node certificate, as a joining node admits
@@ -247,12 +263,45 @@ func (n *Node) startRaft(rc *raft.Config, logs raft.LogStore, stable raft.Stable
 	n.lease.setConfig(func() raft.Configuration { return r.GetConfiguration().Configuration() })
 	// Over TLS the transport admits only the members of r's configuration.
 	if t, ok := n.transport.(*leaseTransport).Transport.(*raftTransport); ok {
-		t.follow(r)
+		t.follow(r, n.cfg.Peers)
 		t.answerHellos(n.helloFor)
 	}
 	n.rp.Store(r)
 	close(n.raftUp)
 	return nil
+}
+
+// marker is the marker as last read or written.
+func (n *Node) marker() clusterMarker {
+	n.markerMu.Lock()
+	defer n.markerMu.Unlock()
+	return clusterMarker{ClusterID: n.markerV.ClusterID, Joined: slices.Clone(n.markerV.Joined)}
+}
+
+// record keeps the cluster id and the members that hold the log on disk
+// (fsm.record), merged with what the marker already says: a replay from
+// the start of the log must not make it forget.
+func (n *Node) record(clusterID string, joined []string) {
+	n.markerMu.Lock()
+	defer n.markerMu.Unlock()
+	m := n.markerV
+	if m.ClusterID == "" {
+		m.ClusterID = clusterID
+	}
+	for _, j := range joined {
+		if !slices.Contains(m.Joined, j) {
+			m.Joined = append(m.Joined, j)
+		}
+	}
+	slices.Sort(m.Joined)
+	if m.ClusterID == n.markerV.ClusterID && slices.Equal(m.Joined, n.markerV.Joined) {
+		return
+	}
+	if err := writeMarker(n.markerDir, m); err != nil {
+		n.log.Error("cannot keep the cluster's record on disk: a founder that loses its data may not be told it held the log", "err", err)
+		return
+	}
+	n.markerV = m
 }
 
 // r is this node's Raft, nil while a founder with no state still asks the
@@ -470,7 +519,11 @@ func (n *Node) run() {
 			}
 		case <-n.termLost:
 			// The server ended every session; the term is over. Take a
-			// new epoch if Raft still says this node leads.
+			// new epoch if Raft still says this node leads. (A signal
+			// older than the term the server now serves is stale.)
+			if n.srv.Serving() {
+				continue
+			}
 			n.leading.Store(false)
 			n.log.Warn("leader lease ran out: every session ended with NOT_LEADER", "node", n.cfg.NodeID, "epoch", n.epoch.Load())
 			if r.State() == raft.Leader {
@@ -533,8 +586,9 @@ func (n *Node) begin(res epochResult) {
 	}
 	// The leader lease must hold before the first grant or confirmation:
 	// the epoch's commit needed a quorum, and heartbeats follow within a
-	// few milliseconds.
-	deadline := time.Now().Add(n.cfg.HeartbeatTimeout)
+	// few milliseconds. (If it does not, the first grant or confirmation
+	// fails closed, and the next epoch waits the crash grace.)
+	deadline := time.Now().Add(2 * n.cfg.HeartbeatTimeout)
 	for !n.lease.valid(time.Now()) && time.Now().Before(deadline) {
 		time.Sleep(n.cfg.HeartbeatTimeout / 20)
 	}
@@ -544,6 +598,11 @@ func (n *Node) begin(res epochResult) {
 	n.fastBound.Store(int64(res.LeaseBound))
 	n.noted.Store(0)
 	n.lowerTo = res.LeaseBound
+	// A lapse signal of an earlier term must not end this one.
+	select {
+	case <-n.termLost:
+	default:
+	}
 	// leading first: a session admitted by BeginTerm must find NoteLease
 	// willing.
 	n.leading.Store(true)

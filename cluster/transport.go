@@ -180,20 +180,35 @@ type raftTransport struct {
 
 // follow makes the stream admit the members of r's configuration. Open
 // calls it once Raft exists; until then no peer is admitted, but for the
-// founders while they are asked whether to bootstrap (beforeRaft).
-func (t *raftTransport) follow(r *raft.Raft) {
-	m := raftMembers(r)
+// founders while they are asked whether to bootstrap (beforeRaft). While
+// r has no configuration yet (a node waiting to be added, or a founder
+// that started after the others formed the cluster), it admits the nodes
+// of fallback: the -peers it was given. Only a node given none admits any
+// node certificate then (Config.Validate refuses that over TLS).
+func (t *raftTransport) follow(r *raft.Raft, fallback []Peer) {
+	servers := peerServers(fallback)
+	m := membership(func() []raft.Server {
+		if conf := r.GetConfiguration().Configuration().Servers; len(conf) > 0 {
+			return conf
+		}
+		return servers
+	})
 	t.stream.members.Store(&m)
+}
+
+func peerServers(peers []Peer) []raft.Server {
+	var servers []raft.Server
+	for _, p := range peers {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+	}
+	return servers
 }
 
 // beforeRaft makes the stream admit the nodes of peers (the founders) while
 // a node with no state asks them whether the cluster exists, and answer
 // their same question: no state here.
 func (t *raftTransport) beforeRaft(peers []Peer) {
-	var servers []raft.Server
-	for _, p := range peers {
-		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-	}
+	servers := peerServers(peers)
 	m := membership(func() []raft.Server { return servers })
 	t.stream.members.Store(&m)
 }
@@ -214,7 +229,8 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft-addr %q: %w", cfg.RaftAddr, err)
 	}
-	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, conns: map[net.Conn]struct{}{}}
+	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, conns: map[net.Conn]struct{}{},
+		admitted: make(chan net.Conn), done: make(chan struct{}), handshaking: map[string]int{}}
 	if cfg.TLS == nil {
 		st.ln, err = net.Listen("tcp", cfg.RaftAddr)
 	} else {
@@ -223,6 +239,8 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft listener %s: %w", cfg.RaftAddr, err)
 	}
+	st.wg.Add(1)
+	go st.acceptLoop()
 	return &raftTransport{NetworkTransport: raft.NewNetworkTransportWithLogger(st, transportPool, transportTimeout, logger), stream: st}, nil
 }
 
@@ -242,10 +260,31 @@ type stream struct {
 	self  string
 	hello atomic.Pointer[helloAnswerer]
 
+	// admitted carries accepted connections whose handshake passed (over
+	// TLS) to Accept; acceptLoop owns the listener.
+	admitted chan net.Conn
+	done     chan struct{}
+	wg       sync.WaitGroup
+
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
+	// handshaking counts the inbound handshakes in progress, by source IP.
+	handshaking map[string]int
+	inFlight    int
 }
+
+// Bounds of the Raft port's accept, against connections that never finish
+// a handshake: each in progress costs a goroutine and TLS state (Raft's own
+// 256 KiB buffers come only with an admitted connection).
+const (
+	handshakeTimeout   = 2 * time.Second
+	maxHandshakes      = 128 // in progress at once
+	maxHandshakesPerIP = 8
+	// maxInbound caps the open inbound connections: members open a few
+	// each (Raft's pool), so only a flood reaches it.
+	maxInbound = 256
+)
 
 func (s *stream) membership() membership {
 	if m := s.members.Load(); m != nil {
@@ -300,27 +339,131 @@ func (s *stream) track(c net.Conn, peer string) (net.Conn, error) {
 	return &trackedConn{Conn: c, s: s, peer: peer}, nil
 }
 
-func (s *stream) Accept() (net.Conn, error) {
-	c, err := s.ln.Accept()
+// acceptLoop accepts connections and hands each to a goroutine of its own
+// that runs its TLS handshake (a member's certificate, within
+// handshakeTimeout) before Raft sees it, within the bounds above: what an
+// unauthenticated connection can cost is a bounded few, never Raft's
+// buffers.
+func (s *stream) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(backoff):
+			case <-s.done:
+				return
+			}
+			continue
+		}
+		backoff = 0
+		ip := remoteIP(c)
+		if !s.startHandshake(ip) {
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.endHandshake(ip)
+			tc, err := s.admitInbound(c)
+			if err != nil {
+				c.Close()
+				return
+			}
+			select {
+			case s.admitted <- tc:
+			case <-s.done:
+				tc.Close()
+			}
+		}()
+	}
+}
+
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
+}
+
+// startHandshake takes a handshake slot for ip; false if every slot, or
+// ip's share, is taken, or too many connections are open.
+func (s *stream) startHandshake(ip string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight >= maxHandshakes || s.handshaking[ip] >= maxHandshakesPerIP || len(s.conns) >= maxInbound {
+		return false
+	}
+	s.inFlight++
+	s.handshaking[ip]++
+	return true
+}
+
+func (s *stream) endHandshake(ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	if s.handshaking[ip]--; s.handshaking[ip] <= 0 {
+		delete(s.handshaking, ip)
+	}
+}
+
+// admitInbound runs an accepted connection's handshake, which checks the
+// peer's certificate (serverTLS), and tracks it.
+func (s *stream) admitInbound(c net.Conn) (net.Conn, error) {
+	peer := ""
+	if tc, ok := c.(*tls.Conn); ok {
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			return nil, err
+		}
+		tc.SetDeadline(time.Time{})
+		peer, _ = NodeIdentity(tc.ConnectionState().PeerCertificates[0]) // verified in the handshake
+	}
+	t, err := s.track(c, peer)
 	if err != nil {
 		return nil, err
 	}
-	tc, err := s.track(c, "")
-	if err == nil {
-		tc.(*trackedConn).inbound = true
+	t.(*trackedConn).inbound = true
+	return t, nil
+}
+
+func (s *stream) Accept() (net.Conn, error) {
+	select {
+	case c := <-s.admitted:
+		return c, nil
+	case <-s.done:
+		return nil, net.ErrClosed
 	}
-	return tc, err
 }
 
 func (s *stream) Close() error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
 	s.closed = true
+	close(s.done)
 	for c := range s.conns {
 		c.Close()
 	}
 	clear(s.conns)
 	s.mu.Unlock()
-	return s.ln.Close()
+	err := s.ln.Close()
+	s.wg.Wait() // the accept loop, and handshakes within handshakeTimeout
+	return err
 }
 
 func (s *stream) Addr() net.Addr { return s.adv }
@@ -343,43 +486,20 @@ func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn,
 }
 
 // trackedConn leaves its stream's set when closed. Over TLS it knows its
-// peer's node id: an accepted connection learns it in its handshake,
-// which it runs within transportTimeout on its first read or write (not
-// in the accept loop, and never open-ended); every read and write checks
+// peer's node id (the handshake, inbound in acceptLoop, outbound in Dial,
+// is done before Raft gets the connection); every read and write checks
 // that the peer is still a member.
 type trackedConn struct {
 	net.Conn
 	s *stream
 
-	handshake sync.Once
-	hsErr     error
-	peer      string
+	peer string
 	// inbound is set on accepted connections until their first read, which
 	// may be a founder's hello instead of Raft (see bootstrap.go).
 	inbound bool
 }
 
-func (c *trackedConn) ready() error {
-	tc, ok := c.Conn.(*tls.Conn)
-	if !ok {
-		return nil
-	}
-	c.handshake.Do(func() {
-		if c.peer != "" { // dialed: handshaken already
-			return
-		}
-		tc.SetDeadline(time.Now().Add(transportTimeout))
-		if c.hsErr = tc.Handshake(); c.hsErr != nil {
-			return
-		}
-		tc.SetDeadline(time.Time{})
-		c.peer, _ = NodeIdentity(tc.ConnectionState().PeerCertificates[0]) // verified in the handshake
-	})
-	if c.hsErr != nil {
-		return c.hsErr
-	}
-	return c.member()
-}
+func (c *trackedConn) ready() error { return c.member() }
 
 // member closes the connection of a peer that is no longer a member.
 func (c *trackedConn) member() error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -285,7 +286,7 @@ func TestRaftMembershipOverTLS(t *testing.T) {
 	nodes, peers := tlsCluster(t, ca, 3)
 	addr4 := loopbackAddrs(t, 1)[0]
 	n4cert := ca.Node(t, "n4")
-	n4 := openTLSNode(t, ca, n4cert, "n4", addr4, nil, true)
+	n4 := openTLSNode(t, ca, n4cert, "n4", addr4, peers, true) // the current members, whom it admits until it is added
 	// Before it is added, n4 is no member: refused.
 	probe := func(leaf *testcerts.Leaf) error {
 		var resp raft.AppendEntriesResponse
@@ -489,5 +490,83 @@ func BenchmarkMemberCheck(b *testing.B) {
 		if err := stillMember(m, "n3"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestJoiningNodeAdmitsOnlyItsPeers: over TLS, a node waiting to be added
+// admits only the current members named in its -peers, not any node
+// certificate of the CA (a decommissioned node's, another cluster's):
+// one could otherwise hand it a forged log at a huge term and, once it is
+// added, take the cluster over. Without -peers it does not start.
+func TestJoiningNodeAdmitsOnlyItsPeers(t *testing.T) {
+	ca := testcerts.NewCA(t, "one CA for several clusters")
+	_, peers := tlsCluster(t, ca, 3)
+	addr4 := loopbackAddrs(t, 1)[0]
+	cfg := testConfig("n4")
+	cfg.RaftAddr, cfg.Join, cfg.DataDir = addr4, true, t.TempDir()
+	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Node(t, "n4").TLS}, RootCAs: ca.Pool()}
+	if _, err := Open(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "-peers") {
+		t.Fatalf("a joining node over TLS without -peers: %v, want refused, naming -peers", err)
+	}
+	openTLSNode(t, ca, ca.Node(t, "n4"), "n4", addr4, peers, true)
+	var resp raft.AppendEntriesResponse
+	err := rawRaft(t, ca.Node(t, "n9-decommissioned").TLS).AppendEntries("n4", raft.ServerAddress(addr4),
+		&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}, Term: 1000000}, &resp)
+	if err == nil {
+		t.Fatalf("a node certificate that is not among the joining node's peers was answered (term %d)", resp.Term)
+	}
+}
+
+// TestRaftPortBoundsHandshakes: connections that open the Raft port and
+// never finish a handshake cost no Raft buffers and are cut within the
+// handshake timeout; past the bounds they are closed at once, and a
+// member still gets through.
+func TestRaftPortBoundsHandshakes(t *testing.T) {
+	ca := testcerts.NewCA(t, "cluster CA")
+	nodes, peers := tlsCluster(t, ca, 3)
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range maxHandshakesPerIP + 20 {
+		c, err := net.Dial("tcp", peers[0].RaftAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	// Past this IP's share, connections are closed at once; the others
+	// wait in their handshake (well inside its timeout here).
+	closed, waiting := 0, 0
+	at := time.Now().Add(handshakeTimeout / 4) // one deadline: well before any handshake's
+	for _, c := range idle[maxHandshakesPerIP:] {
+		c.SetReadDeadline(at)
+		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++
+		}
+	}
+	for _, c := range idle[:maxHandshakesPerIP] {
+		c.SetReadDeadline(time.Now().Add(handshakeTimeout / 20))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			waiting++
+		}
+	}
+	if closed != 20 || waiting != maxHandshakesPerIP {
+		t.Errorf("past the per-address share: %d of 20 closed at once (want all); within it: %d of %d waiting in their handshake (want all)", closed, waiting, maxHandshakesPerIP)
+	}
+	// The ones in a handshake are cut within its timeout.
+	start := time.Now()
+	for _, c := range idle[:maxHandshakesPerIP] {
+		c.SetReadDeadline(time.Now().Add(3 * handshakeTimeout))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("an idle connection was kept %v, past the handshake timeout %v", time.Since(start), handshakeTimeout)
+		}
+	}
+	// The cluster still works: a member's appends go through.
+	l := waitLeading(t, nodes)
+	if err := l.apply(command{Op: opJoined, Members: []string{l.cfg.NodeID}}); err != nil {
+		t.Fatalf("a write after the flood: %v", err)
 	}
 }
