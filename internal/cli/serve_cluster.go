@@ -38,7 +38,7 @@ func (o *clusterOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's `name` in a cluster; with -raft-addr and -peers it turns on replicated mode")
 	fs.StringVar(&o.raftAddr, "raft-addr", "", "`host:port` of the Raft listener, reachable by the other nodes")
 	fs.StringVar(&o.peers, "peers", "", "the founding members, `id=host:port,...` (Raft addresses), the same on every node, this node included")
-	fs.BoolVar(&o.join, "join", false, "start a node that is not in -peers with an empty data-dir and wait to be added (baton cluster add)")
+	fs.BoolVar(&o.join, "join", false, "start a node that is not a founder with an empty data-dir and wait to be added (baton cluster add); -peers then names the current members, whom it admits until it is added (required over TLS)")
 	fs.StringVar(&o.advertiseAddr, "advertise-addr", "", "client `host:port` handed out in NOT_LEADER and /v1/cluster (default -addr)")
 	fs.StringVar(&o.advertiseOpsAddr, "advertise-ops-addr", "", "ops `host:port` handed out in /v1/cluster and used by followers to reach the leader (default -ops-addr)")
 	fs.DurationVar(&o.heartbeatTimeout, "raft-heartbeat-timeout", def.HeartbeatTimeout, "Raft: how long a follower waits for the leader before it stands for election")
