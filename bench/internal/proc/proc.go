@@ -30,7 +30,13 @@ type Process struct {
 // Start runs name with args. The child gets its own process group so a
 // Ctrl-C at the terminal reaches only the bench, which stops it in order.
 func Start(name string, args ...string) (*Process, error) {
+	return StartEnv(nil, name, args...)
+}
+
+// StartEnv is Start with the child's environment env (nil: the bench's).
+func StartEnv(env []string, name string, args ...string) (*Process, error) {
 	cmd := exec.Command(name, args...)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &Process{Cmd: cmd, done: make(chan struct{})}
 	stdin, err := cmd.StdinPipe()
