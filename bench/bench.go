@@ -187,7 +187,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	// Baton: the real server, a process of its own.
 	var systems []system.System
 	var srv *batonsys.Server
-	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"] || o.scenarios["floor"] || o.scenarios["polling"]
+	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["semaphore"] || o.scenarios["detect"] || o.scenarios["floor"] || o.scenarios["polling"]
 	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
 		var extra []string
 		if o.scenarios["floor"] {
@@ -315,6 +315,9 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 				res.Cycles = append(res.Cycles, c)
 			}
 		}
+	}
+	if o.scenarios["semaphore"] {
+		runSemaphore(ctx, o, srv, res, logf, failOrSkip)
 	}
 	if o.scenarios["detect"] && srv != nil {
 		for i, lease := range sz.detectLeases {

@@ -1,0 +1,154 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/batonlock/baton/bench/internal/scenario"
+	"github.com/batonlock/baton/bench/internal/stats"
+)
+
+// semKey is one system at one hold, over its rounds.
+type semKey struct {
+	system string
+	hold   time.Duration
+}
+
+// SemaphoreMarkdown renders the semaphore scenario: each system's figures
+// at each hold (medians over the rounds), then Baton against each other
+// system, round by round.
+func SemaphoreMarkdown(r *Results) string {
+	if len(r.Semaphore) == 0 {
+		return ""
+	}
+	var (
+		b     strings.Builder
+		keys  []semKey
+		runs  = map[semKey][]scenario.SemaphoreResult{}
+		baton string
+	)
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	for _, s := range r.Semaphore {
+		k := semKey{s.System, s.Hold}
+		if runs[k] == nil {
+			keys = append(keys, k)
+		}
+		runs[k] = append(runs[k], s)
+		if baton == "" && strings.HasPrefix(s.System, "baton") {
+			baton = s.System
+		}
+	}
+	slices.SortStableFunc(keys, func(a, b semKey) int {
+		return cmp.Or(cmp.Compare(a.hold, b.hold), strings.Compare(a.system, b.system))
+	})
+	first := r.Semaphore[0]
+	w("### Semaphore: %d slots, %d contenders\n\n", first.Limit, first.Contenders)
+	w("Each contender takes one of the name's %d slots, holds it, gives it back and at once asks again, so every slot let go has a waiter. Handover: from a holder's release call to a waiter's return with the slot, both in the bench process, each grant paired with the earliest release not yet paired (slots go to the waiters in queue order). Slot changes/s: those grants a second. Server CPU: the server process's CPU time over the window ÷ slot changes. Most holders: the most contenders that held a slot at once, from their return with it to their release call; the run fails if it passes the limit. Each figure is the median over the rounds, the systems in turn in each round, the first one changing from round to round.\n\n", first.Limit)
+	w("| system | hold | rounds | handover p50 | handover p99 | slot changes/s | server CPU / slot change | most holders | fairness max/min | errors |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, k := range keys {
+		rs := runs[k]
+		minG, maxG, most, errs := -1, 0, 0, 0
+		for _, s := range rs {
+			if minG < 0 || s.GrantsMin < minG {
+				minG = s.GrantsMin
+			}
+			maxG, most, errs = max(maxG, s.GrantsMax), max(most, s.MostHolders), errs+s.Errors
+		}
+		cpu := "–"
+		if c := medianOf(rs, func(s scenario.SemaphoreResult) float64 { return float64(s.ServerCPUPerChange) }); c > 0 {
+			cpu = Dur(time.Duration(c))
+		}
+		w("| %s | %s | %d | %s | %s | %.0f | %s | %d | %s | %d |\n", k.system, holdText(k.hold), len(rs),
+			Dur(time.Duration(medianOf(rs, func(s scenario.SemaphoreResult) float64 { return float64(s.Handover.P50) }))),
+			Dur(time.Duration(medianOf(rs, func(s scenario.SemaphoreResult) float64 { return float64(s.Handover.P99) }))),
+			medianOf(rs, func(s scenario.SemaphoreResult) float64 { return s.SlotChangesPerSec }),
+			cpu, most, Fairness(minG, maxG), errs)
+	}
+	w("\n")
+	if rows := semaphoreRatios(baton, keys, runs); rows != "" {
+		w("Baton (%s) ÷ each other system, per round and the median of the rounds: below 1 for the handover and the CPU, above 1 for slot changes a second, is in Baton's favour.\n\n", baton)
+		w("| hold | against | handover p50 | each round | slot changes/s | each round | server CPU / slot change | each round |\n")
+		w("|---:|---|---:|---|---:|---|---:|---|\n")
+		w("%s\n", rows)
+	}
+	return b.String()
+}
+
+// semaphoreRatios is a table row per hold and other system: Baton's
+// figure ÷ the other's, in each round both ran, and their median.
+func semaphoreRatios(baton string, keys []semKey, runs map[semKey][]scenario.SemaphoreResult) string {
+	if baton == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, k := range keys {
+		if k.system == baton {
+			continue
+		}
+		ours := map[int]scenario.SemaphoreResult{}
+		for _, s := range runs[semKey{baton, k.hold}] {
+			ours[s.Round] = s
+		}
+		var lat, rate, cpu []float64
+		for _, theirs := range runs[k] {
+			o, ok := ours[theirs.Round]
+			if !ok {
+				continue
+			}
+			lat = append(lat, ratioOr0(float64(o.Handover.P50), float64(theirs.Handover.P50)))
+			rate = append(rate, ratioOr0(o.SlotChangesPerSec, theirs.SlotChangesPerSec))
+			cpu = append(cpu, ratioOr0(float64(o.ServerCPUPerChange), float64(theirs.ServerCPUPerChange)))
+		}
+		if len(lat) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", holdText(k.hold), k.system,
+			times(stats.Median(lat)), eachRound(lat), times(stats.Median(rate)), eachRound(rate), times(stats.Median(cpu)), eachRound(cpu))
+	}
+	return b.String()
+}
+
+func medianOf(rs []scenario.SemaphoreResult, f func(scenario.SemaphoreResult) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, s := range rs {
+		xs[i] = f(s)
+	}
+	return stats.Median(xs)
+}
+
+func ratioOr0(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// times renders a ratio, or "–" for none.
+func times(x float64) string {
+	if x <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+func eachRound(xs []float64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = "–"
+		if x > 0 {
+			s[i] = fmt.Sprintf("%.2f", x)
+		}
+	}
+	return strings.Join(s, " · ")
+}
+
+func holdText(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return Dur(d)
+}
