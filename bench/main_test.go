@@ -65,7 +65,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("%d semaphore runs, want 2 (baton-wire back to back and with a hold)", len(r.Semaphore))
 	}
 	for _, s := range r.Semaphore {
-		if s.System != "baton-wire" || s.Handover.N == 0 || s.SlotChangesPerSec <= 0 || s.Errors != 0 || s.ServerCPUPerChange <= 0 {
+		if s.System != "baton-wire" || s.Handover.N == 0 || s.SlotChangesPerSec <= 0 || s.Errors != 0 || s.ServerCPUPerChange <= 0 || s.ServerMean <= 0 {
 			t.Errorf("semaphore run without figures: %+v", s)
 		}
 		// A hold keeps every slot taken but for the handovers: the

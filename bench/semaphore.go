@@ -75,13 +75,20 @@ func runSemaphore(ctx context.Context, o *options, srv *batonsys.Server, res *re
 				cfg := scenario.SemaphoreConfig{Limit: semLimit, Contenders: semContenders, Hold: hold, Duration: o.duration,
 					Name: fmt.Sprintf("sem-%s-r%d-h%d", s.sys.Name(), round, hi), Round: round + 1, ServerPID: s.pid}
 				logf("semaphore: %s, round %d, limit %d, %d contenders, hold %v, %v", s.sys.Name(), round+1, cfg.Limit, cfg.Contenders, hold, cfg.Duration)
+				var m0 map[string]float64
+				if srv != nil && s.pid == srv.PID() {
+					m0, _ = srv.Metrics(ctx)
+				}
 				r, err := scenario.Semaphore(ctx, s.sys, cfg)
+				if m0 != nil {
+					r.ServerMean = serverHandoverMean(ctx, srv, m0)
+				}
 				if err != nil {
 					failOrSkip(s.sys.Name(), "semaphore %s, hold %v: %v", s.sys.Name(), hold, err)
 					continue
 				}
-				logf("  handover p50 %s p99 %s; %.0f slot changes/s; server CPU %s each; at most %d holders; fairness %s; %d errors",
-					report.Dur(r.Handover.P50), report.Dur(r.Handover.P99), r.SlotChangesPerSec, report.Dur(r.ServerCPUPerChange),
+				logf("  handover p50 %s p99 %s (server mean %s); %.0f slot changes/s; server CPU %s each; at most %d holders; fairness %s; %d errors",
+					report.Dur(r.Handover.P50), report.Dur(r.Handover.P99), report.Dur(r.ServerMean), r.SlotChangesPerSec, report.Dur(r.ServerCPUPerChange),
 					r.MostHolders, report.Fairness(r.GrantsMin, r.GrantsMax), r.Errors)
 				res.Semaphore = append(res.Semaphore, r)
 			}

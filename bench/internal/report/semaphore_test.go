@@ -18,8 +18,10 @@ func TestSemaphoreMarkdown(t *testing.T) {
 			GrantsMin: 10, GrantsMax: 12, MostHolders: 4}
 	}
 	us := time.Microsecond
+	withMean := run("baton-wire", 1, 0, 100*us, 8000, 50*us)
+	withMean.ServerMean = 30 * us
 	r := &Results{Semaphore: []scenario.SemaphoreResult{
-		run("baton-wire", 1, 0, 100*us, 8000, 50*us),
+		withMean,
 		run("dflockd", 1, 0, 200*us, 4000, 100*us),
 		run("dflockd", 2, 0, 300*us, 2000, 100*us), // Baton's round 2 failed: no ratio for it
 		run("baton-wire", 1, time.Millisecond, 300*us, 3000, 0),
@@ -30,9 +32,9 @@ func TestSemaphoreMarkdown(t *testing.T) {
 	md := SemaphoreMarkdown(r)
 	for _, want := range []string{
 		"### Semaphore: 4 slots, 16 contenders",
-		"| baton-wire | none | 1 | 100.0 µs | 200.0 µs | 8000 | 50.0 µs | 4 | 1.20 (12/10) | 0 |",
-		"| dflockd | none | 2 | 250.0 µs | 500.0 µs | 3000 | 100.0 µs | 4 | 1.20 (12/10) | 0 |",
-		"| baton-wire | 1.00 ms | 2 | 400.0 µs | 800.0 µs | 2500 | – |",
+		"| baton-wire | none | 1 | 100.0 µs | 200.0 µs | 30.0 µs | 8000 | 50.0 µs | 4 | 1.20 (12/10) | 0 |",
+		"| dflockd | none | 2 | 250.0 µs | 500.0 µs | – | 3000 | 100.0 µs | 4 | 1.20 (12/10) | 0 |",
+		"| baton-wire | 1.00 ms | 2 | 400.0 µs | 800.0 µs | – | 2500 | – |",
 		"| none | dflockd | 0.50× | 0.50 | 2.00× | 2.00 | 0.50× | 0.50 |",
 		"| 1.00 ms | dflockd | 0.75× | 0.50 · 1.00 | 1.15× | 1.50 · 0.80 | – | – · – |",
 	} {

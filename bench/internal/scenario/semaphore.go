@@ -51,8 +51,11 @@ type SemaphoreResult struct {
 	// ServerCPUPerChange is the server's CPU time over the window divided
 	// by the slot changes, with SemaphoreConfig.ServerPID.
 	ServerCPUPerChange time.Duration `json:"server_cpu_per_change_ns,omitempty"`
-	Errors             int           `json:"errors"`
-	LastError          string        `json:"last_error,omitempty"`
+	// ServerMean is, for Baton, the server's own mean handover time over
+	// the run (baton_handover_latency_seconds), set by the caller.
+	ServerMean time.Duration `json:"server_mean_ns,omitempty"`
+	Errors     int           `json:"errors"`
+	LastError  string        `json:"last_error,omitempty"`
 }
 
 // Semaphore runs cfg.Contenders clients on one semaphore of cfg.Limit
