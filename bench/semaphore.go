@@ -87,8 +87,12 @@ func runSemaphore(ctx context.Context, o *options, srv *batonsys.Server, res *re
 					failOrSkip(s.sys.Name(), "semaphore %s, hold %v: %v", s.sys.Name(), hold, err)
 					continue
 				}
-				logf("  handover p50 %s p99 %s (server mean %s); %.0f slot changes/s; server CPU %s each; at most %d holders; fairness %s; %d errors",
-					report.Dur(r.Handover.P50), report.Dur(r.Handover.P99), report.Dur(r.ServerMean), r.SlotChangesPerSec, report.Dur(r.ServerCPUPerChange),
+				mean := ""
+				if r.ServerMean > 0 {
+					mean = " (server mean " + report.Dur(r.ServerMean) + ")"
+				}
+				logf("  handover p50 %s p99 %s%s; %.0f slot changes/s; server CPU %s each; at most %d holders; fairness %s; %d errors",
+					report.Dur(r.Handover.P50), report.Dur(r.Handover.P99), mean, r.SlotChangesPerSec, report.Dur(r.ServerCPUPerChange),
 					r.MostHolders, report.Fairness(r.GrantsMin, r.GrantsMax), r.Errors)
 				res.Semaphore = append(res.Semaphore, r)
 			}

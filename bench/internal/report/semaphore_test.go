@@ -20,13 +20,15 @@ func TestSemaphoreMarkdown(t *testing.T) {
 	us := time.Microsecond
 	withMean := run("baton-wire", 1, 0, 100*us, 8000, 50*us)
 	withMean.ServerMean = 30 * us
+	unfair := run("dflockd", 1, time.Millisecond, 600*us, 2000, 0)
+	unfair.GrantsMin, unfair.GrantsMax = 5, 15
 	r := &Results{Semaphore: []scenario.SemaphoreResult{
 		withMean,
 		run("dflockd", 1, 0, 200*us, 4000, 100*us),
 		run("dflockd", 2, 0, 300*us, 2000, 100*us), // Baton's round 2 failed: no ratio for it
 		run("baton-wire", 1, time.Millisecond, 300*us, 3000, 0),
 		run("baton-wire", 3, time.Millisecond, 500*us, 2000, 0),
-		run("dflockd", 1, time.Millisecond, 600*us, 2000, 0),
+		unfair,
 		run("dflockd", 3, time.Millisecond, 500*us, 2500, 0),
 	}}
 	md := SemaphoreMarkdown(r)
@@ -35,6 +37,7 @@ func TestSemaphoreMarkdown(t *testing.T) {
 		"| baton-wire | none | 1 | 100.0 µs | 200.0 µs | 30.0 µs | 8000 | 50.0 µs | 4 | 1.20 (12/10) | 0 |",
 		"| dflockd | none | 2 | 250.0 µs | 500.0 µs | – | 3000 | 100.0 µs | 4 | 1.20 (12/10) | 0 |",
 		"| baton-wire | 1.00 ms | 2 | 400.0 µs | 800.0 µs | – | 2500 | – |",
+		"| dflockd | 1.00 ms | 2 | 550.0 µs | 1.10 ms | – | 2250 | – | 4 | 3.00 (15/5) | 0 |",
 		"| none | dflockd | 0.50× | 0.50 | 2.00× | 2.00 | 0.50× | 0.50 |",
 		"| 1.00 ms | dflockd | 0.75× | 0.50 · 1.00 | 1.15× | 1.50 · 0.80 | – | – · – |",
 	} {
