@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,16 +188,18 @@ func TestDflockdCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close() // ends a Lock that ignored its ctx
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	start := time.Now()
-	err = c.Lock(ctx, "pool")
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Lock: %v, want the deadline", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Lock returned %v after its deadline of 100ms", d)
+	locked := make(chan error, 1)
+	go func() { locked <- c.Lock(ctx, "pool") }()
+	select {
+	case err := <-locked:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock: %v, want the deadline", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatalf("Lock still waiting %v after its deadline of 100ms", waitLimit)
 	}
 	select {
 	case <-f.closed:
@@ -247,15 +250,19 @@ func TestFindDflockd(t *testing.T) {
 }
 
 // TestStartDflockdFails: a binary that exits at once is reported with
-// what it wrote.
+// what it wrote; it was given the address on its command line, and none
+// of the caller's DFLOCKD_* variables, which would override it.
 func TestStartDflockdFails(t *testing.T) {
+	t.Setenv("DFLOCKD_PORT", "6388")
 	bin := filepath.Join(t.TempDir(), "dflockd")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'configuration error: nope' >&2\nexit 1\n"), 0o755); err != nil {
+	script := "#!/bin/sh\necho \"configuration error: $* (DFLOCKD_PORT ${DFLOCKD_PORT:-unset})\" >&2\nexit 1\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	_, err := StartDflockd(t.Context(), bin)
-	if err == nil || !strings.Contains(err.Error(), "exited before serving: configuration error: nope") {
-		t.Errorf("StartDflockd: %v, want its stderr", err)
+	want := regexp.MustCompile(`exited before serving: configuration error: --host 127\.0\.0\.1 --port \d+ \(DFLOCKD_PORT unset\)`)
+	if err == nil || !want.MatchString(err.Error()) {
+		t.Errorf("StartDflockd: %v, want %s", err, want)
 	}
 }
 

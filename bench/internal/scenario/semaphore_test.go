@@ -17,13 +17,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeSemaphore is a FIFO semaphore in this process. It keeps slots
 // slots whatever limit its clients ask for, and grants a waiter a slot
-// delay after the release that frees it.
+// delay after the release that frees it. The n-th slot taken free (from
+// 0) is handed over n × stagger late, so that the slots do not all
+// change hands at the same moments.
 type fakeSemaphore struct {
-	slots int
-	delay time.Duration
+	slots   int
+	delay   time.Duration
+	stagger time.Duration
 
 	mu      sync.Mutex
 	held    int
+	free    int // slots taken free so far
 	waiting []chan struct{}
 }
 
@@ -41,7 +45,10 @@ func (c fakeSlotClient) Lock(ctx context.Context, _ string) error {
 	f.mu.Lock()
 	if f.held < f.slots && len(f.waiting) == 0 {
 		f.held++
+		late := time.Duration(f.free) * f.stagger
+		f.free++
 		f.mu.Unlock()
+		time.Sleep(late)
 		return nil
 	}
 	granted := make(chan struct{})
@@ -88,13 +95,17 @@ func (c fakeSlotClient) Close() error { return nil }
 // holders at once and no more.
 func TestSemaphoreMeasuresHandover(t *testing.T) {
 	const delay = 20 * time.Millisecond
-	f := &fakeSemaphore{slots: 4, delay: delay}
-	res, err := Semaphore(t.Context(), f, SemaphoreConfig{Limit: 4, Contenders: 16, Hold: 2 * time.Millisecond, Duration: 500 * time.Millisecond, Name: "s"})
+	// Each slot is held 20 ms and handed over in 20 ms; the slots start
+	// 3 ms apart, so when one is granted the other three have been let
+	// go too, later: a grant paired with the latest release would show
+	// 11 ms.
+	f := &fakeSemaphore{slots: 4, delay: delay, stagger: 3 * time.Millisecond}
+	res, err := Semaphore(t.Context(), f, SemaphoreConfig{Limit: 4, Contenders: 16, Hold: 20 * time.Millisecond, Duration: 500 * time.Millisecond, Name: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Handover.N < 20 {
-		t.Fatalf("%d handovers in 500ms, want at least 20 (4 slots changing every ~22ms)", res.Handover.N)
+		t.Fatalf("%d handovers in 500ms, want at least 20 (4 slots changing every ~40ms)", res.Handover.N)
 	}
 	// Timers fire late on a loaded machine, never early; the upper bound
 	// leaves room for that, and is far below a grant paired with the
