@@ -98,31 +98,30 @@ func startDflockdAt(ctx context.Context, bin string, port int) (*DflockdServer, 
 		return nil, err
 	}
 	s := &DflockdServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), p: p}
-	deadline := time.Now().Add(dflockdStartTimeout)
-	for {
-		if strings.Contains(p.Stderr(), "msg=listening") {
-			var d net.Dialer
-			dctx, cancel := context.WithTimeout(ctx, time.Second)
-			conn, err := d.DialContext(dctx, "tcp", s.Addr)
-			cancel()
-			if err == nil {
-				conn.Close()
-				return s, nil
-			}
+	err = p.Await(ctx, dflockdStartTimeout, func() bool {
+		if !strings.Contains(p.Stderr(), "msg=listening") {
+			return false
 		}
-		select {
-		case <-p.Done():
-			return nil, fmt.Errorf("dflockd %s exited before serving: %s", bin, strings.TrimSpace(p.Stderr()))
-		case <-ctx.Done():
-			s.Stop()
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		conn, err := d.DialContext(dctx, "tcp", s.Addr)
+		if err == nil {
+			conn.Close()
 		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("dflockd %s (pid %d) did not serve %s within %v: %s", bin, p.PID(), s.Addr, dflockdStartTimeout, strings.TrimSpace(p.Stderr()))
-		}
+		return err == nil
+	})
+	switch {
+	case errors.Is(err, proc.ErrExited):
+		return nil, fmt.Errorf("dflockd %s exited before serving: %s", bin, strings.TrimSpace(p.Stderr()))
+	case ctx.Err() != nil:
+		s.Stop()
+		return nil, ctx.Err()
+	case err != nil:
+		s.Stop()
+		return nil, fmt.Errorf("dflockd %s (pid %d) did not serve %s within %v: %s", bin, p.PID(), s.Addr, dflockdStartTimeout, strings.TrimSpace(p.Stderr()))
 	}
+	return s, nil
 }
 
 // PID is the server's process id.

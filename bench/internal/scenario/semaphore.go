@@ -75,111 +75,55 @@ func Semaphore(ctx context.Context, sys system.Semaphores, cfg SemaphoreConfig) 
 	}
 	defer closeClients(clients)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
 		base      = time.Now()
 		line      = newReleaseLine(cfg.Limit)
-		measuring atomic.Bool
-		stop      = make(chan struct{})
-		entered   atomic.Int64
 		holders   atomic.Int64
 		most      atomic.Int64
-		errs      atomic.Int64
-		lastErr   atomic.Value
-		grants    = make([]atomic.Int64, len(clients))
 		rec       stats.Recorder
-		wg        sync.WaitGroup
+		serverCPU func() time.Duration
+		cpu       time.Duration
 	)
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
-	for id, c := range clients {
-		wg.Go(func() {
-			entered.Add(1)
-			for !stopped() {
-				if err := c.Lock(runCtx, cfg.Name); err != nil {
-					if runCtx.Err() != nil {
-						return
-					}
-					errs.Add(1)
-					lastErr.Store(err.Error())
-					sleepUntil(stop, 10*time.Millisecond)
-					continue
-				}
-				at := time.Since(base)
-				n := holders.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				if latency, paired := line.grant(at); paired && measuring.Load() {
-					rec.Add(latency)
-					grants[id].Add(1)
-				}
-				if cfg.Hold > 0 {
-					sleepUntil(stop, cfg.Hold)
-				}
-				holders.Add(-1)
-				line.release(time.Since(base))
-				if err := c.Unlock(runCtx, cfg.Name); err != nil && runCtx.Err() == nil {
-					errs.Add(1)
-					lastErr.Store(err.Error())
-				}
+	run, err := contend(ctx, clients, contendConfig{
+		system: sys.Name(), name: cfg.Name, hold: cfg.Hold, duration: cfg.Duration,
+		onWindow: func(open bool) {
+			if open {
+				serverCPU = serverCPUFrom(cfg.ServerPID)
+			} else {
+				cpu = serverCPU()
 			}
-		})
-	}
-
-	// The window opens once every client has asked (or after 10 s).
-	settle := time.Now().Add(10 * time.Second)
-	for entered.Load() < int64(len(clients)) && time.Now().Before(settle) && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
-	sleepCtx(ctx, 100*time.Millisecond)
-	serverCPU := serverCPUFrom(cfg.ServerPID)
-	measuring.Store(true)
-	start := time.Now()
-	sleepCtx(ctx, cfg.Duration)
-	measuring.Store(false)
-	window := time.Since(start)
-	cpu := serverCPU()
-	close(stop)
-	// Every holder lets go and leaves; the waiters get the slots in turn.
-	if !waitTimeout(&wg, 10*time.Second) {
-		cancel()
-		if !waitTimeout(&wg, 10*time.Second) {
-			return res, fmt.Errorf("%s: clients still blocked 10s after their context ended", sys.Name())
-		}
-	}
-
+		},
+		granted: func(measuring bool) bool {
+			at := time.Since(base)
+			n := holders.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			latency, paired := line.grant(at)
+			if paired && measuring {
+				rec.Add(latency)
+			}
+			return paired && measuring
+		},
+		releasing: func(bool) {
+			holders.Add(-1)
+			line.release(time.Since(base))
+		},
+	})
 	res.Handover = rec.Summary()
-	res.SlotChangesPerSec = float64(res.Handover.N) / window.Seconds()
+	res.SlotChangesPerSec = float64(res.Handover.N) / run.window.Seconds()
 	if res.Handover.N > 0 {
 		res.ServerCPUPerChange = cpu / time.Duration(res.Handover.N)
 	}
-	res.GrantsMin, res.GrantsMax = -1, 0
-	for i := range grants {
-		g := int(grants[i].Load())
-		if res.GrantsMin < 0 || g < res.GrantsMin {
-			res.GrantsMin = g
-		}
-		res.GrantsMax = max(res.GrantsMax, g)
-	}
+	res.GrantsMin, res.GrantsMax = run.grantsMin, run.grantsMax
 	res.MostHolders = int(most.Load())
-	res.Errors = int(errs.Load())
-	if s, ok := lastErr.Load().(string); ok {
-		res.LastError = s
-	}
+	res.Errors, res.LastError = run.errors, run.lastError
 	switch {
-	case ctx.Err() != nil:
-		return res, ctx.Err()
+	case err != nil:
+		return res, err
 	case res.MostHolders > cfg.Limit:
 		return res, fmt.Errorf("%s: %d clients held a slot at once, limit %d", sys.Name(), res.MostHolders, cfg.Limit)
 	case res.Handover.N == 0:
-		return res, fmt.Errorf("%s: no slot changed hands in %v (%d errors, last: %s)", sys.Name(), window, res.Errors, res.LastError)
+		return res, fmt.Errorf("%s: no slot changed hands in %v (%d errors, last: %s)", sys.Name(), run.window, res.Errors, res.LastError)
 	}
 	return res, nil
 }
