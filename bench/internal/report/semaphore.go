@@ -46,9 +46,9 @@ func SemaphoreMarkdown(r *Results) string {
 	})
 	first := r.Semaphore[0]
 	w("### Semaphore: %d slots, %d contenders\n\n", first.Limit, first.Contenders)
-	w("Each contender takes one of the name's %d slots, holds it, gives it back and at once asks again, so every slot let go has a waiter. Handover: from a holder's release call to a waiter's return with the slot, both in the bench process, each grant paired with the earliest release not yet paired (slots go to the waiters in queue order). Slot changes/s: those grants a second. Server mean: Baton's own `baton_handover_latency_seconds` over the run (end of the holder's session to the push written), the server's share of the handover. Server CPU: the server process's CPU time over the window ÷ slot changes. Most holders: the most contenders that held a slot at once, from their return with it to their release call; the run fails if it passes the limit. Fairness: the most grants one contender got over the fewest, in the least fair round. Each other figure is the median over the rounds, the systems in turn in each round, the first one changing from round to round.\n\n", first.Limit)
-	w("| system | hold | rounds | handover p50 | handover p99 | server mean | slot changes/s | server CPU / slot change | most holders | fairness max/min | errors |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("Each contender takes one of the name's %d slots, holds it, gives it back and at once asks again, so every slot let go has a waiter. Handover: from a holder's release call to a waiter's return with the slot, both in the bench process, each grant paired with the earliest release not yet paired (slots go to the waiters in queue order). Slot changes/s: those grants a second, which follow the mean handover more than the p50. Server mean: Baton's own `baton_handover_latency_seconds` over the run (end of the holder's session to the push written), the server's share of the handover. Server CPU: the server process's CPU time over the window ÷ slot changes. Most holders: the most contenders that held a slot at once, from their return with it to their release call; the run fails if it passes the limit. Fairness: the most grants one contender got over the fewest, in the least fair round. Each other figure is the median over the rounds, the systems in turn in each round, the first one changing from round to round.\n\n", first.Limit)
+	w("| system | hold | rounds | handover p50 | handover p99 | handover mean | server mean | slot changes/s | server CPU / slot change | most holders | fairness max/min | errors |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, k := range keys {
 		rs := runs[k]
 		// Fairness is the least fair round's: rounds differ in length
@@ -61,9 +61,10 @@ func SemaphoreMarkdown(r *Results) string {
 			}
 			most, errs = max(most, s.MostHolders), errs+s.Errors
 		}
-		w("| %s | %s | %d | %s | %s | %s | %.0f | %s | %d | %s | %d |\n", k.system, holdText(k.hold), len(rs),
+		w("| %s | %s | %d | %s | %s | %s | %s | %.0f | %s | %d | %s | %d |\n", k.system, holdText(k.hold), len(rs),
 			medianDur(rs, func(s scenario.SemaphoreResult) time.Duration { return s.Handover.P50 }),
 			medianDur(rs, func(s scenario.SemaphoreResult) time.Duration { return s.Handover.P99 }),
+			medianDur(rs, func(s scenario.SemaphoreResult) time.Duration { return s.Handover.Mean }),
 			medianDur(rs, func(s scenario.SemaphoreResult) time.Duration { return s.ServerMean }),
 			medianOf(rs, func(s scenario.SemaphoreResult) float64 { return s.SlotChangesPerSec }),
 			medianDur(rs, func(s scenario.SemaphoreResult) time.Duration { return s.ServerCPUPerChange }),

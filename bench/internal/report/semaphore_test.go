@@ -14,7 +14,7 @@ import (
 func TestSemaphoreMarkdown(t *testing.T) {
 	run := func(sys string, round int, hold, p50 time.Duration, rate float64, cpu time.Duration) scenario.SemaphoreResult {
 		return scenario.SemaphoreResult{System: sys, Round: round, Limit: 4, Contenders: 16, Hold: hold,
-			Handover: stats.Summary{N: 100, P50: p50, P99: 2 * p50}, SlotChangesPerSec: rate, ServerCPUPerChange: cpu,
+			Handover: stats.Summary{N: 100, P50: p50, P99: 2 * p50, Mean: p50 + p50/2}, SlotChangesPerSec: rate, ServerCPUPerChange: cpu,
 			GrantsMin: 10, GrantsMax: 12, MostHolders: 4}
 	}
 	us := time.Microsecond
@@ -34,10 +34,10 @@ func TestSemaphoreMarkdown(t *testing.T) {
 	md := SemaphoreMarkdown(r)
 	for _, want := range []string{
 		"### Semaphore: 4 slots, 16 contenders",
-		"| baton-wire | none | 1 | 100.0 µs | 200.0 µs | 30.0 µs | 8000 | 50.0 µs | 4 | 1.20 (12/10) | 0 |",
-		"| dflockd | none | 2 | 250.0 µs | 500.0 µs | – | 3000 | 100.0 µs | 4 | 1.20 (12/10) | 0 |",
-		"| baton-wire | 1.00 ms | 2 | 400.0 µs | 800.0 µs | – | 2500 | – |",
-		"| dflockd | 1.00 ms | 2 | 550.0 µs | 1.10 ms | – | 2250 | – | 4 | 3.00 (15/5) | 0 |",
+		"| baton-wire | none | 1 | 100.0 µs | 200.0 µs | 150.0 µs | 30.0 µs | 8000 | 50.0 µs | 4 | 1.20 (12/10) | 0 |",
+		"| dflockd | none | 2 | 250.0 µs | 500.0 µs | 375.0 µs | – | 3000 | 100.0 µs | 4 | 1.20 (12/10) | 0 |",
+		"| baton-wire | 1.00 ms | 2 | 400.0 µs | 800.0 µs | 600.0 µs | – | 2500 | – |",
+		"| dflockd | 1.00 ms | 2 | 550.0 µs | 1.10 ms | 825.0 µs | – | 2250 | – | 4 | 3.00 (15/5) | 0 |",
 		"| none | dflockd | 0.50× | 0.50 | 2.00× | 2.00 | 0.50× | 0.50 |",
 		"| 1.00 ms | dflockd | 0.75× | 0.50 · 1.00 | 1.15× | 1.50 · 0.80 | – | – · – |",
 	} {

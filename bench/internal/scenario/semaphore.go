@@ -97,6 +97,7 @@ func Semaphore(ctx context.Context, sys system.Semaphores, cfg SemaphoreConfig) 
 			at := time.Since(base)
 			n := holders.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				// another holder raised most first: compare again
 			}
 			latency, paired := line.grant(at)
 			if paired && measuring {
