@@ -187,7 +187,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	// Baton: the real server, a process of its own.
 	var systems []system.System
 	var srv *batonsys.Server
-	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["detect"] || o.scenarios["floor"] || o.scenarios["polling"]
+	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["semaphore"] || o.scenarios["detect"] || o.scenarios["floor"] || o.scenarios["polling"]
 	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
 		var extra []string
 		if o.scenarios["floor"] {
@@ -265,12 +265,7 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 				}
 				h, err := scenario.Handover(ctx, s, cfg)
 				if m0 != nil {
-					if m1, err := srv.Metrics(ctx); err == nil {
-						if n := m1["baton_handover_latency_seconds_count"] - m0["baton_handover_latency_seconds_count"]; n > 0 {
-							sum := m1["baton_handover_latency_seconds_sum"] - m0["baton_handover_latency_seconds_sum"]
-							h.ServerMean = time.Duration(sum / n * 1e9)
-						}
-					}
+					h.ServerMean = serverHandoverMean(ctx, srv, m0)
 				}
 				if err != nil {
 					failOrSkip(s.Name(), "handover %s with %d waiters: %v", s.Name(), cfg.Waiters, err)
@@ -315,6 +310,9 @@ func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 				res.Cycles = append(res.Cycles, c)
 			}
 		}
+	}
+	if o.scenarios["semaphore"] {
+		runSemaphore(ctx, o, srv, res, logf, failOrSkip)
 	}
 	if o.scenarios["detect"] && srv != nil {
 		for i, lease := range sz.detectLeases {
@@ -454,6 +452,22 @@ func has(systems []system.System, name string) bool {
 		}
 	}
 	return false
+}
+
+// serverHandoverMean is Baton's own mean handover time since its metrics
+// read m0 (baton_handover_latency_seconds: from the end of the holder's
+// session to the push written), or 0 if none or unknown.
+func serverHandoverMean(ctx context.Context, srv *batonsys.Server, m0 map[string]float64) time.Duration {
+	m1, err := srv.Metrics(ctx)
+	if err != nil {
+		return 0
+	}
+	n := m1["baton_handover_latency_seconds_count"] - m0["baton_handover_latency_seconds_count"]
+	if n <= 0 {
+		return 0
+	}
+	sum := m1["baton_handover_latency_seconds_sum"] - m0["baton_handover_latency_seconds_sum"]
+	return time.Duration(sum / n * 1e9)
 }
 
 // commandLine is how this run was invoked, for the results.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/batonlock/baton/bench/internal/peers"
 )
 
 type options struct {
@@ -23,6 +25,8 @@ type options struct {
 	floorSess   int
 	floorRounds int
 	floorBefore string
+	dflockd     string // the dflockd binary of the semaphore scenario
+	semRounds   int
 
 	// Hidden: the roles the bench re-executes itself in.
 	role        string
@@ -41,14 +45,14 @@ type options struct {
 	clusterFlags []string // extra flags of every cluster node
 }
 
-var allScenarios = []string{"baseline", "handover", "polling", "cycles", "detect", "scale", "floor", "cluster", "failover"}
+var allScenarios = []string{"baseline", "handover", "polling", "cycles", "semaphore", "detect", "scale", "floor", "cluster", "failover"}
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scen := fs.String("scenario", "all", "comma-separated scenarios: "+strings.Join(allScenarios, ",")+", or all (the baseline always runs)")
-	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, baton-cluster: the cluster and failover scenarios, redis, redis-1ms: redis retrying every millisecond, postgres, etcd, zookeeper); empty: every one available")
+	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, baton-cluster: the cluster and failover scenarios, redis, redis-1ms: redis retrying every millisecond, postgres, etcd, zookeeper, and in the semaphore scenario dflockd: a connection per claim, dflockd-conn: one kept connection per client, beside baton-wire, which baton selects there too); empty: every one available")
 	fs.BoolVar(&o.smoke, "smoke", false, "tiny sizes, about a second a scenario, no peers (what CI runs)")
 	fs.StringVar(&o.out, "out", "", "directory for results.json, results.md and the charts (default ../docs/bench, or a temporary directory with -smoke)")
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
@@ -62,6 +66,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.floorSess, "floor-sessions", 0, "held sessions of the floor scenario's heartbeat figure (default 10000; 40 with -smoke)")
 	fs.IntVar(&o.floorRounds, "floor-rounds", 0, "rounds of the floor scenario, the floor and Baton in turn; its table gives medians (default 3; 1 with -smoke)")
 	fs.StringVar(&o.floorBefore, "floor-before", "", "results.json of an earlier run with the floor scenario (for example one of the code before a change): its floor ratios go beside this run's, in the table and the chart (with -render too)")
+	fs.StringVar(&o.dflockd, "dflockd", "", "the dflockd binary of the semaphore scenario (default $"+peers.DflockdEnv+", else dflockd on PATH; get it with: "+peers.DflockdHowTo+")")
+	fs.IntVar(&o.semRounds, "semaphore-rounds", 0, "rounds of the semaphore scenario, every system in turn in each (default 3; 1 with -smoke)")
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server, the floor server, the load generator, the claims role or the hot-lock role")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")
@@ -128,6 +134,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("bad floor rounds")
 	}
 	defaultTo(&o.floorRounds, o.smoke, 3, 1)
+	if o.semRounds < 0 {
+		fmt.Fprintf(stderr, "bench: -semaphore-rounds %d must not be negative\n", o.semRounds)
+		return nil, fmt.Errorf("bad semaphore rounds")
+	}
+	defaultTo(&o.semRounds, o.smoke, 3, 1)
+	if o.dflockd != "" {
+		if _, err := peers.FindDflockd(o.dflockd); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return nil, err
+		}
+	}
 	if len(o.scale) == 0 {
 		o.scale = []int{10000, 18000}
 		if o.smoke {

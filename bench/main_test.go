@@ -61,6 +61,19 @@ func TestSmoke(t *testing.T) {
 	if len(r.Cycles) != 4 {
 		t.Errorf("%d cycles runs, want 4", len(r.Cycles))
 	}
+	if len(r.Semaphore) != 2 {
+		t.Errorf("%d semaphore runs, want 2 (baton-wire back to back and with a hold)", len(r.Semaphore))
+	}
+	for _, s := range r.Semaphore {
+		if s.System != "baton-wire" || s.Handover.N == 0 || s.SlotChangesPerSec <= 0 || s.Errors != 0 || s.ServerCPUPerChange <= 0 || s.ServerMean <= 0 {
+			t.Errorf("semaphore run without figures: %+v", s)
+		}
+		// A hold keeps every slot taken but for the handovers: the
+		// clients see all 4 holders at once, and never a fifth.
+		if s.Hold > 0 && s.MostHolders != 4 || s.MostHolders > 4 {
+			t.Errorf("semaphore run with hold %v: at most %d holders at once, want 4", s.Hold, s.MostHolders)
+		}
+	}
 	if len(r.Detect) != 1 || r.Detect[0].Error.N == 0 || r.Detect[0].Early != 0 {
 		t.Errorf("detect: %+v, want samples and none early", r.Detect)
 	}
@@ -92,6 +105,9 @@ func TestSmoke(t *testing.T) {
 	if !strings.Contains(stdout.String(), "### The floor") {
 		t.Errorf("stdout lacks the floor table:\n%s", stdout.String())
 	}
+	if !strings.Contains(stdout.String(), "### Semaphore: 4 slots, 16 contenders") {
+		t.Errorf("stdout lacks the semaphore table:\n%s", stdout.String())
+	}
 	if !strings.Contains(stdout.String(), "### Handover") {
 		t.Errorf("stdout lacks the handover table:\n%s", stdout.String())
 	}
@@ -105,6 +121,8 @@ func TestFlags(t *testing.T) {
 		{"-scale-sessions", "1"},
 		{"-scale-sessions", "ten"},
 		{"-floor-sessions", "1"},
+		{"-semaphore-rounds", "-1"},
+		{"-dflockd", "/nonexistent/dflockd"},
 		{"extra"},
 	} {
 		var stderr strings.Builder

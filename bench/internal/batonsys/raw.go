@@ -45,12 +45,22 @@ func (s *RawSystem) NewClient(_ context.Context, id int) (system.Client, error) 
 	return &rawClient{addr: s.addr, owner: fmt.Sprintf("bench-wire-%d", id), rst: s.rst}, nil
 }
 
+// NewSlotClient implements system.Semaphores: each Lock is a version 2
+// ACQUIRE, a shared claim on one of limit slots, on a new connection.
+func (s *RawSystem) NewSlotClient(_ context.Context, id, limit int) (system.Client, error) {
+	if limit < 1 || limit > wire.MaxLimit {
+		return nil, fmt.Errorf("%s: limit %d must be 1 to %d", s.name, limit, wire.MaxLimit)
+	}
+	return &rawClient{addr: s.addr, owner: fmt.Sprintf("bench-wire-%d", id), rst: s.rst, limit: limit}, nil
+}
+
 // Close implements system.System.
 func (s *RawSystem) Close() error { return nil }
 
 type rawClient struct {
 	addr, owner string
 	rst         bool
+	limit       int // > 0: a shared claim on one of limit slots
 	held        *rawwire.Conn
 	name        string
 }
@@ -67,7 +77,12 @@ func (c *rawClient) Lock(ctx context.Context, name string) error {
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	defer stop()
-	if err := conn.Acquire(name, rawLease, c.owner); err != nil {
+	if c.limit > 0 {
+		err = conn.AcquireShared(name, c.limit, rawLease, c.owner)
+	} else {
+		err = conn.Acquire(name, rawLease, c.owner)
+	}
+	if err != nil {
 		conn.Close()
 		return err
 	}

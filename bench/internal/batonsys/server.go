@@ -6,6 +6,7 @@ package batonsys
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -75,30 +76,28 @@ func startServer(ctx context.Context, prefix []string, bin, dir string, extra []
 		return nil, err
 	}
 	s := &Server{p: p, dataDir: dataDir}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if m := servingLine.FindStringSubmatch(p.Stderr()); m != nil {
-			s.Addr, s.OpsAddr = m[1], m[2]
-			if host, port, err := net.SplitHostPort(s.Addr); err == nil {
-				if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-					s.Addr, s.Everywhere = net.JoinHostPort("127.0.0.1", port), true
-				}
-			}
-			return s, nil
-		}
-		select {
-		case <-p.Done():
-			return nil, fmt.Errorf("baton serve exited before serving: %s", p.Stderr())
-		case <-ctx.Done():
-			s.Stop()
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("baton serve (pid %d) did not report its addresses within 15s: %s", p.PID(), p.Stderr())
+	var m []string
+	err = p.Await(ctx, 15*time.Second, func() bool {
+		m = servingLine.FindStringSubmatch(p.Stderr())
+		return m != nil
+	})
+	switch {
+	case errors.Is(err, proc.ErrExited):
+		return nil, fmt.Errorf("baton serve exited before serving: %s", p.Stderr())
+	case ctx.Err() != nil:
+		s.Stop()
+		return nil, ctx.Err()
+	case err != nil:
+		s.Stop()
+		return nil, fmt.Errorf("baton serve (pid %d) did not report its addresses within 15s: %s", p.PID(), p.Stderr())
+	}
+	s.Addr, s.OpsAddr = m[1], m[2]
+	if host, port, err := net.SplitHostPort(s.Addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			s.Addr, s.Everywhere = net.JoinHostPort("127.0.0.1", port), true
 		}
 	}
+	return s, nil
 }
 
 // PID is the server's process id.

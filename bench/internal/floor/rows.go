@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/batonlock/baton/bench/internal/stats"
 )
 
 // A Row is one figure of the comparison: the floor's, Baton's, their
@@ -87,12 +89,12 @@ func (r *Result) Rows() []Row {
 			fv, bv = append(fv, f), append(bv, b)
 			ratios = append(ratios, ratioOf(b, f))
 		}
-		row := Row{Key: sp.key, Figure: sp.figure, Ratio: median(ratios), Ratios: ratios, Target: sp.target, HigherBetter: !sp.isDur,
+		row := Row{Key: sp.key, Figure: sp.figure, Ratio: stats.Median(ratios), Ratios: ratios, Target: sp.target, HigherBetter: !sp.isDur,
 			Measured: slices.ContainsFunc(append(fv, bv...), func(x float64) bool { return x != 0 })}
 		if sp.isDur {
-			row.Floor, row.Baton = dur(time.Duration(median(fv))), dur(time.Duration(median(bv)))
+			row.Floor, row.Baton = dur(time.Duration(stats.Median(fv))), dur(time.Duration(stats.Median(bv)))
 		} else {
-			row.Floor, row.Baton = fmt.Sprintf("%.0f", median(fv)), fmt.Sprintf("%.0f", median(bv))
+			row.Floor, row.Baton = fmt.Sprintf("%.0f", stats.Median(fv)), fmt.Sprintf("%.0f", stats.Median(bv))
 		}
 		rows = append(rows, row)
 	}
@@ -148,8 +150,8 @@ func (r *Result) selfRows() []Row {
 		}
 		rows = append(rows, Row{Key: sp.key, Figure: sp.figure, Floor: "–",
 			Measured: slices.ContainsFunc(append(nv, rv...), func(x float64) bool { return x != 0 }),
-			Baton:    fmt.Sprintf("%.0f / %.0f", median(rv), median(nv)),
-			Ratio:    median(ratios), Ratios: ratios, Target: sp.target, AtLeast: true, Self: true, HigherBetter: true})
+			Baton:    fmt.Sprintf("%.0f / %.0f", stats.Median(rv), stats.Median(nv)),
+			Ratio:    stats.Median(ratios), Ratios: ratios, Target: sp.target, AtLeast: true, Self: true, HigherBetter: true})
 	}
 	if rn := r.RealNetwork; rn != nil && rn.Skipped == "" {
 		// Once per run, not per round.
@@ -169,20 +171,6 @@ func (r *Result) selfRows() []Row {
 		}
 	}
 	return rows
-}
-
-// median of xs (the mean of the middle two for an even count); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	m := len(s) / 2
-	if len(s)%2 == 0 {
-		return (s[m-1] + s[m]) / 2
-	}
-	return s[m]
 }
 
 func ratioOf(a, b float64) float64 {

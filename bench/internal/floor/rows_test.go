@@ -34,9 +34,6 @@ func TestRowsMedians(t *testing.T) {
 	if rate.Ratio != 1.0 || !rate.HigherBetter || rate.Verdict() != "–" {
 		t.Errorf("rate row %+v, want ratio 1.0, higher better, no target", rate)
 	}
-	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
-		t.Errorf("median of 1..4 = %v, want 2.5", got)
-	}
 	if !cpu.Measured || rows[2].Measured {
 		t.Errorf("measured: CPU row %v, a row never measured %v; want true, false", cpu.Measured, rows[2].Measured)
 	}

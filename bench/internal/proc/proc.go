@@ -5,6 +5,7 @@ package proc
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,7 +31,13 @@ type Process struct {
 // Start runs name with args. The child gets its own process group so a
 // Ctrl-C at the terminal reaches only the bench, which stops it in order.
 func Start(name string, args ...string) (*Process, error) {
+	return StartEnv(nil, name, args...)
+}
+
+// StartEnv is Start with the child's environment env (nil: the bench's).
+func StartEnv(env []string, name string, args ...string) (*Process, error) {
 	cmd := exec.Command(name, args...)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &Process{Cmd: cmd, done: make(chan struct{})}
 	stdin, err := cmd.StdinPipe()
@@ -107,6 +114,29 @@ func (p *Process) ReadLine(ctx context.Context) (string, error) {
 		// The reader goroutine ends when Stop closes the pipe.
 		return "", fmt.Errorf("waiting for pid %d: %w", p.PID(), ctx.Err())
 	}
+}
+
+// ErrExited is Await's error when the child ends before it is ready.
+var ErrExited = errors.New("exited")
+
+// Await asks ready every 10 ms until it holds (nil), the child exits (an
+// error wrapping ErrExited), ctx ends (ctx's error) or timeout passes. It
+// does not stop the child.
+func (p *Process) Await(ctx context.Context, timeout time.Duration, ready func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ready() {
+		select {
+		case <-p.done:
+			return fmt.Errorf("pid %d %w", p.PID(), ErrExited)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d not ready within %v", p.PID(), timeout)
+		}
+	}
+	return nil
 }
 
 // Stop sends SIGTERM to the child's PID, then SIGKILL after grace, and

@@ -45,14 +45,35 @@ func Dial(ctx context.Context, addr string, laddr net.Addr) (*Conn, error) {
 	return &Conn{Conn: c}, nil
 }
 
-// Acquire sends ACQUIRE for name with lease.
+// Acquire sends ACQUIRE for name with lease: an exclusive claim, in
+// version 1.
 func (c *Conn) Acquire(name string, lease time.Duration, owner string) error {
-	b, err := wire.AppendAcquire(c.buf[:0], wire.Acquire{
+	return c.send(wire.Acquire{
 		Version: wire.Version,
 		LeaseMs: uint32(lease / time.Millisecond),
 		Name:    name,
 		Owner:   owner,
 	})
+}
+
+// AcquireShared sends a version 2 ACQUIRE for one of limit slots of name:
+// a shared claim, as a counting semaphore's client takes one.
+func (c *Conn) AcquireShared(name string, limit int, lease time.Duration, owner string) error {
+	if limit < 1 || limit > wire.MaxLimit {
+		return fmt.Errorf("acquire %q: limit %d must be 1 to %d", name, limit, wire.MaxLimit)
+	}
+	return c.send(wire.Acquire{
+		Version: wire.Version2,
+		Flags:   wire.FlagShared,
+		LeaseMs: uint32(lease / time.Millisecond),
+		Limit:   uint16(limit),
+		Name:    name,
+		Owner:   owner,
+	})
+}
+
+func (c *Conn) send(a wire.Acquire) error {
+	b, err := wire.AppendAcquire(c.buf[:0], a)
 	if err != nil {
 		return err
 	}

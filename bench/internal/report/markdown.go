@@ -158,6 +158,7 @@ func Markdown(r *Results) string {
 		w("\n")
 	}
 
+	w("%s", SemaphoreMarkdown(r))
 	w("%s", FloorMarkdown(r))
 
 	if len(r.Detect) > 0 {

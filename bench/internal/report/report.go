@@ -28,8 +28,10 @@ type Results struct {
 	Baseline *baseline.Result          `json:"baseline,omitempty"`
 	Handover []scenario.HandoverResult `json:"handover,omitempty"`
 	Cycles   []scenario.CyclesResult   `json:"cycles,omitempty"`
-	Detect   []scenario.DetectResult   `json:"detect,omitempty"`
-	Scale    []scenario.ScaleResult    `json:"scale,omitempty"`
+	// Semaphore is the semaphore scenario, every run of every round.
+	Semaphore []scenario.SemaphoreResult `json:"semaphore,omitempty"`
+	Detect    []scenario.DetectResult    `json:"detect,omitempty"`
+	Scale     []scenario.ScaleResult     `json:"scale,omitempty"`
 	// Polling is the handover beside a large queue, without and with
 	// loops polling GET /v1/locks.
 	Polling *scenario.PollingResult `json:"polling,omitempty"`

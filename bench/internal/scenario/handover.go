@@ -66,116 +66,39 @@ func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (Hando
 	}
 	defer closeClients(clients)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
-		base      = time.Now()
-		unlockAt  atomic.Int64 // ns since base of the last measured Unlock call; 0: none
-		measuring atomic.Bool
-		stop      = make(chan struct{})
-		entered   atomic.Int64 // clients that have asked once
-		errs      atomic.Int64
-		lastErr   atomic.Value
-		grants    = make([]atomic.Int64, len(clients))
-		rec       stats.Recorder
-		wg        sync.WaitGroup
+		base     = time.Now()
+		unlockAt atomic.Int64 // ns since base of the last measured Unlock call; 0: none
+		rec      stats.Recorder
 	)
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
-	for id, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first := true
-			for !stopped() {
-				if first {
-					entered.Add(1)
-					first = false
-				}
-				if err := c.Lock(runCtx, cfg.Name); err != nil {
-					if runCtx.Err() != nil {
-						return
-					}
-					errs.Add(1)
-					lastErr.Store(err.Error())
-					sleepUntil(stop, 10*time.Millisecond)
-					continue
-				}
-				now := int64(time.Since(base))
-				if at := unlockAt.Swap(0); at != 0 && measuring.Load() {
-					rec.Add(time.Duration(now - at))
-					grants[id].Add(1)
-				}
-				if cfg.Hold > 0 {
-					sleepUntil(stop, cfg.Hold)
-				}
-				if !stopped() {
-					unlockAt.Store(int64(time.Since(base)))
-				}
-				if err := c.Unlock(runCtx, cfg.Name); err != nil && runCtx.Err() == nil {
-					errs.Add(1)
-					lastErr.Store(err.Error())
-				}
+	run, err := contend(ctx, clients, contendConfig{
+		system: sys.Name(), name: cfg.Name, hold: cfg.Hold, duration: cfg.Duration, onWindow: cfg.OnWindow,
+		granted: func(measuring bool) bool {
+			now := int64(time.Since(base))
+			if at := unlockAt.Swap(0); at != 0 && measuring {
+				rec.Add(time.Duration(now - at))
+				return true
 			}
-		}()
-	}
-
-	// The window opens once every client has asked (or after 10 s).
-	settle := time.Now().Add(10 * time.Second)
-	for entered.Load() < int64(len(clients)) && time.Now().Before(settle) && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
-	sleepCtx(ctx, 100*time.Millisecond)
-	if cfg.OnWindow != nil {
-		cfg.OnWindow(true)
-	}
-	measuring.Store(true)
-	start := time.Now()
-	sleepCtx(ctx, cfg.Duration)
-	measuring.Store(false)
-	window := time.Since(start)
-	if cfg.OnWindow != nil {
-		cfg.OnWindow(false)
-	}
-	close(stop)
-	// Let the queue drain in order; then cut whoever still waits.
-	if !waitTimeout(&wg, 10*time.Second) {
-		cancel()
-		if !waitTimeout(&wg, 10*time.Second) {
-			// A client that ignores its context: closing the clients
-			// (deferred) is all that is left to stop it.
-			return res, fmt.Errorf("%s: clients still blocked 10s after their context ended", sys.Name())
-		}
-	}
-
+			return false
+		},
+		releasing: func(stopping bool) {
+			if !stopping {
+				unlockAt.Store(int64(time.Since(base)))
+			}
+		},
+	})
 	res.Latency = rec.Summary()
 	if cfg.Samples {
 		res.Samples = rec.Samples()
 	}
-	res.HandoffsPerSec = float64(res.Latency.N) / window.Seconds()
-	res.GrantsMin, res.GrantsMax = -1, 0
-	for i := range grants {
-		g := int(grants[i].Load())
-		if res.GrantsMin < 0 || g < res.GrantsMin {
-			res.GrantsMin = g
-		}
-		res.GrantsMax = max(res.GrantsMax, g)
-	}
-	res.Errors = int(errs.Load())
-	if s, ok := lastErr.Load().(string); ok {
-		res.LastError = s
-	}
-	if ctx.Err() != nil {
-		return res, ctx.Err()
+	res.HandoffsPerSec = float64(res.Latency.N) / run.window.Seconds()
+	res.GrantsMin, res.GrantsMax = run.grantsMin, run.grantsMax
+	res.Errors, res.LastError = run.errors, run.lastError
+	if err != nil {
+		return res, err
 	}
 	if res.Latency.N == 0 {
-		return res, fmt.Errorf("%s: no handover in %v (%d errors, last: %s)", sys.Name(), window, res.Errors, res.LastError)
+		return res, fmt.Errorf("%s: no handover in %v (%d errors, last: %s)", sys.Name(), run.window, res.Errors, res.LastError)
 	}
 	return res, nil
 }

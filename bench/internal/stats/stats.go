@@ -79,3 +79,17 @@ func Ratio(a, b time.Duration) float64 {
 	}
 	return float64(a) / float64(b)
 }
+
+// Median of xs (the mean of the middle two for an even count); 0 for none.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 0 {
+		return (s[m-1] + s[m]) / 2
+	}
+	return s[m]
+}

@@ -31,3 +31,15 @@ func TestRatio(t *testing.T) {
 		t.Errorf("Ratio(1s, 0) = %v, want 0 (no baseline)", r)
 	}
 }
+
+func TestMedian(t *testing.T) {
+	if got := Median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("Median(4, 1, 3, 2) = %v, want 2.5", got)
+	}
+	if got := Median([]float64{5, 1, 3}); got != 3 {
+		t.Errorf("Median(5, 1, 3) = %v, want 3", got)
+	}
+	if got := Median(nil); got != 0 {
+		t.Errorf("Median(nil) = %v, want 0", got)
+	}
+}

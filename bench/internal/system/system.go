@@ -41,3 +41,17 @@ type Client interface {
 	// Close ends the client (and any lock it holds).
 	Close() error
 }
+
+// Semaphores is a service that serves counting semaphores: a name that
+// up to limit clients hold at once, the others waiting in line.
+type Semaphores interface {
+	// Name, Version and Close are as in System.
+	Name() string
+	Version(ctx context.Context) (string, error)
+	Close() error
+	// NewSlotClient opens one client the way that system's users hold
+	// one. Its Lock blocks until the client holds one of the name's limit
+	// slots, or ctx ends; its Unlock gives the slot back. id numbers
+	// clients in a scenario from 0.
+	NewSlotClient(ctx context.Context, id, limit int) (Client, error)
+}
