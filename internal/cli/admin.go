@@ -299,6 +299,11 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		// Most likely a lock name, or an owner text: the API would only
+		// answer "not found".
+		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id))
+	}
 	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/kick")
 	var ae *apiError
 	if errors.As(err, &ae) && ae.status == http.StatusConflict {

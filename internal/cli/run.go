@@ -36,6 +36,16 @@ const (
 	// SIGKILL at 0.9 × lease leaves the command dead with 0.1 × lease to
 	// spare before anyone else can hold the lock.
 	killGraceShare = 10
+	// minRunLease is the shortest lease baton run takes. The client must
+	// hear from the server within 0.8 × lease, and baton run lives beside
+	// a command it starts (a fork and exec, then whatever the command does
+	// to the machine): on a busy host a process can wait tens of
+	// milliseconds for a CPU, and every such wait longer than 0.8 × lease
+	// stops the command. Measured on a 2-core host under a load of 8:
+	// leases of 1ms to 50ms lost the lock in most runs, 100ms in a few,
+	// 250ms in none. The Go client, which has no command to start, takes
+	// leases from 1ms.
+	minRunLease = 100 * time.Millisecond
 )
 
 // errWaitTimedOut is the cause of the wait's context when -wait runs out.
@@ -159,7 +169,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs := newFlagSet("run")
 	o.addrs = addrList{addrs: []string{defaultRunAddr}}
 	fs.Var(&o.addrs, "addr", "`host:port` of a server; repeat it or separate with commas for more, tried in order")
-	fs.DurationVar(&o.lease, "lease", baton.DefaultLease, "the lease: a holder silent this long loses the lock (a failure detector, not a time limit)")
+	fs.DurationVar(&o.lease, "lease", baton.DefaultLease, "the lease: a holder silent this long loses the lock (a failure detector, not a time limit); at least "+minRunLease.String())
 	fs.BoolVar(&o.noWait, "nowait", false, "exit 75 at once if the lock is held instead of waiting")
 	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
 	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
@@ -280,8 +290,10 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail(wireMsg(err))
 	}
 	switch {
-	case o.lease < time.Millisecond:
-		return fail(fmt.Sprintf("lease (%v) must be at least 1ms", o.lease))
+	case o.lease < minRunLease:
+		return fail(fmt.Sprintf("lease %v is below baton run's minimum of %v: the server must confirm the lock every 0.8 × lease, "+
+			"and a busy machine can keep a process from running for longer than that, which would stop the command at once; use -lease %v or more",
+			o.lease, minRunLease, minRunLease))
 	case o.lease > time.Duration(^uint32(0))*time.Millisecond:
 		return fail(fmt.Sprintf("lease (%v) exceeds the protocol's maximum of %v", o.lease, time.Duration(^uint32(0))*time.Millisecond))
 	case o.wait < 0:
@@ -311,6 +323,7 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 // environment. Arguments after a "--" are all positional. When ok is false
 // the command must return code.
 func parseInterspersed(s *sys, c *command, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	explainDurations(fs)
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
@@ -355,9 +368,9 @@ func (v *optionalDuration) String() string {
 }
 
 func (v *optionalDuration) Set(s string) error {
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil {
-		return errors.New("parse error")
+		return err
 	}
 	v.d, v.set = d, true
 	return nil

@@ -320,15 +320,21 @@ func TestRunCommandNotFound(t *testing.T) {
 
 func TestRunUsageErrorsBinary(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"run"},
-		{"run", "jobs/x"},
-		{"run", "jobs/x", "true"},
-		{"run", "-lease", "0s", "jobs/x", "--", "true"},
+	for _, tt := range []struct {
+		args []string
+		want string // in the one line
+	}{
+		{[]string{"run"}, "no lock name given"},
+		{[]string{"run", "jobs/x"}, `no command given after "--"`},
+		{[]string{"run", "jobs/x", "true"}, `missing "--"`},
+		{[]string{"run", "-lease", "0s", "jobs/x", "--", "true"}, "lease 0s is below baton run's minimum of 100ms"},
+		{[]string{"run", "-lease", "1ms", "jobs/x", "--", "true"}, "lease 1ms is below baton run's minimum of 100ms"},
+		{[]string{"run", "-lease", "10", "jobs/x", "--", "true"}, "add a unit: 10s"},
+		{[]string{"kick", "abc"}, "session ids are numbers"},
 	} {
-		code, stdout, stderr := runBaton(t, args...)
-		if code != exitUsage || stdout != "" || len(lines(stderr)) != 1 {
-			t.Errorf("baton %q: exit code %d, stdout %q, stderr %q; want 2, nothing, one line", args, code, stdout, stderr)
+		code, stdout, stderr := runBaton(t, tt.args...)
+		if code != exitUsage || stdout != "" || len(lines(stderr)) != 1 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("baton %q: exit code %d, stdout %q, stderr %q; want 2, nothing, one line with %q", tt.args, code, stdout, stderr, tt.want)
 		}
 	}
 }
