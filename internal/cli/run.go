@@ -61,6 +61,7 @@ type runOptions struct {
 	killGrace      time.Duration // set from killGraceFlag once the lease is known
 	killGraceFlag  optionalDuration
 	verbose        bool
+	quiet          bool
 	opsAddr        string
 	adminTokenFile string
 	tls            clientTLSOptions
@@ -124,8 +125,13 @@ reads from the terminal is stopped (SIGTTIN): give it its input another way.
 
 While it waits, baton run shows one status line on stderr when stderr is a
 terminal: the place in the queue, the time waited and, when -ops-addr is
-given, who holds the lock. It is silent when stderr is not a terminal
-(cron, CI) unless -v is given, which logs each change and each step.
+given, who holds the lock. It is silent while all goes well when stderr is
+not a terminal (cron, CI) unless -v is given, which logs each change and
+each step. Whatever stderr is, every exit other than 0 comes with one
+short line on stderr that says why (the lock was busy, the wait ran out,
+no server answered, the command exited with status 3, ...), and so does
+a server that accepts but does not answer; -q silences all of baton
+run's own lines but usage errors.
 
 Exit status:
   the command's   when it ran: its exit status, or 128+N if signal N
@@ -133,15 +139,14 @@ Exit status:
   1               another failure (kicked from the queue by an operator,
                   a refusal by the server)
   2               usage error
-  75              lock busy: -nowait and the lock is held (silent unless
-                  stderr is a terminal or -v is given)
+  75              lock busy: -nowait and the lock is held
   76              -wait ran out before the lock was granted
   77              the lock was lost while the command ran; it was stopped
   78              no server at -addr could be reached
   126, 127        the command cannot be executed, or was not found
   128+N           baton run got signal N while it waited
 A command that itself exits 75 to 78 cannot be told apart from baton run's
-codes by the status alone; -v says which it was.
+codes by the status alone; the line on stderr says which it was.
 
 Examples:
   baton run jobs/nightly -- ./nightly.sh
@@ -157,8 +162,8 @@ Examples:
   # mutual TLS: the server's CA, and this client's certificate
   baton run -addr baton.internal:7070 -tls-ca ca.crt -tls-cert worker.crt -tls-key worker.key jobs/x -- ./x.sh
 
-  # scripts: tell "busy" from a failure of the job
-  baton run -nowait jobs/nightly -- ./nightly.sh; code=$?
+  # scripts: tell "busy" from a failure of the job, without baton run's line
+  baton run -q -nowait jobs/nightly -- ./nightly.sh; code=$?
   [ "$code" -eq 75 ] && echo "another run holds the lock; skipped"
 `,
 		run: runRun,
@@ -176,6 +181,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
+	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors; the exit status still tells")
 	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API (a comma-separated list for a cluster), to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
 	o.tls.register(fs, "server")
@@ -300,6 +306,8 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail(fmt.Sprintf("wait (%v) must not be negative", o.wait))
 	case o.noWait && o.wait > 0:
 		return fail("-nowait and -wait exclude each other")
+	case o.quiet && o.verbose:
+		return fail("-q and -v exclude each other")
 	case o.killGraceFlag.d < 0:
 		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGraceFlag.d))
 	}

@@ -43,6 +43,7 @@ func TestRunUsageErrors(t *testing.T) {
 			`baton serve: invalid value "1" for flag -raft-election-timeout: add a unit: 1s (or 1ms, 1m); run 'baton help serve'`},
 		{"negative wait", nil, []string{"run", "-wait", "-1s", "x", "--", "true"}, "baton run: wait (-1s) must not be negative"},
 		{"nowait and wait", nil, []string{"run", "-nowait", "-wait", "1s", "x", "--", "true"}, "baton run: -nowait and -wait exclude each other"},
+		{"quiet and verbose", nil, []string{"run", "-q", "-v", "x", "--", "true"}, "baton run: -q and -v exclude each other"},
 		{"negative kill-grace", nil, []string{"run", "-kill-grace", "-1s", "x", "--", "true"}, "baton run: kill-grace (-1s) must not be negative"},
 		{"bad addr", nil, []string{"run", "-addr", "nope", "x", "--", "true"}, `baton run: invalid value "nope" for flag -addr: "nope" is not host:port`},
 		{"bad owner", nil, []string{"run", "-owner", "a\x01", "x", "--", "true"}, `baton run: invalid value "a\x01" for flag -owner: owner`},

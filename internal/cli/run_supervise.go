@@ -47,14 +47,17 @@ func (r *runner) logf(format string, args ...any) {
 	}
 }
 
-// errorf prints one error line, whatever -v says.
+// errorf prints one line that a person must see (an error, a warning, why
+// baton run exits non-zero) unless -q asked for silence.
 func (r *runner) errorf(format string, args ...any) {
-	r.status.printf("baton run: "+format, args...)
+	if !r.o.quiet {
+		r.status.printf("baton run: "+format, args...)
+	}
 }
 
 func (r *runner) run(ctx context.Context) int {
 	o := r.o
-	r.status = newStatusLine(r.s.stderr, o.verbose)
+	r.status = newStatusLine(r.s.stderr, o.verbose, o.quiet)
 	if !processGroupsSupported {
 		r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
 		return exitFailure
@@ -245,14 +248,10 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 	var opErr *net.OpError
 	switch {
 	case sig != nil:
-		r.logf("%s while waiting for %s; not running the command", sigName(sig), o.name)
+		r.errorf("%s while waiting for %s; not running the command", sigName(sig), o.name)
 		return signalExit(sig)
 	case errors.Is(err, baton.ErrBusy):
-		// The outcome asked for, and routine under cron: quiet unless a
-		// person is looking.
-		if r.status.tty || o.verbose {
-			r.status.printf("baton run: lock %s is busy; not waiting (-nowait)", o.name)
-		}
+		r.errorf("lock %s is busy; not waiting (-nowait)", o.name)
 		return exitBusy
 	case errors.Is(err, errWaitTimedOut):
 		r.errorf("gave up waiting for lock %s after %v (-wait)", o.name, o.wait)
@@ -408,7 +407,13 @@ wait:
 		}
 	}
 	code := ch.exitCode()
-	if lost == nil {
+	switch {
+	case lost != nil:
+	case code != 0:
+		// Said even though the command has said its own: baton run's
+		// codes (75-78) and the command's are told apart here.
+		r.errorf("%s exited with status %d", o.command[0], code)
+	default:
 		r.logf("%s exited with status %d", o.command[0], code)
 	}
 
