@@ -598,4 +598,3 @@ func procState(pid int) string {
 	}
 	return out.String()
 }
-
