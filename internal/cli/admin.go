@@ -456,6 +456,7 @@ func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
 		// (or its goroutines) left behind.
 		hc: &http.Client{Timeout: opsRequestTimeout, Transport: &http.Transport{
 			Proxy:             http.ProxyFromEnvironment,
+			DialContext:       dialOpsAPI, // wrongport.go
 			DisableKeepAlives: true,
 			TLSClientConfig:   tlsCfg,
 		}},
@@ -580,6 +581,10 @@ type reachError struct {
 }
 
 func (e *reachError) Error() string {
+	var lp *lockPortError
+	if errors.As(e.err, &lp) {
+		return lp.Error()
+	}
 	reason := e.err.Error()
 	var errno syscall.Errno
 	var ne net.Error

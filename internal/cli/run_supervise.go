@@ -261,6 +261,9 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 		return exitFailure
 	case errors.Is(err, baton.ErrBadRequest):
 		return usageError(r.s, "run", err.Error())
+	case opsPortAnswer(err) != "":
+		r.errorf("cannot use -addr %s: %s", strings.Join(o.addrs.addrs, ","), opsPortAnswer(err))
+		return exitUnreachable
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))
 		return exitUnreachable

@@ -455,7 +455,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	}
 	// Past the cap, connections wait in the kernel's backlog, holding no
 	// descriptor of the process, until an open one closes.
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsLn, opsConns))) }()
+	// A lock client that dialled the ops port is told where the lock
+	// protocol is, at once, instead of waiting for an HTTP request line.
+	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsConns))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
