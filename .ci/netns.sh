@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # TCP Fast Open is tested in a network namespace that the test creates
-# (fastopen_linux_test.go: the sysctl net.ipv4.tcp_fastopen is per
+# (internal/clienttest/fastopen_linux_test.go: the sysctl net.ipv4.tcp_fastopen is per
 # namespace, and the host's is left alone): it needs ip from iproute2.
 set -euo pipefail
 if ! command -v ip >/dev/null; then

@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.profile, "profile", false, "take CPU profiles of Baton and of the floor server in each floor scenario's window (into -out/profiles, with `go tool pprof -top` beside each); the profiling costs the servers a little CPU")
 	fs.IntVar(&o.floorSess, "floor-sessions", 0, "held sessions of the floor scenario's heartbeat figure (default 10000; 40 with -smoke)")
 	fs.IntVar(&o.floorRounds, "floor-rounds", 0, "rounds of the floor scenario, the floor and Baton in turn; its table gives medians (default 3; 1 with -smoke)")
-	fs.StringVar(&o.floorBefore, "floor-before", "", "results.json of an earlier run (docs/bench/floor-before.json): its floor ratios go beside this run's, in the table and the chart (with -render too)")
+	fs.StringVar(&o.floorBefore, "floor-before", "", "results.json of an earlier run with the floor scenario (for example one of the code before a change): its floor ratios go beside this run's, in the table and the chart (with -render too)")
 	fs.StringVar(&o.render, "render", "", "measure nothing: redraw the tables, charts and doc section from this results.json")
 	fs.StringVar(&o.role, "role", "", "internal: run as the echo server, the floor server, the load generator, the claims role or the hot-lock role")
 	fs.StringVar(&o.addr, "addr", "", "internal: load generator's server address")

@@ -138,6 +138,6 @@ func loadFloorBefore(path string, res *report.Results) error {
 		return fmt.Errorf("%s: no floor comparison in that run", path)
 	}
 	res.FloorBefore = prev.Floor
-	res.FloorBeforeFrom = prev.Started.UTC().Format("2006-01-02 15:04 UTC")
+	res.FloorBeforeFrom = path
 	return nil
 }

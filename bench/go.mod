@@ -3,7 +3,7 @@ module github.com/batonlock/baton/bench
 go 1.26.0
 
 require (
-	github.com/batonlock/baton v0.0.0
+	github.com/batonlock/baton/clients/go v0.0.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -41,4 +41,4 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/batonlock/baton => ../
+replace github.com/batonlock/baton/clients/go => ../clients/go

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/bench/internal/batonsys"
 	"github.com/batonlock/baton/bench/internal/floor"
 	"github.com/batonlock/baton/bench/internal/proc"
 	"github.com/batonlock/baton/bench/internal/report"
 	"github.com/batonlock/baton/bench/internal/scenario"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // claimsOutput is what the claims role prints: its run, and the

@@ -1,6 +1,7 @@
-// Package clients holds the clients in other languages (python/ and
-// typescript/). Its Go tests run their suites against the real
-// server, so the README's `go test ./...` covers them.
+// Package clients holds the clients: the Go client (go/, a module of its
+// own) and those in other languages (python/ and typescript/). Its Go
+// tests run their suites, the others' against the real server, so the
+// README's `go test ./...` covers them.
 package clients
 
 import (
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // build builds the command pkg into a temporary directory.
@@ -38,6 +40,33 @@ func need(t *testing.T, tool string) string {
 	}
 	t.Skipf("SKIPPED: %s is not installed, so its client suite did not run", tool)
 	return ""
+}
+
+// TestGoClient runs the Go client's own tests (go test ./... in go/, with
+// -race and -short when this run has them): the client is a module of its
+// own, so that a user's build gets nothing of the server, and the ./... of
+// the server's module does not reach it.
+func TestGoClient(t *testing.T) {
+	goTool := need(t, "go")
+	args := []string{"test", "-count=1"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if testing.Short() {
+		args = append(args, "-short")
+	}
+	if deadline, ok := t.Deadline(); ok {
+		// Leave this test time to report the suite's output.
+		args = append(args, "-timeout="+max(time.Until(deadline)-10*time.Second, time.Second).Round(time.Second).String())
+	}
+	args = append(args, "./...")
+	cmd := exec.Command(goTool, args...)
+	cmd.Dir = "go"
+	out, err := cmd.CombinedOutput()
+	t.Logf("go %s (clients/go):\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("the Go client's suite failed: %v", err)
+	}
 }
 
 // TestPythonClient runs the Python client's unittest suite against the real

@@ -15,12 +15,13 @@ import (
 //
 //	now < (the latest send time that a quorum of voters acknowledged) + timeout
 //
-// A voter's acknowledgement is a reply in the same term to an AppendEntries
-// (a heartbeat or a replication) that this node sent. A voter that replied
-// had not yet moved to a later term when it did, so any leader of a later
-// term was elected after that reply, and so after the send: this node
-// confirms nothing later than timeout after the new leader's election, and
-// the new leader's grace (twice the longest leader lease, plus the lease
+// with timeout twice the leader lease timeout (Node passes it). A voter's
+// acknowledgement is a reply in the same term to an AppendEntries (a
+// heartbeat or a replication) that this node sent. A voter that replied had
+// not yet moved to a later term when it did, so any leader of a later term
+// was elected after that reply, and so after the send: this node confirms
+// nothing later than timeout after the new leader's election, and the new
+// leader's grace (twice the longest leader lease timeout, plus the lease
 // bound) covers what it confirmed.
 //
 // hashicorp/raft's own leader lease counts the arrival of responses, and is

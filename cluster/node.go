@@ -175,7 +175,11 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	lease := newLeaderLease(raft.ServerID(cfg.NodeID), cfg.LeaderLeaseTimeout)
+	// Twice the leader lease timeout: what every failover grace budgets for
+	// an old leader (see graceOf), so the grace still covers every
+	// confirmation it makes, and a loaded machine's stall shorter than that
+	// does not end a term.
+	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout)
 	n := &Node{
 		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease,
 		termLost:  make(chan struct{}, 1),

@@ -6,8 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/wire"
 )
 
 // The regression tests of the grace's safety: each scenario let two

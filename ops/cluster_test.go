@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
 )
 
 // fakeCluster is a replicated node as the ops API sees it.

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
-	"github.com/batonlock/baton/wire"
 )
 
 // BenchmarkHandoverWithSubscribers measures what event subscribers cost the

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 claims=${1:-40000}
 bin=$(mktemp -d)/baton.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
-go test -c -o "$bin" .
+go test -c -o "$bin" ./internal/clienttest
 for reuse in 2 0; do
   for mode in reset normal_close; do
     ns="baton-bench-$$-$reuse-$mode"

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // maxACLFile caps the access rules file: it is read whole.

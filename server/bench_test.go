@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
 )
 
 // BenchmarkLoopbackRTT is the baseline: a 3-byte echo round trip on raw

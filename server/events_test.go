@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
 )
 
 // nextEvent waits for the subscription's next event.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/wire"
 )
 
 // TestPipeliningSessionsDoNotStarveHolders: sessions that pipeline

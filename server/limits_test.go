@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/wire"
 )
 
 // TestLimitSessions: with MaxSessions sessions in the table, the next

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/wire"
 )
 
 // TestMetrics runs a scripted scenario and checks every series it moves,

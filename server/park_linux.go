@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 	"golang.org/x/sys/unix"
 )
 

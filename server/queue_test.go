@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/wire"
 )
 
 // TestFIFO: a free lock is granted at once, the others queue in order, and

@@ -1,6 +1,6 @@
 package server
 
-import "github.com/batonlock/baton/wire"
+import "github.com/batonlock/baton/clients/go/wire"
 
 // EndReason says why a session ended. It is mapped once, here, to the wire
 // code the client is told, the log field and the metric label.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
 )
 
 // lockedBuffer is a log shared by the server's goroutines and the test.

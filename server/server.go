@@ -26,8 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/locktable"
-	"github.com/batonlock/baton/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/locktable"
-	"github.com/batonlock/baton/wire"
 )
 
 // session is one connection: one claim on one lock.

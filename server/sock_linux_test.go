@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 	"golang.org/x/sys/unix"
 )
 

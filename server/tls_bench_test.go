@@ -6,10 +6,10 @@ import (
 	"net"
 	"testing"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
 )
 
 // BenchmarkHeartbeatTLS is BenchmarkHeartbeat over mutual TLS with access

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/testcerts"
 	"github.com/batonlock/baton/server"
-	"github.com/batonlock/baton/wire"
 )
 
 // tlsServer is a server speaking TLS from certificate files that the test

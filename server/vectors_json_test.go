@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
-	"github.com/batonlock/baton/wire"
 )
 
 // TestVectorsFileRefusals plays each refusal of the shared vectors file
-// (wire/testdata/vectors.json) against the server: a bad frame, first or
+// (clients/go/wire/testdata/vectors.json) against the server: a bad frame, first or
 // after a valid ACQUIRE, and each bad ACQUIRE that fits a frame, gets
 // ERROR with the code the file names.
 func TestVectorsFileRefusals(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../wire/testdata/vectors.json")
+	b, err := os.ReadFile("../clients/go/wire/testdata/vectors.json")
 	if err != nil {
 		t.Fatal(err)
 	}

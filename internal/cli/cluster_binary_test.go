@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // clusterProc is one `baton serve` node of a test cluster.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // chromiumPath is Debian's chromium, which .ci/dash.sh installs.

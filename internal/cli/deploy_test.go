@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // TestGrafanaDashboardMetricsExist: every metric that a query of

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // acquireConn sends ACQUIRE for name with lease on a new connection to addr

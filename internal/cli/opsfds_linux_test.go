@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // TestIdleOpsConnectionsLeaveLocksServed: with an open-file limit of

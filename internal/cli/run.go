@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonlock/baton"
-	"github.com/batonlock/baton/wire"
+	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // Exit codes of baton run when it does not pass on the command's own. They

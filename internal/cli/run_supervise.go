@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 func runRun(ctx context.Context, s *sys, c *command, args []string) int {

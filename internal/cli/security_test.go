@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/testcerts"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // startServeBinary runs `baton serve` on free ports with dataDir and returns

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // The control: proof that the checker can fail. A new leader must not

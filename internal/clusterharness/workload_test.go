@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // The workload: client loops, each a Go client with every node's address,

@@ -1,7 +1,9 @@
 // Package layering checks that imports run one way (STYLE.md): the codec,
 // the lock table and the token store use only the standard library; the
-// client uses only the codec; the server never reaches up to ops, the CLI or
-// the client; test helpers stay out of production code.
+// client uses only the codec, and both are the client's own module, which
+// the server's packages import and never the reverse; the server never
+// reaches up to ops, the CLI or the client; test helpers stay out of
+// production code.
 package layering
 
 import (
@@ -11,35 +13,44 @@ import (
 	"testing"
 )
 
-const module = "github.com/batonlock/baton"
+const (
+	module       = "github.com/batonlock/baton"
+	clientModule = module + "/clients/go"
+)
 
 // allowed lists, for each package of ours, the packages of ours it may
 // depend on, directly or not. Third-party modules are checked separately.
 var allowed = map[string][]string{
-	"wire":                    {},
+	"clients/go/wire":         {},
+	"clients/go":              {"clients/go/wire"}, // the client, package baton: a module of its own
 	"locktable":               {},
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
-	"server":                  {"wire", "locktable", "internal/tokenstore"},
-	"ops":                     {"server", "wire", "locktable", "internal/tokenstore"},
-	"cluster":                 {"server", "wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
-	"":                        {"wire"},                                               // the client, package baton
+	"server":                  {"clients/go/wire", "locktable", "internal/tokenstore"},
+	"ops":                     {"server", "clients/go/wire", "locktable", "internal/tokenstore"},
+	"cluster":                 {"server", "clients/go/wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
 	"internal/cli":            {"*"},
 	"cmd/baton":               {"*"},
 	"internal/batontest":      {"*"},
 	"internal/reliability":    {}, // its tests use every package; the package itself none
 	"internal/clusterharness": {}, // the same: only tests
+	"internal/clienttest":     {}, // the same: the client against the server
 	"internal/proctest":       {}, // child processes for tests: the standard library and goleak
 	"internal/layering":       {},
+	"internal/doccheck":       {}, // the docs' checks: Markdown only
 	// Only tests: they run the other-language clients' suites.
 	"clients": {},
 	// The fault proxy as a process, for those suites.
 	"internal/faultproxy/cmd/faultproxy": {"internal/faultproxy"},
 }
 
-// stdOnly lists the packages that may not depend on any other module.
-var stdOnly = map[string]bool{"wire": true, "locktable": true, "internal/tokenstore": true, "": true, "internal/faultproxy": true, "internal/testcerts": true}
+// stdOnly lists the packages that may not depend on any other module;
+// those in stdOrSys may also use golang.org/x/sys, as the client may.
+var (
+	stdOnly  = map[string]bool{"clients/go/wire": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true}
+	stdOrSys = map[string]bool{"clients/go": true}
+)
 
 type pkg struct {
 	ImportPath string
@@ -54,7 +65,7 @@ func TestImportsRunOneWay(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
-	seen := 0
+	seen, clientPkgs := 0, 0
 	for dec.More() {
 		var p pkg
 		if err := dec.Decode(&p); err != nil {
@@ -62,6 +73,12 @@ func TestImportsRunOneWay(t *testing.T) {
 		}
 		seen++
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if p.ImportPath == clientModule || strings.HasPrefix(p.ImportPath, clientModule+"/") {
+			clientPkgs++
+			if p.Module == nil || p.Module.Path != clientModule {
+				t.Errorf("%q is not in the client's module %s: the client's users would get the server's requirements", rel, clientModule)
+			}
+		}
 		rules, known := allowed[rel]
 		if !known {
 			t.Errorf("package %q has no layering rule: add it to allowed", rel)
@@ -75,6 +92,9 @@ func TestImportsRunOneWay(t *testing.T) {
 				if stdOnly[rel] && !isStd(d) {
 					t.Errorf("%q depends on %q: it may use only the standard library and its allowed packages", rel, d)
 				}
+				if stdOrSys[rel] && !isStd(d) && !isSys(d) {
+					t.Errorf("%q depends on %q: it may use only the standard library, golang.org/x/sys and its allowed packages", rel, d)
+				}
 				continue
 			}
 			drel := strings.TrimPrefix(strings.TrimPrefix(d, module), "/")
@@ -86,6 +106,9 @@ func TestImportsRunOneWay(t *testing.T) {
 	if seen < 5 {
 		t.Fatalf("go list found %d packages; the check is not looking at the module", seen)
 	}
+	if clientPkgs < 2 {
+		t.Fatalf("go list found %d packages of the client's module, want clients/go and clients/go/wire", clientPkgs)
+	}
 }
 
 func permits(rules []string, dep string) bool {
@@ -95,6 +118,11 @@ func permits(rules []string, dep string) bool {
 		}
 	}
 	return false
+}
+
+// isSys reports whether an import path is in golang.org/x/sys.
+func isSys(path string) bool {
+	return path == "golang.org/x/sys" || strings.HasPrefix(path, "golang.org/x/sys/")
 }
 
 // isStd reports whether an import path is in the standard library: its

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/faultproxy"
-	"github.com/batonlock/baton/wire"
 )
 
 // Faults of a holder, with real processes: `baton serve`, and `baton run`

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // TestHostileInput: 64 connections at a time throw random bytes, truncated

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/proctest"
-	"github.com/batonlock/baton/wire"
 )
 
 // batonBin is the binary built by TestMain; empty in -short mode or

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/tokenstore"
-	"github.com/batonlock/baton/wire"
 )
 
 // Faults of the server process itself.

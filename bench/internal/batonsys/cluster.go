@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/bench/internal/proc"
 	"github.com/batonlock/baton/bench/internal/system"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // Node is one `baton serve` of a Cluster. Its ports are fixed at the

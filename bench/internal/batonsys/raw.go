@@ -8,7 +8,7 @@ import (
 
 	"github.com/batonlock/baton/bench/internal/rawwire"
 	"github.com/batonlock/baton/bench/internal/system"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // RawSystem is Baton spoken in raw frames by the caller's own goroutine:

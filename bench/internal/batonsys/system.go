@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/bench/internal/system"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // System is Baton through its Go client: each Lock is baton.Acquire on a

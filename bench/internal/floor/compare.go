@@ -7,12 +7,12 @@ import (
 	"net"
 	"time"
 
-	"github.com/batonlock/baton"
 	"github.com/batonlock/baton/bench/internal/batonsys"
 	"github.com/batonlock/baton/bench/internal/loadgen"
 	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/stats"
 	"github.com/batonlock/baton/bench/internal/system"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // Idle is the hold before each "after idle" handover.
@@ -108,7 +108,7 @@ type Figures struct {
 }
 
 // GoClient are the uncontended claims and the hot lock with the Go
-// client (github.com/batonlock/baton) instead of the raw-wire clients,
+// client (github.com/batonlock/baton/clients/go) instead of the raw-wire clients,
 // with a normal close (WithNormalClose) and with its default, the reset.
 type GoClient struct {
 	Claims     Claims  `json:"claims"`

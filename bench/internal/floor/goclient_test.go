@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // TestGoClient: the Go client, heartbeats and all, holds and hands over

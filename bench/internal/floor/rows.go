@@ -129,7 +129,7 @@ func (r *Result) selfRows() []Row {
 	}
 	n := r.Contenders
 	specs := []spec{
-		{"self-claims-go", fmt.Sprintf("Baton, uncontended claims/s, %d workers, the Go client (github.com/batonlock/baton): RST release ÷ normal close (`WithNormalClose`)", workers),
+		{"self-claims-go", fmt.Sprintf("Baton, uncontended claims/s, %d workers, the Go client (github.com/batonlock/baton/clients/go): RST release ÷ normal close (`WithNormalClose`)", workers),
 			goClient(func(g *GoClient) float64 { return g.Claims.PerSec }), goClient(func(g *GoClient) float64 { return g.ClaimsRST.PerSec }), TargetClaimsRST},
 		{"self-hot-go", fmt.Sprintf("Baton, hot lock owner changes/s, %d contenders, the Go client: RST release ÷ normal close", n),
 			goClient(func(g *GoClient) float64 { return g.HotLock.ChangesPerSec }), goClient(func(g *GoClient) float64 { return g.HotLockRST.ChangesPerSec }), TargetHotLockRST},

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/batonlock/baton/bench/internal/baseline"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // LockServer is the minimal close-is-release lock server.

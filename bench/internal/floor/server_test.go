@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonlock/baton/bench/internal/rawwire"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/batonlock/baton/bench/internal/rawwire"
 	"github.com/batonlock/baton/bench/internal/stats"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // Config is what the parent asks for.

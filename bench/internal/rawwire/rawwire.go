@@ -11,7 +11,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // Frame is one frame from the server, decoded.

@@ -9,11 +9,11 @@ import (
 	"github.com/batonlock/baton/bench/internal/scenario"
 )
 
-// ClusterTarget is issue 13's target: a cluster's leader within 10 % of a
+// ClusterTarget is the target of replicated mode: a cluster's leader within 10 % of a
 // standalone server on handover latency and hot-lock rate.
 const ClusterTarget = 0.10
 
-// FailoverTarget is issue 13's item 8: with 1 s leases, the first grant on
+// FailoverTarget is the failover target: with 1 s leases, the first grant on
 // the new leader within 2.5 s of a kill -9 of the old one (p99).
 const FailoverTarget = 2500 * time.Millisecond
 
@@ -106,7 +106,7 @@ func ClusterMarkdown(r *Results) string {
 			if fr.FirstGrant.P99 > FailoverTarget {
 				v = fmt.Sprintf("not met: %s over", Dur(fr.FirstGrant.P99-FailoverTarget))
 			}
-			w("\nGoal (issue 13, item 8): with 1 s leases, first grant on the new leader within %s of a kill -9 of the leader, p99 over %d faults: %s, **%s**.\n", Dur(FailoverTarget), fr.FirstGrant.N, Dur(fr.FirstGrant.P99), v)
+			w("\nGoal: with 1 s leases, first grant on the new leader within %s of a kill -9 of the leader, p99 over %d faults: %s, **%s**.\n", Dur(FailoverTarget), fr.FirstGrant.N, Dur(fr.FirstGrant.P99), v)
 		}
 		if f.SetupRetries > 0 {
 			w("\n%d time(s) the leader changed (or refused a session) while a fault was being set up, before any signal, and the fault was set up again; the last: %s\n", f.SetupRetries, f.LastSetupError)

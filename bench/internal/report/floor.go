@@ -18,7 +18,7 @@ import (
 const FloorChart = "floor-ratios.png"
 
 // FloorMarkdown renders the floor comparison: each figure for the floor
-// lock server and for Baton, their ratio and issue 16's target.
+// lock server and for Baton, their ratio and the target.
 func FloorMarkdown(r *Results) string {
 	fl := r.Floor
 	if fl == nil {
@@ -36,7 +36,7 @@ func FloorMarkdown(r *Results) string {
 		for _, row := range r.FloorBefore.Rows() {
 			before[row.Key] = row
 		}
-		w("Ratio before: the same figure in the run of %s (`-floor-before`).\n\n", r.FloorBeforeFrom)
+		w("Ratio before: the same figure in the run of `%s` (`-floor-before`).\n\n", r.FloorBeforeFrom)
 		w("| figure | floor | Baton | ratio | ratio before | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---:|---|---|\n")
 	} else {
 		w("| figure | floor | Baton | ratio | target | verdict | ratio in each round |\n|---|---:|---:|---:|---:|---|---|\n")
@@ -121,7 +121,7 @@ func FloorMarkdown(r *Results) string {
 }
 
 // floorChart draws Baton's ratio to the floor for each figure, the
-// issue's target beside it where there is one, and the floor itself as a
+// target beside it where there is one, and the floor itself as a
 // dashed line at 1.
 func floorChart(file string, r *Results) error {
 	p := plot.New()
@@ -168,7 +168,7 @@ func floorChart(file string, r *Results) error {
 	series := []struct {
 		label  string
 		values []float64
-	}{{"Baton ÷ floor", ratio}, {"issue 16 target (at most)", target}}
+	}{{"Baton ÷ floor", ratio}, {"target (at most)", target}}
 	if r.FloorBefore != nil {
 		series = append([]struct {
 			label  string

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -44,6 +45,13 @@ func byteSize(b float64) string {
 	return fmt.Sprintf("%.0f B", b)
 }
 
+// commitNote is the "(commit abc1234)" a Baton version carries.
+var commitNote = regexp.MustCompile(`\s*\(commit [^)]*\)`)
+
+// shownVersion is a system's version as the page gives it: Baton's
+// without the commit it was built from.
+func shownVersion(v string) string { return strings.TrimSpace(commitNote.ReplaceAllString(v, "")) }
+
 // Fairness renders max/min grants per client.
 func Fairness(minG, maxG int) string {
 	if minG <= 0 {
@@ -56,12 +64,14 @@ func Fairness(minG, maxG int) string {
 func Markdown(r *Results) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	kind := "full run"
+	// The page describes what was measured, not when: the start, the load
+	// of the machine and the commit stay in results.json.
+	kind := "full sizes"
 	if r.Smoke {
 		kind = "smoke run (tiny sizes: the figures prove the scenarios run, not the speed)"
 	}
-	w("Results of `%s` — %s, started %s, took %s.\n\n", r.Command, kind, r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second))
-	w("Machine: %s, %d cores, %s memory, %s, %s, open-file hard limit %s. Load average (1, 5, 15 min) at the start %s, at the end %s: the machine is shared with other work.\n\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Memory, r.Machine.Kernel, r.Machine.Go, r.Machine.NoFile, r.Machine.LoadStart, r.Machine.LoadEnd)
+	w("Results of `%s` — %s, %s of measuring.\n\n", r.Command, kind, r.Elapsed.Round(time.Second))
+	w("Machine: %s, %d cores, %s memory, %s, %s, open-file hard limit %s.\n\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Memory, r.Machine.Kernel, r.Machine.Go, r.Machine.NoFile)
 	if len(r.Versions) > 0 {
 		names := make([]string, 0, len(r.Versions))
 		for n := range r.Versions {
@@ -70,7 +80,7 @@ func Markdown(r *Results) string {
 		sort.Strings(names)
 		w("| system | version |\n|---|---|\n")
 		for _, n := range names {
-			w("| %s | %s |\n", n, r.Versions[n])
+			w("| %s | %s |\n", n, shownVersion(r.Versions[n]))
 		}
 		w("\n")
 	}

@@ -33,10 +33,10 @@ type Results struct {
 	// Polling is the handover beside a large queue, without and with
 	// loops polling GET /v1/locks.
 	Polling *scenario.PollingResult `json:"polling,omitempty"`
-	// Floor is Baton against the minimal lock server (issue 16).
+	// Floor is Baton against the minimal lock server.
 	Floor *floor.Result `json:"floor,omitempty"`
 	// FloorBefore is an earlier run's floor comparison (-floor-before),
-	// drawn beside this one; FloorBeforeFrom says which run.
+	// drawn beside this one; FloorBeforeFrom is the file it came from.
 	FloorBefore     *floor.Result           `json:"floor_before,omitempty"`
 	FloorBeforeFrom string                  `json:"floor_before_from,omitempty"`
 	Cluster         *scenario.ClusterResult `json:"cluster,omitempty"`

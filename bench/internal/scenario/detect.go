@@ -9,7 +9,7 @@ import (
 
 	"github.com/batonlock/baton/bench/internal/rawwire"
 	"github.com/batonlock/baton/bench/internal/stats"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // DetectResult is the failure-detection run for one lease.

@@ -14,7 +14,7 @@ import (
 	"github.com/batonlock/baton/bench/internal/batonsys"
 	"github.com/batonlock/baton/bench/internal/rawwire"
 	"github.com/batonlock/baton/bench/internal/stats"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // FailoverConfig sizes the failover scenario.

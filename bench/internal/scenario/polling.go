@@ -12,7 +12,7 @@ import (
 
 	"github.com/batonlock/baton/bench/internal/stats"
 	"github.com/batonlock/baton/bench/internal/system"
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // PollingConfig sizes the polling scenario.

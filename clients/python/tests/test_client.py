@@ -22,11 +22,11 @@ import baton
 from baton import wire
 
 class TestVectors(unittest.TestCase):
-    """The shared wire vectors (wire/testdata/vectors.json), both ways."""
+    """The shared wire vectors (clients/go/wire/testdata/vectors.json), both ways."""
 
     @classmethod
     def setUpClass(cls) -> None:
-        with open(os.path.join(REPO, "wire", "testdata", "vectors.json"), encoding="utf-8") as f:
+        with open(os.path.join(REPO, "clients", "go", "wire", "testdata", "vectors.json"), encoding="utf-8") as f:
             cls.v = json.load(f)
 
     def test_frames(self) -> None:

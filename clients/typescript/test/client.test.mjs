@@ -10,7 +10,7 @@ import * as baton from "baton-client";
 import * as wire from "../dist/wire.js";
 import { REPO, startServer, awaitWaiters, startProxy } from "./helpers.mjs";
 
-const vectors = JSON.parse(readFileSync(join(REPO, "wire", "testdata", "vectors.json"), "utf8"));
+const vectors = JSON.parse(readFileSync(join(REPO, "clients", "go", "wire", "testdata", "vectors.json"), "utf8"));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** baton_sessions_ended_total{reason} from the server's /metrics (https with tlsOpts). */

@@ -1,0 +1,248 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/batonlock/baton/clients/go/wire"
+)
+
+// Errors. Test for them with errors.Is; use errors.As with a *wire.Error to
+// read the code of an ERROR frame the server sent.
+//
+// The sentinels for protocol codes are *wire.Error values that match by code,
+// so errors.Is(err, ErrBusy) is the same test as
+// errors.Is(err, &wire.Error{Code: wire.CodeBusy}).
+var (
+	// ErrLockLost: ownership ended while the lock was held, for any reason
+	// other than Release. Every such error wraps it, together with the cause
+	// (ErrUnconfirmed, ErrForceReleased, ErrLeaseExpired, ErrShutdown, or the
+	// I/O error of a broken connection). The work the lock guarded must stop.
+	ErrLockLost = errors.New("lock lost")
+
+	// ErrUnconfirmed: the server confirmed nothing for 0.8 × lease, so the
+	// client ended the session itself, before the server could give the lock
+	// to another client (see the package doc).
+	ErrUnconfirmed = errors.New("no confirmation from the server")
+
+	// ErrReleased is the cause of a Lock's context after Release.
+	ErrReleased = errors.New("lock released")
+
+	// ErrMaxHoldReached: the lock was held for the maximum that WithMaxHold
+	// set, and the client released it. It comes wrapped with ErrLockLost:
+	// ownership ended without Release, and the work must stop.
+	ErrMaxHoldReached = errors.New("maximum hold reached")
+
+	// ErrAlreadyHeld: Acquire or Do was called for a name that the same
+	// Client already holds or waits for. Locks are not re-entrant: such a
+	// call would queue behind its own caller and, if the caller waits for
+	// it, never be granted. It is refused at once, without dialling, unless
+	// WithQueueBehindSelf(true) asks for exactly that. A WithNoWait(true)
+	// call is not refused: it cannot wait, and the server answers ErrBusy.
+	ErrAlreadyHeld = errors.New("lock already held or awaited through this client (locks are not re-entrant)")
+
+	// Server conditions (0x01-0x0F). While waiting, the client handles these
+	// itself by reconnecting; callers see them only once the lock was held
+	// (wrapped with ErrLockLost) or in the last error when ctx ends.
+
+	// ErrShutdown: the server is shutting down (SHUTDOWN).
+	ErrShutdown error = &wire.Error{Code: wire.CodeShutdown}
+	// ErrOverloaded: a server limit refused the session (OVERLOADED).
+	ErrOverloaded error = &wire.Error{Code: wire.CodeOverloaded}
+	// ErrNotLeader: this node of a cluster is not the leader, or has just
+	// lost leadership (NOT_LEADER). While waiting, the client follows the
+	// leader's address in the message if it is one of its own addresses.
+	ErrNotLeader error = &wire.Error{Code: wire.CodeNotLeader}
+
+	// Sessions ended by the lock's rules (0x10-0x1F).
+
+	// ErrLeaseExpired: the server heard nothing for a whole lease
+	// (LEASE_EXPIRED). A holder normally reports ErrUnconfirmed first.
+	ErrLeaseExpired error = &wire.Error{Code: wire.CodeLeaseExpired}
+	// ErrForceReleased: an operator took the lock away (FORCE_RELEASED).
+	ErrForceReleased error = &wire.Error{Code: wire.CodeForceReleased}
+	// ErrKicked: an operator removed this waiter from the queue (KICKED).
+	ErrKicked error = &wire.Error{Code: wire.CodeKicked}
+	// ErrBusy: WithNoWait(true) was given and the lock is held (BUSY).
+	ErrBusy error = &wire.Error{Code: wire.CodeBusy}
+
+	// Client errors (0x20-0x2F): a bug or a misconfiguration; never retried.
+	// Inputs the client can check (name, owner, lease) are refused before
+	// dialling, with ErrBadRequest.
+
+	// ErrProtocol: the server saw a malformed frame (PROTOCOL).
+	ErrProtocol error = &wire.Error{Code: wire.CodeProtocol}
+	// ErrBadRequest: bad name, lease or owner text (BAD_REQUEST).
+	ErrBadRequest error = &wire.Error{Code: wire.CodeBadRequest}
+	// ErrVersion: the server does not speak protocol version 1 (VERSION).
+	ErrVersion error = &wire.Error{Code: wire.CodeVersion}
+	// ErrUnauthorized: the server refused this client (UNAUTHORIZED).
+	ErrUnauthorized error = &wire.Error{Code: wire.CodeUnauthorized}
+)
+
+// IsRetryable reports whether err, from Acquire, Do or a lost Lock, is
+// worth another try of the same call: a condition of the servers or of the
+// network that may have passed, not a decision or a mistake that a new try
+// would meet again.
+//
+// True for the server conditions (ErrShutdown, ErrOverloaded, ErrNotLeader),
+// ErrUnconfirmed and ErrLeaseExpired (the confirmation did not get
+// through), a broken connection, and a dial that reached no server (a
+// wrong address looks the same: bound the tries). False for nil, for the
+// end of the caller's own context (context.Canceled, DeadlineExceeded),
+// for an operator's decision (ErrForceReleased, ErrKicked), for ErrBusy
+// (the caller asked not to wait), for ErrMaxHoldReached, for client
+// errors (ErrBadRequest, ErrUnauthorized, ErrVersion, ErrProtocol,
+// ErrAlreadyHeld, a server that broke the protocol), and for errors that
+// are not the client's (the work's own, in Do). For a lost lock, the
+// cause decides.
+//
+// The client never retries a held lock by itself: a new try is a new
+// grant, with a new token, and the work must start again from what the
+// guarded resource has recorded.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var lost *lostError
+	if errors.As(err, &lost) {
+		err = lost.cause
+	}
+	var (
+		we *wire.Error
+		ce *connError
+		ne net.Error
+	)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false // the caller's own context (also a net.Error timeout)
+	case errors.Is(err, ErrMaxHoldReached), errors.Is(err, ErrAlreadyHeld):
+		return false
+	case errors.As(err, &we):
+		// Found before any net.Error: a TLS refusal wraps both.
+		return we.Code.Class() == wire.ClassServer || we.Code == wire.CodeLeaseExpired
+	case errors.Is(err, ErrUnconfirmed), errors.As(err, &ce):
+		return true
+	case errors.As(err, &ne):
+		return true // a dial or handshake that failed on the network
+	}
+	return false
+}
+
+// codeText describes a server's ERROR without the "baton: " prefix of
+// wire.Error, for use inside our own messages.
+func codeText(e *wire.Error) string {
+	if e.Msg == "" {
+		return e.Code.String()
+	}
+	return e.Code.String() + ": " + e.Msg
+}
+
+// opError is a failed Acquire (or New): the operation, the lock and why.
+type opError struct {
+	op   string // "acquire", "baton.New"
+	name string // lock name; empty for New
+	err  error
+}
+
+func (e *opError) Error() string {
+	var reason string
+	var we *wire.Error
+	switch {
+	case errors.As(e.err, &we) && we == e.err:
+		reason = codeText(we)
+	default:
+		reason = e.err.Error()
+	}
+	if e.op == "acquire" {
+		return fmt.Sprintf("acquire %q: %s", e.name, reason)
+	}
+	return e.op + ": " + reason
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+// requestError is an input the client refused before dialling. It reads as
+// the check's message alone, and unwraps to the *wire.Error (BAD_REQUEST)
+// the server would have sent.
+type requestError struct{ e *wire.Error }
+
+func (e *requestError) Error() string { return e.e.Msg }
+func (e *requestError) Unwrap() error { return e.e }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{&wire.Error{Code: wire.CodeBadRequest, Msg: fmt.Sprintf(format, args...)}}
+}
+
+// lostError is the end of a held lock: it wraps ErrLockLost and the cause.
+type lostError struct {
+	name  string
+	cause error
+}
+
+func (e *lostError) Error() string {
+	var we *wire.Error
+	if errors.As(e.cause, &we) && we == e.cause {
+		return fmt.Sprintf("lock %q lost: server sent %s", e.name, codeText(we))
+	}
+	return fmt.Sprintf("lock %q lost: %v", e.name, e.cause)
+}
+
+func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
+
+// brokenConn is the error of a connection to addr that failed with err: a
+// tlsRefusedError if the server sent a TLS alert (it refused this client in
+// the handshake), else a connError.
+func brokenConn(addr string, err error) error {
+	if isRemoteAlert(err) {
+		return &tlsRefusedError{addr: addr, err: err}
+	}
+	return &connError{addr: addr, err: err}
+}
+
+// isRemoteAlert reports whether err is a TLS alert the peer sent: crypto/tls
+// returns those as a *net.OpError with Op "remote error".
+func isRemoteAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
+}
+
+// tlsRefusedError is a server that refused this client's TLS handshake: no
+// client certificate, an expired one, or one of a CA it does not trust.
+// With TLS 1.3 the client learns it only on its first read. It matches
+// ErrUnauthorized, so it is not retried.
+type tlsRefusedError struct {
+	addr string
+	err  error
+}
+
+func (e *tlsRefusedError) Error() string {
+	return fmt.Sprintf("server %s refused the TLS handshake (check the client certificate): %v", e.addr, e.err)
+}
+
+func (e *tlsRefusedError) Unwrap() []error { return []error{ErrUnauthorized, e.err} }
+
+// connError is a connection that broke without an ERROR frame.
+type connError struct {
+	addr string
+	err  error
+}
+
+func (e *connError) Error() string {
+	return fmt.Sprintf("connection to %s broke: %v", e.addr, e.err)
+}
+
+func (e *connError) Unwrap() error { return e.err }
+
+// violationError is a frame the protocol does not allow from a server. It
+// does not wrap a *wire.Error: a PROTOCOL code would blame the client.
+type violationError struct {
+	addr string
+	what string
+}
+
+func (e *violationError) Error() string {
+	return fmt.Sprintf("server %s broke the protocol: %s", e.addr, e.what)
+}

@@ -1,0 +1,3 @@
+module github.com/batonlock/baton/clients/go
+
+go 1.26.0

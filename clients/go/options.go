@@ -1,0 +1,225 @@
+package baton
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/batonlock/baton/clients/go/wire"
+)
+
+// Defaults of a Client made without options.
+const (
+	// DefaultLease is the lease of a lock when no WithLease is given: a dead
+	// holder is detected within 10s, and a live one that gets no
+	// confirmation for 8s (a network fault, a pause) counts the lock lost.
+	DefaultLease = 10 * time.Second
+	// DefaultDialTimeout bounds one connection attempt to one address.
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// maxLease is the longest lease the protocol can carry: lease_ms is a u32.
+const maxLease = math.MaxUint32 * time.Millisecond
+
+// An Option sets one setting. Given to New it sets the client's default for
+// every lock; given to Acquire or Do it sets it for that lock only. When an
+// option is given more than once, the last one wins.
+type Option func(*settings)
+
+type settings struct {
+	lease       time.Duration
+	maxHold     time.Duration // WithMaxHold; 0 for none
+	logger      *slog.Logger  // WithLogger; nil for none
+	owner       string
+	noWait      bool
+	dialTimeout time.Duration
+	tlsConfig   *tls.Config
+	waiting     func(position int)
+	// queueBehindSelf: WithQueueBehindSelf.
+	queueBehindSelf bool
+	normalClose     bool // WithNormalClose
+	fastOpen        bool // WithTCPFastOpen
+	// syn is the ACQUIRE that dialTCP sends in the SYN with Fast Open; set
+	// by acquireFrame.
+	syn []byte
+}
+
+// WithLease sets the lease: how long the server waits in silence before it
+// declares the session dead and moves the lock. It is a failure detector,
+// not a time limit: heartbeats keep a lock for as long as the work runs.
+// Choose the smallest value above the pauses between you and the server.
+// It is sent in whole milliseconds (the rest is dropped); from 1ms to
+// about 49.7 days.
+func WithLease(d time.Duration) Option { return func(s *settings) { s.lease = d } }
+
+// WithMaxHold sets a maximum hold: d after the grant, the client ends the
+// claim itself, as Release does, and the lock ends with an error wrapping
+// ErrLockLost and ErrMaxHoldReached (the Lock's context is cancelled with
+// it, Lock.Err and Release return it, and Do returns it). The lease only
+// detects a dead holder; the maximum hold bounds a live one, such as work
+// that hangs while its process still heartbeats. Lock.Err and
+// Lock.ValidUntil count it, by the clock, like the lease's deadline. 0, the
+// default, means no limit.
+func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
+
+// WithOwner sets the text that tells operators who holds or waits (shown by
+// the ops API, never interpreted). Default: hostname:pid. At most 255 bytes
+// of UTF-8 without control characters.
+func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner } }
+
+// WithNoWait makes Acquire a try-lock: if the lock is held, it fails at once
+// with ErrBusy instead of waiting in the queue.
+func WithNoWait(noWait bool) Option { return func(s *settings) { s.noWait = noWait } }
+
+// WithDialTimeout bounds each connection attempt to one address, TLS
+// handshake included; 0 means no bound other than the context. Default
+// DefaultDialTimeout.
+func WithDialTimeout(d time.Duration) Option { return func(s *settings) { s.dialTimeout = d } }
+
+// WithTLSConfig makes the client speak TLS with cfg; nil means plain TCP
+// (the default). An empty ServerName is taken from the address dialled.
+// For mutual TLS, put the client certificate in cfg.Certificates. A server
+// that refuses the certificate fails Acquire with an error matching
+// ErrUnauthorized, not retried.
+func WithTLSConfig(cfg *tls.Config) Option { return func(s *settings) { s.tlsConfig = cfg } }
+
+// WithWaitingFunc has f called with the place in the queue (1 is next) on
+// every WAITING reply while Acquire waits: the first answer, and the reply
+// to each heartbeat after it. After a reconnection the place starts again
+// at the end of the queue. f runs on the session's heartbeat loop, so it
+// must return at once (hand the value on without blocking); nil, the
+// default, reports nothing. For progress displays such as baton run's.
+func WithWaitingFunc(f func(position int)) Option { return func(s *settings) { s.waiting = f } }
+
+// WithQueueBehindSelf lets Acquire and Do take a place in the queue of a
+// name that the same Client already holds or waits for; it is then granted
+// only after that other Lock is released. Without it such a call fails at
+// once with ErrAlreadyHeld (a WithNoWait call gets ErrBusy from the
+// server instead): locks are not re-entrant, and a caller that waits for
+// itself waits forever. Give it to hand a lock on between
+// goroutines of one process.
+func WithQueueBehindSelf(ok bool) Option { return func(s *settings) { s.queueBehindSelf = ok } }
+
+// WithNormalClose(true) makes Release, and an Acquire that gives up its
+// wait, close the connection normally (FIN) instead of with a reset (RST),
+// the default.
+//
+// The reset is the faster release: the server sees it at once, as it sees
+// a FIN, and the client's side of the connection is gone at once instead
+// of lingering for a minute in TIME_WAIT, where thousands of them (one per
+// claim) slow every new connection down as the kernel searches for a free
+// port. The trade: a reset is sent once, while a FIN is retransmitted
+// until acknowledged, so on a network that loses the reset the server
+// learns of the release only at the end of the lease. The lock is then
+// free later, never earlier: safety is the same. Choose the normal close
+// on a lossy network where a lock sits idle for up to a lease after a
+// lost release and that costs more than the ports. Ends that the client
+// did not choose (an ERROR from the server, a broken connection, a lost
+// confirmation) always close normally.
+func WithNormalClose(normal bool) Option { return func(s *settings) { s.normalClose = normal } }
+
+// WithTCPFastOpen(true) sends the ACQUIRE in the SYN (TCP Fast Open, Linux
+// only), which saves the round trip of the TCP handshake on each claim
+// once the kernel holds a Fast Open cookie for the server (the first
+// connection to a server fetches one with an ordinary handshake). It needs
+// bit 1 of the sysctl net.ipv4.tcp_fastopen on the client and bit 2 on the
+// server, with baton serve -tcp-fastopen; otherwise connections fall back
+// to the ordinary handshake by themselves. Off by default. On other
+// platforms New and Acquire refuse it. (With TLS, the ClientHello rides in
+// the SYN instead.)
+func WithTCPFastOpen(on bool) Option { return func(s *settings) { s.fastOpen = on } }
+
+// WithLogger has the client log to l: at Debug, connections, grants and
+// releases; at Info, failed attempts and reconnections while waiting,
+// redirects by a node that is not the leader, and the maximum hold; at
+// Warn, a request the server has not answered within a beat (lease/4)
+// and the loss of a lock, with its cause. nil, the default, logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
+
+func defaultSettings() settings {
+	return settings{
+		lease:       DefaultLease,
+		owner:       defaultOwner(),
+		dialTimeout: DefaultDialTimeout,
+	}
+}
+
+// defaultOwner is hostname:pid, or pid:N when the host name is not fit to
+// send.
+func defaultOwner() string {
+	pid := strconv.Itoa(os.Getpid())
+	if host, err := os.Hostname(); err == nil {
+		if owner := host + ":" + pid; wire.CheckOwner(owner) == nil {
+			return owner
+		}
+	}
+	return "pid:" + pid
+}
+
+func (s *settings) apply(opts []Option) {
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+}
+
+// check refuses what the server would refuse, and what the client cannot do.
+func (s *settings) check() error {
+	switch {
+	case s.lease < time.Millisecond:
+		return badRequest("lease %v must be at least 1ms", s.lease)
+	case s.lease > maxLease:
+		return badRequest("lease %v exceeds the protocol's maximum of %v", s.lease, maxLease)
+	case s.dialTimeout < 0:
+		return badRequest("dial timeout %v must not be negative", s.dialTimeout)
+	case s.maxHold < 0:
+		return badRequest("maximum hold %v must not be negative", s.maxHold)
+	case s.fastOpen && !fastOpenSupported:
+		return badRequest("TCP Fast Open is supported on Linux only")
+	}
+	if err := wire.CheckOwner(s.owner); err != nil {
+		return asRequestError(err)
+	}
+	return nil
+}
+
+// asRequestError turns a refusal of wire's checks into a requestError.
+func asRequestError(err error) error {
+	if we, ok := err.(*wire.Error); ok {
+		return &requestError{we}
+	}
+	return err
+}
+
+// acquireFrame returns the ACQUIRE frame for name, and the lease as sent.
+func (s *settings) acquireFrame(name string) ([]byte, time.Duration, error) {
+	if err := wire.CheckName(name); err != nil {
+		return nil, 0, asRequestError(err)
+	}
+	if err := s.check(); err != nil {
+		return nil, 0, err
+	}
+	a := wire.Acquire{
+		Version: wire.Version,
+		LeaseMs: uint32(s.lease / time.Millisecond),
+		Name:    name,
+		Owner:   s.owner,
+	}
+	if s.noWait {
+		a.Flags = wire.FlagNoWait
+	}
+	b, err := wire.AppendAcquire(nil, a)
+	if err != nil {
+		// Unreachable after the checks above; keep the reason if not.
+		return nil, 0, fmt.Errorf("encode ACQUIRE: %w", err)
+	}
+	if s.fastOpen {
+		s.syn = b
+	}
+	return b, time.Duration(a.LeaseMs) * time.Millisecond, nil
+}
