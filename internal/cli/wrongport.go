@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // opsPortRefusal begins the ERROR message the ops listener answers a lock

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonlock/baton/wire"
+	"github.com/batonlock/baton/clients/go/wire"
 )
 
 // serveBinaryLine starts baton serve (the binary) on loopback ports and
