@@ -48,8 +48,18 @@ const (
 	minRunLease = 100 * time.Millisecond
 )
 
-// errWaitTimedOut is the cause of the wait's context when -wait runs out.
-var errWaitTimedOut = errors.New("-wait ran out")
+// errWaitTimedOut is the cause of the wait's context when -wait runs out,
+// errConnectTimedOut when -connect-timeout does.
+var (
+	errWaitTimedOut    = errors.New("-wait ran out")
+	errConnectTimedOut = errors.New("-connect-timeout ran out")
+)
+
+// defaultConnectTimeout is -connect-timeout's default: long enough for a
+// server's restart or a cluster's election, short enough that a job whose
+// servers are all stuck (accepting, never answering) is not left waiting
+// in silence, or piling up under cron.
+const defaultConnectTimeout = 30 * time.Second
 
 // runOptions are the flags and arguments of baton run.
 type runOptions struct {
@@ -57,6 +67,7 @@ type runOptions struct {
 	lease          time.Duration
 	noWait         bool
 	wait           time.Duration
+	connectTimeout time.Duration
 	owner          ownerValue
 	killGrace      time.Duration // set from killGraceFlag once the lease is known
 	killGraceFlag  optionalDuration
@@ -123,6 +134,17 @@ while the command runs on.
 The command is not in the terminal's foreground process group, so one that
 reads from the terminal is stopped (SIGTTIN): give it its input another way.
 
+A server that accepts the connection but does not answer (a hung or
+stopped process: the kernel still completes the handshake) is given up
+after 0.8 × lease, at most 5s, with a line on stderr ("no answer from
+127.0.0.1:7070 in 5s; retrying in 50ms"); baton run tries again with a
+growing backoff, the next address first, and exits 78 once no server has
+answered for -connect-timeout (30s by default), at the start or after
+losing its server while it waited. A server that refuses the connection at
+the start is exit 78 at once (a wrong address). -addr given Baton's ops
+port, or any HTTP port, is exit 78 at once, with the lock port when the
+server names it.
+
 While it waits, baton run shows one status line on stderr when stderr is a
 terminal: the place in the queue, the time waited and, when -ops-addr is
 given, who holds the lock. It is silent while all goes well when stderr is
@@ -142,7 +164,8 @@ Exit status:
   75              lock busy: -nowait and the lock is held
   76              -wait ran out before the lock was granted
   77              the lock was lost while the command ran; it was stopped
-  78              no server at -addr could be reached
+  78              no server at -addr could be reached, none answered
+                  within -connect-timeout, or -addr is not a lock port
   126, 127        the command cannot be executed, or was not found
   128+N           baton run got signal N while it waited
 A command that itself exits 75 to 78 cannot be told apart from baton run's
@@ -177,6 +200,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.DurationVar(&o.lease, "lease", baton.DefaultLease, "the lease: a holder silent this long loses the lock (a failure detector, not a time limit); at least "+minRunLease.String())
 	fs.BoolVar(&o.noWait, "nowait", false, "exit 75 at once if the lock is held instead of waiting")
 	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", defaultConnectTimeout, "the longest time without a server that answers, at the start or after losing one while waiting (exit 78 after it); 0: as long as -wait allows")
 	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
@@ -304,6 +328,8 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail(fmt.Sprintf("lease (%v) exceeds the protocol's maximum of %v", o.lease, time.Duration(^uint32(0))*time.Millisecond))
 	case o.wait < 0:
 		return fail(fmt.Sprintf("wait (%v) must not be negative", o.wait))
+	case o.connectTimeout < 0:
+		return fail(fmt.Sprintf("connect-timeout (%v) must not be negative", o.connectTimeout))
 	case o.noWait && o.wait > 0:
 		return fail("-nowait and -wait exclude each other")
 	case o.quiet && o.verbose:

@@ -174,6 +174,7 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 	done := make(chan result, 1)
 	start := time.Now()
 	positions := make(chan int, 1)
+	retries := make(chan retry, 16)
 	opts := []baton.Option{baton.WithNoWait(o.noWait), baton.WithWaitingFunc(func(position int) {
 		// The newest position replaces one not yet shown. Only this
 		// callback sends, so the send after the drain cannot block.
@@ -182,7 +183,31 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 		default:
 		}
 		positions <- position
+	}), baton.WithRetryFunc(func(err error, wait time.Duration) {
+		select {
+		case retries <- retry{err, wait}:
+		default: // at most one every backoff: never this many unread
+		}
 	})}
+	// -connect-timeout runs while no server answers: from the start until
+	// the first answer, and again from each retry after a server had
+	// answered.
+	connect := time.NewTimer(time.Hour)
+	connect.Stop()
+	defer connect.Stop()
+	var connectC <-chan time.Time
+	armConnect := func() {
+		if o.connectTimeout > 0 && connectC == nil {
+			connect.Reset(o.connectTimeout)
+			connectC = connect.C
+		}
+	}
+	answered := func() {
+		connect.Stop()
+		connectC = nil
+	}
+	armConnect()
+	var lastRetry error
 	wg.Go(func() {
 		l, err := client.Acquire(waitCtx, o.name, opts...)
 		done <- result{l, err}
@@ -218,8 +243,25 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 			}
 			return nil, r.acquireFailed(res.err, sig, time.Since(start))
 		case p := <-positions:
+			answered()
 			w.position, w.waiting = p, true
 			r.status.show(w, time.Now())
+		case rt := <-retries:
+			lastRetry = rt.err
+			if errors.Is(rt.err, baton.ErrNoAnswer) {
+				// Said whatever -v says: nothing may come of the wait.
+				r.errorf("%v; retrying in %v", rt.err, roundWait(rt.wait))
+			} else {
+				r.logf("%v; retrying in %v", rt.err, roundWait(rt.wait))
+			}
+			armConnect()
+		case <-connectC:
+			connectC = nil
+			why := ""
+			if lastRetry != nil {
+				why = ": " + lastRetry.Error()
+			}
+			cancel(fmt.Errorf("%w%s", errConnectTimedOut, why))
 		case info := <-infos:
 			if info.err != "" && info.err != w.info.err {
 				r.logf("no holder information: %s", info.err)
@@ -253,6 +295,12 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 	case errors.Is(err, baton.ErrBusy):
 		r.errorf("lock %s is busy; not waiting (-nowait)", o.name)
 		return exitBusy
+	case errors.Is(err, errConnectTimedOut):
+		r.errorf("no server at %s answered within %v (-connect-timeout)%s", strings.Join(o.addrs.addrs, ", "), o.connectTimeout, lastAttempt(err))
+		return exitUnreachable
+	case errors.Is(err, baton.ErrWrongPort):
+		r.errorf("%v", acquireReason(err))
+		return exitUnreachable
 	case errors.Is(err, errWaitTimedOut):
 		r.errorf("gave up waiting for lock %s after %v (-wait)", o.name, o.wait)
 		return exitWaitTimeout
@@ -261,15 +309,41 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 		return exitFailure
 	case errors.Is(err, baton.ErrBadRequest):
 		return usageError(r.s, "run", err.Error())
-	case opsPortAnswer(err) != "":
-		r.errorf("cannot use -addr %s: %s", strings.Join(o.addrs.addrs, ","), opsPortAnswer(err))
-		return exitUnreachable
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))
 		return exitUnreachable
 	}
 	r.errorf("%v", err)
 	return exitFailure
+}
+
+// retry is an attempt that Acquire gave up, to try again after wait.
+type retry struct {
+	err  error
+	wait time.Duration
+}
+
+// acquireReason is a failed Acquire's reason without its "acquire NAME: "
+// prefix, which baton run's own line says otherwise.
+func acquireReason(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
+}
+
+// lastAttempt is ": " and why the last attempt failed, as the cause of a
+// -connect-timeout carries it, or "".
+func lastAttempt(err error) string {
+	_, why, ok := strings.Cut(err.Error(), errConnectTimedOut.Error()+": ")
+	if !ok {
+		return ""
+	}
+	// The client adds its own account of the same attempt in brackets.
+	if i := strings.Index(why, " ("); i >= 0 {
+		why = why[:i]
+	}
+	return "; last: " + why
 }
 
 // dialReason is the short reason of a failed dial: "connection refused"

@@ -6,7 +6,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +16,8 @@ import (
 )
 
 // opsPortRefusal begins the ERROR message the ops listener answers a lock
-// client with; baton run recognises it (exit 78).
+// client with; the Go client recognises it (ErrWrongPort), and so baton
+// run (exit 78).
 const opsPortRefusal = "this is Baton's ops HTTP port"
 
 // Bounds of the answer to a lock client on the ops port: its write, and the
@@ -104,16 +104,6 @@ func lockAddrText(advertised string, bound net.Addr) string {
 		return "port " + port + " of this host"
 	}
 	return bound.String()
-}
-
-// opsPortAnswer is the refusal of Baton's ops port if err carries it (a
-// lock client dialled the ops port), else "".
-func opsPortAnswer(err error) string {
-	var we *wire.Error
-	if errors.As(err, &we) && we.Code == wire.CodeProtocol && strings.HasPrefix(we.Msg, opsPortRefusal) {
-		return we.Msg
-	}
-	return ""
 }
 
 // lockPortError is an ops request answered in the lock protocol: the

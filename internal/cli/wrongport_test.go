@@ -3,13 +3,17 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/clients/go/wire"
 )
 
@@ -42,7 +46,7 @@ func TestBinaryWrongPorts(t *testing.T) {
 		if code != exitUnreachable {
 			t.Errorf("exit code %d, want %d", code, exitUnreachable)
 		}
-		want := "baton run: cannot use -addr " + sl.OpsAddr + ": this is Baton's ops HTTP port; the lock protocol is on " + sl.Addr + "\n"
+		want := "baton run: server " + sl.OpsAddr + " is not a Baton lock port: this is Baton's ops HTTP port; the lock protocol is on " + sl.Addr + "\n"
 		if stderr != want {
 			t.Errorf("stderr %q, want %q", stderr, want)
 		}
@@ -53,6 +57,36 @@ func TestBinaryWrongPorts(t *testing.T) {
 		// line until its header timeout (3s).
 		if took > 2500*time.Millisecond {
 			t.Errorf("took %v, want an answer at once", took)
+		}
+	})
+
+	t.Run("the Go client at the ops port", func(t *testing.T) {
+		c, err := baton.New([]string{sl.OpsAddr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := c.Acquire(ctx, "jobs/x")
+		if err == nil {
+			l.Release()
+			t.Fatal("Acquire at the ops port succeeded")
+		}
+		if !errors.Is(err, baton.ErrWrongPort) || !strings.Contains(err.Error(), "the lock protocol is on "+sl.Addr) {
+			t.Errorf("Acquire at the ops port: %v, want ErrWrongPort naming %s", err, sl.Addr)
+		}
+	})
+
+	t.Run("run at another HTTP server", func(t *testing.T) {
+		hs := httptest.NewUnstartedServer(http.NotFoundHandler())
+		hs.Config.ReadHeaderTimeout = 500 * time.Millisecond // it answers the frame's bytes then
+		hs.Start()
+		defer hs.Close()
+		addr := strings.TrimPrefix(hs.URL, "http://")
+		code, _, stderr := runBaton(t, "run", "-addr", addr, "jobs/x", "--", "sh", "-c", "echo ran")
+		want := "baton run: server " + addr + ` is not a Baton lock port: it answered in HTTP ("HTTP/1.1 `
+		if code != exitUnreachable || !strings.HasPrefix(stderr, want) || len(lines(stderr)) != 1 {
+			t.Errorf("exit code %d, stderr %q; want 78 and one line starting %q", code, stderr, want)
 		}
 	})
 
