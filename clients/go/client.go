@@ -313,8 +313,10 @@ func (c *Client) await(ctx context.Context, s *session, lastErr error) (*Lock, e
 	case <-ctx.Done():
 		s.close()
 		<-s.done
-		if !s.replied {
-			// This attempt's silence is the news, not the one before.
+		var na *noAnswerError
+		if !s.replied && !errors.As(lastErr, &na) {
+			// No answer so far, and no earlier attempt that tells more
+			// (a whole attempt's silence says which bound ran out).
 			lastErr = &noAnswerError{addr: s.addr, waited: s.endedAt.Sub(s.base)}
 		}
 		return nil, acquireCtxError(ctx, s.name, lastErr, s.position)

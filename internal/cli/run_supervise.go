@@ -38,6 +38,9 @@ type runner struct {
 	o      *runOptions
 	owner  string
 	status *statusLine
+	// lastRetry is why the wait's last attempt failed (WithRetryFunc),
+	// for the line of a -connect-timeout.
+	lastRetry error
 }
 
 // logf prints one line of -v output (and makes room for it on a terminal).
@@ -207,7 +210,6 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 		connectC = nil
 	}
 	armConnect()
-	var lastRetry error
 	wg.Go(func() {
 		l, err := client.Acquire(waitCtx, o.name, opts...)
 		done <- result{l, err}
@@ -247,7 +249,7 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 			w.position, w.waiting = p, true
 			r.status.show(w, time.Now())
 		case rt := <-retries:
-			lastRetry = rt.err
+			r.lastRetry = rt.err
 			if errors.Is(rt.err, baton.ErrNoAnswer) {
 				// Said whatever -v says: nothing may come of the wait.
 				r.errorf("%v; retrying in %v", rt.err, roundWait(rt.wait))
@@ -257,11 +259,7 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 			armConnect()
 		case <-connectC:
 			connectC = nil
-			why := ""
-			if lastRetry != nil {
-				why = ": " + lastRetry.Error()
-			}
-			cancel(fmt.Errorf("%w%s", errConnectTimedOut, why))
+			cancel(errConnectTimedOut)
 		case info := <-infos:
 			if info.err != "" && info.err != w.info.err {
 				r.logf("no holder information: %s", info.err)
@@ -296,7 +294,11 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 		r.errorf("lock %s is busy; not waiting (-nowait)", o.name)
 		return exitBusy
 	case errors.Is(err, errConnectTimedOut):
-		r.errorf("no server at %s answered within %v (-connect-timeout)%s", strings.Join(o.addrs.addrs, ", "), o.connectTimeout, lastAttempt(err))
+		last := ""
+		if r.lastRetry != nil {
+			last = "; last: " + r.lastRetry.Error()
+		}
+		r.errorf("no server at %s answered within %v (-connect-timeout)%s", strings.Join(o.addrs.addrs, ", "), o.connectTimeout, last)
 		return exitUnreachable
 	case errors.Is(err, baton.ErrWrongPort):
 		r.errorf("%v", acquireReason(err))
@@ -330,20 +332,6 @@ func acquireReason(err error) error {
 		return u
 	}
 	return err
-}
-
-// lastAttempt is ": " and why the last attempt failed, as the cause of a
-// -connect-timeout carries it, or "".
-func lastAttempt(err error) string {
-	_, why, ok := strings.Cut(err.Error(), errConnectTimedOut.Error()+": ")
-	if !ok {
-		return ""
-	}
-	// The client adds its own account of the same attempt in brackets.
-	if i := strings.Index(why, " ("); i >= 0 {
-		why = why[:i]
-	}
-	return "; last: " + why
 }
 
 // dialReason is the short reason of a failed dial: "connection refused"
