@@ -41,11 +41,12 @@ const (
 	// a command it starts (a fork and exec, then whatever the command does
 	// to the machine): on a busy host a process can wait tens of
 	// milliseconds for a CPU, and every such wait longer than 0.8 × lease
-	// stops the command. Measured on a 2-core host under a load of 8:
-	// leases of 1ms to 50ms lost the lock in most runs, 100ms in a few,
-	// 250ms in none. The Go client, which has no command to start, takes
+	// stops the command. Measured on a 2-core host under a load of 8 to
+	// 15 (baton run -lease L x -- sleep 1, ten runs each): 1ms to 50ms
+	// lost the lock in nearly every run, 100ms in more than half, 250ms
+	// and 1s in none. The Go client, which has no command to start, takes
 	// leases from 1ms.
-	minRunLease = 100 * time.Millisecond
+	minRunLease = 250 * time.Millisecond
 )
 
 // errWaitTimedOut is the cause of the wait's context when -wait runs out,

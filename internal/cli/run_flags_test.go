@@ -23,10 +23,10 @@ func TestRunUsageErrors(t *testing.T) {
 		{"empty command", nil, []string{"run", "jobs/x", "--"}, `baton run: no command given after "--"; run 'baton help run'`},
 		{"two names", nil, []string{"run", "a", "b", "--", "true"}, `baton run: unexpected argument "b" before "--": give one lock name; run 'baton help run'`},
 		{"bad name", nil, []string{"run", "a\tb", "--", "true"}, "baton run: lock name "},
-		{"lease 0", nil, []string{"run", "-lease", "0s", "x", "--", "true"}, "baton run: lease 0s is below baton run's minimum of 100ms: "},
+		{"lease 0", nil, []string{"run", "-lease", "0s", "x", "--", "true"}, "baton run: lease 0s is below baton run's minimum of 250ms: "},
 		{"lease 1ms", nil, []string{"run", "-lease", "1ms", "x", "--", "true"},
-			"baton run: lease 1ms is below baton run's minimum of 100ms: the server must confirm the lock every 0.8 × lease, " +
-				"and a busy machine can keep a process from running for longer than that, which would stop the command at once; use -lease 100ms or more; run 'baton help run'"},
+			"baton run: lease 1ms is below baton run's minimum of 250ms: the server must confirm the lock every 0.8 × lease, " +
+				"and a busy machine can keep a process from running for longer than that, which would stop the command at once; use -lease 250ms or more; run 'baton help run'"},
 		{"lease without a unit", nil, []string{"run", "-lease", "10", "x", "--", "true"},
 			`baton run: invalid value "10" for flag -lease: add a unit: 10s (or 10ms, 10m); run 'baton help run'`},
 		{"wait without a unit", nil, []string{"run", "-wait", "2.5", "x", "--", "true"},

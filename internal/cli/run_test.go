@@ -382,8 +382,8 @@ func TestRunUsageErrorsBinary(t *testing.T) {
 		{[]string{"run"}, "no lock name given"},
 		{[]string{"run", "jobs/x"}, `no command given after "--"`},
 		{[]string{"run", "jobs/x", "true"}, `missing "--"`},
-		{[]string{"run", "-lease", "0s", "jobs/x", "--", "true"}, "lease 0s is below baton run's minimum of 100ms"},
-		{[]string{"run", "-lease", "1ms", "jobs/x", "--", "true"}, "lease 1ms is below baton run's minimum of 100ms"},
+		{[]string{"run", "-lease", "0s", "jobs/x", "--", "true"}, "lease 0s is below baton run's minimum of 250ms"},
+		{[]string{"run", "-lease", "1ms", "jobs/x", "--", "true"}, "lease 1ms is below baton run's minimum of 250ms"},
 		{[]string{"run", "-lease", "10", "jobs/x", "--", "true"}, "add a unit: 10s"},
 		{[]string{"kick", "abc"}, "session ids are numbers"},
 	} {
