@@ -242,8 +242,10 @@ func TestReadmeCluster(t *testing.T) {
 		}
 	}
 	// The folder is ignored by the repository, so a try leaves git clean.
-	check := exec.Command("git", "-C", filepath.Join("..", ".."), "check-ignore", "-q", root+"/n1/raft.db")
-	if err := check.Run(); err != nil {
+	repo := filepath.Join("..", "..")
+	if exec.Command("git", "-C", repo, "rev-parse", "--is-inside-work-tree").Run() != nil {
+		t.Logf("not in a git work tree: the check that git ignores %s/ is left out", root)
+	} else if err := exec.Command("git", "-C", repo, "check-ignore", "-q", root+"/n1/raft.db").Run(); err != nil {
 		t.Errorf("git check-ignore %s/n1/raft.db: %v; want the README cluster's folder ignored", root, err)
 	}
 
