@@ -392,8 +392,9 @@ func TestBinaryClusterReplaceAndRestart(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "node n4: follower") || !strings.Contains(out, "n4  ") || strings.Contains(out, dead.id+"  ") {
 		t.Fatalf("baton cluster on n4: exit %d\n%s", code, out)
 	}
-	// Lock state through a follower is the leader's.
-	g = readGranted(t, l.addr, "jobs", time.Second)
+	// Lock state through a follower is the leader's. The membership change
+	// may have moved leadership on a loaded machine: ask whoever leads now.
+	g = readGranted(t, waitLeader(t, []*clusterProc{l, f, n4}).addr, "jobs", time.Second)
 	if code, out := batonOut(t, "locks", "-ops-addr", n4.opsAddr); code != 0 || !strings.Contains(out, "jobs") {
 		t.Fatalf("baton locks via a follower: exit %d\n%s", code, out)
 	}
