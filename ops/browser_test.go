@@ -167,10 +167,16 @@ func (p *page) expectNoConsoleErrors() {
 	}
 }
 
+// realClientLease is the lease of the tests' real clients: long enough
+// that a client starved of the CPU on a loaded machine never loses its
+// session while the page shows it (the page would then act on a session
+// that is gone: a 404, and a console error).
+const realClientLease = 10 * time.Second
+
 // holdWith acquires name with a real client and returns the lock.
 func holdWith(t *testing.T, addr, name, owner string) *baton.Lock {
 	t.Helper()
-	c, err := baton.New([]string{addr}, baton.WithOwner(owner), baton.WithLease(3*time.Second))
+	c, err := baton.New([]string{addr}, baton.WithOwner(owner), baton.WithLease(realClientLease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +198,7 @@ type queuedClient struct {
 
 func waitFor(t *testing.T, addr, name, owner string) *queuedClient {
 	t.Helper()
-	c, err := baton.New([]string{addr}, baton.WithOwner(owner), baton.WithLease(3*time.Second))
+	c, err := baton.New([]string{addr}, baton.WithOwner(owner), baton.WithLease(realClientLease))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,11 +201,12 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			if !reached {
 				return nil, &opError{op: "acquire", name: name, err: err}
 			}
-			lastErr = err
+			lastErr = &noAnswerError{err: err}
 			failures++
 			wait := backoff(failures)
-			logAt(set.logger, slog.LevelInfo, "baton: no server reachable; trying again",
+			logAt(set.logger, slog.LevelWarn, "baton: no server reachable; trying again",
 				slog.String("lock", name), slog.Any("err", err), slog.Duration("after", wait))
+			set.retried(lastErr, wait)
 			if !sleep(ctx, wait) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
 			}
@@ -231,7 +232,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			failures, redirects = 0, 0
 		}
 		failures++
-		if errors.Is(s.err, ErrShutdown) || errors.Is(s.err, ErrUnconfirmed) {
+		if errors.Is(s.err, ErrShutdown) || errors.Is(s.err, ErrUnconfirmed) || errors.Is(s.err, ErrNoAnswer) {
 			// Going away, or accepting but not answering (a stopped or
 			// hung node: the kernel still completes the handshake). Try
 			// the next address first, or the same one would hold us.
@@ -259,7 +260,9 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			}
 			// An election takes a few hundred milliseconds: wait about
 			// that, not the long backoff meant for an overloaded server.
-			if !sleep(ctx, jitter(min(backoffBase<<min(redirects, 8), electionBackoffCap))) {
+			wait := jitter(min(backoffBase<<min(redirects, 8), electionBackoffCap))
+			set.retried(s.err, wait)
+			if !sleep(ctx, wait) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
 			}
 			continue
@@ -268,8 +271,15 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		if !atOnce || failures > 1 {
 			wait = backoff(failures)
 		}
-		logAt(set.logger, slog.LevelInfo, "baton: session ended while waiting; reconnecting",
-			slog.String("lock", name), slog.String("addr", s.addr), slog.Any("err", s.err), slog.Duration("after", wait))
+		if errors.Is(s.err, ErrNoAnswer) {
+			// Said louder than a reconnection: nothing may come of it.
+			logAt(set.logger, slog.LevelWarn, "baton: no answer from the server; trying again",
+				slog.String("lock", name), slog.String("addr", s.addr), slog.Any("err", s.err), slog.Duration("after", wait))
+		} else {
+			logAt(set.logger, slog.LevelInfo, "baton: session ended while waiting; reconnecting",
+				slog.String("lock", name), slog.String("addr", s.addr), slog.Any("err", s.err), slog.Duration("after", wait))
+		}
+		set.retried(s.err, wait)
 		if wait > 0 && !sleep(ctx, wait) {
 			return nil, acquireCtxError(ctx, name, lastErr, 0)
 		}
@@ -303,6 +313,12 @@ func (c *Client) await(ctx context.Context, s *session, lastErr error) (*Lock, e
 	case <-ctx.Done():
 		s.close()
 		<-s.done
+		var na *noAnswerError
+		if !s.replied && !errors.As(lastErr, &na) {
+			// No answer so far, and no earlier attempt that tells more
+			// (a whole attempt's silence says which bound ran out).
+			lastErr = &noAnswerError{addr: s.addr, waited: s.endedAt.Sub(s.base)}
+		}
 		return nil, acquireCtxError(ctx, s.name, lastErr, s.position)
 	}
 }
@@ -324,7 +340,10 @@ func retryable(err error) (atOnce, retry bool) {
 		return false, false
 	}
 	var ce *connError
-	if errors.Is(err, ErrUnconfirmed) || errors.As(err, &ce) {
+	switch {
+	case errors.Is(err, ErrNoAnswer):
+		return false, true // after a backoff: the server may be stuck for long
+	case errors.Is(err, ErrUnconfirmed), errors.As(err, &ce):
 		return true, true
 	}
 	return false, false
@@ -479,12 +498,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // acquireCtxError is the end of a wait by ctx. It wraps ctx.Err() and the
 // cause; the last failure and the place in the queue are told, not wrapped,
 // so that errors.Is reports why Acquire returned, not what it had survived.
-// Call it only once ctxEnded(ctx).
+// One failure is part of why: a wait that ended with no place in a queue
+// because no server answered wraps ErrNoAnswer too. Call it only once
+// ctxEnded(ctx).
 func acquireCtxError(ctx context.Context, name string, last error, position uint32) error {
 	<-ctx.Done() // past its deadline, the timer closing Done may lag a moment
 	err := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != err {
 		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	var na *noAnswerError
+	if position == 0 && errors.As(last, &na) {
+		return &opError{op: "acquire", name: name, err: fmt.Errorf("%w (%w)", err, last)}
 	}
 	switch {
 	case position > 0 && last != nil:

@@ -118,12 +118,24 @@
 //     (the next address if one fails, then with backoff), after a capped,
 //     jittered backoff after OVERLOADED, each time at the end of the queue.
 //     Once held, they end the lock like any loss.
+//
 //   - Sessions ended by the lock's rules: ErrLeaseExpired, ErrForceReleased,
 //     ErrKicked, ErrBusy. Returned to the caller (a lapsed wait in the queue
 //     is retried: the caller still wants the lock).
+//
 //   - Client errors: ErrProtocol, ErrBadRequest, ErrVersion, ErrUnauthorized.
 //     Never retried. Names, owners and leases are checked before dialling,
 //     with the server's rules, as ErrBadRequest.
+//
+//   - No server answers (ErrNoAnswer): a server that accepted the
+//     connection but did not answer the ACQUIRE within 0.8 × lease (at
+//     most 5s), or none that accepts it after one had answered. Retried
+//     after a backoff, the next address first, told to WithLogger (Warn)
+//     and WithRetryFunc; when ctx ends without a place in a queue for that
+//     reason, the error wraps ErrNoAnswer beside ctx's.
+//
+//   - The wrong port (ErrWrongPort): an HTTP server, or Baton's ops port,
+//     which names the lock port in its answer. Never retried.
 //
 // If no address can be reached at all, Acquire fails at once rather than
 // hide a misconfiguration; once it has reached a server, it rides out

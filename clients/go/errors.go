@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/batonlock/baton/clients/go/wire"
 )
@@ -42,6 +43,22 @@ var (
 	// WithQueueBehindSelf(true) asks for exactly that. A WithNoWait(true)
 	// call is not refused: it cannot wait, and the server answers ErrBusy.
 	ErrAlreadyHeld = errors.New("lock already held or awaited through this client (locks are not re-entrant)")
+
+	// ErrNoAnswer: no server answered. A server accepted the connection
+	// but did not answer the ACQUIRE within the answer bound (0.8 × lease,
+	// at most 5s: a live server answers at once, and bounds every write of
+	// its own by its -io-timeout, 5s by default), or, after a server had
+	// answered, none accepted a connection. While waiting, Acquire reports
+	// it to the logger (at Warn) and to WithRetryFunc, and tries again after
+	// a backoff, the next address first; once ctx ends, its error wraps
+	// ErrNoAnswer beside ctx's error when the wait ended without a place in
+	// a queue for that reason.
+	ErrNoAnswer = errors.New("no answer from the server")
+
+	// ErrWrongPort: the address is not a Baton lock port: the server
+	// answered in HTTP, or it is Baton's ops HTTP port, which answers a
+	// lock client with an ERROR naming the lock port. Not retried.
+	ErrWrongPort = errors.New("not a Baton lock port")
 
 	// Server conditions (0x01-0x0F). While waiting, the client handles these
 	// itself by reconnecting; callers see them only once the lock was held
@@ -89,13 +106,14 @@ var (
 //
 // True for the server conditions (ErrShutdown, ErrOverloaded, ErrNotLeader),
 // ErrUnconfirmed and ErrLeaseExpired (the confirmation did not get
-// through), a broken connection, and a dial that reached no server (a
-// wrong address looks the same: bound the tries). False for nil, for the
-// end of the caller's own context (context.Canceled, DeadlineExceeded),
-// for an operator's decision (ErrForceReleased, ErrKicked), for ErrBusy
-// (the caller asked not to wait), for ErrMaxHoldReached, for client
-// errors (ErrBadRequest, ErrUnauthorized, ErrVersion, ErrProtocol,
-// ErrAlreadyHeld, a server that broke the protocol), and for errors that
+// through), ErrNoAnswer, a broken connection, and a dial that reached no
+// server (a wrong address looks the same: bound the tries). False for nil,
+// for the end of the caller's own context (context.Canceled,
+// DeadlineExceeded), for an operator's decision (ErrForceReleased,
+// ErrKicked), for ErrBusy (the caller asked not to wait), for
+// ErrMaxHoldReached, for client errors (ErrBadRequest, ErrUnauthorized,
+// ErrVersion, ErrProtocol, ErrAlreadyHeld, ErrWrongPort, a server that
+// broke the protocol), and for errors that
 // are not the client's (the work's own, in Do). For a lost lock, the
 // cause decides.
 //
@@ -118,12 +136,12 @@ func IsRetryable(err error) bool {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false // the caller's own context (also a net.Error timeout)
-	case errors.Is(err, ErrMaxHoldReached), errors.Is(err, ErrAlreadyHeld):
+	case errors.Is(err, ErrMaxHoldReached), errors.Is(err, ErrAlreadyHeld), errors.Is(err, ErrWrongPort):
 		return false
 	case errors.As(err, &we):
 		// Found before any net.Error: a TLS refusal wraps both.
 		return we.Code.Class() == wire.ClassServer || we.Code == wire.CodeLeaseExpired
-	case errors.Is(err, ErrUnconfirmed), errors.As(err, &ce):
+	case errors.Is(err, ErrUnconfirmed), errors.Is(err, ErrNoAnswer), errors.As(err, &ce):
 		return true
 	case errors.As(err, &ne):
 		return true // a dial or handshake that failed on the network
@@ -235,6 +253,64 @@ func (e *connError) Error() string {
 }
 
 func (e *connError) Unwrap() error { return e.err }
+
+// noAnswerError is an attempt that no server answered: the ACQUIRE sent to
+// addr went unanswered for waited, or (err set) no server accepted the
+// connection. When 0.8 × lease bounded the wait, unconfirmed says so (it
+// wraps ErrUnconfirmed): the lease may be shorter than the round trip.
+type noAnswerError struct {
+	addr        string
+	waited      time.Duration
+	err         error // the dials' errors, when no connection was made
+	unconfirmed error
+}
+
+func (e *noAnswerError) Error() string {
+	switch {
+	case e.err != nil:
+		return fmt.Sprintf("no server answered: %v", e.err)
+	case e.unconfirmed != nil:
+		return fmt.Sprintf("no answer from %s: %v", e.addr, e.unconfirmed)
+	}
+	return fmt.Sprintf("no answer from %s in %v", e.addr, roundWaited(e.waited))
+}
+
+// roundWaited is a wait as a message tells it: to the tenth of a second
+// from a second on, to the millisecond below.
+func roundWaited(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+func (e *noAnswerError) Unwrap() []error {
+	errs := []error{ErrNoAnswer}
+	for _, err := range []error{e.err, e.unconfirmed} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// opsPortRefusal begins the ERROR that Baton's ops HTTP listener answers
+// a lock client's first frame with: "this is Baton's ops HTTP port; the
+// lock protocol is on host:port".
+const opsPortRefusal = "this is Baton's ops HTTP port"
+
+// wrongPortError is an address that is not a lock port: what answered,
+// in the server's words or as the first line of its HTTP answer.
+type wrongPortError struct {
+	addr   string
+	answer string
+}
+
+func (e *wrongPortError) Error() string {
+	return fmt.Sprintf("server %s is not a Baton lock port: %s", e.addr, e.answer)
+}
+
+func (e *wrongPortError) Unwrap() error { return ErrWrongPort }
 
 // violationError is a frame the protocol does not allow from a server. It
 // does not wrap a *wire.Error: a PROTOCOL code would blame the client.

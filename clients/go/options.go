@@ -39,6 +39,7 @@ type settings struct {
 	dialTimeout time.Duration
 	tlsConfig   *tls.Config
 	waiting     func(position int)
+	retry       func(err error, wait time.Duration) // WithRetryFunc; nil for none
 	// queueBehindSelf: WithQueueBehindSelf.
 	queueBehindSelf bool
 	normalClose     bool // WithNormalClose
@@ -95,6 +96,24 @@ func WithTLSConfig(cfg *tls.Config) Option { return func(s *settings) { s.tlsCon
 // default, reports nothing. For progress displays such as baton run's.
 func WithWaitingFunc(f func(position int)) Option { return func(s *settings) { s.waiting = f } }
 
+// WithRetryFunc has f called each time Acquire, while it waits, gives up
+// an attempt and will try again after wait: err says why (errors.Is with
+// ErrNoAnswer for a server that accepted the connection and did not
+// answer, or for none that accepted it; ErrShutdown, ErrNotLeader, a
+// broken connection...). f runs on Acquire's goroutine, so it must return
+// at once; nil, the default, reports nothing. For progress displays such
+// as baton run's, which says when no server answers.
+func WithRetryFunc(f func(err error, wait time.Duration)) Option {
+	return func(s *settings) { s.retry = f }
+}
+
+// retried reports a retry to WithRetryFunc's f, if any.
+func (s *settings) retried(err error, wait time.Duration) {
+	if s.retry != nil {
+		s.retry(err, wait)
+	}
+}
+
 // WithQueueBehindSelf lets Acquire and Do take a place in the queue of a
 // name that the same Client already holds or waits for; it is then granted
 // only after that other Lock is released. Without it such a call fails at
@@ -134,10 +153,12 @@ func WithNormalClose(normal bool) Option { return func(s *settings) { s.normalCl
 func WithTCPFastOpen(on bool) Option { return func(s *settings) { s.fastOpen = on } }
 
 // WithLogger has the client log to l: at Debug, connections, grants and
-// releases; at Info, failed attempts and reconnections while waiting,
-// redirects by a node that is not the leader, and the maximum hold; at
-// Warn, a request the server has not answered within a beat (lease/4)
-// and the loss of a lock, with its cause. nil, the default, logs nothing.
+// releases; at Info, reconnections while waiting, redirects by a node that
+// is not the leader, and the maximum hold; at Warn, a request the server
+// has not answered within a beat (lease/4), an attempt that no server
+// answered (ErrNoAnswer: "no answer from the server", with the address
+// and the wait, or "no server reachable" after one had answered), and the
+// loss of a lock, with its cause. nil, the default, logs nothing.
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
 func defaultSettings() settings {

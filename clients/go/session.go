@@ -2,12 +2,14 @@ package baton
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,14 +228,14 @@ func (s *session) read() {
 	defer close(s.readDone)
 	br := bufio.NewReaderSize(s.conn, wire.MaxFrame)
 	var buf [wire.MaxFrame]byte
-	for {
-		ev := s.readFrame(br, &buf)
+	for first := true; ; first = false {
+		ev := s.readFrame(br, &buf, first)
 		if ev.kind == evPush && br.Buffered() > 0 {
 			// Bytes came in behind the push. If they end the session (the
 			// ERROR of a force-release or a shutdown that followed the
 			// promotion at once, delivered together by a slow link), the
 			// grant is never handed over: it was over before we saw it.
-			next := s.readFrame(br, &buf)
+			next := s.readFrame(br, &buf, false)
 			if next.kind >= evError {
 				ev = next
 			} else {
@@ -265,11 +267,15 @@ func (s *session) emit(ev event) bool {
 	}
 }
 
-// readFrame reads one frame. The length is checked before the payload is
-// read, so an oversize frame is refused unread.
-func (s *session) readFrame(r io.Reader, buf *[wire.MaxFrame]byte) event {
+// readFrame reads one frame, the connection's first if first. The length
+// is checked before the payload is read, so an oversize frame is refused
+// unread.
+func (s *session) readFrame(r *bufio.Reader, buf *[wire.MaxFrame]byte, first bool) event {
 	if _, err := io.ReadFull(r, buf[:wire.HeaderSize]); err != nil {
 		return event{kind: evBroken, err: err}
+	}
+	if first && string(buf[:wire.HeaderSize]) == "HTT" {
+		return s.httpAnswer(r)
 	}
 	h, err := wire.ParseHeader(buf[:wire.HeaderSize])
 	if err != nil {
@@ -301,10 +307,29 @@ func (s *session) readFrame(r io.Reader, buf *[wire.MaxFrame]byte) event {
 		if err != nil {
 			return s.violation("%v", errText(err))
 		}
+		if e.Code == wire.CodeProtocol && strings.HasPrefix(e.Msg, opsPortRefusal) {
+			return event{kind: evError, at: at, err: &wrongPortError{addr: s.addr, answer: e.Msg}}
+		}
 		return event{kind: evError, at: at, err: e}
 	}
 	return s.violation("unexpected frame %v", h.Type)
 }
+
+// httpAnswer is the end of a connection whose answer began "HTT": an HTTP
+// server's status line, where a frame should be (a frame of that header
+// would claim 21588 bytes, over the limit). Its first line, as far as it
+// has come, names it.
+func (s *session) httpAnswer(r *bufio.Reader) event {
+	line, _ := r.Peek(min(r.Buffered(), maxQuoted))
+	if i := bytes.IndexAny(line, "\r\n"); i >= 0 {
+		line = line[:i]
+	}
+	return event{kind: evViolation, err: &wrongPortError{addr: s.addr,
+		answer: fmt.Sprintf("it answered in HTTP (%q), as an HTTP port such as Baton's ops port does", "HTT"+string(line))}}
+}
+
+// maxQuoted bounds what a message quotes of a server's answer.
+const maxQuoted = 80
 
 func (s *session) violation(format string, args ...any) event {
 	return event{kind: evViolation, err: &violationError{addr: s.addr, what: fmt.Sprintf(format, args...)}}
@@ -338,6 +363,9 @@ func (s *session) run(acquire []byte) {
 
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	// answer bounds the wait for the ACQUIRE's answer (see answerBound).
+	answer := time.NewTimer(answerBound(timeout))
+	defer answer.Stop()
 	// beat times the next heartbeat after a reply; while a request is
 	// pending, and only with a logger, it times the report of a miss.
 	beat := time.NewTimer(time.Hour)
@@ -367,8 +395,18 @@ func (s *session) run(acquire []byte) {
 			return // a question about the lock found it past its time
 
 		case <-deadline.C:
+			if s.unanswered() {
+				s.end(s.noAnswer(sentAt))
+				return
+			}
 			s.end(s.unconfirmed())
 			return
+
+		case <-answer.C:
+			if s.unanswered() {
+				s.end(s.noAnswer(sentAt))
+				return
+			}
 
 		case <-hold.C:
 			s.end(s.maxHoldReached())
@@ -484,6 +522,30 @@ func (s *session) write(b []byte, deadlineAt time.Time) error {
 		return brokenConn(s.addr, err)
 	}
 	return nil
+}
+
+// answerTimeout bounds the wait for the answer to ACQUIRE when 0.8 ×
+// lease is longer: a server answers ACQUIRE as soon as it has read it,
+// and ends a session any write of which takes longer than its -io-timeout
+// (5s by default), so a server silent for longer is stuck, or not one.
+const answerTimeout = 5 * time.Second
+
+// answerBound is the wait for the answer to ACQUIRE, for a session whose
+// confirmation times out after timeout (0.8 × lease).
+func answerBound(timeout time.Duration) time.Duration { return min(answerTimeout, timeout) }
+
+// unanswered reports whether the server has not answered the ACQUIRE yet
+// (no reply, no push). Owned by run.
+func (s *session) unanswered() bool { return !s.replied && !s.grantSent.Load() }
+
+// noAnswer is the end of a session whose ACQUIRE, written at sentAt, got
+// no answer.
+func (s *session) noAnswer(sentAt time.Time) error {
+	e := &noAnswerError{addr: s.addr, waited: time.Since(sentAt)}
+	if timeout := s.sched.timeout(); answerBound(timeout) == timeout {
+		e.unconfirmed = s.unconfirmed()
+	}
+	return e
 }
 
 func (s *session) unconfirmed() error {

@@ -314,6 +314,11 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		// Most likely a lock name, or an owner text: the API would only
+		// answer "not found".
+		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id))
+	}
 	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/kick")
 	var ae *apiError
 	if errors.As(err, &ae) && ae.status == http.StatusConflict {
@@ -466,6 +471,7 @@ func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
 		// (or its goroutines) left behind.
 		hc: &http.Client{Timeout: opsRequestTimeout, Transport: &http.Transport{
 			Proxy:             http.ProxyFromEnvironment,
+			DialContext:       dialOpsAPI, // wrongport.go
 			DisableKeepAlives: true,
 			TLSClientConfig:   tlsCfg,
 		}},
@@ -590,6 +596,10 @@ type reachError struct {
 }
 
 func (e *reachError) Error() string {
+	var lp *lockPortError
+	if errors.As(e.err, &lp) {
+		return lp.Error()
+	}
 	reason := e.err.Error()
 	var errno syscall.Errno
 	var ne net.Error

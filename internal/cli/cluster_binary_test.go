@@ -77,6 +77,46 @@ func (p *clusterProc) start(t *testing.T, peers string) {
 	p.log = startLogged(t, p.cmd)
 }
 
+// rejoin starts p again with its data directory and Raft address, on new
+// client and ops ports, and waits until it follows a leader. Loopback ports
+// are shared with every test running beside this one, whose connections
+// take free ports as their own: a port of p's, free since p died, may be
+// taken when p starts again (the node then exits at once, "address already
+// in use"), so p starts again until it binds.
+func (p *clusterProc) rejoin(t *testing.T, peers string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // an election, and a log to catch up, on a loaded machine
+	for attempt := 1; ; attempt++ {
+		a := freeAddrs(t, 2)
+		p.addr, p.opsAddr = a[0], a[1]
+		p.start(t, peers)
+		for {
+			select {
+			case err := <-p.log.waited:
+				p.log.waited <- err // for the cleanup
+				logged := p.log.drain(t)
+				if strings.Contains(logged, "address already in use") && attempt < 10 {
+					t.Logf("restart %d: a port was taken meanwhile; again: %s", attempt, logged)
+					time.Sleep(500 * time.Millisecond)
+				} else {
+					t.Fatalf("restarted node exited: %v\n%s", err, logged)
+				}
+			default:
+				v, err := getCluster(p.opsAddr)
+				if err == nil && v.Role == "follower" && v.Leader != nil {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("restarted node did not rejoin within 30s: %+v %v\n%s", v, err, p.log.drain(t))
+				}
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			break
+		}
+	}
+}
+
 type clusterJSONView struct {
 	Role   string `json:"role"`
 	Epoch  uint64 `json:"epoch"`
@@ -200,18 +240,7 @@ func TestBinaryCluster(t *testing.T) {
 	for _, p := range procs {
 		peers = append(peers, p.id+"="+p.raftAddr)
 	}
-	l.start(t, strings.Join(peers, ","))
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		v, err := getCluster(l.opsAddr)
-		if err == nil && v.Role == "follower" && v.Leader != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restarted node did not rejoin: %+v %v\n%s", v, err, l.log.drain(t))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	l.rejoin(t, strings.Join(peers, ","))
 	h := readGranted(t, l2.addr, "jobs", 30*time.Second) // a long lease: only a clean handover skips it
 	closed := make(chan struct{})
 	go func() { // the client closes on SHUTDOWN, as every client does
@@ -370,8 +399,9 @@ func TestBinaryClusterReplaceAndRestart(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "node n4: follower") || !strings.Contains(out, "n4  ") || strings.Contains(out, dead.id+"  ") {
 		t.Fatalf("baton cluster on n4: exit %d\n%s", code, out)
 	}
-	// Lock state through a follower is the leader's.
-	g = readGranted(t, l.addr, "jobs", time.Second)
+	// Lock state through a follower is the leader's. The membership change
+	// may have moved leadership on a loaded machine: ask whoever leads now.
+	g = readGranted(t, waitLeader(t, []*clusterProc{l, f, n4}).addr, "jobs", time.Second)
 	if code, out := batonOut(t, "locks", "-ops-addr", n4.opsAddr); code != 0 || !strings.Contains(out, "jobs") {
 		t.Fatalf("baton locks via a follower: exit %d\n%s", code, out)
 	}

@@ -137,7 +137,7 @@ func TestBinaryMemberHealth(t *testing.T) {
 		}
 	}
 
-	down.start(t, peers)
+	down.rejoin(t, peers) // on new ports if its old ones were taken meanwhile
 	until(t, 15*time.Second, func() bool { return memberState(t, l.opsAddr, "", down.id) == "healthy" }, down.id+" healthy again after its restart")
 	var unreachable int
 	for _, s := range l.log.seen {
@@ -232,7 +232,7 @@ func TestBrowserClusterHealth(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cluster-unhealthy.png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	down.start(t, peers)
+	down.rejoin(t, peers) // on new ports if its old ones were taken meanwhile
 	b.wait(`!`+row+`.classList.contains("bad") && `+row+`.textContent.includes("healthy")`, 20*time.Second, "healthy again after the restart")
 	for _, e := range b.consoleErrors() {
 		t.Errorf("console error: %s", e)

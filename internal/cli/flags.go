@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,6 +25,7 @@ func newFlagSet(name string) *flag.FlagSet {
 // false the command must return code: help was asked for and printed
 // (exitOK), or a usage error was printed (exitUsage).
 func parseFlags(s *sys, c *command, fs *flag.FlagSet, args []string) (code int, ok bool) {
+	explainDurations(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printCommandHelp(s.stdout, c)
@@ -121,7 +123,7 @@ func (v *modeDuration) String() string {
 }
 
 func (v *modeDuration) Set(s string) error {
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil {
 		return err
 	}
@@ -135,4 +137,44 @@ func (v *modeDuration) value(def time.Duration) time.Duration {
 		return v.d
 	}
 	return def
+}
+
+// parseDuration is time.ParseDuration with a refusal that says what to
+// write instead: a bare number is the most common slip ("-lease 10"), and
+// the flag package's own "parse error" does not say which unit is missing.
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err == nil {
+		return d, nil
+	}
+	if _, nerr := strconv.ParseFloat(strings.TrimSpace(s), 64); nerr == nil {
+		n := strings.TrimSpace(s)
+		return 0, fmt.Errorf("add a unit: %ss (or %sms, %sm)", n, n, n)
+	}
+	return 0, errors.New("not a duration: write a number and a unit, such as 500ms, 10s, 5m or 1h30m")
+}
+
+// durationFlag is a duration flag whose refusals come from parseDuration.
+type durationFlag struct{ flag.Value }
+
+func (v durationFlag) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	return v.Value.Set(d.String())
+}
+
+// explainDurations makes every duration flag of fs (those of
+// flag.DurationVar) refuse a value in parseDuration's words. Only the flag
+// sets that parse are changed: help, made from fresh sets, still names the
+// flags' type "duration".
+func explainDurations(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				f.Value = durationFlag{f.Value}
+			}
+		}
+	})
 }

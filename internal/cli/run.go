@@ -36,10 +36,31 @@ const (
 	// SIGKILL at 0.9 × lease leaves the command dead with 0.1 × lease to
 	// spare before anyone else can hold the lock.
 	killGraceShare = 10
+	// minRunLease is the shortest lease baton run takes. The client must
+	// hear from the server within 0.8 × lease, and baton run lives beside
+	// a command it starts (a fork and exec, then whatever the command does
+	// to the machine): on a busy host a process can wait tens of
+	// milliseconds for a CPU, and every such wait longer than 0.8 × lease
+	// stops the command. Measured on a 2-core host under a load of 8 to
+	// 15 (baton run -lease L x -- sleep 1, ten runs each): 1ms to 50ms
+	// lost the lock in nearly every run, 100ms in more than half, 250ms
+	// and 1s in none. The Go client, which has no command to start, takes
+	// leases from 1ms.
+	minRunLease = 250 * time.Millisecond
 )
 
-// errWaitTimedOut is the cause of the wait's context when -wait runs out.
-var errWaitTimedOut = errors.New("-wait ran out")
+// errWaitTimedOut is the cause of the wait's context when -wait runs out,
+// errConnectTimedOut when -connect-timeout does.
+var (
+	errWaitTimedOut    = errors.New("-wait ran out")
+	errConnectTimedOut = errors.New("-connect-timeout ran out")
+)
+
+// defaultConnectTimeout is -connect-timeout's default: long enough for a
+// server's restart or a cluster's election, short enough that a job whose
+// servers are all stuck (accepting, never answering) is not left waiting
+// in silence, or piling up under cron.
+const defaultConnectTimeout = 30 * time.Second
 
 // runOptions are the flags and arguments of baton run.
 type runOptions struct {
@@ -47,10 +68,12 @@ type runOptions struct {
 	lease          time.Duration
 	noWait         bool
 	wait           time.Duration
+	connectTimeout time.Duration
 	owner          ownerValue
 	killGrace      time.Duration // set from killGraceFlag once the lease is known
 	killGraceFlag  optionalDuration
 	verbose        bool
+	quiet          bool
 	opsAddr        string
 	adminTokenFile string
 	tls            clientTLSOptions
@@ -112,10 +135,26 @@ while the command runs on.
 The command is not in the terminal's foreground process group, so one that
 reads from the terminal is stopped (SIGTTIN): give it its input another way.
 
+A server that accepts the connection but does not answer (a hung or
+stopped process: the kernel still completes the handshake) is given up
+after 0.8 × lease, at most 5s, with a line on stderr ("no answer from
+127.0.0.1:7070 in 5s; retrying in 50ms"); baton run tries again with a
+growing backoff, the next address first, and exits 78 once no server has
+answered for -connect-timeout (30s by default), at the start or after
+losing its server while it waited. A server that refuses the connection at
+the start is exit 78 at once (a wrong address). -addr given Baton's ops
+port, or any HTTP port, is exit 78 at once, with the lock port when the
+server names it.
+
 While it waits, baton run shows one status line on stderr when stderr is a
 terminal: the place in the queue, the time waited and, when -ops-addr is
-given, who holds the lock. It is silent when stderr is not a terminal
-(cron, CI) unless -v is given, which logs each change and each step.
+given, who holds the lock. It is silent while all goes well when stderr is
+not a terminal (cron, CI) unless -v is given, which logs each change and
+each step. Whatever stderr is, every exit other than 0 comes with one
+short line on stderr that says why (the lock was busy, the wait ran out,
+no server answered, the command exited with status 3, ...), and so does
+a server that accepts but does not answer; -q silences all of baton
+run's own lines but usage errors.
 
 Exit status:
   the command's   when it ran: its exit status, or 128+N if signal N
@@ -123,15 +162,15 @@ Exit status:
   1               another failure (kicked from the queue by an operator,
                   a refusal by the server)
   2               usage error
-  75              lock busy: -nowait and the lock is held (silent unless
-                  stderr is a terminal or -v is given)
+  75              lock busy: -nowait and the lock is held
   76              -wait ran out before the lock was granted
   77              the lock was lost while the command ran; it was stopped
-  78              no server at -addr could be reached
+  78              no server at -addr could be reached, none answered
+                  within -connect-timeout, or -addr is not a lock port
   126, 127        the command cannot be executed, or was not found
   128+N           baton run got signal N while it waited
 A command that itself exits 75 to 78 cannot be told apart from baton run's
-codes by the status alone; -v says which it was.
+codes by the status alone; the line on stderr says which it was.
 
 Examples:
   baton run jobs/nightly -- ./nightly.sh
@@ -147,8 +186,8 @@ Examples:
   # mutual TLS: the server's CA, and this client's certificate
   baton run -addr baton.internal:7070 -tls-ca ca.crt -tls-cert worker.crt -tls-key worker.key jobs/x -- ./x.sh
 
-  # scripts: tell "busy" from a failure of the job
-  baton run -nowait jobs/nightly -- ./nightly.sh; code=$?
+  # scripts: tell "busy" from a failure of the job, without baton run's line
+  baton run -q -nowait jobs/nightly -- ./nightly.sh; code=$?
   [ "$code" -eq 75 ] && echo "another run holds the lock; skipped"
 `,
 		run: runRun,
@@ -159,13 +198,15 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs := newFlagSet("run")
 	o.addrs = addrList{addrs: []string{defaultRunAddr}}
 	fs.Var(&o.addrs, "addr", "`host:port` of a server; repeat it or separate with commas for more, tried in order")
-	fs.DurationVar(&o.lease, "lease", baton.DefaultLease, "the lease: a holder silent this long loses the lock (a failure detector, not a time limit)")
+	fs.DurationVar(&o.lease, "lease", baton.DefaultLease, "the lease: a holder silent this long loses the lock (a failure detector, not a time limit); at least "+minRunLease.String())
 	fs.BoolVar(&o.noWait, "nowait", false, "exit 75 at once if the lock is held instead of waiting")
 	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", defaultConnectTimeout, "the longest time without a server that answers, at the start or after losing one while waiting (exit 78 after it); 0: as long as -wait allows")
 	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
+	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors; the exit status still tells")
 	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API (a comma-separated list for a cluster), to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
 	o.tls.register(fs, "server")
@@ -280,14 +321,20 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail(wireMsg(err))
 	}
 	switch {
-	case o.lease < time.Millisecond:
-		return fail(fmt.Sprintf("lease (%v) must be at least 1ms", o.lease))
+	case o.lease < minRunLease:
+		return fail(fmt.Sprintf("lease %v is below baton run's minimum of %v: the server must confirm the lock every 0.8 × lease, "+
+			"and a busy machine can keep a process from running for longer than that, which would stop the command at once; use -lease %v or more",
+			o.lease, minRunLease, minRunLease))
 	case o.lease > time.Duration(^uint32(0))*time.Millisecond:
 		return fail(fmt.Sprintf("lease (%v) exceeds the protocol's maximum of %v", o.lease, time.Duration(^uint32(0))*time.Millisecond))
 	case o.wait < 0:
 		return fail(fmt.Sprintf("wait (%v) must not be negative", o.wait))
+	case o.connectTimeout < 0:
+		return fail(fmt.Sprintf("connect-timeout (%v) must not be negative", o.connectTimeout))
 	case o.noWait && o.wait > 0:
 		return fail("-nowait and -wait exclude each other")
+	case o.quiet && o.verbose:
+		return fail("-q and -v exclude each other")
 	case o.killGraceFlag.d < 0:
 		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGraceFlag.d))
 	}
@@ -311,6 +358,7 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 // environment. Arguments after a "--" are all positional. When ok is false
 // the command must return code.
 func parseInterspersed(s *sys, c *command, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	explainDurations(fs)
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
@@ -355,9 +403,9 @@ func (v *optionalDuration) String() string {
 }
 
 func (v *optionalDuration) Set(s string) error {
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil {
-		return errors.New("parse error")
+		return err
 	}
 	v.d, v.set = d, true
 	return nil

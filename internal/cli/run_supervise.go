@@ -38,6 +38,9 @@ type runner struct {
 	o      *runOptions
 	owner  string
 	status *statusLine
+	// lastRetry is why the wait's last attempt failed (WithRetryFunc),
+	// for the line of a -connect-timeout.
+	lastRetry error
 }
 
 // logf prints one line of -v output (and makes room for it on a terminal).
@@ -47,14 +50,17 @@ func (r *runner) logf(format string, args ...any) {
 	}
 }
 
-// errorf prints one error line, whatever -v says.
+// errorf prints one line that a person must see (an error, a warning, why
+// baton run exits non-zero) unless -q asked for silence.
 func (r *runner) errorf(format string, args ...any) {
-	r.status.printf("baton run: "+format, args...)
+	if !r.o.quiet {
+		r.status.printf("baton run: "+format, args...)
+	}
 }
 
 func (r *runner) run(ctx context.Context) int {
 	o := r.o
-	r.status = newStatusLine(r.s.stderr, o.verbose)
+	r.status = newStatusLine(r.s.stderr, o.verbose, o.quiet)
 	if !processGroupsSupported {
 		r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
 		return exitFailure
@@ -171,6 +177,7 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 	done := make(chan result, 1)
 	start := time.Now()
 	positions := make(chan int, 1)
+	retries := make(chan retry, 16)
 	opts := []baton.Option{baton.WithNoWait(o.noWait), baton.WithWaitingFunc(func(position int) {
 		// The newest position replaces one not yet shown. Only this
 		// callback sends, so the send after the drain cannot block.
@@ -179,7 +186,30 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 		default:
 		}
 		positions <- position
+	}), baton.WithRetryFunc(func(err error, wait time.Duration) {
+		select {
+		case retries <- retry{err, wait}:
+		default: // at most one every backoff: never this many unread
+		}
 	})}
+	// -connect-timeout runs while no server answers: from the start until
+	// the first answer, and again from each retry after a server had
+	// answered.
+	connect := time.NewTimer(time.Hour)
+	connect.Stop()
+	defer connect.Stop()
+	var connectC <-chan time.Time
+	armConnect := func() {
+		if o.connectTimeout > 0 && connectC == nil {
+			connect.Reset(o.connectTimeout)
+			connectC = connect.C
+		}
+	}
+	answered := func() {
+		connect.Stop()
+		connectC = nil
+	}
+	armConnect()
 	wg.Go(func() {
 		l, err := client.Acquire(waitCtx, o.name, opts...)
 		done <- result{l, err}
@@ -215,8 +245,21 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 			}
 			return nil, r.acquireFailed(res.err, sig, time.Since(start))
 		case p := <-positions:
+			answered()
 			w.position, w.waiting = p, true
 			r.status.show(w, time.Now())
+		case rt := <-retries:
+			r.lastRetry = rt.err
+			if errors.Is(rt.err, baton.ErrNoAnswer) {
+				// Said whatever -v says: nothing may come of the wait.
+				r.errorf("%v; retrying in %v", rt.err, roundWait(rt.wait))
+			} else {
+				r.logf("%v; retrying in %v", rt.err, roundWait(rt.wait))
+			}
+			armConnect()
+		case <-connectC:
+			connectC = nil
+			cancel(errConnectTimedOut)
 		case info := <-infos:
 			if info.err != "" && info.err != w.info.err {
 				r.logf("no holder information: %s", info.err)
@@ -245,15 +288,21 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 	var opErr *net.OpError
 	switch {
 	case sig != nil:
-		r.logf("%s while waiting for %s; not running the command", sigName(sig), o.name)
+		r.errorf("%s while waiting for %s; not running the command", sigName(sig), o.name)
 		return signalExit(sig)
 	case errors.Is(err, baton.ErrBusy):
-		// The outcome asked for, and routine under cron: quiet unless a
-		// person is looking.
-		if r.status.tty || o.verbose {
-			r.status.printf("baton run: lock %s is busy; not waiting (-nowait)", o.name)
-		}
+		r.errorf("lock %s is busy; not waiting (-nowait)", o.name)
 		return exitBusy
+	case errors.Is(err, errConnectTimedOut):
+		last := ""
+		if r.lastRetry != nil {
+			last = "; last: " + r.lastRetry.Error()
+		}
+		r.errorf("no server at %s answered within %v (-connect-timeout)%s", strings.Join(o.addrs.addrs, ", "), o.connectTimeout, last)
+		return exitUnreachable
+	case errors.Is(err, baton.ErrWrongPort):
+		r.errorf("%v", acquireReason(err))
+		return exitUnreachable
 	case errors.Is(err, errWaitTimedOut):
 		r.errorf("gave up waiting for lock %s after %v (-wait)", o.name, o.wait)
 		return exitWaitTimeout
@@ -268,6 +317,21 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 	}
 	r.errorf("%v", err)
 	return exitFailure
+}
+
+// retry is an attempt that Acquire gave up, to try again after wait.
+type retry struct {
+	err  error
+	wait time.Duration
+}
+
+// acquireReason is a failed Acquire's reason without its "acquire NAME: "
+// prefix, which baton run's own line says otherwise.
+func acquireReason(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
 }
 
 // dialReason is the short reason of a failed dial: "connection refused"
@@ -408,7 +472,13 @@ wait:
 		}
 	}
 	code := ch.exitCode()
-	if lost == nil {
+	switch {
+	case lost != nil:
+	case code != 0:
+		// Said even though the command has said its own: baton run's
+		// codes (75-78) and the command's are told apart here.
+		r.errorf("%s exited with status %d", o.command[0], code)
+	default:
 		r.logf("%s exited with status %d", o.command[0], code)
 	}
 

@@ -182,8 +182,8 @@ func TestRunEnvironmentAndExitCode(t *testing.T) {
 	if n, err := strconv.ParseUint(strings.TrimPrefix(token, "token="), 10, 64); err != nil || n == 0 {
 		t.Errorf("BATON_TOKEN in %q is not a positive number", token)
 	}
-	if stderr != "" {
-		t.Errorf("stderr %q, want nothing (not a terminal, no -v)", stderr)
+	if want := "baton run: sh exited with status 7\n"; stderr != want {
+		t.Errorf("stderr %q, want %q (not a terminal, no -v: only the line of a non-zero exit)", stderr, want)
 	}
 	if isHeld(srv, "jobs/env") {
 		t.Errorf("jobs/env still held after baton run exited")
@@ -213,24 +213,79 @@ func TestRunNoWaitBusy(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
 	holdLock(t, srv.Addr, "jobs/busy", "holder:1")
-	for _, verbose := range []bool{false, true} {
+	const busyLine = "baton run: lock jobs/busy is busy; not waiting (-nowait)\n"
+	for _, tt := range []struct {
+		flag string
+		want string // stderr
+	}{
+		// Not a terminal: the one line of a non-zero exit all the same.
+		{"", busyLine},
+		{"-v", busyLine},
+		{"-q", ""},
+	} {
 		args := []string{"run", "-nowait", "-addr", srv.Addr}
-		if verbose {
-			args = append(args, "-v")
+		if tt.flag != "" {
+			args = append(args, tt.flag)
 		}
 		args = append(args, "jobs/busy", "--", "sh", "-c", "echo ran")
 		code, stdout, stderr := runBaton(t, args...)
 		if code != exitBusy {
-			t.Errorf("-v=%v: exit code %d, want %d (busy)", verbose, code, exitBusy)
+			t.Errorf("%q: exit code %d, want %d (busy)", tt.flag, code, exitBusy)
 		}
 		if stdout != "" {
-			t.Errorf("-v=%v: stdout %q: the command ran", verbose, stdout)
+			t.Errorf("%q: stdout %q: the command ran", tt.flag, stdout)
 		}
-		switch {
-		case !verbose && stderr != "":
-			t.Errorf("stderr %q, want nothing: busy is quiet unless on a terminal or -v", stderr)
-		case verbose && !strings.Contains(stderr, "baton run: lock jobs/busy is busy; not waiting (-nowait)"):
-			t.Errorf("-v: stderr %q, want the busy line", stderr)
+		if tt.flag == "-v" {
+			if !strings.HasSuffix(stderr, tt.want) {
+				t.Errorf("-v: stderr %q, want it to end with %q", stderr, tt.want)
+			}
+		} else if stderr != tt.want {
+			t.Errorf("%q: stderr %q, want %q", tt.flag, stderr, tt.want)
+		}
+	}
+}
+
+// TestRunEveryFailureSaysWhy: every exit other than 0 comes with one line
+// on stderr, whatever stderr is (here a pipe), and -q silences them all.
+func TestRunEveryFailureSaysWhy(t *testing.T) {
+	t.Parallel()
+	srv := batontest.StartServer(t)
+	holdLock(t, srv.Addr, "jobs/held", "holder:1")
+	refused := closedAddr(t)
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		line string // the one line of stderr, without -q
+	}{
+		{"busy", []string{"-nowait", "-addr", srv.Addr, "jobs/held", "--", "true"}, exitBusy,
+			"baton run: lock jobs/held is busy; not waiting (-nowait)"},
+		{"wait ran out", []string{"-wait", "200ms", "-addr", srv.Addr, "jobs/held", "--", "true"}, exitWaitTimeout,
+			"baton run: gave up waiting for lock jobs/held after 200ms (-wait)"},
+		{"unreachable", []string{"-addr", refused, "jobs/x", "--", "true"}, exitUnreachable,
+			"baton run: cannot reach a server at " + refused + ": connection refused"},
+		{"command failed", []string{"-addr", srv.Addr, "jobs/fail", "--", "sh", "-c", "exit 3"}, 3,
+			"baton run: sh exited with status 3"},
+		{"command exits 75 itself", []string{"-addr", srv.Addr, "jobs/fail", "--", "sh", "-c", "exit 75"}, 75,
+			"baton run: sh exited with status 75"},
+		{"command killed", []string{"-addr", srv.Addr, "jobs/fail", "--", "sh", "-c", "kill -KILL $$"}, 128 + 9,
+			"baton run: sh exited with status 137"},
+		{"command not found", []string{"-addr", srv.Addr, "jobs/fail", "--", "no-such-command-baton-test"}, exitCmdNotFound,
+			"baton run: no-such-command-baton-test: command not found"},
+	} {
+		for _, quiet := range []bool{false, true} {
+			args := []string{"run"}
+			if quiet {
+				args = append(args, "-q")
+			}
+			code, _, stderr := runBaton(t, append(args, tt.args...)...)
+			want := tt.line + "\n"
+			if quiet {
+				want = ""
+			}
+			if code != tt.code || stderr != want {
+				t.Errorf("%s (-q %v): exit code %d, stderr %q; want %d, %q", tt.name, quiet, code, stderr, tt.code, want)
+			}
 		}
 	}
 }
@@ -320,15 +375,21 @@ func TestRunCommandNotFound(t *testing.T) {
 
 func TestRunUsageErrorsBinary(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"run"},
-		{"run", "jobs/x"},
-		{"run", "jobs/x", "true"},
-		{"run", "-lease", "0s", "jobs/x", "--", "true"},
+	for _, tt := range []struct {
+		args []string
+		want string // in the one line
+	}{
+		{[]string{"run"}, "no lock name given"},
+		{[]string{"run", "jobs/x"}, `no command given after "--"`},
+		{[]string{"run", "jobs/x", "true"}, `missing "--"`},
+		{[]string{"run", "-lease", "0s", "jobs/x", "--", "true"}, "lease 0s is below baton run's minimum of 250ms"},
+		{[]string{"run", "-lease", "1ms", "jobs/x", "--", "true"}, "lease 1ms is below baton run's minimum of 250ms"},
+		{[]string{"run", "-lease", "10", "jobs/x", "--", "true"}, "add a unit: 10s"},
+		{[]string{"kick", "abc"}, "session ids are numbers"},
 	} {
-		code, stdout, stderr := runBaton(t, args...)
-		if code != exitUsage || stdout != "" || len(lines(stderr)) != 1 {
-			t.Errorf("baton %q: exit code %d, stdout %q, stderr %q; want 2, nothing, one line", args, code, stdout, stderr)
+		code, stdout, stderr := runBaton(t, tt.args...)
+		if code != exitUsage || stdout != "" || len(lines(stderr)) != 1 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("baton %q: exit code %d, stdout %q, stderr %q; want 2, nothing, one line with %q", tt.args, code, stdout, stderr, tt.want)
 		}
 	}
 }
@@ -465,7 +526,7 @@ while :; do sleep 0.02; done`
 }
 
 // TestRunSignalWhileWaiting: a signal before the lock is granted ends the
-// wait with 128+N and the command never runs.
+// wait with 128+N and a line that says so, and the command never runs.
 func TestRunSignalWhileWaiting(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
@@ -478,6 +539,10 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	}
 	if s := p.stdout.String(); s != "" {
 		t.Errorf("stdout %q: the command ran", s)
+	}
+	// An exit other than 0, so said like the others.
+	if want := "baton run: SIGINT while waiting for jobs/w; not running the command\n"; p.stderr.String() != want {
+		t.Errorf("stderr %q, want %q", p.stderr, want)
 	}
 	batontest.Eventually(t, 5*time.Second, func() bool { return waiters(srv, "jobs/w") == 0 }, "the waiter stayed in the queue")
 }

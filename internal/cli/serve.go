@@ -12,9 +12,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonlock/baton/cluster"
 	"github.com/batonlock/baton/internal/tokenstore"
@@ -218,6 +221,25 @@ func (o *serveOptions) serverConfig() server.Config {
 	return cfg
 }
 
+// serverInfo is the gauge baton_server_info, always 1, whose labels say
+// what the server is: its build and the address of its lock protocol (the
+// advertised one if set, else the bound one).
+func serverInfo(bound, advertised string) prometheus.Gauge {
+	addr := bound
+	if advertised != "" {
+		addr = advertised
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_server_info",
+		Help: "Always 1: the build (version, commit, goversion) and the lock protocol's address (addr) of this server.",
+		ConstLabels: prometheus.Labels{
+			"version": version(), "commit": commit(), "goversion": runtime.Version(), "addr": addr,
+		},
+	})
+	g.Set(1)
+	return g
+}
+
 // clusterMaxLease is -max-lease's default in a cluster: a crash failover
 // waits up to the longest lease any session holds or waits with (plus
 // twice the leader lease), so an unbounded lease would let any client
@@ -400,6 +422,9 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		closeNode()
 		return nil, failure(s, name, err.Error())
 	}
+	// What the dashboard shows of the server itself (the process collector
+	// gives its start time).
+	srv.Registry().MustRegister(serverInfo(ln.Addr().String(), o.cl.advertiseAddr))
 	opsCfg := ops.Config{}
 	if node != nil {
 		node.RegisterMetrics(srv.Registry())
@@ -455,7 +480,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	}
 	// Past the cap, connections wait in the kernel's backlog, holding no
 	// descriptor of the process, until an open one closes.
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsLn, opsConns))) }()
+	// A lock client that dialled the ops port is told where the lock
+	// protocol is, at once, instead of waiting for an HTTP request line.
+	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsConns))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir

@@ -16,7 +16,7 @@ func TestServeUsageErrors(t *testing.T) {
 		env  map[string]string
 		want string // on the one stderr line
 	}{
-		{"bad duration", []string{"-io-timeout=x"}, nil, `baton serve: invalid value "x" for flag -io-timeout: parse error; run 'baton help serve'`},
+		{"bad duration", []string{"-io-timeout=x"}, nil, `baton serve: invalid value "x" for flag -io-timeout: not a duration: write a number and a unit, such as 500ms, 10s, 5m or 1h30m; run 'baton help serve'`},
 		{"unknown flag", []string{"-nope"}, nil, "baton serve: flag provided but not defined: -nope; run 'baton help serve'"},
 		{"missing value", []string{"-addr"}, nil, "flag needs an argument: -addr"},
 		{"stray argument", []string{"extra"}, nil, `baton serve: unexpected argument "extra"; run 'baton help serve'`},
@@ -45,7 +45,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"ops on ::, no token", []string{"-ops-addr=[::]:0"}, nil, "is not a loopback address"},
 		{"ops on a name, no token", []string{"-ops-addr=example.com:0"}, nil, "is not a loopback address"},
 		{"bad env duration", nil, map[string]string{"BATON_IO_TIMEOUT": "soon"},
-			`baton serve: invalid value "soon" for environment variable BATON_IO_TIMEOUT (flag -io-timeout): parse error; run 'baton help serve'`},
+			`baton serve: invalid value "soon" for environment variable BATON_IO_TIMEOUT (flag -io-timeout): not a duration: write a number and a unit, such as 500ms, 10s, 5m or 1h30m; run 'baton help serve'`},
 		{"empty env duration", nil, map[string]string{"BATON_SHUTDOWN_LINGER": ""}, `invalid value "" for environment variable BATON_SHUTDOWN_LINGER`},
 		{"bad env int", nil, map[string]string{"BATON_MAX_WAITERS": "1e3"}, `invalid value "1e3" for environment variable BATON_MAX_WAITERS`},
 		{"bad env log format", nil, map[string]string{"BATON_LOG_FORMAT": "xml"}, "BATON_LOG_FORMAT (flag -log-format): must be one of text, json"},

@@ -90,9 +90,11 @@ type statusLine struct {
 	logged  string // the last -v waiting line, to log changes only
 }
 
-func newStatusLine(w io.Writer, verbose bool) *statusLine {
+// newStatusLine writes to w; quiet (-q) shows no live line even on a
+// terminal.
+func newStatusLine(w io.Writer, verbose, quiet bool) *statusLine {
 	l := &statusLine{w: w, verbose: verbose}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if f, ok := w.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
 		l.tty, l.fd = true, int(f.Fd())
 	}
 	return l

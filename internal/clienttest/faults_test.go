@@ -3,6 +3,8 @@ package clienttest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,30 +192,55 @@ func TestIntegrationHeartbeatFigures(t *testing.T) {
 			sent[0] = beforeAcquire.Add(window / 2)
 			slack := window
 
+			// The schedule itself is checked to the microsecond on a fake
+			// clock (the client's TestHeartbeatSchedule); here, on real TCP
+			// through the proxy, a loaded machine moves every timestamp: a
+			// timer or a reader wakes tens of milliseconds late now and
+			// then, and the loopback hops between the client and the
+			// proxy, which the proxy does not see, lengthen the client's
+			// round trips and so shorten its intervals. So a heartbeat
+			// must never leave before the previous reply (one in flight at
+			// most), and most of them, not each, must keep to the schedule
+			// within 20ms: a wrong schedule puts every one of them off.
 			s := heartbeatSchedule{lease: lease}
 			var worst time.Duration
-			var intervals []time.Duration
+			var intervals, srtts []time.Duration
+			onTime, late := 0, []string(nil)
 			for k := 0; k+1 < len(sent) && k < len(replied); k++ {
 				s.observe(replied[k].Sub(sent[k]))
+				srtts = append(srtts, s.srtt)
 				want := s.interval()
 				got := sent[k+1].Sub(replied[k])
 				intervals = append(intervals, got)
 				if got < 0 {
 					t.Errorf("request %d sent %v before the reply to request %d", k+2, -got, k+1)
 				}
-				if d := got - want; d < -3*time.Millisecond-slack || d > 15*time.Millisecond+slack { // late: a loaded scheduler
-					t.Errorf("heartbeat %d left %v after the previous reply, want %v ± %v (rtt %v, srtt %v)",
-						k+1, got, want, slack, replied[k].Sub(sent[k]), s.srtt)
+				switch d := got - want; {
+				case d < -20*time.Millisecond-slack || d > 20*time.Millisecond+slack:
+					late = append(late, fmt.Sprintf("heartbeat %d left %v after the previous reply, want %v ± %v (rtt %v, srtt %v)",
+						k+1, got, want, 20*time.Millisecond+slack, replied[k].Sub(sent[k]), s.srtt))
+				default:
+					onTime++
 				}
 				slack = slack * 4 / 5
 				worst = max(worst, got-want, want-got)
 			}
+			if onTime*2 <= len(intervals) {
+				t.Errorf("%d of %d heartbeats on time, want most: %s", onTime, len(intervals), strings.Join(late, "; "))
+			} else if len(late) > 0 {
+				t.Logf("off the schedule (the machine's scheduling): %s", strings.Join(late, "; "))
+			}
 			// The nominal interval assumes the link's delay is the whole
 			// round trip; on a loaded machine the server and the proxy add
-			// to it, and the schedule shortens the interval by twice that.
-			extra := max(s.srtt-2*tc.oneWay, 0)
-			if last := intervals[len(intervals)-1]; last < tc.want-2*extra-10*time.Millisecond || last > tc.want+10*time.Millisecond {
-				t.Errorf("settled interval %v, want about %v (less twice the %v that the machine added to the round trip)", last, tc.want, extra)
+			// to it (the ACQUIRE's round trip most: the first sample, which
+			// the average forgets slowly), and the schedule shortens the
+			// interval by twice that. The settled interval is the median
+			// of the last five: one late wake-up does not move it.
+			last := max(0, len(intervals)-5)
+			extra := max(slices.Max(srtts[last:])-2*tc.oneWay, 0)
+			if settled := median(intervals[last:]); settled < tc.want-2*extra-25*time.Millisecond || settled > tc.want+15*time.Millisecond {
+				t.Errorf("settled interval %v (median of the last five of %v), want about %v (less twice the %v that the machine added to the round trip)",
+					settled, roundAll(intervals), tc.want, extra)
 			}
 			t.Logf("one-way delay %v, lease %v: srtt %v, interval %v (nominal %v), worst deviation from the schedule %v (ACQUIRE timed within %v); intervals %v",
 				tc.oneWay, lease, s.srtt.Round(100*time.Microsecond), intervals[len(intervals)-1].Round(100*time.Microsecond),
@@ -249,6 +276,13 @@ func (s *heartbeatSchedule) observe(rtt time.Duration) {
 
 func (s *heartbeatSchedule) interval() time.Duration {
 	return min(max(s.lease/4-2*s.srtt, minHeartbeatInterval), s.lease/4)
+}
+
+// median is the middle of ds (the upper middle of an even count).
+func median(ds []time.Duration) time.Duration {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2]
 }
 
 func roundAll(ds []time.Duration) []time.Duration {

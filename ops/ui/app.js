@@ -18,6 +18,7 @@ const state = {
   grants: [],            // [{t, perSec}] for the server page
   lastGrants: null,      // {t, total}
   authed: false,         // whether /v1/ may be asked (no token, or logged in)
+  loaded: false,         // the stream's first snapshot has come: until then nothing is known
 };
 
 // A session as the page keeps it: sinceAt/seenAt are local clock times
@@ -52,6 +53,7 @@ function applySnapshot(data) {
     m.waiters = l.waiters.map((w) => local(w, now));
   }
   state.seq = data.seq;
+  state.loaded = true;
 }
 
 function applyEvent(ev) {
@@ -325,6 +327,9 @@ function tick() {
     const s = shown.get(e.dataset.fresh);
     if (s) setFreshness(e, s, now);
   }
+  if (server && server.upAt) {
+    for (const e of document.querySelectorAll("[data-uptime]")) e.textContent = fmtDur(now - server.upAt);
+  }
 }
 
 function sortValue(l, key, now) {
@@ -355,17 +360,22 @@ function renderLocks() {
   const body = $("locks-body");
   const rows = locks.map((l) => {
     const h = l.holder;
+    const tp = h ? tokenParts(h.token) : null;
     return el("tr", { "data-lock": l.name },
       el("td", {}, el("a", { href: lockHref(l.name), text: l.name, "data-focus": "lock:" + l.name })),
       el("td", {}, h ? el("span", { class: "who" }, el("span", { text: h.owner || "(no owner)" }), el("small", { text: h.remote })) : el("span", { class: "muted", text: "free (granting)" })),
-      el("td", { class: "num opt", text: h ? String(h.token) : "" }),
+      el("td", { class: "num opt", text: h ? String(h.token) : "", title: tp ? `epoch ${tp.epoch}, grant ${tp.grant}` : "" }),
       h ? since("td", { class: "num" }, h, now) : el("td"),
       el("td", {}, h ? freshness(h, now) : ""),
       el("td", { class: "num", text: String(l.waiters.length) }));
   });
   body.replaceChildren(...rows);
-  $("lock-count").textContent = `(${locks.length}${state.filter ? " shown" : ""})`;
-  $("locks-empty").hidden = locks.length > 0;
+  // Before the first snapshot nothing is known: "no lock is held" would be
+  // a claim, and a wrong one while locks are held.
+  $("locks-loading").hidden = state.loaded;
+  $("locks-table").hidden = !state.loaded;
+  $("lock-count").textContent = state.loaded ? `(${locks.length}${state.filter ? " shown" : ""})` : "";
+  $("locks-empty").hidden = !state.loaded || locks.length > 0;
   for (const th of document.querySelectorAll("#locks-table th")) {
     if (th.dataset.key === state.sort.key) th.setAttribute("aria-sort", state.sort.dir > 0 ? "ascending" : "descending");
     else th.removeAttribute("aria-sort");
@@ -378,21 +388,26 @@ function renderLock(name) {
   setText($("lock-title"), name);
   const h = l.holder;
   const holder = $("holder");
-  if (h) {
+  if (!state.loaded) {
+    holder.replaceChildren(el("p", { class: "muted", role: "status", text: "loading…" }));
+  } else if (h) {
+    const parts = tokenParts(h.token);
     holder.replaceChildren(
       el("dl", { class: "kv" },
         el("dt", { text: "Owner" }), el("dd", { text: h.owner || "(none)" }),
         el("dt", { text: "Remote" }), el("dd", { text: h.remote }),
         el("dt", { text: "Session" }), el("dd", { text: h.id }),
         el("dt", { text: "Token" }), el("dd", { text: String(h.token) }),
+        el("dt", { text: "Token's parts" }), el("dd", { id: "token-parts", text: parts ? `epoch ${parts.epoch} · grant ${parts.grant}` : "–" }),
         el("dt", { text: "Held for" }), since("dd", {}, h, now),
         el("dt", { text: "Heartbeat" }), el("dd", {}, freshness(h, now))),
+      el("p", { class: "muted token-parts", text: TOKEN_HELP }),
       el("button", { type: "button", class: "danger", id: "force-release", "data-focus": "release", onclick: () => forceRelease(name, h) }, "Force-release…"));
   } else {
     holder.replaceChildren(el("p", { class: "muted", text: "Nobody holds this lock." }));
   }
-  $("queue-count").textContent = `(${l.waiters.length})`;
-  $("queue-empty").hidden = l.waiters.length > 0;
+  $("queue-count").textContent = state.loaded ? `(${l.waiters.length})` : "";
+  $("queue-empty").hidden = !state.loaded || l.waiters.length > 0;
   $("queue-body").replaceChildren(...l.waiters.map((w, i) => el("tr", { "data-session": w.id },
     el("td", { class: "num", text: String(i + 1) }),
     el("td", { text: w.owner || "(none)" }),
@@ -406,8 +421,10 @@ function renderLock(name) {
       (e.session.token ? ` · token ${e.session.token}` : "") +
       (e.type === "granted" && e.session.since_ms ? ` · waited ${fmtDur(e.session.since_ms)}` : "") +
       (EXIT_TYPES.includes(e.type) && e.session.token ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));
-  $("hold-chart").replaceChildren(barChart(l.holds, fmtDur, "No holder has ended in the recent history."));
-  $("wait-chart").replaceChildren(barChart(l.waits, fmtDur, "No waiter was promoted in the recent history."));
+  $("hold-chart").replaceChildren(barChart(l.holds, fmtDur, "No holder has ended in the recent history.", null,
+    { x: "holders that ended, oldest → newest", y: "held for" }));
+  $("wait-chart").replaceChildren(barChart(l.waits, fmtDur, "No waiter was promoted in the recent history.", null,
+    { x: "promoted waiters, oldest → newest", y: "waited" }));
   $("hold-hist").replaceChildren(...lockHistogram(name, "baton_hold_seconds"));
   $("wait-hist").replaceChildren(...lockHistogram(name, "baton_wait_seconds"));
 }
@@ -415,6 +432,7 @@ function renderLock(name) {
 // lockHistogram draws the server's per-lock histogram (baton_hold_seconds
 // or baton_wait_seconds with a lock label) when the server exports it.
 function lockHistogram(name, metric) {
+  const axes = metric === "baton_hold_seconds" ? { x: "held for, up to", y: "holders" } : { x: "waited, up to", y: "waiters" };
   if (!metrics) return [];
   const buckets = (metrics.get(metric + "_bucket") || [])
     .filter((b) => b.labels.lock === name && b.labels.le !== "+Inf")
@@ -423,17 +441,58 @@ function lockHistogram(name, metric) {
   const counts = buckets.map((b, i) => b.value - (i ? buckets[i - 1].value : 0));
   const total = buckets[buckets.length - 1].value;
   return [el("p", { class: "muted", text: `Since the server started (${metric}, ${total} observed):` }),
-    barChart(counts, String, "None observed yet.", buckets.map((b) => fmtDur(Number(b.labels.le) * 1000)))];
+    barChart(counts, String, "None observed yet.", buckets.map((b) => fmtDur(Number(b.labels.le) * 1000)), axes)];
 }
 
 let metrics = null;
 let cluster = null;
+// server is what this node says of itself in /metrics: its version and
+// lock protocol address (baton_server_info), and upAt, the local time it
+// started (process_start_time_seconds against the answer's Date, both the
+// server's clock).
+let server = null;
+
+// TOKEN_HELP explains a fencing token where one is shown.
+const TOKEN_HELP = "A fencing token is epoch × 2^40 + grant: the epoch rises at every server start (in a cluster, with every new leader), " +
+  "the grant counts the grants within it, so every grant's token is larger than all before it. Give it to the resource the lock guards, " +
+  "and have it refuse tokens lower than the highest it has seen.";
+
+// tokenParts splits a token into its epoch and its grant within the epoch;
+// null when the number is past what a JavaScript number holds exactly.
+function tokenParts(token) {
+  if (typeof token !== "number" || !Number.isSafeInteger(token)) return null;
+  const epoch = Math.floor(token / 2 ** 40);
+  return { epoch, grant: token - epoch * 2 ** 40 };
+}
+
+// serverFrom reads the server's own facts from a scrape answered at date.
+function serverFrom(m, date) {
+  const info = (m.get("baton_server_info") || [])[0];
+  if (!info) return null;
+  const started = (m.get("process_start_time_seconds") || [])[0];
+  const at = Date.parse(date || "");
+  const up = started && !Number.isNaN(at) ? Math.max(0, at - started.value * 1000) : null;
+  return { version: info.labels.version || "?", commit: info.labels.commit || "", addr: info.labels.addr || "?", upAt: up === null ? 0 : Date.now() - up };
+}
+
+// renderServerInfo is the header's line: address, version and uptime.
+function renderServerInfo() {
+  const e = $("server-info");
+  if (!server || !state.authed) { e.replaceChildren(); return; }
+  e.replaceChildren(`${server.addr} · baton ${server.version}`,
+    server.upAt ? el("span", {}, " · up ", el("span", { "data-uptime": "" }, fmtDur(Date.now() - server.upAt))) : "");
+  e.title = `lock protocol on ${server.addr}; baton ${server.version}${server.commit ? ` (commit ${server.commit})` : ""}`;
+}
 // clusterHealth is the leader's view of the cluster (its members' health):
 // this node's own on the leader, sent on by a follower otherwise.
 let clusterHealth = null;
 
 function renderServer() {
   const stats = [];
+  if (server) {
+    stats.push(["Version", server.version], ["Lock protocol", server.addr],
+      ["Uptime", server.upAt ? el("span", { "data-uptime": "" }, fmtDur(Date.now() - server.upAt)) : "–"]);
+  }
   if (metrics) {
     const sessions = metrics.get("baton_sessions") || [];
     const holding = sessions.find((s) => s.labels.state === "holding");
@@ -445,10 +504,11 @@ function renderServer() {
     const buckets = (metrics.get("baton_handover_latency_seconds_bucket") || []).filter((b) => b.labels.le !== "+Inf");
     const counts = buckets.map((b, i) => b.value - (i ? buckets[i - 1].value : 0));
     $("handover-chart").replaceChildren(barChart(counts, String, "No handover yet.",
-      buckets.map((b) => fmtDur(Number(b.labels.le) * 1000))));
+      buckets.map((b) => fmtDur(Number(b.labels.le) * 1000)), { x: "handover latency, up to", y: "handovers" }));
   }
-  $("stats").replaceChildren(...stats.map(([k, v]) => el("div", { class: "stat" }, el("span", { class: "muted", text: k }), el("b", { text: String(v) }))));
-  $("grants-chart").replaceChildren(lineChart(state.grants.map((g) => g.perSec), "Collecting…"));
+  $("stats").replaceChildren(...stats.map(([k, v]) => el("div", { class: "stat" }, el("span", { class: "muted", text: k }),
+    v instanceof Node ? el("b", {}, v) : el("b", { text: String(v) }))));
+  $("grants-chart").replaceChildren(lineChart(state.grants.map((g) => g.perSec), "Collecting…", { x: "the last five minutes, oldest → now", y: "grants/s" }));
   renderCluster();
 }
 
@@ -533,6 +593,8 @@ async function pollServer() {
     const res = await tracked(fetch("/metrics"));
     if (res.ok) {
       metrics = parseMetrics(await res.text());
+      server = serverFrom(metrics, res.headers.get("Date"));
+      renderServerInfo();
       const now = Date.now(), total = sumOf(metrics, "baton_grants_total");
       if (state.lastGrants) {
         const dt = (now - state.lastGrants.t) / 1000;
@@ -607,8 +669,11 @@ async function start() {
   if (!state.authed) {
     if (state.source) { state.source.close(); state.source = null; }
     state.locks = new Map();
+    state.loaded = false;
     metrics = null;
     cluster = null;
+    server = null;
+    renderServerInfo();
     renderBanner();
     for (const v of ["locks", "lock", "server"]) $("view-" + v).hidden = true;
     $("login").hidden = false;

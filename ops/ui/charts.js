@@ -14,49 +14,72 @@ function empty(text) {
   return p;
 }
 
+// axisLabels names a chart's axes: y along the left edge, x under the axis.
+function axisLabels(s, W, H, padL, axes) {
+  if (!axes) return;
+  if (axes.y) {
+    const y = svg("text", { class: "axis-label", "text-anchor": "middle", transform: `translate(10 ${(H - 14) / 2}) rotate(-90)` });
+    y.textContent = axes.y;
+    s.append(y);
+  }
+  if (axes.x) {
+    const x = svg("text", { class: "axis-label", "text-anchor": "middle", x: padL + (W - padL) / 2, y: H - 2 });
+    x.textContent = axes.x;
+    s.append(x);
+  }
+}
+
 // barChart draws one bar per value (oldest first); labels, if given, name
-// each bar under the axis.
-export function barChart(values, fmt, emptyText, labels) {
+// each bar under the axis; axes ({x, y}) names the axes.
+export function barChart(values, fmt, emptyText, labels, axes) {
   if (!values.length || values.every((v) => v === 0)) return empty(emptyText);
-  const W = 320, H = 160, pad = 22, max = Math.max(...values);
-  const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `bar chart of ${values.length} values, largest ${fmt(max)}` });
-  const bw = (W - pad) / values.length;
+  const W = 320, H = 176, padT = 22, padL = axes && axes.y ? 34 : 22, max = Math.max(...values);
+  const padB = (axes && axes.x ? 16 : 0) + (labels && labels.length ? 18 : 6);
+  const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `bar chart of ${values.length} values, largest ${fmt(max)}` + (axes ? `: ${axes.y || ""} by ${axes.x || ""}` : "") });
+  const bw = (W - padL) / values.length;
+  const base = H - padB;
   values.forEach((v, i) => {
-    const h = max ? ((H - 2 * pad) * v) / max : 0;
-    const r = svg("rect", { class: "bar", x: pad + i * bw + 1, y: H - pad - h, width: Math.max(1, bw - 2), height: h });
+    const h = max ? ((base - padT) * v) / max : 0;
+    const r = svg("rect", { class: "bar", x: padL + i * bw + 1, y: base - h, width: Math.max(1, bw - 2), height: h });
     const t = svg("title");
     t.textContent = (labels ? `≤ ${labels[i]}: ` : "") + fmt(v);
     r.append(t);
     s.append(r);
   });
-  s.append(svg("line", { class: "axis", x1: pad, y1: H - pad, x2: W, y2: H - pad }));
-  const top = svg("text", { x: 0, y: pad - 6 });
+  s.append(svg("line", { class: "axis", x1: padL, y1: base, x2: W, y2: base }));
+  s.append(svg("line", { class: "axis", x1: padL, y1: padT, x2: padL, y2: base }));
+  const top = svg("text", { x: padL + 2, y: padT - 6 });
   top.textContent = fmt(max);
   s.append(top);
   if (labels && labels.length) {
     for (const i of [0, Math.floor(labels.length / 2), labels.length - 1]) {
-      const t = svg("text", { x: pad + i * bw, y: H - 6 });
+      const t = svg("text", { x: padL + i * bw, y: base + 13 });
       t.textContent = labels[i];
       s.append(t);
     }
   }
+  axisLabels(s, W, H, padL, axes);
   return s;
 }
 
-// lineChart draws values over time, oldest first.
-export function lineChart(values, emptyText) {
+// lineChart draws values over time, oldest first; axes ({x, y}) names the axes.
+export function lineChart(values, emptyText, axes) {
   if (values.length < 2) return empty(emptyText);
-  const W = 640, H = 160, pad = 22, max = Math.max(1, ...values);
+  const W = 640, H = 176, padT = 22, padL = axes && axes.y ? 34 : 22, padB = axes && axes.x ? 22 : 6, max = Math.max(1, ...values);
+  const base = H - padB;
   const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `line chart, latest ${values[values.length - 1].toFixed(1)} per second` });
-  const x = (i) => pad + ((W - pad) * i) / (values.length - 1);
-  const y = (v) => H - pad - ((H - 2 * pad) * v) / max;
-  s.append(svg("line", { class: "axis", x1: pad, y1: H - pad, x2: W, y2: H - pad }));
+  const x = (i) => padL + ((W - padL) * i) / (values.length - 1);
+  const y = (v) => base - ((base - padT) * v) / max;
+  s.append(svg("line", { class: "axis", x1: padL, y1: base, x2: W, y2: base }));
+  s.append(svg("line", { class: "axis", x1: padL, y1: padT, x2: padL, y2: base }));
   s.append(svg("path", { class: "line", d: values.map((v, i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("") }));
-  const top = svg("text", { x: 0, y: pad - 6 });
+  const top = svg("text", { x: padL + 2, y: padT - 6 });
   top.textContent = `${max.toFixed(1)}/s`;
-  const last = svg("text", { x: W - 60, y: pad - 6 });
+  const last = svg("text", { x: W - 60, y: padT - 6 });
   last.textContent = `now ${values[values.length - 1].toFixed(1)}/s`;
   s.append(top, last);
+  axisLabels(s, W, H, padL, axes);
   return s;
 }
 
