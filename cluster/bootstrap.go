@@ -80,7 +80,9 @@ const maxHelloLine = 1024
 // are asked again while no decision can be made.
 const (
 	helloTimeout = 2 * time.Second
-	helloEvery   = time.Second
+	// Short, so that a founder started first, which found nobody yet, asks
+	// again before the others have founded the cluster without it.
+	helloEvery = 250 * time.Millisecond
 )
 
 // helloAnswerer answers hellos for this node; nil answers "no state".

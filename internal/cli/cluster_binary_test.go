@@ -66,7 +66,34 @@ func newClusterProcs(t *testing.T) []*clusterProc {
 	for _, p := range procs {
 		p.start(t, peers)
 	}
+	waitAllFollow(t, procs)
 	return procs
+}
+
+// waitAllFollow waits until every node of procs runs Raft and has the log
+// (it knows a leader and the epoch). A founder that started after the
+// others founded the cluster joins a moment later, once the leader has
+// vouched for it: a test that kills the leader before then would find two
+// nodes alive and only one in the cluster, which cannot elect anyone.
+func waitAllFollow(t *testing.T, procs []*clusterProc) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // elections on a loaded 2-core machine
+	for {
+		var behind []string
+		for _, p := range procs {
+			v, err := getCluster(p.opsAddr)
+			if err != nil || v.Leader == nil || v.Epoch == 0 {
+				behind = append(behind, p.id)
+			}
+		}
+		if len(behind) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %v never followed a leader with the log", behind)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (p *clusterProc) start(t *testing.T, peers string) {
@@ -486,7 +513,7 @@ func TestBinaryRunAcrossFailover(t *testing.T) {
 	case err := <-wl.waited:
 		wl.waited <- err
 		if err != nil {
-			t.Fatalf("waiting baton run: %v, want exit 0 after the failover", err)
+			t.Fatalf("waiting baton run: %v, want exit 0 after the failover\n%s", err, wl.drain(t))
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("waiting baton run did not get the lock within 30 s of the failover")
