@@ -13,7 +13,7 @@
 #  - the two process-level scenarios (a handover inside a grace, a paused
 #    leader on SIGCONT) and the slow old leader, against the normal build.
 # Without root or iproute2 the harness falls back to loopback and says so.
-# About 7 minutes on a 2-core machine.
+# About 5 minutes on a 2-core machine.
 # The long schedule: BATON_CLUSTER_SCHEDULE=long bash .ci/clusterfaults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

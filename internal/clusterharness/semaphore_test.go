@@ -420,7 +420,9 @@ func TestSemaphoreBelieversStandalone(t *testing.T) {
 	g := w.believers([]string{srv.Addr}, believerSpec{names: []string{semName}, perName: semLimit + 2, lease: time.Second,
 		holdMin: 300 * time.Millisecond, holdMax: 600 * time.Millisecond, limit: semLimit})
 	batontest.Eventually(t, 20*time.Second, func() bool { return len(g.holdingOn(0)) == semLimit }, "%d shared believers never held at once", semLimit)
-	time.Sleep(2 * time.Second)
+	// Slots change hands: the waiters get the slots the first holders close.
+	batontest.Eventually(t, 20*time.Second, func() bool { return check(w.snapshot()).semaphores[semName].grants >= 2*semLimit },
+		"fewer than %d shared grants", 2*semLimit)
 	v := check(w.snapshot())
 	st := v.semaphores[semName]
 	if !v.ok() || st.most != semLimit || st.grants < 2*semLimit {
