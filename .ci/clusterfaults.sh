@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # CI for replicated mode's fault harness, called by .ci/run: real
 # `baton serve` nodes, each in a network namespace of its own with a Raft
-# link and a client link, Go client loops and long raw holders, and
+# link and a client link, Go client loops and long raw holders on mutexes,
+# shared raw holders on a semaphore of limit 3, and
 #  - the short schedule (12 faults over 1 s and 10 s leases, compound
-#    faults included) against the normal build: the checker must pass;
+#    faults included) against the normal build: the checker must pass,
+#    and the semaphore must have been full;
 #  - the mutation gate: the faultinject build with each safety rule
 #    switched off (no grace, a handoff of 0, no leader lease) must each
-#    make the checker report a violation, or CI fails;
+#    make the checker report a violation, or CI fails; with no grace, the
+#    semaphore too must be caught over its limit;
 #  - the two process-level scenarios (a handover inside a grace, a paused
 #    leader on SIGCONT) and the slow old leader, against the normal build.
 # Without root or iproute2 the harness falls back to loopback and says so.
-# About 7 minutes on a 2-core machine.
+# About 5 minutes on a 2-core machine.
 # The long schedule: BATON_CLUSTER_SCHEDULE=long bash .ci/clusterfaults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,16 +63,20 @@ const (
 // believer is one client of the long workload: it takes name with lease
 // on the leader, holds it for a random time in [holdMin, holdMax] while
 // writing the register every every, closes, and takes it again, until the
-// workload stops.
+// workload stops. A shared believer (limit > 0) makes shared claims of
+// protocol version 2 with limit, and writes the slot counter instead.
 type believer struct {
 	w                *workload
 	ctx              context.Context // ends its loop and session; nil: the workload's
 	id               int
 	name             string
 	lease            time.Duration
+	limit            uint16 // 0: an exclusive claim (version 1)
 	beats            beatMode
 	every            time.Duration
 	holdMin, holdMax time.Duration
+
+	told map[wire.Code]bool // client errors recorded (its loop's goroutine only)
 
 	mu  sync.Mutex
 	cur *bsession // nil between sessions
@@ -159,26 +164,52 @@ type believerGroup struct {
 	wg     sync.WaitGroup
 }
 
-// believers starts perName believers of each name with lease, each
-// holding for holdMin to holdMax at a time, on the nodes at addrs.
-func (w *workload) believers(addrs []string, names []string, perName int, lease, holdMin, holdMax time.Duration, firstID int) *believerGroup {
+// believerSpec is some believers of a group: perName on each of names with
+// lease, each holding for holdMin to holdMax at a time, with ids from
+// firstID; with limit > 0, shared claims with that limit.
+type believerSpec struct {
+	names                   []string
+	perName                 int
+	lease, holdMin, holdMax time.Duration
+	firstID                 int
+	limit                   uint16
+}
+
+// believers starts the believers of specs on the nodes at addrs, as one
+// group.
+func (w *workload) believers(addrs []string, specs ...believerSpec) *believerGroup {
 	ctx, cancel := context.WithCancel(w.ctx)
 	g := &believerGroup{cancel: cancel}
-	for _, name := range names {
-		for range perName {
-			b := &believer{w: w, ctx: ctx, id: firstID + len(g.bs), name: name, lease: lease,
-				every: min(lease/10, 100*time.Millisecond), holdMin: holdMin, holdMax: holdMax}
-			g.bs = append(g.bs, b)
-			w.wg.Add(1)
-			g.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				defer g.wg.Done()
-				b.run(addrs)
-			}()
+	for _, sp := range specs {
+		id := sp.firstID
+		for _, name := range sp.names {
+			for range sp.perName {
+				b := &believer{w: w, ctx: ctx, id: id, name: name, lease: sp.lease, limit: sp.limit,
+					every: min(sp.lease/10, 100*time.Millisecond), holdMin: sp.holdMin, holdMax: sp.holdMax}
+				id++
+				g.bs = append(g.bs, b)
+				w.wg.Add(1)
+				g.wg.Add(1)
+				go func() {
+					defer w.wg.Done()
+					defer g.wg.Done()
+					b.run(addrs)
+				}()
+			}
 		}
 	}
 	return g
+}
+
+// names is every name of the group's believers, once each.
+func (g *believerGroup) names() []string {
+	var ns []string
+	for _, b := range g.bs {
+		if !slices.Contains(ns, b.name) {
+			ns = append(ns, b.name)
+		}
+	}
+	return ns
 }
 
 // stop ends the group's believers (each closes, ending its hold) and
@@ -189,7 +220,7 @@ func (g *believerGroup) stop() {
 }
 
 // holdingOn lists the sessions of the group's believers that hold their
-// lock on node i.
+// lock on node i (0: any node).
 func (g *believerGroup) holdingOn(i int) []*bsession {
 	var ss []*bsession
 	for _, b := range g.bs {
@@ -198,6 +229,16 @@ func (g *believerGroup) holdingOn(i int) []*bsession {
 		}
 	}
 	return ss
+}
+
+// holds reports whether one of the group's believers of name holds it.
+func (g *believerGroup) holds(name string) bool {
+	for _, b := range g.bs {
+		if b.name == name && b.current(0) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func indexOf(addrs []string, a string) int {
@@ -264,14 +305,22 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 		pending = append(pending, at)
 		return true
 	}
-	acq, err := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: uint32(b.lease / time.Millisecond),
-		Name: b.name, Owner: fmt.Sprintf("believer-%d", b.id)})
+	claim := wire.Acquire{Version: wire.Version, LeaseMs: uint32(b.lease / time.Millisecond),
+		Name: b.name, Owner: fmt.Sprintf("believer-%d", b.id)}
+	if b.limit > 0 {
+		claim.Version, claim.Flags, claim.Limit = wire.Version2, wire.FlagShared, b.limit
+	}
+	acq, err := wire.AppendAcquire(nil, claim)
 	if err != nil {
 		panic(err) // the harness's own constant frame
 	}
 	deadline = time.Now().Add(timeout)
 	if !send(acq) {
 		return "", false
+	}
+	var asked time.Time
+	if len(pending) > 0 {
+		asked = pending[0]
 	}
 	beatEvery := b.lease / 4
 	beat := time.NewTimer(beatEvery)
@@ -299,6 +348,9 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 		h.ended, h.lost = at, why
 		b.w.mu.Unlock()
 		s.hold = h
+		if h.shared {
+			b.w.slots.leave(h.name, h.token, h.client)
+		}
 	}
 	for {
 		select {
@@ -331,15 +383,20 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 			}
 		case at := <-write.C:
 			if h != nil && at.Before(deadline) {
-				b.w.reg.write(b.name, h.token)
+				b.writeResource(h)
 			}
 		case ev := <-events:
 			if ev.err != nil || ev.typ == wire.TypeError {
 				why := ev.err
 				if ev.werr != nil {
 					why = ev.werr
-					if ev.werr.Code == wire.CodeNotLeader {
+					switch ev.werr.Code {
+					case wire.CodeNotLeader:
 						hint = ev.werr.Msg
+					case wire.CodeLimitMismatch, wire.CodeBadRequest, wire.CodeProtocol, wire.CodeVersion:
+						// Every believer of a name sends the same valid
+						// claim: a client error is the server's fault.
+						b.refused(ev)
 					}
 				}
 				end(ev.at, why)
@@ -364,19 +421,48 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 				}
 			}
 			if ev.typ == wire.TypeAcquired && h == nil {
-				h = &hold{client: 1000 + b.id, name: b.name, token: ev.token, granted: ev.at}
-				if seen := b.w.reg.read(b.name); seen > h.token {
+				h = &hold{client: 1000 + b.id, name: b.name, token: ev.token, granted: ev.at,
+					shared: b.limit > 0, limit: int(b.limit), asked: asked}
+				if h.shared {
+					b.w.slots.enter(h.name, h.token, h.client)
+				} else if seen := b.w.reg.read(b.name); seen > h.token {
 					h.readAbove = seen
 				}
 				b.w.mu.Lock()
 				b.w.holds = append(b.w.holds, h)
 				b.w.mu.Unlock()
 				s.held.Store(true)
-				b.w.reg.write(b.name, h.token)
+				b.writeResource(h)
 				work.Reset(holdFor)
 			}
 		}
 	}
+}
+
+// refused records a client error the believer was told, the first of
+// each code (it asks again and again).
+func (b *believer) refused(ev frameEvent) {
+	if b.told[ev.werr.Code] {
+		return
+	}
+	if b.told == nil {
+		b.told = map[wire.Code]bool{}
+	}
+	b.told[ev.werr.Code] = true
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	b.w.bad = append(b.w.bad, fmt.Sprintf("lock %q: believer %d (limit %d) was told %v at %s (the first time)",
+		b.name, b.id, b.limit, ev.werr, ev.at.Format("15:04:05.000")))
+}
+
+// writeResource is one write of h's holder to the resource it guards:
+// the slot counter for a shared claim, the register for an exclusive one.
+func (b *believer) writeResource(h *hold) {
+	if h.shared {
+		b.w.slots.write(h.name, h.token, h.client)
+		return
+	}
+	b.w.reg.write(h.name, h.token)
 }
 
 // read delivers the node's frames to events as the link lets them through.

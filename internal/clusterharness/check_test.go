@@ -12,11 +12,18 @@ import (
 // client, across every fault):
 //
 //  1. holder intervals, from the grant to the moment the holder saw its
-//     loss or was about to close, never overlap;
-//  2. tokens strictly rise in the order of the grants;
+//     loss or was about to close, never overlap; on a name with shared
+//     claims, an exclusive holder's interval overlaps nobody's, and at no
+//     instant do more shared holders' intervals overlap than the limit;
+//  2. tokens strictly rise in the order of the grants; on a name with
+//     shared claims, where grants made together reach their holders in
+//     any order, no token is given twice and every claim asked after a
+//     grant arrived gets a higher token than it;
 //  3. the register never took a lower token after a higher one, and no
 //     holder wrote with, or read a value above, a token the register had
-//     already passed (it believed it held a lock that had moved on).
+//     already passed (it believed it held a lock that had moved on); the
+//     slot counter (the semaphore's resource, semaphore_test.go) refused
+//     nothing.
 //
 // Rule 1 is the promise itself; 2 and 3 are what a fenced resource sees.
 
@@ -24,7 +31,19 @@ import (
 type verdict struct {
 	holds    int
 	overlaps []overlap
-	bad      []string // violations of rules 2 and 3
+	crowds   []crowd  // more shared holders than the limit
+	bad      []string // violations of rules 2 and 3, and the run's own
+	// semaphores are the figures of the names with shared claims.
+	semaphores map[string]semStat
+}
+
+// runLog is what a run recorded.
+type runLog struct {
+	holds  []*hold
+	writes []regWrite // the register's
+	// slotRefusals are the slot counter's, bad the violations the run saw
+	// on the way (a client error no correct server sends).
+	slotRefusals, bad []string
 }
 
 // overlap is one pair of holds of a name that overlapped.
@@ -38,7 +57,7 @@ func (o overlap) String() string {
 }
 
 // ok reports whether no rule was broken.
-func (v verdict) ok() bool { return len(v.overlaps) == 0 && len(v.bad) == 0 }
+func (v verdict) ok() bool { return len(v.overlaps) == 0 && len(v.crowds) == 0 && len(v.bad) == 0 }
 
 // violations lists every broken rule, one line each.
 func (v verdict) violations() []string {
@@ -46,14 +65,18 @@ func (v verdict) violations() []string {
 	for _, o := range v.overlaps {
 		out = append(out, o.String())
 	}
+	for _, c := range v.crowds {
+		out = append(out, c.String())
+	}
 	return append(out, v.bad...)
 }
 
-// check applies the rules to a run's holds and register writes.
-func check(holds []*hold, writes []regWrite) verdict {
-	v := verdict{holds: len(holds)}
+// check applies the rules to what a run recorded.
+func check(l runLog) verdict {
+	v := verdict{holds: len(l.holds)}
 	byName := map[string][]*hold{}
-	for _, h := range holds {
+	shared := sharedNames(l.holds)
+	for _, h := range l.holds {
 		byName[h.name] = append(byName[h.name], h)
 		if h.readAbove != 0 {
 			v.bad = append(v.bad, fmt.Sprintf("lock %q: %v read %d from the register, above its token", h.name, h, h.readAbove))
@@ -61,6 +84,10 @@ func check(holds []*hold, writes []regWrite) verdict {
 	}
 	for name, hs := range byName {
 		slices.SortStableFunc(hs, func(a, b *hold) int { return a.granted.Compare(b.granted) })
+		if shared[name] {
+			v.checkShared(name, hs)
+			continue
+		}
 		for i, a := range hs {
 			for _, b := range hs[i+1:] {
 				if !b.granted.Before(a.ended) {
@@ -89,7 +116,7 @@ func check(holds []*hold, writes []regWrite) verdict {
 	}
 	var refused []*refusal
 	byToken := map[key]*refusal{}
-	for _, w := range writes {
+	for _, w := range l.writes {
 		switch {
 		case !w.ok:
 			if r := byToken[key{w.name, w.token}]; r != nil {
@@ -109,6 +136,7 @@ func check(holds []*hold, writes []regWrite) verdict {
 		v.bad = append(v.bad, fmt.Sprintf("lock %q: a holder wrote with token %d %d times from %s to %s after the register took %d",
 			r.name, r.token, r.n, r.first.Format("15:04:05.000"), r.last.Format("15:04:05.000"), r.taken))
 	}
+	v.bad = append(append(v.bad, l.slotRefusals...), l.bad...)
 	return v
 }
 
@@ -144,7 +172,7 @@ func TestCheckerRules(t *testing.T) {
 			[]regWrite{wr(2<<40|1, true), wr(1<<40|7, false), wr(2<<40|1, true), wr(1<<40|7, false), wr(1<<40|8, false)}, 0, 2},
 		{"read above its token", []*hold{h(1<<40|1, 0, 10), readAbove}, nil, 0, 1},
 	} {
-		v := check(tc.holds, tc.writes)
+		v := check(runLog{holds: tc.holds, writes: tc.writes})
 		if len(v.overlaps) != tc.overlaps || len(v.bad) != tc.bad {
 			t.Errorf("%s: %d overlaps and %d other violations, want %d and %d: %q", tc.name,
 				len(v.overlaps), len(v.bad), tc.overlaps, tc.bad, v.violations())

@@ -156,6 +156,5 @@ func cutWithSlowOldLeader(t *testing.T, bin string, env []string) (v verdict, pr
 	}
 	nw.setRaftLink(t, s, true)
 	t.Logf("cut at %s: holder %v; probe %v", cutAt.Format("15:04:05.000"), holder, probe)
-	holds, writes := w.stop()
-	return check(holds, writes), probe, holder
+	return check(w.stop()), probe, holder
 }

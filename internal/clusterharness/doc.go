@@ -4,15 +4,18 @@
 // for clients) when the test runs as root with iproute2, or on loopback
 // addresses otherwise. Go client loops take short locks with 1 s leases
 // and raw wire holders (believers) hold locks for many seconds with 1, 10
-// and 60 s leases, all against a fenced register, while a schedule of
-// faults hits the cluster: kill -9, SIGSTOP, a cut Raft link, SIGTERM, a
-// full restart, and compound faults inside a new leader's grace; each
-// fault also cuts, or makes deaf, the links of the long holders on the node
-// it hits, so that they go on believing and only the grace protects the
-// next holder. A checker then asserts that no two holders of a name
-// overlapped (a holder's interval is its belief as PROTOCOL.md defines it)
-// and that tokens only rose. The mutation gate runs the faultinject build
-// with each safety rule switched off and requires the checker to fail.
+// and 60 s leases, all against a fenced register; shared believers
+// (protocol version 2) fill a semaphore of limit 3 against a slot counter
+// (semaphore_test.go). Meanwhile a schedule of faults hits the cluster:
+// kill -9, SIGSTOP, a cut Raft link, SIGTERM, a full restart, and compound
+// faults inside a new leader's grace; each fault also cuts, or makes deaf,
+// the links of the long holders on the node it hits, so that they go on
+// believing and only the grace protects the next holder. A checker then
+// asserts that no two holders of a mutex overlapped, that the semaphore
+// never had more holders at once than its limit (a holder's interval is
+// its belief as PROTOCOL.md defines it), and that tokens only rose. The
+// mutation gate runs the faultinject build with each safety rule switched
+// off and requires the checker to fail.
 // The fault tests run only when BATON_CLUSTER_FAULTS is set
 // (.ci/clusterfaults.sh sets it); docs/reliability.md describes them.
 package clusterharness

@@ -80,7 +80,8 @@ const (
 	longLoops   = 4
 )
 
-// longNames are the long holders' locks (see phaseHolders).
+// longNames are the long holders' locks (see phaseHolders); the
+// semaphore, semName, is the shared believers' alone.
 var longNames = []string{"long1-a", "long1-b", "long10-a", "long10-b", "long60"}
 
 // phase is a part of the schedule with one set of leases in play: the
@@ -187,7 +188,7 @@ func rounds(n int, long bool) []step {
 // time from the fault to the first grant on the new leader.
 func TestClusterFaults(t *testing.T) {
 	needFaults(t)
-	r := runSchedule(t, batonBin, nil, schedule(t), false)
+	r := runSchedule(t, batonBin, nil, schedule(t), nil)
 	report(t, r)
 	for i, s := range r.verdict.violations() {
 		if i == maxListed {
@@ -195,6 +196,10 @@ func TestClusterFaults(t *testing.T) {
 			break
 		}
 		t.Error(s)
+	}
+	if st := r.verdict.semaphores[semName]; st.most < semLimit {
+		t.Errorf("semaphore %q: at most %d holders at once in %d shared grants, want %d (its limit): the run never filled it, so it did not test its limit",
+			semName, st.most, st.grants, semLimit)
 	}
 	for _, win := range r.windows {
 		if win.phase == phaseFast && win.toFirst > fastFailoverLimit {
@@ -222,9 +227,9 @@ type runResult struct {
 }
 
 // runSchedule runs steps against three nodes of bin with env under the
-// workload. With untilViolation it stops after the first window whose
-// checker finds a violation (the mutation gate).
-func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViolation bool) runResult {
+// workload. With until set it stops after the first window after which
+// until holds for the checker's verdict so far (the mutation gate).
+func runSchedule(t *testing.T, bin string, env []string, steps []step, until func(verdict) bool) runResult {
 	t.Helper()
 	nw := newNetwork(t, 3)
 	c := newCluster(t, nw, bin, env, 3)
@@ -244,7 +249,7 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 	w.loops(t, 1, clientLoops+longLoops, addrs, []string{"long60"})
 	// Long holders with 1 s leases are there throughout; the others
 	// come and go with their phase.
-	groups := []*believerGroup{w.believers(addrs, []string{"long1-a", "long1-b"}, 2, time.Second, 2*time.Second, 8*time.Second, 0)}
+	groups := []*believerGroup{w.believers(addrs, phaseHolders[phaseFast]...)}
 	c.waitGrant(w, time.Now(), 0)
 
 	var windows []*window
@@ -258,8 +263,8 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 		windows = append(windows, win)
 		t.Logf("fault %-36s [%s] on n%d (epoch %d, %d long holders cut): first grant %v later, epoch %d, leader now n%d%s",
 			st.kind, st.phase, win.leader, win.epoch, win.cut, win.toFirst.Round(time.Millisecond), win.first.token>>40, win.newLeader, win.noteText())
-		if untilViolation {
-			if v := check(w.snapshot()); !v.ok() {
+		if until != nil {
+			if v := check(w.snapshot()); until(v) {
 				// Let the holders the fault cut off believe to their
 				// end, so that the overlaps are reported whole.
 				for _, s := range win.cutSessions {
@@ -275,24 +280,35 @@ func runSchedule(t *testing.T, bin string, env []string, steps []step, untilViol
 		c.waitGrant(w, time.Now(), 0)
 		time.Sleep(quietFor) // the quiet window: the workload runs with no fault
 	}
-	holds, writes := w.stop()
-	return runResult{windows: windows, verdict: check(holds, writes), w: w}
+	return runResult{windows: windows, verdict: check(w.stop()), w: w}
 }
 
-// phaseHolders are the long holders each phase adds: lease, names, and
-// how long each holds at a time.
+// phaseHolders are the long holders each phase adds (those of the fast
+// phase are there throughout).
+//
+// The semaphore: four shared believers with 1 s leases throughout and
+// three with 10 s leases in the 10 s phase, on semLimit slots. So the name
+// is full most of the time (the waiters move on within a second of a
+// fault, to the next leader), and in the 10 s phase a fault usually finds
+// a 10 s holder in it that goes on believing; none with a 60 s lease, for
+// the reason below.
 //
 // One 60 s holder, not two: a second one waiting at the new leader after
 // the first kill would keep the bound up there, and killTwice would not
 // see a leader that lowers the bound inside its grace (the Go loops wait
 // for "long60" with 1 s leases).
-var phaseHolders = map[phase]struct {
-	lease, holdMin, holdMax time.Duration
-	names                   []string
-	perName, firstID        int
-}{
-	phaseGrace: {10 * time.Second, 5 * time.Second, 20 * time.Second, []string{"long10-a", "long10-b"}, 2, 100},
-	phaseLong:  {time.Minute, 20 * time.Second, 40 * time.Second, []string{"long60"}, 1, 200},
+var phaseHolders = map[phase][]believerSpec{
+	phaseFast: {
+		{names: []string{"long1-a", "long1-b"}, perName: 2, lease: time.Second, holdMin: 2 * time.Second, holdMax: 8 * time.Second, firstID: 0},
+		{names: []string{semName}, perName: 4, lease: time.Second, holdMin: 2 * time.Second, holdMax: 8 * time.Second, firstID: 10, limit: semLimit},
+	},
+	phaseGrace: {
+		{names: []string{"long10-a", "long10-b"}, perName: 2, lease: 10 * time.Second, holdMin: 5 * time.Second, holdMax: 20 * time.Second, firstID: 100},
+		{names: []string{semName}, perName: 3, lease: 10 * time.Second, holdMin: 5 * time.Second, holdMax: 20 * time.Second, firstID: 110, limit: semLimit},
+	},
+	phaseLong: {
+		{names: []string{"long60"}, perName: 1, lease: time.Minute, holdMin: 20 * time.Second, holdMax: 40 * time.Second, firstID: 200},
+	},
 }
 
 // enterPhase moves the workload from phase from to phase to: the long
@@ -311,8 +327,7 @@ func (c *testCluster) enterPhase(w *workload, addrs []string, groups []*believer
 		c.waitBound(map[phase]time.Duration{phaseFast: time.Second, phaseGrace: 10 * time.Second}[to])
 	}
 	for p := from + 1; p <= to; p++ {
-		h := phaseHolders[p]
-		groups = append(groups, w.believers(addrs, h.names, h.perName, h.lease, h.holdMin, h.holdMax, h.firstID))
+		groups = append(groups, w.believers(addrs, phaseHolders[p]...))
 	}
 	c.waitLongHolders(groups)
 	return groups
@@ -355,7 +370,9 @@ func report(t *testing.T, r runResult) {
 	}
 	v := r.verdict
 	var b strings.Builder
-	fmt.Fprintf(&b, "RESULT: %d faults, %d grants checked, %d overlaps, %d other violations\n", len(r.windows), v.holds, len(v.overlaps), len(v.bad))
+	fmt.Fprintf(&b, "RESULT: %d faults, %d grants checked, %d overlaps, %d semaphore crowds, %d other violations\n",
+		len(r.windows), v.holds, len(v.overlaps), len(v.crowds), len(v.bad))
+	b.WriteString(v.semSummary())
 	fmt.Fprintf(&b, "  %-36s %-16s %3s %9s %9s %9s   %s\n", "fault to first grant on the new leader", "phase", "n", "p50", "p99", "max",
 		"another node ready as leader: p50, p99")
 	for p := range phaseLong + 1 {
@@ -577,14 +594,17 @@ func (c *testCluster) waitBound(b time.Duration) {
 	}, "the lease bound did not come down to %v", b)
 }
 
-// waitLongHolders waits until a believer of each group holds its lock, so
-// that the next fault finds long holders to hit.
+// waitLongHolders waits until each name of each group is held by a
+// believer of that group, so that the next fault finds long holders of
+// every kind to hit.
 func (c *testCluster) waitLongHolders(groups []*believerGroup) {
 	c.t.Helper()
 	c.eventually(grantWait, func() bool {
 		for _, g := range groups {
-			if len(g.holdingOn(0)) == 0 {
-				return false
+			for _, n := range g.names() {
+				if !g.holds(n) {
+					return false
+				}
 			}
 		}
 		return true

@@ -118,8 +118,7 @@ func handoverInsideGrace(t *testing.T, bin string, env []string) (v verdict, x, 
 		readyAt.Sub(cutAt).Round(time.Millisecond), termAt.Sub(cutAt).Round(time.Millisecond), c.node(l2).handoverNote())
 	y = await(t, w, yc, grantWait, "Y")
 	<-xs.done
-	holds, writes := w.stop()
-	return check(holds, writes), xs.hold, y
+	return check(w.stop()), xs.hold, y
 }
 
 // TestPausedLeaderConfirmsNothing: a leader paused by SIGSTOP, while

@@ -16,18 +16,25 @@ import (
 // confirm for longer than the grace, and that answer races the leader's
 // step-down, so it runs the paused-leader scenario, in cycles, until the
 // checker sees the overlap.
+//
+// Without the grace, the semaphore must be caught too: more holders of
+// semName than its limit (a crowd), not only two holders of a mutex; that
+// run goes on until it has seen both.
 var mutations = []struct {
-	knob string
-	what string
-	run  func(t *testing.T, env []string) verdict
+	knob      string
+	what      string
+	semaphore bool // the semaphore must be caught over its limit too
+	run       func(t *testing.T, env []string) verdict
 }{
-	{"BATON_TEST_DISABLE_GRACE", "a new leader grants at once", func(t *testing.T, env []string) verdict {
-		return runSchedule(t, faultBin, env, rounds(1, false), true).verdict
+	{"BATON_TEST_DISABLE_GRACE", "a new leader grants at once", true, func(t *testing.T, env []string) verdict {
+		return runSchedule(t, faultBin, env, rounds(1, false), func(v verdict) bool {
+			return (len(v.overlaps) > 0 || len(v.bad) > 0) && len(v.crowds) > 0
+		}).verdict
 	}},
-	{"BATON_TEST_HANDOFF_ZERO", "a planned handover always commits a handoff of 0", func(t *testing.T, env []string) verdict {
-		return runSchedule(t, faultBin, env, rounds(1, false), true).verdict
+	{"BATON_TEST_HANDOFF_ZERO", "a planned handover always commits a handoff of 0", false, func(t *testing.T, env []string) verdict {
+		return runSchedule(t, faultBin, env, rounds(1, false), func(v verdict) bool { return !v.ok() }).verdict
 	}},
-	{"BATON_TEST_NO_LEADER_LEASE", "the leader confirms without its own send-anchored lease", func(t *testing.T, env []string) verdict {
+	{"BATON_TEST_NO_LEADER_LEASE", "the leader confirms without its own send-anchored lease", false, func(t *testing.T, env []string) verdict {
 		v, _ := pausedLeader(t, faultBin, env, true)
 		return v
 	}},
@@ -42,14 +49,21 @@ func TestMutationGate(t *testing.T) {
 			if v.ok() {
 				t.Fatalf("%s=1 (%s): the checker found no violation in %d grants: the harness does not see this rule removed", m.knob, m.what, v.holds)
 			}
-			t.Logf("MUTATION %s=1 (%s): the checker reports %d overlaps and %d other violations, as it must; the first:",
-				m.knob, m.what, len(v.overlaps), len(v.bad))
+			t.Logf("MUTATION %s=1 (%s): the checker reports %d overlaps, %d semaphore crowds and %d other violations, as it must; the first:",
+				m.knob, m.what, len(v.overlaps), len(v.crowds), len(v.bad))
 			for i, s := range v.violations() {
 				if i == 3 {
 					t.Logf("  (%d more)", len(v.violations())-i)
 					break
 				}
 				t.Log("  " + s)
+			}
+			switch {
+			case len(v.crowds) > 0:
+				t.Logf("  the semaphore's first crowd (of %d): %v", len(v.crowds), v.crowds[0])
+			case m.semaphore:
+				t.Errorf("%s=1 (%s): no crowd on semaphore %q (limit %d, %d shared grants, at most %d at once): the harness does not see this rule removed for shared claims",
+					m.knob, m.what, semName, semLimit, v.semaphores[semName].grants, v.semaphores[semName].most)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ type hold struct {
 	name    string
 	token   uint64
 	granted time.Time // Acquire returned the Lock
+	// shared: a shared claim (protocol version 2) with limit; asked is
+	// when its ACQUIRE was sent (zero when not known).
+	shared bool
+	limit  int
+	asked  time.Time
 	// Written by the client's goroutine before finish; read by the
 	// checker after the workload stopped.
 	ended     time.Time // the holder saw its loss, or was about to close
@@ -45,7 +51,11 @@ func (h *hold) String() string {
 	if h.lost != nil {
 		how = "lost: " + h.lost.Error()
 	}
-	return fmt.Sprintf("client %d token %d (epoch %d) %s .. %s (%s)", h.client, h.token, h.token>>40,
+	kind := ""
+	if h.shared {
+		kind = fmt.Sprintf(", shared of %d", h.limit)
+	}
+	return fmt.Sprintf("client %d token %d (epoch %d%s) %s .. %s (%s)", h.client, h.token, h.token>>40, kind,
 		h.granted.Format("15:04:05.000"), h.ended.Format("15:04:05.000"), how)
 }
 
@@ -87,6 +97,7 @@ func (r *register) write(name string, token uint64) bool {
 // workload runs client loops until stop.
 type workload struct {
 	reg    *register
+	slots  *slotCounter // the shared believers' resource
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -94,10 +105,11 @@ type workload struct {
 	mu    sync.Mutex
 	holds []*hold
 	errs  map[string]int // Acquire errors, by their text up to the first colon
+	bad   []string       // violations seen on the way (runLog.bad)
 }
 
 func newWorkload() *workload {
-	w := &workload{reg: newRegister(), errs: map[string]int{}}
+	w := &workload{reg: newRegister(), slots: newSlotCounter(), errs: map[string]int{}}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w
 }
@@ -201,20 +213,22 @@ func (w *workload) work(id int, l *baton.Lock, d, every time.Duration) *hold {
 	return h
 }
 
-// stop ends the loops and returns every hold and register write.
-func (w *workload) stop() ([]*hold, []regWrite) {
+// stop ends the loops and returns what they recorded.
+func (w *workload) stop() runLog {
 	w.cancel()
 	w.wg.Wait()
+	refused := w.slots.refused()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.reg.mu.Lock()
 	defer w.reg.mu.Unlock()
-	return append([]*hold(nil), w.holds...), append([]regWrite(nil), w.reg.writes...)
+	return runLog{holds: slices.Clone(w.holds), writes: slices.Clone(w.reg.writes), slotRefusals: refused, bad: slices.Clone(w.bad)}
 }
 
-// snapshot returns every hold and register write so far, while the
-// workload runs; a hold still running ends now in it.
-func (w *workload) snapshot() ([]*hold, []regWrite) {
+// snapshot returns what the loops recorded so far, while they run; a hold
+// still running ends now in it.
+func (w *workload) snapshot() runLog {
+	refused := w.slots.refused()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.reg.mu.Lock()
@@ -228,7 +242,7 @@ func (w *workload) snapshot() ([]*hold, []regWrite) {
 		}
 		hs = append(hs, &c)
 	}
-	return hs, append([]regWrite(nil), w.reg.writes...)
+	return runLog{holds: hs, writes: slices.Clone(w.reg.writes), slotRefusals: refused, bad: slices.Clone(w.bad)}
 }
 
 // firstGrant is the first grant at or after t0 whose token's epoch is above
