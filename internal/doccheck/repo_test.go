@@ -8,7 +8,6 @@ import (
 // stillToClean are the pages that still tell some of their own history;
 // remove a page from here once History finds nothing in it.
 var stillToClean = map[string]bool{
-	"docs/reliability.md": true,
 }
 
 // repository is this repository's tracked tree. Outside a git work tree
