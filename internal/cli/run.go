@@ -70,6 +70,8 @@ type runOptions struct {
 	wait           time.Duration
 	connectTimeout time.Duration
 	owner          ownerValue
+	limit          limitValue // -limit: a slot of a semaphore of this many
+	shared         bool       // -shared: a reader of a read/write lock
 	killGrace      time.Duration // set from killGraceFlag once the lease is known
 	killGraceFlag  optionalDuration
 	verbose        bool
@@ -101,6 +103,17 @@ The command gets the environment of baton run plus:
                it has seen.
 Its stdin, stdout and stderr are those of baton run. It runs in a process
 group of its own.
+
+Without -limit or -shared the claim is exclusive: the command runs alone.
+-limit N takes a slot of a semaphore of N: at most N shared claims of the
+name hold it at once. -shared is a reader of a read/write lock: readers
+hold together (with the readers' limit, 65535, the same in every Baton
+client), and a writer, a claim without either flag, holds alone. Every
+claim waits in the one FIFO queue of the name and nobody overtakes, so a
+writer is never starved by readers. While a name has shared sessions,
+holding or waiting, the first of them has set its limit: a shared claim
+that gives another is refused at once (LIMIT_MISMATCH, exit 2, with the
+limit in force). Each holder has its own BATON_TOKEN.
 
 Any -tls-* flag makes baton run speak TLS: -tls-ca is the CA of the
 server's certificate (else the system's roots), -tls-cert and -tls-key the
@@ -161,8 +174,9 @@ Exit status:
                   killed it
   1               another failure (kicked from the queue by an operator,
                   a refusal by the server)
-  2               usage error
-  75              lock busy: -nowait and the lock is held
+  2               usage error; also a shared claim whose limit differs
+                  from the one in force for the name (LIMIT_MISMATCH)
+  75              lock busy: -nowait and the claim cannot hold at once
   76              -wait ran out before the lock was granted
   77              the lock was lost while the command ran; it was stopped
   78              no server at -addr could be reached, none answered
@@ -176,6 +190,8 @@ Examples:
   baton run jobs/nightly -- ./nightly.sh
   baton run -nowait -addr baton1:7070,baton2:7070 deploy/web -- make deploy
   baton run -wait 5m -lease 30s db/migrate -- ./migrate up
+  baton run -limit 4 render/gpus -- ./render.sh     # at most 4 at once
+  baton run -shared config/routes -- ./report.sh    # a reader; writers run without -shared
 
   # crontab: every 5 minutes, skip the run if the last one still holds the lock
   */5 * * * * baton run -nowait -addr baton.internal:7070 jobs/report -- /opt/report/run.sh
@@ -203,6 +219,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", defaultConnectTimeout, "the longest time without a server that answers, at the start or after losing one while waiting (exit 78 after it); 0: as long as -wait allows")
 	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
+	fs.Var(&o.limit, "limit", "take a slot of a semaphore of `N` slots (1 to 65535): a shared claim, held with the name's other shared claims, at most N at once; all must give the same N")
+	fs.BoolVar(&o.shared, "shared", false, "be a reader of a read/write lock: a shared claim with the readers' limit, 65535; a writer is a claim without it")
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
@@ -244,6 +262,28 @@ func (l *addrList) Set(v string) error {
 	if len(l.addrs) == 0 {
 		return errors.New("no address given")
 	}
+	return nil
+}
+
+// limitValue is the -limit flag: unset means an exclusive claim.
+type limitValue struct {
+	n   int
+	set bool
+}
+
+func (v *limitValue) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return strconv.Itoa(v.n)
+}
+
+func (v *limitValue) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n < 1 || n > wire.MaxLimit {
+		return fmt.Errorf("a limit is a whole number from 1 to %d", wire.MaxLimit)
+	}
+	v.n, v.set = int(n), true
 	return nil
 }
 
@@ -335,6 +375,9 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail("-nowait and -wait exclude each other")
 	case o.quiet && o.verbose:
 		return fail("-q and -v exclude each other")
+	case o.limit.set && o.shared:
+		return fail(fmt.Sprintf("-limit and -shared exclude each other: -limit %d takes a slot of a semaphore of %d, -shared is a reader (of the readers' limit, %d)",
+			o.limit.n, o.limit.n, wire.MaxLimit))
 	case o.killGraceFlag.d < 0:
 		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGraceFlag.d))
 	}
