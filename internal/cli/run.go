@@ -70,8 +70,8 @@ type runOptions struct {
 	wait           time.Duration
 	connectTimeout time.Duration
 	owner          ownerValue
-	limit          limitValue // -limit: a slot of a semaphore of this many
-	shared         bool       // -shared: a reader of a read/write lock
+	limit          limitValue    // -limit: a slot of a semaphore of this many
+	shared         bool          // -shared: a reader of a read/write lock
 	killGrace      time.Duration // set from killGraceFlag once the lease is known
 	killGraceFlag  optionalDuration
 	verbose        bool
