@@ -167,7 +167,8 @@ each step. Whatever stderr is, every exit other than 0 comes with one
 short line on stderr that says why (the lock was busy, the wait ran out,
 no server answered, the command exited with status 3, ...), and so does
 a server that accepts but does not answer; -q silences all of baton
-run's own lines but usage errors.
+run's own lines but usage errors and LIMIT_MISMATCH (exit 2 always says
+why).
 
 Exit status:
   the command's   when it ran: its exit status, or 128+N if signal N
@@ -224,7 +225,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
-	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors; the exit status still tells")
+	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors and LIMIT_MISMATCH; the exit status still tells")
 	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API (a comma-separated list for a cluster), to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
 	o.tls.register(fs, "server")
@@ -285,6 +286,45 @@ func (v *limitValue) Set(s string) error {
 	}
 	v.n, v.set = int(n), true
 	return nil
+}
+
+// claimKind is the client option of the claim that -limit and -shared
+// ask for; an exclusive claim without either.
+func claimKind(o *runOptions) baton.Option {
+	switch {
+	case o.limit.set:
+		return baton.WithLimit(o.limit.n)
+	case o.shared:
+		return baton.WithShared(true)
+	}
+	return nil
+}
+
+// isLimitMismatch reports whether err is the server's LIMIT_MISMATCH.
+func isLimitMismatch(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == wire.CodeLimitMismatch
+}
+
+// limitMismatchLine says why a shared claim was refused: the limit in
+// force for the name (the server's message) against the one this run
+// gave, in the words of the flags.
+func limitMismatchLine(o *runOptions, err error) string {
+	var we *wire.Error
+	errors.As(err, &we)
+	inForce, perr := strconv.ParseUint(we.Msg, 10, 16)
+	switch {
+	case perr != nil || inForce == 0:
+		return fmt.Sprintf("lock %s refused this run's limit (LIMIT_MISMATCH: the limit in force, set by its shared sessions, differs; the server said %q)", o.name, we.Msg)
+	case o.shared:
+		return fmt.Sprintf("lock %s is a semaphore of %d (the limit its shared sessions set), and -shared claims a reader's limit, %d: use -limit %d for a slot of it",
+			o.name, inForce, baton.ReaderLimit, inForce)
+	case inForce == baton.ReaderLimit:
+		return fmt.Sprintf("lock %s is a read/write lock: its shared sessions are readers (limit %d, as -shared gives); this run asked for -limit %d",
+			o.name, inForce, o.limit.n)
+	}
+	return fmt.Sprintf("lock %s has the limit %d in force, set by its shared sessions; this run asked for -limit %d: every shared claim of a name must give the same limit",
+		o.name, inForce, o.limit.n)
 }
 
 // ownerValue is the -owner flag: unset means hostname:pid of baton run.
