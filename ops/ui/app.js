@@ -176,6 +176,7 @@ async function pollFreshness() {
   const r = await api("GET", "/v1/locks");
   if (!r.ok) return;
   const now = Date.now();
+  let limitChanged = false;
   for (const l of r.body.locks) {
     const m = state.locks.get(l.name);
     if (!m) continue;
@@ -184,8 +185,13 @@ async function pollFreshness() {
       const p = byId.get(s.id);
       if (p) s.seenAt = now - p.silent_ms;
     }
-    if (hasShared(m) && typeof l.limit === "number") m.limit = l.limit;
+    if (hasShared(m) && typeof l.limit === "number" && m.limit !== l.limit) {
+      m.limit = l.limit;
+      limitChanged = true;
+    }
   }
+  // Bars move in place; the slots are in the rows, drawn anew.
+  if (limitChanged) scheduleRender();
 }
 
 // ---- API calls ----
