@@ -371,26 +371,18 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 // releaseSession force-releases the one holder o.session.
 func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsClient) int {
 	id := o.session
-	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id))
+	if code, ok := checkSessionID(s, c, id); !ok {
+		return code
 	}
 	// The answer does not name the lock: it is looked up first, for the
 	// summary line only.
 	name, _ := sessionLock(ctx, ops, id)
-	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/release")
-	var ae *apiError
-	if errors.As(err, &ae) && ae.status == http.StatusConflict {
-		// The API's advice names its own URL; an operator here wants ours.
-		msg := fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
-		if name != "" {
-			msg = fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, name, id)
+	sv, code, done := postSession(ctx, s, c, o, ops, id, "release", func() string {
+		if name == "" {
+			return fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
 		}
-		return failure(s, c.name, msg)
-	}
-	if err != nil {
-		return adminFailed(s, c.name, err)
-	}
-	sv, code, done := sessionAnswer(s, c, ops, o.json, body)
+		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, name, id)
+	})
 	if done {
 		return code
 	}
@@ -423,34 +415,49 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-		// Most likely a lock name, or an owner text: the API would only
-		// answer "not found".
-		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id))
+	if code, ok := checkSessionID(s, c, id); !ok {
+		return code
 	}
-	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/kick")
-	var ae *apiError
-	if errors.As(err, &ae) && ae.status == http.StatusConflict {
-		// The API's advice names its own URL; an operator here wants ours.
-		msg := fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
+	sv, code, done := postSession(ctx, s, c, o, ops, id, "kick", func() string {
 		switch name, others := sessionLock(ctx, ops, id); {
 		case name != "" && others > 0:
-			msg = fmt.Sprintf("session %s holds lock %s with %d others and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
+			return fmt.Sprintf("session %s holds lock %s with %d others and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
 				id, name, others, id, shellQuote(name))
 		case name != "":
-			msg = fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, name, shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, name, shellQuote(name))
 		}
-		return failure(s, c.name, msg)
-	}
-	if err != nil {
-		return adminFailed(s, c.name, err)
-	}
-	sv, code, done := sessionAnswer(s, c, ops, o.json, body)
+		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
+	})
 	if done {
 		return code
 	}
 	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), fmtAge(msDuration(sv.SinceMS)))
 	return exitOK
+}
+
+// checkSessionID refuses an id that is not a number: most likely a lock
+// name, or an owner text, which the API would only answer "not found".
+func checkSessionID(s *sys, c *command, id string) (code int, ok bool) {
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id)), false
+	}
+	return exitOK, true
+}
+
+// postSession POSTs action (release, kick) to session id and hands back
+// its SESSION. A 409 is told with conflict's line: the API's advice names
+// its own URL, an operator here wants our commands. When done is true
+// (a failure, or -json printed), code is the exit code.
+func postSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsClient, id, action string, conflict func() string) (sv opsSession, code int, done bool) {
+	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/"+action)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusConflict {
+		return sv, failure(s, c.name, conflict()), true
+	}
+	if err != nil {
+		return sv, adminFailed(s, c.name, err), true
+	}
+	return sessionAnswer(s, c, ops, o.json, body)
 }
 
 // sessionAnswer handles the SESSION that release and kick answer with: with
