@@ -5,6 +5,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -34,7 +35,8 @@ func holdersOf(srv *batontest.Server, name string) (owners []string, shared []bo
 // the flag or BATON_LIMIT: two runs hold at once, each with its own token;
 // a third with -nowait is busy (75), one with -wait gives up (76); a
 // shared claim with another limit is refused with exit 2 and a line that
-// names the limit in force, also under -q; a slot freed lets a waiter in.
+// names the limit in force, also under -q; a waiter tells the slots in use
+// (-v) and takes a slot freed.
 func TestRunLimit(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
@@ -80,9 +82,12 @@ func TestRunLimit(t *testing.T) {
 		}
 	}
 
-	// A waiter takes the slot that a holder frees.
-	w := startBaton(t, "run", "-limit", "2", "-owner", "slot-c", "-addr", srv.Addr, "gpu/pool", "--", "sh", "-c", `echo "$BATON_TOKEN" > token`)
-	batontest.Eventually(t, 10*time.Second, func() bool { return waiters(srv, "gpu/pool") == 1 }, "the third slot-holder does not wait")
+	// A waiter says who holds the slots and how many there are, and takes
+	// the slot that a holder frees.
+	w := startBaton(t, "run", "-v", "-ops-addr", startOps(t, srv, ""), "-limit", "2", "-owner", "slot-c", "-addr", srv.Addr, "gpu/pool", "--", "sh", "-c", `echo "$BATON_TOKEN" > token`)
+	status := regexp.MustCompile(`baton run: waiting for gpu/pool: position 1, held by slot-[ab] and 1 other, 2/2 slots\n`)
+	batontest.Eventually(t, 10*time.Second, func() bool { return status.MatchString(w.stderr.String()) },
+		"no -v line of the waiter that matches %s; stderr:\n%s", status, w.stderr)
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
