@@ -14,7 +14,8 @@ import (
 // lock name or an owner text would make the page show the rest of it
 // reversed ("invoice" + U+202E + "fdp.exe" reads "invoiceexe.pdf"); the
 // dashboard shows such controls escaped, in the table, on the lock's page
-// and in its dialogs, and never renders the control itself.
+// and in its dialogs (a semaphore's holders too), and never renders the
+// control itself.
 func TestBrowserShowsBidiControls(t *testing.T) {
 	ts, hs := startEvents(t, ops.Config{}, nil)
 	const name, owner = "invoice\u202efdp.exe", "bob\u2066@\u2069host"
@@ -42,5 +43,27 @@ func TestBrowserShowsBidiControls(t *testing.T) {
 		}
 	}
 	p.do("cancel", chromedp.Click(chromedp.CSS(`#confirm button[value="cancel"]`)))
+
+	// A semaphore's holders: the holders' table, the list's extra rows and
+	// one holder's own dialog escape them too.
+	for _, o := range []string{"eve\u202e@gpu-1", "eve\u2067@gpu-2"} {
+		claimV2(t, ts, "gpu/pool", o, true, 3).expectGranted(t)
+	}
+	p.do("open the semaphore's page", chromedp.Navigate(hs.URL+"/#/lock/gpu%2Fpool"))
+	p.waitJS(`document.querySelectorAll("#holders-body tr").length === 2`, 3*time.Second, "the semaphore's 2 holders")
+	if got := p.eval(`document.getElementById("holders-body").textContent`); !strings.Contains(got, `eve\u202E@gpu-1`) ||
+		!strings.Contains(got, `eve\u2067@gpu-2`) || strings.ContainsAny(got, "\u202e\u2067") {
+		t.Fatalf("holders' table %q: want both owners shown escaped, no raw bidi control", got)
+	}
+	p.do("open one holder's dialog", chromedp.Click(chromedp.CSS("#holders-body button.release-one")), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")))
+	if got := p.eval(`document.getElementById("confirm-text").textContent`); !strings.Contains(got, `eve\u202E@gpu-1`) || strings.ContainsAny(got, "\u202e\u2067") {
+		t.Fatalf("one holder's dialog %q: want the owner escaped, no raw bidi control", got)
+	}
+	p.do("cancel one holder's release", chromedp.Click(chromedp.CSS(`#confirm button[value="cancel"]`)))
+	p.do("back to the list", chromedp.Navigate(hs.URL+"/#/"))
+	p.waitJS(`!!document.querySelector('tr[data-holder-of="gpu/pool"]')`, 3*time.Second, "the semaphore's second row in the list")
+	if got := p.eval(`document.querySelector('tr[data-holder-of="gpu/pool"]').textContent`); !strings.Contains(got, `eve\u2067@gpu-2`) || strings.ContainsAny(got, "\u2067") {
+		t.Fatalf("the list's row of the second holder %q: want the owner escaped", got)
+	}
 	p.expectNoConsoleErrors()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
@@ -506,6 +507,17 @@ func TestBrowserUnderLoad(t *testing.T) {
 	}
 	waitFor(t, ts.Addr, "etl/nightly", "airflow@etl-3")
 	waitQueue(t, ts, "etl/nightly", 1)
+	// A semaphore of 3, full, with a job waiting for a slot; a read/write
+	// lock that two readers hold while a writer waits.
+	for _, owner := range []string{"render@gpu-1", "render@gpu-2", "render@gpu-3", "render@gpu-4"} {
+		claimV2(t, ts, "render/gpus", owner, true, 3)
+	}
+	for _, owner := range []string{"api@web-1", "api@web-2"} {
+		claimV2(t, ts, "config/routes", owner, true, wire.MaxLimit).expectGranted(t)
+	}
+	claimV2(t, ts, "config/routes", "deploy@ci-5", false, 1)
+	waitQueue(t, ts, "render/gpus", 1)
+	waitQueue(t, ts, "config/routes", 1)
 
 	// Churn: jobs take and give back their locks, some with waiters.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -532,7 +544,8 @@ func TestBrowserUnderLoad(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // let the churn run and the bars fill
 	// The page agrees with the server on the steady locks and their queues.
 	p.waitJS(`document.querySelector('tr[data-lock="deploy/web"] td:last-child').textContent === "3"`, time.Second, "3 waiters on deploy/web")
-	p.waitJS(`document.querySelectorAll('#locks-body tr').length >= 7`, time.Second, "every steady lock listed")
+	p.waitJS(`document.querySelectorAll('#locks-body tr[data-lock]').length >= 9`, time.Second, "every steady lock listed")
+	p.waitJS(`document.querySelector('tr[data-lock="render/gpus"] td.slots').textContent === "3 / 3"`, time.Second, "the semaphore's slots")
 	p.screenshot("dashboard.png", true)
 	// Sorting by waiters puts deploy/web first.
 	p.do("sort by waiters", chromedp.Click(chromedp.CSS(`th[data-key="waiters"] button`)), chromedp.Click(chromedp.CSS(`th[data-key="waiters"] button`)))

@@ -45,6 +45,7 @@ type (
 		Remote   string  `json:"remote"`
 		Owner    string  `json:"owner"`
 		LeaseMS  int64   `json:"lease_ms"`
+		Shared   bool    `json:"shared"`
 		Token    *uint64 `json:"token"`
 		SinceMS  int64   `json:"since_ms"`
 		SilentMS int64   `json:"silent_ms"`
@@ -53,6 +54,8 @@ type (
 		Name    string       `json:"name"`
 		Holder  *opsSession  `json:"holder"`
 		Waiters []opsSession `json:"waiters"`
+		Holders []opsSession `json:"holders"` // every holder, in grant order
+		Limit   *int         `json:"limit"`   // the limit in force for shared claims; null when none
 	}
 	opsLocks struct {
 		Locks []opsLock `json:"locks"`
@@ -65,6 +68,7 @@ type adminOptions struct {
 	adminTokenFile string
 	json           bool
 	tls            clientTLSOptions
+	session        string // release -session: the one holder to end
 }
 
 func newAdminFlags(name string, o *adminOptions) *flag.FlagSet {
@@ -72,6 +76,9 @@ func newAdminFlags(name string, o *adminOptions) *flag.FlagSet {
 	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` (or http[s]://host:port) of the server's ops API; a comma-separated list for the nodes of a cluster, tried in order")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the bearer token of the ops API (else $BATON_ADMIN_TOKEN)")
 	fs.BoolVar(&o.json, "json", false, "print the API's JSON answer instead of text")
+	if name == "release" {
+		fs.StringVar(&o.session, "session", "", "force-release this one holder (a session `id`, as 'baton locks NAME' lists it) instead of every holder of a lock")
+	}
 	o.tls.register(fs, "ops listener")
 	return fs
 }
@@ -94,11 +101,16 @@ func locksCommand() *command {
 		summary: "list the locks that are held or waited for",
 		usage:   "baton locks [flags] [NAME]",
 		flags:   func() *flag.FlagSet { return newAdminFlags("locks", new(adminOptions)) },
-		help: `Without NAME, one line per lock that has a holder or waiters: its name, the
-holder's owner text, session and fencing token, how long it has been held,
-and how many wait. With NAME, that lock and then its queue in order, with
-each waiter's session id (for baton kick). -json prints the ops API's JSON
-(GET /v1/locks or /v1/locks/{name}) for scripts.
+		help: `Without NAME, one line per holder of every lock that has a holder or
+waiters: the lock's name, the holder's owner text, session, kind of claim
+(exclusive, or shared: a slot of a semaphore, a reader of a read/write
+lock) and fencing token, how long it has held, the lock's slots in use
+against its limit (3/5; an exclusive claim holds a name alone, as a
+semaphore of 1: 1/1), and how many wait. A lock that only has waiters
+gets one line without a holder. With NAME, that lock, a line on each
+holder (for baton release -session), the limit in force, and then its
+queue in order, with each waiter's session id (for baton kick). -json
+prints the ops API's JSON (GET /v1/locks or /v1/locks/{name}) for scripts.
 
 ` + adminHelp + `
 Examples:
@@ -114,18 +126,29 @@ Examples:
 func releaseCommand() *command {
 	return &command{
 		name:    "release",
-		summary: "force-release a lock: take it from its holder",
-		usage:   "baton release [flags] NAME",
+		summary: "force-release a lock: take it from its holders",
+		usage:   "baton release [flags] NAME | baton release [flags] -session ID",
 		flags:   func() *flag.FlagSet { return newAdminFlags("release", new(adminOptions)) },
-		help: `The holder's session gets ERROR FORCE_RELEASED and ends; the next waiter is
-granted the lock at once, with a larger fencing token. A holder started by
-baton run has its command stopped (exit 77). The holder's work may still be
-running for a moment: only the fencing token protects the resource then.
+		help: `baton release NAME takes the lock from every holder: each holder's session
+gets ERROR FORCE_RELEASED and ends, then the queue moves at once: the next
+waiters are granted the lock, with larger fencing tokens. A lock has several
+holders when its claims are shared (a semaphore, the readers of a
+read/write lock): one line is printed for each.
+
+baton release -session ID takes it from that one holder alone, whatever
+its lock; the other holders keep theirs, and the slot it frees goes to the
+next waiter that may hold. The session ids are in 'baton locks NAME'.
+
+A holder started by baton run has its command stopped (exit 77). The
+holder's work may still be running for a moment: only the fencing token
+protects the resource then.
 
 ` + adminHelp + `
 Examples:
   baton release jobs/nightly
   baton release -ops-addr baton1:7071 -admin-token-file /etc/baton/admin-token deploy/web
+  baton locks pool              # find the holder's SESSION
+  baton release -session 17     # end that holder only
 `,
 		run: runRelease,
 	}
@@ -139,7 +162,8 @@ func kickCommand() *command {
 		flags:   func() *flag.FlagSet { return newAdminFlags("kick", new(adminOptions)) },
 		help: `SESSION is a session id as 'baton locks NAME' lists it. The waiter gets
 ERROR KICKED and leaves the queue (baton run then exits 1). A holder cannot
-be kicked: use baton release NAME.
+be kicked: use baton release -session SESSION (that holder), or baton
+release NAME (every holder).
 
 ` + adminHelp + `
 Examples:
@@ -227,40 +251,77 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 	return exitOK
 }
 
-// printLocks writes the table of baton locks.
+// printLocks writes the table of baton locks: a row per holder (a lock
+// that only has waiters gets one row without a holder), each with its
+// lock's slots and waiters.
 func printLocks(w io.Writer, locks []opsLock) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tSESSION\tTOKEN\tHELD FOR\tWAITERS")
+	fmt.Fprintln(tw, "NAME\tHOLDER\tSESSION\tKIND\tTOKEN\tHELD FOR\tSLOTS\tWAITERS")
 	for _, l := range locks {
-		holder, session, token, held := "-", "-", "-", "-"
-		if h := l.Holder; h != nil {
-			holder, session, held = ownerText(h.Owner), h.ID, fmtAge(msDuration(h.SinceMS))
+		holders := l.holders()
+		if len(holders) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", l.Name, l.slots(), len(l.Waiters))
+		}
+		for _, h := range holders {
+			token := "-"
 			if h.Token != nil {
 				token = strconv.FormatUint(*h.Token, 10)
 			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", l.Name, ownerText(h.Owner), h.ID, kind(h),
+				token, fmtAge(msDuration(h.SinceMS)), l.slots(), len(l.Waiters))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", l.Name, holder, session, token, held, len(l.Waiters))
 	}
 	tw.Flush()
 }
 
-// printLock writes one lock and its queue.
+// printLock writes one lock, a line on each holder, and its queue.
 func printLock(w io.Writer, l opsLock) {
 	printLocks(w, []opsLock{l})
-	if h := l.Holder; h != nil {
+	for _, h := range l.holders() {
 		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago\n",
 			h.ID, h.Remote, msDuration(h.LeaseMS), fmtAge(msDuration(h.SilentMS)))
+	}
+	if l.Limit != nil {
+		fmt.Fprintf(w, "limit: %d shared claims at once, set by the name's shared sessions\n", *l.Limit)
 	}
 	if len(l.Waiters) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tSESSION\tOWNER\tWAITED\tLEASE\tREMOTE")
+	fmt.Fprintln(tw, "POSITION\tSESSION\tOWNER\tKIND\tWAITED\tLEASE\tREMOTE")
 	for i, s := range l.Waiters {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), fmtAge(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), kind(s), fmtAge(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
 	}
 	tw.Flush()
+}
+
+// holders is every holder of l, in grant order: from "holder" alone when
+// the answer has no "holders" (a server that predates shared claims).
+func (l opsLock) holders() []opsSession {
+	if len(l.Holders) > 0 || l.Holder == nil {
+		return l.Holders
+	}
+	return []opsSession{*l.Holder}
+}
+
+// slots is "in use/limit": the holders against the limit in force for
+// shared claims, or against 1 when the name has no shared session (an
+// exclusive claim holds it alone, as a semaphore of 1).
+func (l opsLock) slots() string {
+	limit := 1
+	if l.Limit != nil {
+		limit = *l.Limit
+	}
+	return fmt.Sprintf("%d/%d", len(l.holders()), limit)
+}
+
+// kind names a session's claim.
+func kind(s opsSession) string {
+	if s.Shared {
+		return "shared"
+	}
+	return "exclusive"
 }
 
 func ownerText(owner string) string {
@@ -273,9 +334,17 @@ func ownerText(owner string) string {
 func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
-	o, name, ops, code, ok := parseAdmin(s, c, args, "lock name", false)
+	o, name, ops, code, ok := parseAdmin(s, c, args, "lock name", true)
 	if !ok {
 		return code
+	}
+	switch {
+	case o.session != "" && name != "":
+		return usageError(s, c.name, fmt.Sprintf("give a lock name (every holder) or -session ID (one holder), not both: %q and -session %s", name, o.session))
+	case o.session != "":
+		return releaseSession(ctx, s, c, o, ops)
+	case name == "":
+		return usageError(s, c.name, "no lock name given (or -session ID for one holder)")
 	}
 	body, err := ops.do(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(name)+"/release")
 	if err != nil {
@@ -299,14 +368,46 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	return exitOK
 }
 
+// releaseSession force-releases the one holder o.session.
+func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsClient) int {
+	id := o.session
+	if code, ok := checkSessionID(s, c, id); !ok {
+		return code
+	}
+	// The answer does not name the lock: it is looked up first, for the
+	// summary line only.
+	name, _ := sessionLock(ctx, ops, id)
+	sv, code, done := postSession(ctx, s, c, o, ops, id, "release", func() string {
+		if name == "" {
+			return fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
+		}
+		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, name, id)
+	})
+	if done {
+		return code
+	}
+	if name == "" {
+		// Gone from the listing before it could be read: said without it.
+		fmt.Fprintf(s.stdout, "released session %s (owner %s, token %s, held for %s)\n",
+			sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+		return exitOK
+	}
+	printReleased(s, name, sv)
+	return exitOK
+}
+
 // printReleased is the summary line of holder sv's force-release of name.
 func printReleased(s *sys, name string, sv opsSession) {
-	token := "?"
-	if sv.Token != nil {
-		token = strconv.FormatUint(*sv.Token, 10)
-	}
 	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
-		name, sv.ID, ownerText(sv.Owner), token, fmtAge(msDuration(sv.SinceMS)))
+		name, sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+}
+
+// tokenText is a holder's token, or "?" if the answer has none.
+func tokenText(sv opsSession) string {
+	if sv.Token == nil {
+		return "?"
+	}
+	return strconv.FormatUint(*sv.Token, 10)
 }
 
 func runKick(ctx context.Context, s *sys, c *command, args []string) int {
@@ -314,30 +415,49 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
-		// Most likely a lock name, or an owner text: the API would only
-		// answer "not found".
-		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id))
+	if code, ok := checkSessionID(s, c, id); !ok {
+		return code
 	}
-	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/kick")
-	var ae *apiError
-	if errors.As(err, &ae) && ae.status == http.StatusConflict {
-		// The API's advice names its own URL; an operator here wants ours.
-		msg := fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release NAME'", id)
-		if name := holderLock(ctx, ops, id); name != "" {
-			msg = fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, name, shellQuote(name))
+	sv, code, done := postSession(ctx, s, c, o, ops, id, "kick", func() string {
+		switch name, others := sessionLock(ctx, ops, id); {
+		case name != "" && others > 0:
+			return fmt.Sprintf("session %s holds lock %s with %d others and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
+				id, name, others, id, shellQuote(name))
+		case name != "":
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, name, shellQuote(name))
 		}
-		return failure(s, c.name, msg)
-	}
-	if err != nil {
-		return adminFailed(s, c.name, err)
-	}
-	sv, code, done := sessionAnswer(s, c, ops, o.json, body)
+		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
+	})
 	if done {
 		return code
 	}
 	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), fmtAge(msDuration(sv.SinceMS)))
 	return exitOK
+}
+
+// checkSessionID refuses an id that is not a number: most likely a lock
+// name, or an owner text, which the API would only answer "not found".
+func checkSessionID(s *sys, c *command, id string) (code int, ok bool) {
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		return usageError(s, c.name, fmt.Sprintf("session ids are numbers, as 'baton locks NAME' lists them: %q is not one", id)), false
+	}
+	return exitOK, true
+}
+
+// postSession POSTs action (release, kick) to session id and hands back
+// its SESSION. A 409 is told with conflict's line: the API's advice names
+// its own URL, an operator here wants our commands. When done is true
+// (a failure, or -json printed), code is the exit code.
+func postSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsClient, id, action string, conflict func() string) (sv opsSession, code int, done bool) {
+	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/"+action)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusConflict {
+		return sv, failure(s, c.name, conflict()), true
+	}
+	if err != nil {
+		return sv, adminFailed(s, c.name, err), true
+	}
+	return sessionAnswer(s, c, ops, o.json, body)
 }
 
 // sessionAnswer handles the SESSION that release and kick answer with: with
@@ -354,22 +474,31 @@ func sessionAnswer(s *sys, c *command, ops *opsClient, asJSON bool, body []byte)
 	return sv, 0, false
 }
 
-// holderLock is the name of the lock session id holds, or "".
-func holderLock(ctx context.Context, ops *opsClient, id string) string {
+// sessionLock is the name of the lock that session id holds or waits for,
+// and how many other sessions hold it; "" if none is found.
+func sessionLock(ctx context.Context, ops *opsClient, id string) (name string, otherHolders int) {
 	body, err := ops.do(ctx, http.MethodGet, "/v1/locks")
 	if err != nil {
-		return ""
+		return "", 0
 	}
 	var ls opsLocks
 	if json.Unmarshal(body, &ls) != nil {
-		return ""
+		return "", 0
 	}
 	for _, l := range ls.Locks {
-		if l.Holder != nil && l.Holder.ID == id {
-			return l.Name
+		holders := l.holders()
+		for _, h := range holders {
+			if h.ID == id {
+				return l.Name, len(holders) - 1
+			}
+		}
+		for _, w := range l.Waiters {
+			if w.ID == id {
+				return l.Name, len(holders)
+			}
 		}
 	}
-	return ""
+	return "", 0
 }
 
 // shellQuote quotes s for a shell when it needs it.

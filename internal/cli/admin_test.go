@@ -91,10 +91,10 @@ func TestAdminCommands(t *testing.T) {
 		if len(l) != 2 {
 			t.Fatalf("stdout %q, want a header and one row", stdout)
 		}
-		if !regexp.MustCompile(`^NAME +HOLDER +SESSION +TOKEN +HELD FOR +WAITERS$`).MatchString(l[0]) {
+		if !regexp.MustCompile(`^NAME +HOLDER +SESSION +KIND +TOKEN +HELD FOR +SLOTS +WAITERS$`).MatchString(l[0]) {
 			t.Errorf("header %q", l[0])
 		}
-		row := `^jobs/nightly build +holder:1 +` + holderID + ` +` + tokenOf(held) + ` +\S+ +1$`
+		row := `^jobs/nightly build +holder:1 +` + holderID + ` +exclusive +` + tokenOf(held) + ` +\S+ +1/1 +1$`
 		if !regexp.MustCompile(row).MatchString(l[1]) {
 			t.Errorf("row %q, want it to match %s", l[1], row)
 		}
@@ -105,7 +105,7 @@ func TestAdminCommands(t *testing.T) {
 		if code != 0 || stderr != "" {
 			t.Fatalf("exit code %d, stderr %q; want 0 and nothing", code, stderr)
 		}
-		waiterRow := regexp.MustCompile(`(?m)^1 +` + waiterID + ` +waiter:2 +\S+ +10s +127\.0\.0\.1:\d+$`)
+		waiterRow := regexp.MustCompile(`(?m)^1 +` + waiterID + ` +waiter:2 +exclusive +\S+ +10s +127\.0\.0\.1:\d+$`)
 		if !strings.Contains(stdout, "POSITION") || !waiterRow.MatchString(stdout) {
 			t.Errorf("stdout lacks the queue with the waiter:\n%s", stdout)
 		}

@@ -70,6 +70,8 @@ type runOptions struct {
 	wait           time.Duration
 	connectTimeout time.Duration
 	owner          ownerValue
+	limit          limitValue    // -limit: a slot of a semaphore of this many
+	shared         bool          // -shared: a reader of a read/write lock
 	killGrace      time.Duration // set from killGraceFlag once the lease is known
 	killGraceFlag  optionalDuration
 	verbose        bool
@@ -101,6 +103,17 @@ The command gets the environment of baton run plus:
                it has seen.
 Its stdin, stdout and stderr are those of baton run. It runs in a process
 group of its own.
+
+Without -limit or -shared the claim is exclusive: the command runs alone.
+-limit N takes a slot of a semaphore of N: at most N shared claims of the
+name hold it at once. -shared is a reader of a read/write lock: readers
+hold together (with the readers' limit, 65535, the same in every Baton
+client), and a writer, a claim without either flag, holds alone. Every
+claim waits in the one FIFO queue of the name and nobody overtakes, so a
+writer is never starved by readers. While a name has shared sessions,
+holding or waiting, the first of them has set its limit: a shared claim
+that gives another is refused at once (LIMIT_MISMATCH, exit 2, with the
+limit in force). Each holder has its own BATON_TOKEN.
 
 Any -tls-* flag makes baton run speak TLS: -tls-ca is the CA of the
 server's certificate (else the system's roots), -tls-cert and -tls-key the
@@ -154,15 +167,17 @@ each step. Whatever stderr is, every exit other than 0 comes with one
 short line on stderr that says why (the lock was busy, the wait ran out,
 no server answered, the command exited with status 3, ...), and so does
 a server that accepts but does not answer; -q silences all of baton
-run's own lines but usage errors.
+run's own lines but usage errors and LIMIT_MISMATCH (exit 2 always says
+why).
 
 Exit status:
   the command's   when it ran: its exit status, or 128+N if signal N
                   killed it
   1               another failure (kicked from the queue by an operator,
                   a refusal by the server)
-  2               usage error
-  75              lock busy: -nowait and the lock is held
+  2               usage error; also a shared claim whose limit differs
+                  from the one in force for the name (LIMIT_MISMATCH)
+  75              lock busy: -nowait and the claim cannot hold at once
   76              -wait ran out before the lock was granted
   77              the lock was lost while the command ran; it was stopped
   78              no server at -addr could be reached, none answered
@@ -176,6 +191,8 @@ Examples:
   baton run jobs/nightly -- ./nightly.sh
   baton run -nowait -addr baton1:7070,baton2:7070 deploy/web -- make deploy
   baton run -wait 5m -lease 30s db/migrate -- ./migrate up
+  baton run -limit 4 render/gpus -- ./render.sh     # at most 4 at once
+  baton run -shared config/routes -- ./report.sh    # a reader; writers run without -shared
 
   # crontab: every 5 minutes, skip the run if the last one still holds the lock
   */5 * * * * baton run -nowait -addr baton.internal:7070 jobs/report -- /opt/report/run.sh
@@ -203,10 +220,12 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.DurationVar(&o.wait, "wait", 0, "the longest wait for the lock (exit 76 after it); 0 waits for ever")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", defaultConnectTimeout, "the longest time without a server that answers, at the start or after losing one while waiting (exit 78 after it); 0: as long as -wait allows")
 	fs.Var(&o.owner, "owner", "owner `text` that tells operators who holds or waits")
+	fs.Var(&o.limit, "limit", "take a slot of a semaphore of `N` slots (1 to 65535): a shared claim, held with the name's other shared claims, at most N at once; all must give the same N")
+	fs.BoolVar(&o.shared, "shared", false, "be a reader of a read/write lock: a shared claim with the readers' limit, 65535; a writer is a claim without it")
 	o.killGraceFlag.unset = "lease/10"
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
-	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors; the exit status still tells")
+	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors and LIMIT_MISMATCH; the exit status still tells")
 	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API (a comma-separated list for a cluster), to show who holds the lock while waiting (optional)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
 	o.tls.register(fs, "server")
@@ -245,6 +264,67 @@ func (l *addrList) Set(v string) error {
 		return errors.New("no address given")
 	}
 	return nil
+}
+
+// limitValue is the -limit flag: unset means an exclusive claim.
+type limitValue struct {
+	n   int
+	set bool
+}
+
+func (v *limitValue) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return strconv.Itoa(v.n)
+}
+
+func (v *limitValue) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n < 1 || n > wire.MaxLimit {
+		return fmt.Errorf("a limit is a whole number from 1 to %d", wire.MaxLimit)
+	}
+	v.n, v.set = int(n), true
+	return nil
+}
+
+// claimKind is the client option of the claim that -limit and -shared
+// ask for; an exclusive claim without either.
+func claimKind(o *runOptions) baton.Option {
+	switch {
+	case o.limit.set:
+		return baton.WithLimit(o.limit.n)
+	case o.shared:
+		return baton.WithShared(true)
+	}
+	return nil
+}
+
+// isLimitMismatch reports whether err is the server's LIMIT_MISMATCH.
+func isLimitMismatch(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == wire.CodeLimitMismatch
+}
+
+// limitMismatchLine says why a shared claim was refused: the limit in
+// force for the name (the server's message) against the one this run
+// gave, in the words of the flags.
+func limitMismatchLine(o *runOptions, err error) string {
+	var we *wire.Error
+	errors.As(err, &we)
+	inForce, perr := strconv.ParseUint(we.Msg, 10, 16)
+	switch {
+	case perr != nil || inForce == 0:
+		return fmt.Sprintf("lock %s refused this run's limit (LIMIT_MISMATCH: the limit in force, set by its shared sessions, differs; the server said %q)", o.name, we.Msg)
+	case o.shared:
+		return fmt.Sprintf("lock %s is a semaphore of %d (the limit its shared sessions set), and -shared claims a reader's limit, %d: use -limit %d for a slot of it",
+			o.name, inForce, baton.ReaderLimit, inForce)
+	case inForce == baton.ReaderLimit:
+		return fmt.Sprintf("lock %s is a read/write lock: its shared sessions are readers (limit %d, as -shared gives); this run asked for -limit %d",
+			o.name, inForce, o.limit.n)
+	}
+	return fmt.Sprintf("lock %s has the limit %d in force, set by its shared sessions; this run asked for -limit %d: every shared claim of a name must give the same limit",
+		o.name, inForce, o.limit.n)
 }
 
 // ownerValue is the -owner flag: unset means hostname:pid of baton run.
@@ -335,6 +415,9 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail("-nowait and -wait exclude each other")
 	case o.quiet && o.verbose:
 		return fail("-q and -v exclude each other")
+	case o.limit.set && o.shared:
+		return fail(fmt.Sprintf("-limit and -shared exclude each other: -limit %d takes a slot of a semaphore of %d, -shared is a reader (of the readers' limit, %d)",
+			o.limit.n, o.limit.n, wire.MaxLimit))
 	case o.killGraceFlag.d < 0:
 		return fail(fmt.Sprintf("kill-grace (%v) must not be negative", o.killGraceFlag.d))
 	}

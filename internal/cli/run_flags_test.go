@@ -54,7 +54,24 @@ func TestRunUsageErrors(t *testing.T) {
 		{"env nowait and wait", map[string]string{"BATON_NOWAIT": "true", "BATON_WAIT": "1m"}, []string{"run", "x", "--", "true"},
 			"baton run: -nowait and -wait exclude each other"},
 		{"locks two names", nil, []string{"locks", "a", "b"}, `baton locks: unexpected argument "b": give one lock name; run 'baton help locks'`},
-		{"release no name", nil, []string{"release"}, "baton release: no lock name given; run 'baton help release'"},
+		{"release no name", nil, []string{"release"}, "baton release: no lock name given (or -session ID for one holder); run 'baton help release'"},
+		{"release a name and a session", nil, []string{"release", "pool", "-session", "4"},
+			`baton release: give a lock name (every holder) or -session ID (one holder), not both: "pool" and -session 4; run 'baton help release'`},
+		{"release a session that is no number", nil, []string{"release", "-session", "pool"},
+			`baton release: session ids are numbers, as 'baton locks NAME' lists them: "pool" is not one; run 'baton help release'`},
+		{"-session on locks", nil, []string{"locks", "-session", "4"}, "baton locks: flag provided but not defined: -session"},
+		{"limit 0", nil, []string{"run", "-limit", "0", "x", "--", "true"},
+			`baton run: invalid value "0" for flag -limit: a limit is a whole number from 1 to 65535; run 'baton help run'`},
+		{"limit too large", nil, []string{"run", "-limit", "65536", "x", "--", "true"},
+			`baton run: invalid value "65536" for flag -limit: a limit is a whole number from 1 to 65535; run 'baton help run'`},
+		{"limit not a number", nil, []string{"run", "-limit", "three", "x", "--", "true"},
+			`baton run: invalid value "three" for flag -limit: a limit is a whole number from 1 to 65535; run 'baton help run'`},
+		{"env limit", map[string]string{"BATON_LIMIT": "-2"}, []string{"run", "x", "--", "true"},
+			`baton run: invalid value "-2" for environment variable BATON_LIMIT (flag -limit): a limit is a whole number from 1 to 65535; run 'baton help run'`},
+		{"limit and shared", nil, []string{"run", "-limit", "3", "-shared", "x", "--", "true"},
+			"baton run: -limit and -shared exclude each other: -limit 3 takes a slot of a semaphore of 3, -shared is a reader (of the readers' limit, 65535); run 'baton help run'"},
+		{"env shared and limit", map[string]string{"BATON_SHARED": "1"}, []string{"run", "-limit", "3", "x", "--", "true"},
+			"baton run: -limit and -shared exclude each other"},
 		{"kick no id", nil, []string{"kick"}, "baton kick: no session id given; run 'baton help kick'"},
 		{"kick a name", nil, []string{"kick", "abc"}, `baton kick: session ids are numbers, as 'baton locks NAME' lists them: "abc" is not one; run 'baton help kick'`},
 		{"kick a negative id", nil, []string{"kick", "--", "-3"}, `baton kick: session ids are numbers, as 'baton locks NAME' lists them: "-3" is not one; run 'baton help kick'`},
@@ -127,6 +144,26 @@ func TestParseRun(t *testing.T) {
 			if !slices.Equal(o.addrs.addrs, []string{"e:1", "f:2"}) || o.lease != 3*time.Second || o.wait != time.Minute ||
 				o.owner.get() != "cron@web1" || o.killGrace != 2*time.Second || !o.verbose || o.opsAddr != "127.0.0.1:7071" {
 				t.Errorf("options %+v, want those of the environment", o)
+			}
+		}},
+		{"exclusive by default", nil, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if o.limit.set || o.shared {
+				t.Errorf("limit %+v shared %v, want an exclusive claim", o.limit, o.shared)
+			}
+		}},
+		{"limit", nil, []string{"-limit", "65535", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if !o.limit.set || o.limit.n != 65535 || o.shared {
+				t.Errorf("limit %+v shared %v, want a slot of 65535", o.limit, o.shared)
+			}
+		}},
+		{"limit and shared from the environment", map[string]string{"BATON_LIMIT": "4"}, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if !o.limit.set || o.limit.n != 4 {
+				t.Errorf("limit %+v, want 4 from BATON_LIMIT", o.limit)
+			}
+		}},
+		{"shared from the environment", map[string]string{"BATON_SHARED": "true"}, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if !o.shared || o.limit.set {
+				t.Errorf("shared %v limit %+v, want a reader from BATON_SHARED", o.shared, o.limit)
 			}
 		}},
 		{"kill-grace follows the lease", nil, []string{"-lease", "400ms", "x", "--", "true"}, func(t *testing.T, o runOptions) {

@@ -191,7 +191,7 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 		case retries <- retry{err, wait}:
 		default: // at most one every backoff: never this many unread
 		}
-	})}
+	}), claimKind(o)}
 	// -connect-timeout runs while no server answers: from the start until
 	// the first answer, and again from each retry after a server had
 	// answered.
@@ -311,6 +311,11 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 		return exitFailure
 	case errors.Is(err, baton.ErrBadRequest):
 		return usageError(r.s, "run", err.Error())
+	case isLimitMismatch(err):
+		// Printed whatever -q says, as a usage error is: retrying cannot
+		// help, the command line disagrees with the name's other users.
+		fmt.Fprintf(r.s.stderr, "baton run: %s\n", oneLine(limitMismatchLine(o, err)))
+		return exitUsage
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))
 		return exitUnreachable

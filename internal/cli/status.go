@@ -29,10 +29,12 @@ const (
 
 // lockInfo is what the ops API tells about the lock waited for.
 type lockInfo struct {
-	known  bool   // the API answered
-	held   bool   // the lock has a holder
-	holder string // the holder's owner text
-	err    string // why the API could not be asked, if it could not
+	known   bool   // the API answered
+	held    bool   // the lock has a holder
+	holder  string // the first holder's owner text
+	holders int    // how many hold it
+	limit   int    // the limit in force for shared claims; 0 if none
+	err     string // why the API could not be asked, if it could not
 }
 
 // waitState is what the status shows.
@@ -58,13 +60,23 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 		if holder == "" {
 			holder = "(no owner text)"
 		}
+		switch n := w.info.holders; {
+		case n == 2:
+			holder += " and 1 other"
+		case n > 2:
+			holder += fmt.Sprintf(" and %d others", n-1)
+		}
 		p = append(p, "held by "+holder)
+	}
+	if w.info.known && w.info.limit > 0 {
+		p = append(p, fmt.Sprintf("%d/%d slots", w.info.holders, w.info.limit))
 	}
 	return p
 }
 
 // line is the live status: "waiting for jobs/nightly: position 3, 12s,
-// held by host:123".
+// held by host:123", or for a semaphore "waiting for pool: position 1,
+// 12s, held by host:123 and 2 others, 3/3 slots".
 func (w waitState) line(now time.Time) string {
 	return "baton run: waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
 }
@@ -204,9 +216,12 @@ func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
 	if err := json.Unmarshal(body, &l); err != nil {
 		return lockInfo{err: fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err)}
 	}
-	info := lockInfo{known: true}
+	info := lockInfo{known: true, holders: len(l.holders())}
 	if l.Holder != nil {
 		info.held, info.holder = true, l.Holder.Owner
+	}
+	if l.Limit != nil {
+		info.limit = *l.Limit
 	}
 	return info
 }

@@ -10,7 +10,7 @@ const HISTORY_PRELOAD = 2000; // events asked for at the start, across all locks
 
 const state = {
   csrf: "",              // the login session's CSRF token, if logged in
-  locks: new Map(),      // name -> {name, holder, waiters[], history[], holds[], waits[]}
+  locks: new Map(),      // name -> {name, holders[], waiters[], limit, history[], holds[], waits[]}
   seq: 0,
   sort: { key: "name", dir: 1 },
   filter: "",
@@ -25,19 +25,37 @@ const state = {
 // (Date.now() based), so the server's and the browser's clocks need not agree.
 function local(sess, now = Date.now()) {
   return {
-    id: sess.id, owner: sess.owner, remote: sess.remote, lease: sess.lease_ms,
+    id: sess.id, owner: sess.owner, remote: sess.remote, lease: sess.lease_ms, shared: !!sess.shared,
     token: sess.token, sinceAt: now - (sess.since_ms || 0), seenAt: now - (sess.silent_ms || 0),
   };
+}
+
+// A lock as the page keeps it: holders in grant order (several when its
+// claims are shared), waiters in queue order, and limit, the limit in force
+// for its shared claims (null when it has none).
+function emptyLock(name) {
+  return { name, holders: [], waiters: [], limit: null, history: [], holds: [], waits: [] };
 }
 
 function lockOf(name) {
   let l = state.locks.get(name);
   if (!l) {
-    l = { name, holder: null, waiters: [], history: [], holds: [], waits: [] };
+    l = emptyLock(name);
     state.locks.set(name, l);
   }
   return l;
 }
+
+// holdersOf is a LOCK's holders from the API: "holders", or "holder" alone
+// from a server that predates shared claims.
+function holdersOf(l) {
+  if (l.holders && l.holders.length) return l.holders;
+  return l.holder ? [l.holder] : [];
+}
+
+// hasShared tells whether any session of l, holding or waiting, is shared:
+// only then is there a limit in force.
+function hasShared(l) { return l.holders.some((s) => s.shared) || l.waiters.some((s) => s.shared); }
 
 // ---- the event stream ----
 
@@ -49,8 +67,9 @@ function applySnapshot(data) {
     const m = lockOf(l.name);
     const prev = old.get(l.name);
     if (prev) { m.history = prev.history; m.holds = prev.holds; m.waits = prev.waits; }
-    m.holder = l.holder ? local(l.holder, now) : null;
+    m.holders = holdersOf(l).map((h) => local(h, now));
     m.waiters = l.waiters.map((w) => local(w, now));
+    m.limit = l.limit ?? null;
   }
   state.seq = data.seq;
   state.loaded = true;
@@ -67,15 +86,35 @@ function applyEvent(ev) {
     l.waiters.push(local(s, now));
   } else if (ev.type === "granted") {
     l.waiters = l.waiters.filter((w) => w.id !== s.id);
-    l.holder = local({ ...s, since_ms: 0 }, now); // silent_ms: since its last heartbeat as a waiter
+    l.holders = l.holders.filter((h) => h.id !== s.id);
+    l.holders.push(local({ ...s, since_ms: 0 }, now)); // silent_ms: since its last heartbeat as a waiter
   } else if (EXIT_TYPES.includes(ev.type)) {
-    if (l.holder && l.holder.id === s.id) {
-      l.holder = null;
-    } else {
-      l.waiters = l.waiters.filter((w) => w.id !== s.id);
-    }
+    l.holders = l.holders.filter((h) => h.id !== s.id);
+    l.waiters = l.waiters.filter((w) => w.id !== s.id);
   }
+  // The name's last shared session gone, its limit is gone too; a shared
+  // session whose limit the events do not tell has it asked for.
+  if (!hasShared(l)) l.limit = null;
+  else if (l.limit === null) fetchLimit(l.name);
   scheduleRender();
+}
+
+// fetchLimit asks the server for the limit in force of name, once at a
+// time per name: events carry sessions, not the name's limit.
+const limitAsked = new Set();
+async function fetchLimit(name) {
+  if (limitAsked.has(name) || !state.authed) return;
+  limitAsked.add(name);
+  try {
+    const r = await api("GET", `/v1/locks/${encodeURIComponent(name)}`);
+    const l = state.locks.get(name);
+    if (r.ok && l && hasShared(l) && r.body && typeof r.body.limit === "number") {
+      l.limit = r.body.limit;
+      scheduleRender();
+    }
+  } finally {
+    limitAsked.delete(name);
+  }
 }
 
 // recordHistory adds ev to its lock's history and charts: hold times from
@@ -137,16 +176,22 @@ async function pollFreshness() {
   const r = await api("GET", "/v1/locks");
   if (!r.ok) return;
   const now = Date.now();
+  let limitChanged = false;
   for (const l of r.body.locks) {
     const m = state.locks.get(l.name);
     if (!m) continue;
-    if (m.holder && l.holder && m.holder.id === l.holder.id) m.holder.seenAt = now - l.holder.silent_ms;
-    const byId = new Map(l.waiters.map((w) => [w.id, w]));
-    for (const w of m.waiters) {
-      const p = byId.get(w.id);
-      if (p) w.seenAt = now - p.silent_ms;
+    const byId = new Map([...holdersOf(l), ...l.waiters].map((s) => [s.id, s]));
+    for (const s of [...m.holders, ...m.waiters]) {
+      const p = byId.get(s.id);
+      if (p) s.seenAt = now - p.silent_ms;
+    }
+    if (hasShared(m) && typeof l.limit === "number" && m.limit !== l.limit) {
+      m.limit = l.limit;
+      limitChanged = true;
     }
   }
+  // Bars move in place; the slots are in the rows, drawn anew.
+  if (limitChanged) scheduleRender();
 }
 
 // ---- API calls ----
@@ -332,12 +377,25 @@ function tick() {
   }
 }
 
+// slots is "3 / 5": a lock's holders against the limit in force for its
+// shared claims, or against 1 when it has none (an exclusive claim holds
+// a name alone: a semaphore of 1). "?" while the limit is being asked.
+function slots(l) {
+  const limit = l.limit !== null ? l.limit : hasShared(l) ? "?" : 1;
+  return `${l.holders.length} / ${limit}`;
+}
+
+// staleness is how far a session is into its lease without a heartbeat (0-1+).
+function staleness(s, now) { return (now - s.seenAt) / s.lease; }
+
 function sortValue(l, key, now) {
+  const h = l.holders[0];
   switch (key) {
-    case "owner": return l.holder ? l.holder.owner : "";
-    case "token": return l.holder ? l.holder.token : -1;
-    case "held": return l.holder ? now - l.holder.sinceAt : -1;
-    case "fresh": return l.holder ? (now - l.holder.seenAt) / l.holder.lease : -1;
+    case "owner": return h ? h.owner : "";
+    case "token": return h ? h.token : -1;
+    case "held": return h ? now - h.sinceAt : -1;
+    case "fresh": return h ? Math.max(...l.holders.map((x) => staleness(x, now))) : -1; // the most silent holder
+    case "slots": return l.holders.length / (l.limit || 1);
     case "waiters": return l.waiters.length;
     default: return l.name;
   }
@@ -346,7 +404,7 @@ function sortValue(l, key, now) {
 function visibleLocks() {
   const now = Date.now();
   const { key, dir } = state.sort;
-  const out = [...state.locks.values()].filter((l) => (l.holder || l.waiters.length) && l.name.startsWith(state.filter));
+  const out = [...state.locks.values()].filter((l) => (l.holders.length || l.waiters.length) && l.name.startsWith(state.filter));
   out.sort((a, b) => {
     const x = sortValue(a, key, now), y = sortValue(b, key, now);
     return (x < y ? -1 : x > y ? 1 : 0) * dir || (a.name < b.name ? -1 : 1);
@@ -354,22 +412,58 @@ function visibleLocks() {
   return out;
 }
 
+// LIST_HOLDERS is how many holders of one lock the table lists; the lock's
+// page lists them all.
+const LIST_HOLDERS = 5;
+
+// kindTag marks a session's kind of claim where it tells something: every
+// session of a name that has shared claims (a reader beside a writer), none
+// on a plain mutex.
+function kindTag(l, s) {
+  if (l.limit === null && !hasShared(l)) return null;
+  return el("span", { class: "tag kind " + (s.shared ? "shared" : "exclusive"), text: s.shared ? "shared" : "exclusive" });
+}
+
+// holderCells are the table cells of one holder h of lock l.
+function holderCells(l, h, now) {
+  const tp = tokenParts(h.token);
+  return [
+    el("td", {}, el("span", { class: "who" }, el("span", {}, el("span", { text: h.owner || "(no owner)" }), " ", kindTag(l, h)), el("small", { text: h.remote }))),
+    el("td", { class: "num opt", text: String(h.token), title: tp ? `epoch ${tp.epoch}, grant ${tp.grant}` : "" }),
+    since("td", { class: "num" }, h, now),
+    el("td", {}, freshness(h, now)),
+  ];
+}
+
+// lockRows are the table rows of lock l: one per holder (up to
+// LIST_HOLDERS, then a row that leads to the rest), the name, slots and
+// waiters spanning them.
+function lockRows(l, now) {
+  const shown = l.holders.slice(0, LIST_HOLDERS);
+  const more = l.holders.length - shown.length;
+  const span = { rowspan: String(Math.max(1, shown.length + (more > 0 ? 1 : 0))) };
+  const first = shown.length ? holderCells(l, shown[0], now)
+    : [el("td", {}, el("span", { class: "muted", text: "free (granting)" })), el("td", { class: "opt" }), el("td"), el("td")];
+  const rows = [el("tr", { "data-lock": l.name, class: shown.length > 1 || more > 0 ? "several" : "" },
+    el("td", span, el("a", { href: lockHref(l.name), text: l.name, "data-focus": "lock:" + l.name }),
+      l.limit !== null ? el("small", { class: "narrow-slots", text: `${slots(l)} slots` }) : null), // where the Slots column is left out
+    ...first,
+    el("td", { ...span, class: "num slots opt", text: slots(l), title: l.limit !== null ? `${l.holders.length} of ${l.limit} slots in use` : "" }),
+    el("td", { ...span, class: "num", text: String(l.waiters.length) }))];
+  for (const h of shown.slice(1)) rows.push(el("tr", { class: "also", "data-holder-of": l.name }, ...holderCells(l, h, now)));
+  if (more > 0) {
+    rows.push(el("tr", { class: "also", "data-holder-of": l.name }, el("td", { colspan: "4" },
+      el("a", { href: lockHref(l.name), text: `and ${more} more holder${more > 1 ? "s" : ""}` }))));
+  }
+  rows[rows.length - 1].classList.add("end");
+  return rows;
+}
+
 function renderLocks() {
   const now = Date.now();
   const locks = visibleLocks();
   const body = $("locks-body");
-  const rows = locks.map((l) => {
-    const h = l.holder;
-    const tp = h ? tokenParts(h.token) : null;
-    return el("tr", { "data-lock": l.name },
-      el("td", {}, el("a", { href: lockHref(l.name), text: l.name, "data-focus": "lock:" + l.name })),
-      el("td", {}, h ? el("span", { class: "who" }, el("span", { text: h.owner || "(no owner)" }), el("small", { text: h.remote })) : el("span", { class: "muted", text: "free (granting)" })),
-      el("td", { class: "num opt", text: h ? String(h.token) : "", title: tp ? `epoch ${tp.epoch}, grant ${tp.grant}` : "" }),
-      h ? since("td", { class: "num" }, h, now) : el("td"),
-      el("td", {}, h ? freshness(h, now) : ""),
-      el("td", { class: "num", text: String(l.waiters.length) }));
-  });
-  body.replaceChildren(...rows);
+  body.replaceChildren(...locks.flatMap((l) => lockRows(l, now)));
   // Before the first snapshot nothing is known: "no lock is held" would be
   // a claim, and a wrong one while locks are held.
   $("locks-loading").hidden = state.loaded;
@@ -384,13 +478,19 @@ function renderLocks() {
 
 function renderLock(name) {
   const now = Date.now();
-  const l = state.locks.get(name) || { name, holder: null, waiters: [], history: [], holds: [], waits: [] };
+  const l = state.locks.get(name) || emptyLock(name);
   setText($("lock-title"), name);
-  const h = l.holder;
   const holder = $("holder");
+  const several = l.holders.length > 1 || l.limit !== null || hasShared(l);
+  holder.closest(".card").classList.toggle("full", several); // a row of its own for the holders' table
+  $("holder-title").textContent = several ? "Holders" : "Holder";
+  $("holder-slots").textContent = state.loaded && several ? slots(l) : "";
   if (!state.loaded) {
     holder.replaceChildren(el("p", { class: "muted", role: "status", text: "loading…" }));
-  } else if (h) {
+  } else if (!l.holders.length) {
+    holder.replaceChildren(...[el("p", { class: "muted", text: "Nobody holds this lock." }), limitNote(l)].filter(Boolean));
+  } else if (!several) {
+    const h = l.holders[0];
     const parts = tokenParts(h.token);
     holder.replaceChildren(
       el("dl", { class: "kv" },
@@ -402,15 +502,28 @@ function renderLock(name) {
         el("dt", { text: "Held for" }), since("dd", {}, h, now),
         el("dt", { text: "Heartbeat" }), el("dd", {}, freshness(h, now))),
       el("p", { class: "muted token-parts", text: TOKEN_HELP }),
-      el("button", { type: "button", class: "danger", id: "force-release", "data-focus": "release", onclick: () => forceRelease(name, h) }, "Force-release…"));
+      releaseAllButton(l));
   } else {
-    holder.replaceChildren(el("p", { class: "muted", text: "Nobody holds this lock." }));
+    holder.replaceChildren(...[limitNote(l),
+      el("div", { class: "wrap" }, el("table", { id: "holders-table" },
+        el("thead", {}, el("tr", {}, ...["Owner", "Session", "Token", "Held for", "Heartbeat"].map((t, i) =>
+          el("th", { class: i === 1 || i === 2 ? "opt" : "", text: t })), el("th", {}, el("span", { class: "sr", text: "Action" })))),
+        el("tbody", { id: "holders-body" }, ...l.holders.map((h) => el("tr", { "data-session": h.id },
+          el("td", {}, el("span", { class: "who" }, el("span", {}, el("span", { text: h.owner || "(none)" }), " ", kindTag(l, h)), el("small", { text: h.remote }))),
+          el("td", { class: "opt num", text: h.id }),
+          el("td", { class: "opt num", text: String(h.token), title: tokenTitle(h.token) }),
+          since("td", { class: "num" }, h, now),
+          el("td", {}, freshness(h, now)),
+          el("td", {}, el("button", { type: "button", class: "release-one", "data-focus": "release:" + h.id,
+            onclick: () => releaseOne(name, l, h), "aria-label": plain(`Force-release holder ${h.owner || h.id}`) }, "Release…"))))))),
+      el("p", { class: "muted token-parts", text: TOKEN_HELP + " " + SHARED_TOKEN_HELP }),
+      releaseAllButton(l)].filter(Boolean));
   }
   $("queue-count").textContent = state.loaded ? `(${l.waiters.length})` : "";
   $("queue-empty").hidden = !state.loaded || l.waiters.length > 0;
   $("queue-body").replaceChildren(...l.waiters.map((w, i) => el("tr", { "data-session": w.id },
     el("td", { class: "num", text: String(i + 1) }),
-    el("td", { text: w.owner || "(none)" }),
+    el("td", {}, el("span", { text: w.owner || "(none)" }), kindTag(l, w) ? " " : null, kindTag(l, w)),
     el("td", { class: "opt", text: w.remote }),
     el("td", { class: "opt num", text: w.id }),
     since("td", { class: "num" }, w, now),
@@ -418,6 +531,7 @@ function renderLock(name) {
   $("history").replaceChildren(...l.history.map((e) => el("li", {},
     el("span", { class: "tag " + e.type, text: e.type.replace("_", " ") }), " ",
     el("span", { text: `${new Date(e.at).toLocaleTimeString()} · ${e.session.owner || "(no owner)"} · session ${e.session.id}` +
+      (e.session.shared ? " · shared" : "") +
       (e.session.token ? ` · token ${e.session.token}` : "") +
       (e.type === "granted" && e.session.since_ms ? ` · waited ${fmtDur(e.session.since_ms)}` : "") +
       (EXIT_TYPES.includes(e.type) && e.session.token ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));
@@ -456,6 +570,30 @@ let server = null;
 const TOKEN_HELP = "A fencing token is epoch × 2^40 + grant: the epoch rises at every server start (in a cluster, with every new leader), " +
   "the grant counts the grants within it, so every grant's token is larger than all before it. Give it to the resource the lock guards, " +
   "and have it refuse tokens lower than the highest it has seen.";
+
+// SHARED_TOKEN_HELP says what tokens mean when a name has several holders.
+const SHARED_TOKEN_HELP = "With several holders, each has a token of its own, and one granted earlier can outlive later ones: " +
+  "a resource that several hold at once cannot refuse every token below the highest it has seen (docs/clients.md, Semaphores and read/write locks, says how to fence them).";
+
+function tokenTitle(token) {
+  const tp = tokenParts(token);
+  return tp ? `epoch ${tp.epoch}, grant ${tp.grant}` : "";
+}
+
+// limitNote says what the name's limit is, when it has one.
+function limitNote(l) {
+  if (l.limit === null) return null;
+  return el("p", { id: "limit-note", class: "muted",
+    text: `Limit ${l.limit}: at most ${l.limit} shared claims hold it at once (${l.holders.length} do); an exclusive claim holds it alone. ` +
+      "Its shared sessions, holding or waiting, set the limit; a shared claim that asks for another is refused (LIMIT_MISMATCH)." });
+}
+
+// releaseAllButton force-releases every holder of l; it says how many.
+function releaseAllButton(l) {
+  const n = l.holders.length;
+  return el("button", { type: "button", class: "danger", id: "force-release", "data-focus": "release",
+    onclick: () => forceRelease(l.name, l) }, n > 1 ? `Force-release all ${n}…` : "Force-release…");
+}
 
 // tokenParts splits a token into its epoch and its grant within the epoch;
 // null when the number is past what a JavaScript number holds exactly.
@@ -637,12 +775,35 @@ function toast(text) {
   toast.timer = setTimeout(() => { t.hidden = true; }, 4000);
 }
 
-async function forceRelease(name, h) {
-  if (!await confirmDialog(`Force-release ${name}?`,
-    `The holder ${h.owner || "(no owner)"} (session ${h.id}, token ${h.token}) gets FORCE_RELEASED and the next waiter is granted the lock at once. Its work may still be running: only the fencing token protects the resource then.`,
-    "Force-release")) return;
+// forceRelease ends every holder of l; the confirmation names how many,
+// and who when there are a few.
+async function forceRelease(name, l) {
+  const hs = [...l.holders];
+  if (!hs.length) return;
+  const who = (h) => `${h.owner || "(no owner)"} (session ${h.id}, token ${h.token})`;
+  const text = hs.length === 1
+    ? `The holder ${who(hs[0])} gets FORCE_RELEASED and the next waiter is granted the lock at once. Its work may still be running: only the fencing token protects the resource then.`
+    : `All ${hs.length} holders get FORCE_RELEASED: ${hs.slice(0, 5).map(who).join(", ")}${hs.length > 5 ? `, and ${hs.length - 5} more` : ""}. ` +
+      "The queue then moves at once: the next waiters that may hold are granted. Their work may still be running: only the fencing tokens protect the resource then.";
+  if (!await confirmDialog(hs.length === 1 ? `Force-release ${name}?` : `Force-release all ${hs.length} holders of ${name}?`, text,
+    hs.length === 1 ? "Force-release" : `Force-release all ${hs.length}`)) return;
   const r = await api("POST", `/v1/locks/${encodeURIComponent(name)}/release`);
-  toast(r.ok ? `Released ${name} from session ${r.body.id}` : `Release failed: ${r.body && r.body.error || r.status}`);
+  if (!r.ok) { toast(`Release failed: ${r.body && r.body.error || r.status}`); return; }
+  // Several holders are answered {"released": [...]}, one as its SESSION.
+  const ended = Array.isArray(r.body.released) ? r.body.released : [r.body];
+  toast(ended.length === 1 ? `Released ${name} from session ${ended[0].id}` : `Released ${name} from ${ended.length} sessions`);
+}
+
+// releaseOne ends the one holder h of lock l; the others keep theirs.
+async function releaseOne(name, l, h) {
+  const others = l.holders.filter((x) => x.id !== h.id).length;
+  if (!await confirmDialog(`Force-release one holder of ${name}?`,
+    `The holder ${h.owner || "(no owner)"} (session ${h.id}, token ${h.token}) gets FORCE_RELEASED; ` +
+    (others ? `the other ${others} holder${others > 1 ? "s keep theirs" : " keeps its"}, and ` : "") +
+    "the next waiter that may hold is granted at once. Its work may still be running: only the fencing token protects the resource then.",
+    "Force-release")) return;
+  const r = await api("POST", `/v1/sessions/${encodeURIComponent(h.id)}/release`);
+  toast(r.ok ? `Released session ${h.id} of ${name}` : `Release failed: ${r.body && r.body.error || r.status}`);
 }
 
 async function kick(name, w) {
@@ -737,7 +898,7 @@ setInterval(() => {
   await pollFreshness().catch(() => {});
   let lease = Infinity;
   for (const l of state.locks.values()) {
-    if (l.holder) lease = Math.min(lease, l.holder.lease);
+    for (const h of l.holders) lease = Math.min(lease, h.lease);
   }
   setTimeout(freshnessLoop, Math.max(250, Math.min(1000, lease / 8)));
 })();
