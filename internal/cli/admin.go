@@ -260,14 +260,14 @@ func printLocks(w io.Writer, locks []opsLock) {
 	for _, l := range locks {
 		holders := l.holders()
 		if len(holders) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", l.Name, l.slots(), len(l.Waiters))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", shown(l.Name), l.slots(), len(l.Waiters))
 		}
 		for _, h := range holders {
 			token := "-"
 			if h.Token != nil {
 				token = strconv.FormatUint(*h.Token, 10)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", l.Name, ownerText(h.Owner), h.ID, kind(h),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", shown(l.Name), ownerText(h.Owner), h.ID, kind(h),
 				token, fmtAge(msDuration(h.SinceMS)), l.slots(), len(l.Waiters))
 		}
 	}
@@ -328,7 +328,7 @@ func ownerText(owner string) string {
 	if owner == "" {
 		return "-"
 	}
-	return owner
+	return shown(owner)
 }
 
 func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -381,7 +381,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 		if name == "" {
 			return fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
 		}
-		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, name, id)
+		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, shown(name), id)
 	})
 	if done {
 		return code
@@ -399,7 +399,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 // printReleased is the summary line of holder sv's force-release of name.
 func printReleased(s *sys, name string, sv opsSession) {
 	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
-		name, sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+		shown(name), sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
 }
 
 // tokenText is a holder's token, or "?" if the answer has none.
@@ -421,10 +421,10 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 	sv, code, done := postSession(ctx, s, c, o, ops, id, "kick", func() string {
 		switch name, others := sessionLock(ctx, ops, id); {
 		case name != "" && others > 0:
-			return fmt.Sprintf("session %s holds lock %s with %d others and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
-				id, name, others, id, shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s with %s and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
+				id, shown(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
 		case name != "":
-			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, name, shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, shown(name), shellQuote(name))
 		}
 		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
 	})
@@ -499,16 +499,6 @@ func sessionLock(ctx context.Context, ops *opsClient, id string) (name string, o
 		}
 	}
 	return "", 0
-}
-
-// shellQuote quotes s for a shell when it needs it.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-:@%+=,", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // adminFailed prints a failed request and returns its exit code.

@@ -218,7 +218,7 @@ func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
 	}
 	info := lockInfo{known: true, holders: len(l.holders())}
 	if l.Holder != nil {
-		info.held, info.holder = true, l.Holder.Owner
+		info.held, info.holder = true, shown(l.Holder.Owner)
 	}
 	if l.Limit != nil {
 		info.limit = *l.Limit

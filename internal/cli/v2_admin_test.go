@@ -165,7 +165,7 @@ func TestReleaseOneHolder(t *testing.T) {
 		{[]string{"release", "-session", "99999"}, exitNotFound, `session "99999" not found`},
 		{[]string{"release"}, exitUsage, "no lock name given (or -session ID for one holder)"},
 		{[]string{"kick", r4.ID}, exitFailure,
-			"session " + r4.ID + " holds lock pool with 2 others and cannot be kicked; use 'baton release -session " + r4.ID + "' (this holder) or 'baton release pool' (every holder)"},
+			"session " + r4.ID + " holds lock pool with 2 other holders and cannot be kicked; use 'baton release -session " + r4.ID + "' (this holder) or 'baton release pool' (every holder)"},
 	} {
 		code, stdout, stderr := runAdmin(t, "", append(tt.args, ops)...)
 		if code != tt.code || stdout != "" || !strings.Contains(stderr, tt.contains) {
