@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,6 +26,14 @@ const (
 
 // maxLease is the longest lease the protocol can carry: lease_ms is a u32.
 const maxLease = math.MaxUint32 * time.Millisecond
+
+// ReaderLimit is the limit of a reader's claim (WithShared): the largest
+// the protocol carries, as close to "no limit" as a shared claim gets.
+// Every reader of a name must give the same limit (the name's limit is set
+// by its first shared session and checked against every later one), so it
+// is one fixed number, the same in every Baton client and in baton run
+// -shared, and readers of every kind agree without configuration.
+const ReaderLimit = wire.MaxLimit
 
 // An Option sets one setting. Given to New it sets the client's default for
 // every lock; given to Acquire or Do it sets it for that lock only. When an
@@ -46,6 +56,13 @@ type settings struct {
 	// syn is the ACQUIRE that dialTCP sends in the SYN with Fast Open; set
 	// by acquireFrame.
 	syn []byte
+	// shared and limit are the claim's kind (WithLimit, WithShared): an
+	// exclusive claim, or a shared one on a name of limit slots.
+	shared bool
+	limit  int
+	// perName holds the options of ForName, by lock name. Copied on
+	// write: settings are copied by value.
+	perName map[string][]Option
 }
 
 // WithLease sets the lease: how long the server waits in silence before it
@@ -74,6 +91,54 @@ func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner
 // WithNoWait makes Acquire a try-lock: if the lock is held, it fails at once
 // with ErrBusy instead of waiting in the queue.
 func WithNoWait(noWait bool) Option { return func(s *settings) { s.noWait = noWait } }
+
+// WithLimit makes the claim shared, on a name of n slots: a counting
+// semaphore, held by at most n shared claims at once, granted in the order
+// they came (1 <= n <= 65535; other values are refused with ErrBadRequest).
+// Every shared claim of a name must give the same n while the name has
+// shared sessions: a different one fails with an error matching
+// ErrLimitMismatch (see LimitMismatchError), never retried. WithLimit and
+// WithShared both set the claim's kind; the last one given wins. Without
+// either, a claim is exclusive (and is sent as protocol version 1, byte
+// for byte).
+func WithLimit(n int) Option { return func(s *settings) { s.shared, s.limit = true, n } }
+
+// WithShared(true) makes the claim a reader of a read/write lock: shared
+// with other readers, with the limit ReaderLimit; a writer is an ordinary
+// (exclusive) claim of the same name. The queue is strictly FIFO, so a
+// writer waits for the readers that hold, and readers that come after a
+// waiting writer wait behind it: a writer is never starved. WithShared(false)
+// makes the claim exclusive again. WithLimit and WithShared both set the
+// claim's kind; the last one given wins.
+func WithShared(shared bool) Option {
+	return func(s *settings) {
+		s.shared, s.limit = shared, 0
+		if shared {
+			s.limit = ReaderLimit
+		}
+	}
+}
+
+// ForName applies opts to the claims of the lock name only, after the
+// options given beside it: AcquireAll and DoAll take a set of names where
+// each can be its own kind of claim (a reader of one, a writer of another),
+// as in
+//
+//	c.DoAll(ctx, []string{"config", "data"}, work, baton.ForName("config", baton.WithShared(true)))
+//
+// Given to New, it sets the defaults of one name (a semaphore's limit)
+// below the options of each call. AcquireAll refuses a ForName for a name
+// not in its set (a misspelt name would silently change the claim's kind);
+// Acquire and Do ignore those of other names.
+func ForName(name string, opts ...Option) Option {
+	return func(s *settings) {
+		s.perName = maps.Clone(s.perName)
+		if s.perName == nil {
+			s.perName = make(map[string][]Option)
+		}
+		s.perName[name] = slices.Concat(s.perName[name], opts)
+	}
+}
 
 // WithDialTimeout bounds each connection attempt to one address, TLS
 // handshake included; 0 means no bound other than the context. Default
@@ -168,6 +233,20 @@ func (s *settings) apply(opts []Option) {
 	}
 }
 
+// claimSettings returns the settings of one claim on name, when s are the
+// client's: its defaults, its ForName(name) options, the call's opts, then
+// the call's ForName(name) options. At each level the options for the name
+// come after the general ones, and the call's after the client's.
+func (s settings) claimSettings(name string, opts []Option) settings {
+	own := s.perName[name]
+	s.perName = nil
+	s.apply(own)
+	s.perName = nil // a ForName inside a ForName names nothing more
+	s.apply(opts)
+	s.apply(s.perName[name])
+	return s
+}
+
 // check refuses what the server would refuse, and what the client cannot do.
 func (s *settings) check() error {
 	switch {
@@ -181,6 +260,8 @@ func (s *settings) check() error {
 		return badRequest("maximum hold %v must not be negative", s.maxHold)
 	case s.fastOpen && !fastOpenSupported:
 		return badRequest("TCP Fast Open is supported on Linux only")
+	case s.shared && (s.limit < 1 || s.limit > wire.MaxLimit):
+		return badRequest("limit %d must be from 1 to %d", s.limit, wire.MaxLimit)
 	}
 	if err := wire.CheckOwner(s.owner); err != nil {
 		return asRequestError(err)
@@ -212,6 +293,12 @@ func (s *settings) acquireFrame(name string) ([]byte, time.Duration, error) {
 	}
 	if s.noWait {
 		a.Flags = wire.FlagNoWait
+	}
+	if s.shared {
+		// Only a shared claim needs version 2; an exclusive one stays the
+		// version 1 frame that every server speaks.
+		a.Version, a.Limit = wire.Version2, uint16(s.limit)
+		a.Flags |= wire.FlagShared
 	}
 	b, err := wire.AppendAcquire(nil, a)
 	if err != nil {
