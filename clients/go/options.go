@@ -31,8 +31,8 @@ const maxLease = math.MaxUint32 * time.Millisecond
 // the protocol carries, as close to "no limit" as a shared claim gets.
 // Every reader of a name must give the same limit (the name's limit is set
 // by its first shared session and checked against every later one), so it
-// is one fixed number, the same in every Baton client and in baton run
-// -shared, and readers of every kind agree without configuration.
+// is one fixed number, the same in every Baton client, and readers written
+// in any language agree without configuration.
 const ReaderLimit = wire.MaxLimit
 
 // An Option sets one setting. Given to New it sets the client's default for

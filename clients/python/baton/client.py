@@ -24,7 +24,7 @@ DEFAULT_DIAL_TIMEOUT = 5.0
 # The limit of a reader's claim (``shared=True`` without a limit): the
 # largest the protocol carries, as close to "no limit" as a shared claim
 # gets. Every reader of a name must give the same limit, so it is one fixed
-# number, the same in every Baton client and in ``baton run -shared``.
+# number, the same in every Baton client.
 READER_LIMIT = wire.MAX_LIMIT
 
 # A claim's kind: (shared, limit); limit None for an exclusive claim, sent

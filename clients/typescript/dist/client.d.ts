@@ -10,7 +10,7 @@ export declare const DEFAULT_DIAL_TIMEOUT_MS = 5000;
  * The limit of a reader's claim (`shared: true` without a limit): the
  * largest the protocol carries, as close to "no limit" as a shared claim
  * gets. Every reader of a name must give the same limit, so it is one fixed
- * number, the same in every Baton client and in `baton run -shared`.
+ * number, the same in every Baton client.
  */
 export declare const READER_LIMIT = 65535;
 /** Options of a Client. */

@@ -29,7 +29,7 @@ export const DEFAULT_DIAL_TIMEOUT_MS = 5_000;
  * The limit of a reader's claim (`shared: true` without a limit): the
  * largest the protocol carries, as close to "no limit" as a shared claim
  * gets. Every reader of a name must give the same limit, so it is one fixed
- * number, the same in every Baton client and in `baton run -shared`.
+ * number, the same in every Baton client.
  */
 export const READER_LIMIT = wire.MAX_LIMIT;
 
