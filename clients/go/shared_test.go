@@ -315,7 +315,12 @@ func TestSharedNotReentrant(t *testing.T) {
 		take := func(token uint64, opts ...Option) *Lock {
 			t.Helper()
 			ch := goAcquire(ctx, c, "jobs", opts...)
-			p := pn.accept(t)
+			var p *peer
+			select {
+			case r := <-ch:
+				t.Fatalf("Acquire(%d) returned without connecting: %v", token, r.err)
+			case p = <-pn.peers:
+			}
 			p.next(t, wire.TypeAcquire)
 			p.acquired(t, token)
 			r := result(t, ch)
@@ -327,7 +332,9 @@ func TestSharedNotReentrant(t *testing.T) {
 		refused := func(what string, opts ...Option) {
 			t.Helper()
 			dials := pn.dialCount()
-			if _, err := c.Acquire(ctx, "jobs", opts...); !errors.Is(err, ErrAlreadyHeld) {
+			wait, cancel := context.WithTimeout(ctx, time.Second) // a dialled claim gets no answer
+			defer cancel()
+			if _, err := c.Acquire(wait, "jobs", opts...); !errors.Is(err, ErrAlreadyHeld) {
 				t.Errorf("%s: %v, want ErrAlreadyHeld", what, err)
 			}
 			if pn.dialCount() != dials {
@@ -464,7 +471,9 @@ func TestForName(t *testing.T) {
 func TestCampaignRefusesShared(t *testing.T) {
 	for _, opt := range []Option{WithShared(true), WithLimit(2), ForName("leader", WithLimit(2))} {
 		c, pn := newPipeClient(t, []string{"pipe:1"})
-		_, err := c.Campaign(context.Background(), "leader", "a:1", opt)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second) // a dialled claim gets no answer
+		_, err := c.Campaign(ctx, "leader", "a:1", opt)
+		cancel()
 		if !errors.Is(err, ErrBadRequest) {
 			t.Errorf("Campaign with a shared claim: %v, want ErrBadRequest", err)
 		}
