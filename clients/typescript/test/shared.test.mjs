@@ -1,7 +1,7 @@
 // Shared claims (protocol version 2): the vectors, the claim's kind, and
 // against the real server a semaphore, a read/write lock, LIMIT_MISMATCH,
 // NOWAIT, several names and the example.
-import { test, describe, before, after } from "node:test";
+import { test, test as nodeTest, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -174,6 +174,8 @@ describe("the claim's kind", () => {
 });
 
 describe("shared claims against the real server", () => {
+  // A client that gets a claim wrong can wait forever: each test fails instead.
+  const test = (name, fn) => nodeTest(name, { timeout: 60_000 }, fn);
   let srv;
   before(async () => {
     srv = await startServer();
