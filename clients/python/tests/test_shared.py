@@ -135,6 +135,12 @@ class TestKind(unittest.TestCase):
         self.assertEqual(str(odd), "LIMIT_MISMATCH: three")
 
 
+# Every wait in the tests against the server is bounded: a client that
+# gets a claim's kind wrong would otherwise wait forever, and the test must
+# fail instead, naming the claim.
+WAIT = 10.0
+
+
 class SharedCase(ServerCase):
     def view(self, name: str) -> dict:
         try:
@@ -196,7 +202,7 @@ class TestSemaphore(SharedCase):
         slot goes to the head at once; all get in, tokens rising."""
         name = "py/sem3"
         cl = [self.client(owner=f"c{i}") for i in range(5)]
-        held: List[Optional[baton.Held]] = [cl[i].acquire(name, limit=3) for i in range(3)] + [None, None]
+        held: List[Optional[baton.Held]] = [cl[i].acquire(name, limit=3, timeout=WAIT) for i in range(3)] + [None, None]
         for h in held[:3]:
             assert h is not None
             self.assertEqual((h.shared, h.limit), (True, 3))
@@ -253,7 +259,7 @@ class TestSemaphore(SharedCase):
 
     def test_nowait_on_a_full_semaphore(self) -> None:
         name = "py/nowait"
-        a = self.client().acquire(name, limit=2)
+        a = self.client().acquire(name, limit=2, timeout=WAIT)
         b = self.client().acquire(name, limit=2, nowait=True)  # a slot is free
         with self.assertRaises(baton.Busy) as cm:
             self.client().acquire(name, limit=2, nowait=True)
@@ -263,7 +269,7 @@ class TestSemaphore(SharedCase):
 
     def test_limit_mismatch_at_once_not_retried(self) -> None:
         name = "py/mismatch"
-        holder = self.client().acquire(name, limit=3)
+        holder = self.client().acquire(name, limit=3, timeout=WAIT)
         for kw, asked in [({"limit": 2}, 2), ({"limit": 2, "nowait": True}, 2), ({"shared": True}, baton.READER_LIMIT)]:
             with self.subTest(kw):
                 before = ended(self.srv.ops, "limit_mismatch")
@@ -278,7 +284,7 @@ class TestSemaphore(SharedCase):
                 self.assertEqual(ended(self.srv.ops, "limit_mismatch") - before, 1, "one session: not retried")
         holder.release()
         # The name's last shared session has ended: a new limit holds.
-        with self.client().lock(name, limit=2) as slot:
+        with self.client().lock(name, limit=2, timeout=WAIT) as slot:
             self.assertEqual((slot.limit, self.view(name)["limit"]), (2, 2))
 
     def test_slots_of_one_client(self) -> None:
@@ -286,19 +292,19 @@ class TestSemaphore(SharedCase):
         its own claims alone would keep waiting is refused at once."""
         name = "py/own"
         c = self.client()
-        one = c.acquire(name, limit=2)
-        two = c.acquire(name, limit=2)
+        one = c.acquire(name, limit=2, timeout=WAIT)
+        two = c.acquire(name, limit=2, timeout=WAIT)
         with self.assertRaises(baton.AlreadyHeld):
-            c.acquire(name, limit=2)
+            c.acquire(name, limit=2, timeout=WAIT)
         with self.assertRaises(baton.AlreadyHeld):
-            c.acquire(name)
+            c.acquire(name, timeout=WAIT)
         with self.assertRaises(baton.Busy):
             c.acquire(name, limit=2, nowait=True)
         one.release()
         two.release()
-        excl = c.acquire(name)
+        excl = c.acquire(name, timeout=WAIT)
         with self.assertRaises(baton.AlreadyHeld):
-            c.acquire(name, shared=True)
+            c.acquire(name, shared=True, timeout=WAIT)
         excl.release()
 
     def test_asyncio_slots(self) -> None:
@@ -307,8 +313,8 @@ class TestSemaphore(SharedCase):
         async def main() -> List[int]:
             c = self.client()
             order: List[int] = []
-            a = await c.aacquire(name, limit=2)
-            b = await c.aacquire(name, limit=2)
+            a = await c.aacquire(name, limit=2, timeout=WAIT)
+            b = await c.aacquire(name, limit=2, timeout=WAIT)
             self.assertEqual((a.shared, a.limit, b.limit), (True, 2, 2))
             third = asyncio.ensure_future(self.client().aacquire(name, limit=2, timeout=30))
             await asyncio.get_running_loop().run_in_executor(None, self.await_waiters, name, 1)
@@ -327,8 +333,8 @@ class TestSemaphore(SharedCase):
 class TestReadWrite(SharedCase):
     def test_readers_together_writer_alone_nobody_overtakes(self) -> None:
         name = "py/rw"
-        r1 = self.client(owner="r1").acquire(name, shared=True)
-        r2 = self.client(owner="r2").acquire(name, shared=True)
+        r1 = self.client(owner="r1").acquire(name, shared=True, timeout=WAIT)
+        r2 = self.client(owner="r2").acquire(name, shared=True, timeout=WAIT)
         self.assertEqual((r1.shared, r1.limit), (True, baton.READER_LIMIT))
         self.assertEqual(len(self.view(name)["holders"]), 2)
         w = self.later(self.client(owner="w"), name)
@@ -387,7 +393,7 @@ class TestReadWrite(SharedCase):
 class TestManyShared(SharedCase):
     def test_reader_of_one_writer_of_another(self) -> None:
         c, other = self.client(), self.client()
-        with c.lock_many(["data", "config"], per_name={"config": {"shared": True}}) as many:
+        with c.lock_many(["data", "config"], WAIT, per_name={"config": {"shared": True}}) as many:
             cfg, data = self.view("config"), self.view("data")
             self.assertEqual(([h["shared"] for h in cfg["holders"]], cfg["limit"]), ([True], baton.READER_LIMIT))
             self.assertEqual([h["shared"] for h in data["holders"]], [False])
@@ -399,7 +405,7 @@ class TestManyShared(SharedCase):
 
     def test_every_name_a_slot(self) -> None:
         async def main() -> None:
-            async with self.client().alock_many(["s/a", "s/b"], limit=2) as many:
+            async with self.client().alock_many(["s/a", "s/b"], WAIT, limit=2) as many:
                 self.assertEqual([(h.shared, h.limit) for h in many.locks], [(True, 2), (True, 2)])
 
         asyncio.run(main())
