@@ -10,7 +10,8 @@ test("shared claims, typed", async () => {
   try {
     const client = new Client([srv.addr], { leaseMs: 2000 });
     const slot: AcquireOptions = { limit: 3 };
-    const reader: AcquireOptions = { shared: true };
+    // Bounded: a client that sent the reader as an exclusive claim would wait.
+    const reader: AcquireOptions = { shared: true, signal: AbortSignal.timeout(10_000) };
     await using held: Held = await client.acquire("ts/typed", slot);
     const shared: boolean = held.shared;
     const limit: number = held.limit;
