@@ -25,7 +25,7 @@ type Client struct {
 	// inUse counts, per lock name, the Acquire calls under way and the
 	// Locks not yet ended, to refuse re-entrant use (ErrAlreadyHeld).
 	inUseMu sync.Mutex
-	inUse   map[string]int
+	inUse   map[string]*nameUse
 	// last is the index of the address that last answered: new sessions
 	// start there, so after a failover they go straight to the survivor.
 	last atomic.Uint32
@@ -126,53 +126,96 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 // acquire is Acquire with the parent of the Lock's context, and a function
 // to call when the lock, once granted, is lost (nil for none).
 func (c *Client) acquire(ctx context.Context, name string, parent context.Context, opts []Option, onLost func(error)) (*Lock, error) {
-	set := c.set
-	set.apply(opts)
+	set := c.set.claimSettings(name, opts)
+	return c.acquireWith(ctx, name, parent, set, onLost)
+}
+
+// acquireWith is acquire with the claim's settings made.
+func (c *Client) acquireWith(ctx context.Context, name string, parent context.Context, set settings, onLost func(error)) (*Lock, error) {
 	frame, lease, err := set.acquireFrame(name)
 	if err != nil {
 		return nil, &opError{op: "acquire", name: name, err: err}
 	}
 	// A NOWAIT call cannot wait on itself: the server answers it BUSY.
-	if !c.claim(name, set.queueBehindSelf || set.noWait) {
+	if !c.claim(name, set.shared, set.limit, set.queueBehindSelf || set.noWait) {
 		return nil, &opError{op: "acquire", name: name, err: ErrAlreadyHeld}
 	}
 	l, err := c.acquireLoop(ctx, name, parent, &set, sessionConfig{
 		lease:   lease,
 		acquire: frame,
+		shared:  set.shared,
+		limit:   set.limit,
 		waiting: set.waiting,
 		maxHold: set.maxHold,
 		log:     set.logger,
 		onLost:  onLost,
 	})
 	if err != nil {
-		c.unclaim(name)
+		c.unclaim(name, set.shared)
 		return nil, err
 	}
-	l.s.onEnd(func() { c.unclaim(name) })
+	l.s.onEnd(func() { c.unclaim(name, set.shared) })
 	return l, nil
 }
 
-// claim counts one more use of name, unless it is in use already and
-// queueing behind itself was not asked for.
-func (c *Client) claim(name string, queueBehindSelf bool) bool {
+// nameUse is what this Client has of one name: claims under way or held.
+type nameUse struct {
+	exclusive int
+	shared    int
+	limit     int // the limit of the shared ones
+}
+
+// claim counts one more use of name, unless this Client's own claims of
+// the name would keep the new one from being granted and queueing behind
+// itself was not asked for: any claim of its own, for an exclusive claim;
+// an exclusive one, or as many shared ones as the limit, for a shared
+// claim. A shared claim beside fewer of its own is let through: a process
+// may hold several slots of one semaphore.
+func (c *Client) claim(name string, shared bool, limit int, queueBehindSelf bool) bool {
 	c.inUseMu.Lock()
 	defer c.inUseMu.Unlock()
-	if c.inUse[name] > 0 && !queueBehindSelf {
-		return false
+	u := c.inUse[name]
+	if u == nil {
+		u = &nameUse{}
+	}
+	if !queueBehindSelf {
+		switch {
+		case !shared && u.exclusive+u.shared > 0:
+			return false
+		case shared && (u.exclusive > 0 || (u.shared >= limit && u.limit == limit)):
+			return false
+		}
+	}
+	if shared {
+		if u.shared == 0 {
+			u.limit = limit
+		}
+		u.shared++
+	} else {
+		u.exclusive++
 	}
 	if c.inUse == nil {
-		c.inUse = make(map[string]int)
+		c.inUse = make(map[string]*nameUse)
 	}
-	c.inUse[name]++
+	c.inUse[name] = u
 	return true
 }
 
 // unclaim ends one use of name: an Acquire that failed, or a Lock's session
 // that ended.
-func (c *Client) unclaim(name string) {
+func (c *Client) unclaim(name string, shared bool) {
 	c.inUseMu.Lock()
 	defer c.inUseMu.Unlock()
-	if c.inUse[name]--; c.inUse[name] <= 0 {
+	u := c.inUse[name]
+	if u == nil {
+		return
+	}
+	if shared {
+		u.shared--
+	} else {
+		u.exclusive--
+	}
+	if u.exclusive <= 0 && u.shared <= 0 {
 		delete(c.inUse, name)
 	}
 }
@@ -226,7 +269,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		lastErr = s.err
 		atOnce, retry := retryable(s.err)
 		if !retry {
-			return nil, &opError{op: "acquire", name: name, err: s.err}
+			return nil, &opError{op: "acquire", name: name, err: limitMismatch(s.err, set.limit)}
 		}
 		if s.replied {
 			failures, redirects = 0, 0

@@ -42,6 +42,47 @@
 // at once with ErrAlreadyHeld; WithQueueBehindSelf(true) lets it queue, to
 // hand a lock on between goroutines of one process.
 //
+// # Semaphores and read/write locks
+//
+// A claim is exclusive unless an option makes it shared. WithLimit(n) takes
+// one slot of a counting semaphore of n: at most n shared claims hold the
+// name at once. WithShared(true) takes a reader's claim (limit
+// ReaderLimit); the writers of the same name are ordinary exclusive
+// claims, so the name is a read/write lock. The queue stays strictly FIFO
+// and nobody overtakes: a claim waits while one ahead of it waits, so
+// readers that come after a waiting writer wait behind it and a writer is
+// never starved. Lock.Shared and Lock.Limit tell a lock's kind.
+//
+//	err = c.Do(ctx, "render/gpu", func(ctx context.Context, l *baton.Lock) error {
+//		return render(ctx, job) // at most 4 renders at once, fleet-wide
+//	}, baton.WithLimit(4))
+//
+// The limit belongs to the name while it has shared sessions: a shared
+// claim that gives another limit fails at once with a *LimitMismatchError
+// (matching ErrLimitMismatch), which says the limit in force; it is never
+// retried. An exclusive claim is sent as protocol version 1, byte for
+// byte, as without these options; a shared one as version 2.
+//
+// Every grant has its own fencing token, larger than every earlier one of
+// the name, and two holders never share one. With several holders, the
+// highest token no longer names the only holder: a resource that refuses
+// every token below the highest it has seen would refuse live holders of
+// older grants. A read/write lock's writer holds alone, so its writes are
+// fenced as a mutex's are: the resource refuses a write whose token is
+// below the highest token of any access it has seen, reads included. A
+// semaphore's holders cannot be told from a stale one by their tokens;
+// fence per record (each record refuses a token below the highest that
+// wrote it), as docs/clients.md explains.
+//
+// The re-entrancy rule counts slots: a Client may hold several slots of one
+// semaphore (from several goroutines, say) as long as it holds fewer than
+// the limit; a claim that its own claims alone would keep waiting (a slot
+// beyond the limit, any claim beside its own exclusive one, an exclusive
+// claim beside its own shared ones) fails with ErrAlreadyHeld. One hazard
+// remains, as with sync.RWMutex: a reader that waits for a second reader of
+// the same name in its own process can wait forever if a writer queues
+// between them.
+//
 // # Ownership ends, work must stop
 //
 // A lock can end without Release: an operator force-releases it, the server
@@ -123,9 +164,9 @@
 //     ErrKicked, ErrBusy. Returned to the caller (a lapsed wait in the queue
 //     is retried: the caller still wants the lock).
 //
-//   - Client errors: ErrProtocol, ErrBadRequest, ErrVersion, ErrUnauthorized.
-//     Never retried. Names, owners and leases are checked before dialling,
-//     with the server's rules, as ErrBadRequest.
+//   - Client errors: ErrProtocol, ErrBadRequest, ErrVersion, ErrUnauthorized,
+//     ErrLimitMismatch. Never retried. Names, owners and leases are checked
+//     before dialling, with the server's rules, as ErrBadRequest.
 //
 //   - No server answers (ErrNoAnswer): a server that accepted the
 //     connection but did not answer the ACQUIRE within 0.8 × lease (at
@@ -147,7 +188,9 @@
 // candidate's value); the returned Leadership is a Lock, with Resign.
 // AcquireAll and DoAll take several locks in the byte order of their names,
 // all or none, so that callers wanting overlapping sets cannot deadlock;
-// the LockSet's context ends when any one is lost. WithMaxHold ends a claim
+// the LockSet's context ends when any one is lost. Their options apply to
+// every name, and ForName's to one: a reader of one name and the writer
+// of another in one set. WithMaxHold ends a claim
 // a set time after its grant, however well its heartbeats go. WithLogger
 // logs connections, redirects, missed heartbeats and losses to a
 // *slog.Logger; nothing is logged without it.

@@ -21,13 +21,19 @@ type Leadership struct {
 // name), is sent as the lock's owner text and must follow the owner rules
 // (WithOwner). Candidates lead one at a time, in the order they
 // campaigned; ctx bounds the wait, as for Acquire, and opts apply as for
-// Acquire (WithLease for how fast a dead leader is replaced).
+// Acquire (WithLease for how fast a dead leader is replaced). A leader
+// holds alone: a shared claim (WithLimit, WithShared) is refused with
+// ErrBadRequest.
 //
 // Leadership ends with Resign, or with the lock: Context is then cancelled
 // with the cause. To keep leading after a loss, campaign again: the new
 // term has a new token.
 func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Option) (*Leadership, error) {
-	l, err := c.Acquire(ctx, name, append(slices.Clip(opts), WithOwner(value))...)
+	set := c.set.claimSettings(name, append(slices.Clip(opts), WithOwner(value)))
+	if set.shared {
+		return nil, &opError{op: "acquire", name: name, err: badRequest("an election has one leader: a shared claim (WithLimit, WithShared) cannot campaign")}
+	}
+	l, err := c.acquireWith(ctx, name, context.WithoutCancel(ctx), set, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/batonlock/baton/clients/go/wire"
@@ -93,10 +94,17 @@ var (
 	ErrProtocol error = &wire.Error{Code: wire.CodeProtocol}
 	// ErrBadRequest: bad name, lease or owner text (BAD_REQUEST).
 	ErrBadRequest error = &wire.Error{Code: wire.CodeBadRequest}
-	// ErrVersion: the server does not speak protocol version 1 (VERSION).
+	// ErrVersion: the server does not speak the claim's protocol version
+	// (VERSION): version 1, or version 2 for a shared claim, which a
+	// server older than shared claims refuses.
 	ErrVersion error = &wire.Error{Code: wire.CodeVersion}
 	// ErrUnauthorized: the server refused this client (UNAUTHORIZED).
 	ErrUnauthorized error = &wire.Error{Code: wire.CodeUnauthorized}
+	// ErrLimitMismatch: a shared claim's limit (WithLimit, WithShared)
+	// differs from the limit in force for the name, which its other shared
+	// sessions set (LIMIT_MISMATCH). The error is a *LimitMismatchError,
+	// which gives that limit.
+	ErrLimitMismatch error = &wire.Error{Code: wire.CodeLimitMismatch}
 )
 
 // IsRetryable reports whether err, from Acquire, Do or a lost Lock, is
@@ -112,8 +120,8 @@ var (
 // DeadlineExceeded), for an operator's decision (ErrForceReleased,
 // ErrKicked), for ErrBusy (the caller asked not to wait), for
 // ErrMaxHoldReached, for client errors (ErrBadRequest, ErrUnauthorized,
-// ErrVersion, ErrProtocol, ErrAlreadyHeld, ErrWrongPort, a server that
-// broke the protocol), and for errors that
+// ErrVersion, ErrProtocol, ErrLimitMismatch, ErrAlreadyHeld, ErrWrongPort,
+// a server that broke the protocol), and for errors that
 // are not the client's (the work's own, in Do). For a lost lock, the
 // cause decides.
 //
@@ -147,6 +155,45 @@ func IsRetryable(err error) bool {
 		return true // a dial or handshake that failed on the network
 	}
 	return false
+}
+
+// A LimitMismatchError is the refusal of a shared claim whose limit
+// differs from the one in force for the name: the name's limit belongs to
+// its shared sessions, holding or waiting, and the first of them set it.
+// It matches ErrLimitMismatch and unwraps to the server's *wire.Error. It
+// is a disagreement of configuration between this claim and the name's
+// other users: never retried, and IsRetryable is false.
+type LimitMismatchError struct {
+	// Limit is the limit in force for the name, as the server said; 0 if
+	// its message was not a number.
+	Limit int
+	// Asked is the limit this claim gave.
+	Asked int
+	err   *wire.Error
+}
+
+func (e *LimitMismatchError) Error() string {
+	if e.Limit == 0 {
+		return fmt.Sprintf("%s: the name's limit in force differs from this claim's %d", codeText(e.err), e.Asked)
+	}
+	return fmt.Sprintf("LIMIT_MISMATCH: the name's limit in force is %d, this claim's is %d", e.Limit, e.Asked)
+}
+
+func (e *LimitMismatchError) Unwrap() error { return e.err }
+
+// limitMismatch turns a LIMIT_MISMATCH from the server into a
+// *LimitMismatchError for a claim of limit asked; other errors pass as
+// they are.
+func limitMismatch(err error, asked int) error {
+	we, ok := err.(*wire.Error)
+	if !ok || we.Code != wire.CodeLimitMismatch {
+		return err
+	}
+	limit, perr := strconv.ParseUint(we.Msg, 10, 16)
+	if perr != nil {
+		limit = 0
+	}
+	return &LimitMismatchError{Limit: int(limit), Asked: asked, err: we}
 }
 
 // codeText describes a server's ERROR without the "baton: " prefix of

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	baton "github.com/batonlock/baton/clients/go"
@@ -297,6 +298,149 @@ func ExampleIsRetryable() {
 	// Output:
 	// attempt 1 holds the lock
 	// done: <nil>
+}
+
+// WithLimit makes a counting semaphore: at most 2 renders run at once,
+// however many workers ask; the others wait in the queue, in the order
+// they came. The workers of one process share a Client, and there are more
+// of them than slots, so they opt in to queueing behind each other, as
+// goroutines sharing a mutex do.
+func ExampleWithLimit() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c, err := baton.New([]string{addr}, baton.WithLimit(2), baton.WithQueueBehindSelf(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var (
+		wg                     sync.WaitGroup
+		inside, most, rendered atomic.Int32
+	)
+	for range 5 {
+		wg.Go(func() {
+			err := c.Do(context.Background(), "render/gpu", func(ctx context.Context, l *baton.Lock) error {
+				n := inside.Add(1)
+				defer inside.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				if !l.Shared() || l.Limit() != 2 {
+					return fmt.Errorf("got a lock shared %v, limit %d; want a slot of 2", l.Shared(), l.Limit())
+				}
+				if err := l.Err(); err != nil {
+					return err
+				}
+				time.Sleep(20 * time.Millisecond) // the render
+				rendered.Add(1)
+				return nil
+			})
+			if err != nil {
+				log.Fatal(err)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("rendered:", rendered.Load())
+	fmt.Println("at most 2 at once:", most.Load() <= 2)
+	// Output:
+	// rendered: 5
+	// at most 2 at once: true
+}
+
+// WithShared(true) makes a reader of a read/write lock; a writer is an
+// ordinary claim of the same name. Readers hold together; a writer waits
+// for them and then holds alone; a reader that comes after a waiting writer
+// waits behind it, so a stream of readers cannot starve the writer.
+func ExampleWithShared() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	readers, err := baton.New([]string{addr}, baton.WithShared(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	writers, err := baton.New([]string{addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	r1, err := readers.Acquire(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := readers.Acquire(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("two readers hold together:", r1.Shared(), r2.Shared())
+
+	// waitAt starts an Acquire and returns once the server has queued it.
+	waitAt := func(c *baton.Client) (<-chan *baton.Lock, int) {
+		queued := make(chan int, 1)
+		got := make(chan *baton.Lock, 1)
+		go func() {
+			l, err := c.Acquire(ctx, "config", baton.WithWaitingFunc(func(pos int) {
+				select {
+				case queued <- pos:
+				default:
+				}
+			}))
+			if err != nil {
+				log.Fatal(err)
+			}
+			got <- l
+		}()
+		return got, <-queued
+	}
+	writer, pos := waitAt(writers)
+	fmt.Println("the writer waits at position", pos)
+	late, pos := waitAt(readers)
+	fmt.Println("a later reader waits behind it, at position", pos)
+
+	r1.Release()
+	r2.Release()
+	w := <-writer
+	fmt.Println("the writer holds alone:", !w.Shared())
+	w.Release()
+	l := <-late
+	fmt.Println("then the reader, with a higher token:", l.Token() > w.Token())
+	l.Release()
+	// Output:
+	// two readers hold together: true true
+	// the writer waits at position 1
+	// a later reader waits behind it, at position 2
+	// the writer holds alone: true
+	// then the reader, with a higher token: true
+}
+
+// The limit belongs to the name while it has shared sessions: a claim that
+// gives another fails at once, is not retried, and says the limit in force.
+func ExampleLimitMismatchError() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	c, err := baton.New([]string{addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	slot, err := c.Acquire(ctx, "pool/db", baton.WithLimit(3))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer slot.Release()
+
+	_, err = c.Acquire(ctx, "pool/db", baton.WithLimit(5))
+	var mismatch *baton.LimitMismatchError
+	if errors.As(err, &mismatch) {
+		fmt.Println("the name's limit is", mismatch.Limit)
+	}
+	fmt.Println(errors.Is(err, baton.ErrLimitMismatch), baton.IsRetryable(err))
+	fmt.Println(err)
+	// Output:
+	// the name's limit is 3
+	// true false
+	// acquire "pool/db": LIMIT_MISMATCH: the name's limit in force is 3, this claim's is 5
 }
 
 // exampleServer starts the baton server (the binary TestMain's run builds

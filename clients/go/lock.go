@@ -18,11 +18,28 @@ type Lock struct {
 // Name is the lock's name.
 func (l *Lock) Name() string { return l.name }
 
+// Shared reports whether the lock is held by a shared claim (WithLimit,
+// WithShared), together with other shared holders; false for an exclusive
+// claim, which holds the name alone.
+func (l *Lock) Shared() bool { return l.s.shared }
+
+// Limit is how many claims may hold the name together with this one, this
+// one included: the limit of a shared claim (ReaderLimit for a reader), 1
+// for an exclusive one.
+func (l *Lock) Limit() int {
+	if !l.s.shared {
+		return 1
+	}
+	return l.s.limit
+}
+
 // Token is the fencing token of this grant: greater than the token of every
 // earlier grant of the same name, also across server restarts. Pass it to the
 // resource the lock guards, and have the resource refuse a token lower than
 // the highest it has seen: that is what protects it from a holder that has
-// not yet noticed its loss, a paused process included.
+// not yet noticed its loss, a paused process included. With shared holders
+// that rule holds for the exclusive claims (a read/write lock's writer); a
+// semaphore's holders need another check (see the package doc).
 func (l *Lock) Token() uint64 { return l.token }
 
 // Err is the question to ask right before each step of work that touches

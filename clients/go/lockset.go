@@ -22,8 +22,13 @@ type LockSet struct {
 // cannot be taken (ctx ends, an error, or WithNoWait and a held lock), or
 // one already taken is lost while a later one is awaited, it releases
 // those it holds and returns that error. Names must be distinct. opts
-// apply to every lock, as for Acquire; ctx bounds the whole wait, not the
-// LockSet.
+// apply to every lock, as for Acquire, and ForName's to one lock only: a
+// set can hold a reader's claim on one name and a writer's on another, or
+// a slot of a semaphore. ctx bounds the whole wait, not the LockSet.
+//
+// The order keeps shared claims free of deadlock too: whoever waits for a
+// name holds only names before it, so a chain of waits can only climb the
+// order, and ends.
 func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...Option) (*LockSet, error) {
 	return c.acquireAll(ctx, names, context.WithoutCancel(ctx), opts)
 }
@@ -55,6 +60,13 @@ func (c *Client) acquireAll(ctx context.Context, names []string, parent context.
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i] == sorted[i-1] {
 			return nil, &opError{op: "acquire all", err: badRequest("lock name %q given twice", sorted[i])}
+		}
+	}
+	var call settings
+	call.apply(opts)
+	for name := range call.perName {
+		if _, ok := slices.BinarySearch(sorted, name); !ok {
+			return nil, &opError{op: "acquire all", err: badRequest("ForName(%q) names no lock of the set %q", name, names)}
 		}
 	}
 	inner, cancel := context.WithCancelCause(parent)

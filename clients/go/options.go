@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -59,6 +61,9 @@ type settings struct {
 	// exclusive claim, or a shared one on a name of limit slots.
 	shared bool
 	limit  int
+	// perName holds the options of ForName, by lock name. Copied on
+	// write: settings are copied by value.
+	perName map[string][]Option
 }
 
 // WithLease sets the lease: how long the server waits in silence before it
@@ -92,10 +97,11 @@ func WithNoWait(noWait bool) Option { return func(s *settings) { s.noWait = noWa
 // semaphore, held by at most n shared claims at once, granted in the order
 // they came (1 <= n <= 65535; other values are refused with ErrBadRequest).
 // Every shared claim of a name must give the same n while the name has
-// shared sessions: a different one fails with the server's LIMIT_MISMATCH,
-// never retried. WithLimit and WithShared both set the claim's kind; the
-// last one given wins. Without either, a claim is exclusive (and is sent
-// as protocol version 1, byte for byte).
+// shared sessions: a different one fails with an error matching
+// ErrLimitMismatch (see LimitMismatchError), never retried. WithLimit and
+// WithShared both set the claim's kind; the last one given wins. Without
+// either, a claim is exclusive (and is sent as protocol version 1, byte
+// for byte).
 func WithLimit(n int) Option { return func(s *settings) { s.shared, s.limit = true, n } }
 
 // WithShared(true) makes the claim a reader of a read/write lock: shared
@@ -111,6 +117,27 @@ func WithShared(shared bool) Option {
 		if shared {
 			s.limit = ReaderLimit
 		}
+	}
+}
+
+// ForName applies opts to the claims of the lock name only, after the
+// options given beside it: AcquireAll and DoAll take a set of names where
+// each can be its own kind of claim (a reader of one, a writer of another),
+// as in
+//
+//	c.DoAll(ctx, []string{"config", "data"}, work, baton.ForName("config", baton.WithShared(true)))
+//
+// Given to New, it sets the defaults of one name (a semaphore's limit)
+// below the options of each call. AcquireAll refuses a ForName for a name
+// not in its set (a misspelt name would silently change the claim's kind);
+// Acquire and Do ignore those of other names.
+func ForName(name string, opts ...Option) Option {
+	return func(s *settings) {
+		s.perName = maps.Clone(s.perName)
+		if s.perName == nil {
+			s.perName = make(map[string][]Option)
+		}
+		s.perName[name] = slices.Concat(s.perName[name], opts)
 	}
 }
 
@@ -225,6 +252,20 @@ func (s *settings) apply(opts []Option) {
 			o(s)
 		}
 	}
+}
+
+// claimSettings returns the settings of one claim on name, when s are the
+// client's: its defaults, its ForName(name) options, the call's opts, then
+// the call's ForName(name) options. At each level the options for the name
+// come after the general ones, and the call's after the client's.
+func (s settings) claimSettings(name string, opts []Option) settings {
+	own := s.perName[name]
+	s.perName = nil
+	s.apply(own)
+	s.perName = nil // a ForName inside a ForName names nothing more
+	s.apply(opts)
+	s.apply(s.perName[name])
+	return s
 }
 
 // check refuses what the server would refuse, and what the client cannot do.

@@ -41,6 +41,7 @@ func TestIsRetryable(t *testing.T) {
 		{"bad request", badRequest("lease 0s must be at least 1ms"), false},
 		{"unauthorized TLS", &tlsRefusedError{addr: "a:1", err: &net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}}, false},
 		{"version", ErrVersion, false},
+		{"limit mismatch", &opError{op: "acquire", name: "jobs", err: limitMismatch(&wire.Error{Code: wire.CodeLimitMismatch, Msg: "3"}, 5)}, false},
 		{"already held", &opError{op: "acquire", name: "jobs", err: ErrAlreadyHeld}, false},
 		{"certificate not trusted", fmt.Errorf("tls handshake with a:1: %w", x509.UnknownAuthorityError{}), false},
 		{"caller's deadline", &opError{op: "acquire", name: "jobs", err: fmt.Errorf("%w (last attempt: %w)", context.DeadlineExceeded, dialRefused)}, false},

@@ -28,6 +28,8 @@ type session struct {
 	raw     net.Conn // what to close: the TCP connection under conn
 	addr    string
 	name    string
+	shared  bool // a shared claim, of limit slots
+	limit   int
 	sched   schedule
 	beat    []byte // a HEARTBEAT frame
 	waiting func(position int)
@@ -88,6 +90,8 @@ type session struct {
 type sessionConfig struct {
 	lease   time.Duration
 	acquire []byte             // the ACQUIRE frame
+	shared  bool               // the claim's kind, as sent in it
+	limit   int                // the shared claim's limit
 	waiting func(position int) // WithWaitingFunc; nil for none
 	maxHold time.Duration      // WithMaxHold; 0 for none
 	log     *slog.Logger       // WithLogger; nil for none
@@ -125,6 +129,8 @@ func startSession(parent context.Context, conn, raw net.Conn, addr, name string,
 		raw:      raw,
 		addr:     addr,
 		name:     name,
+		shared:   cfg.shared,
+		limit:    cfg.limit,
 		sched:    schedule{lease: cfg.lease},
 		beat:     wire.AppendHeartbeat(nil),
 		waiting:  cfg.waiting,

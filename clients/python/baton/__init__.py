@@ -16,11 +16,16 @@ client counts the lock as lost once the server has confirmed nothing for
 pause is told before its next step. Only the fencing token protects the
 resource during the pause itself. ``asyncio`` programs use ``alock`` and
 the other ``a``-methods, on the event loop's own sockets.
+
+Semaphores and read/write locks: ``client.lock(name, limit=4)`` takes one
+of 4 slots; ``client.lock(name, shared=True)`` is a reader, beside which
+the name's writers take ordinary (exclusive) claims. A shared claim whose
+limit differs from the name's raises ``LimitMismatch``.
 """
 
 import logging as _logging
 
-from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, AsyncHeld, Client, Held
+from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, READER_LIMIT, AsyncHeld, Client, Held
 from .election import AsyncLeadership, Leadership
 from .errors import (
     AlreadyHeld,
@@ -31,6 +36,7 @@ from .errors import (
     ForceReleased,
     Kicked,
     LeaseExpired,
+    LimitMismatch,
     LockLost,
     MaxHoldReached,
     NotLeader,
@@ -54,6 +60,7 @@ __all__ = [
     "AsyncLeadership",
     "DEFAULT_LEASE",
     "DEFAULT_DIAL_TIMEOUT",
+    "READER_LIMIT",
     "Error",
     "LockLost",
     "AlreadyHeld",
@@ -72,6 +79,7 @@ __all__ = [
     "BadRequest",
     "VersionError",
     "Unauthorized",
+    "LimitMismatch",
 ]
 
 

@@ -9,17 +9,28 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import aio, wire
 from .core import ENDED, HELD, Attempts, LostEvent
-from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LockLost
+from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LimitMismatch, LockLost
 from .session import Session
 
-__all__ = ["Client", "Held", "AsyncHeld", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT"]
+__all__ = ["Client", "Held", "AsyncHeld", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT", "READER_LIMIT"]
 
 DEFAULT_LEASE = 10.0
 DEFAULT_DIAL_TIMEOUT = 5.0
+
+# The limit of a reader's claim (``shared=True`` without a limit): the
+# largest the protocol carries, as close to "no limit" as a shared claim
+# gets. Every reader of a name must give the same limit, so it is one fixed
+# number, the same in every Baton client.
+READER_LIMIT = wire.MAX_LIMIT
+
+# A claim's kind: (shared, limit); limit None for an exclusive claim, sent
+# as protocol version 1.
+Kind = Tuple[bool, Optional[int]]
+EXCLUSIVE: Kind = (False, None)
 
 # A position callback: called with the place in the queue (1 is next).
 OnWaiting = Callable[[int], None]
@@ -45,6 +56,18 @@ def _default_owner() -> str:
         return f"pid:{pid}"
 
 
+def claim_kind(shared: bool, limit: Optional[int]) -> Kind:
+    """The kind of a claim from the keyword arguments: ``limit=n`` a slot of
+    a semaphore of n (shared); ``shared=True`` alone a reader (limit
+    READER_LIMIT); neither an exclusive claim. BadRequest for anything
+    else."""
+    if not isinstance(shared, bool):
+        raise BadRequest(f"shared {shared!r} is not True or False")
+    if limit is None:
+        return (True, READER_LIMIT) if shared else EXCLUSIVE
+    return True, wire.check_limit(limit)
+
+
 def _check_seconds(what: str, value: Optional[float]) -> None:
     if value is None:
         return
@@ -55,12 +78,18 @@ def _check_seconds(what: str, value: Optional[float]) -> None:
 
 
 class _HeldBase:
-    def __init__(self, session: AnySession) -> None:
+    def __init__(self, session: AnySession, kind: Kind = EXCLUSIVE) -> None:
         self._s = session
         self.name: str = session.name
         self.token: int = session.token
         # Set when the session sees the loss; is_set() also reads the clock.
         self.lost: LostEvent = session.lost
+        # A shared claim (a semaphore's slot, a reader), held together with
+        # other shared claims; False for an exclusive one, which holds alone.
+        self.shared: bool = kind[0]
+        # How many claims may hold the name together with this one, this
+        # one included: the shared claim's limit, 1 for an exclusive one.
+        self.limit: int = kind[1] if kind[1] is not None else 1
 
     @property
     def cause(self) -> Optional[BaseException]:
@@ -101,7 +130,7 @@ class Held(_HeldBase):
     ``token`` is the fencing token of this grant; pass it to the guarded
     resource. ``check()`` raises LockLost once ownership has ended (by the
     clock, at once); ``lost`` is a threading.Event set when the client sees
-    the loss.
+    the loss. ``shared`` and ``limit`` say what kind of claim it is.
     """
 
     def release(self) -> None:
@@ -231,7 +260,11 @@ class Client:
     Locks are not re-entrant: asking the same Client for a name it already
     holds or waits for raises AlreadyHeld at once, unless
     ``queue_behind_self=True`` (to hand a lock on between threads or tasks
-    of one process).
+    of one process). Shared claims count slots: a Client may hold several
+    slots of one semaphore, fewer than its limit; a claim that its own
+    claims alone would keep waiting (a slot beyond the limit, any claim
+    beside its own exclusive one, an exclusive claim beside its own shared
+    ones) raises AlreadyHeld.
 
     A release (and a wait given up) resets the connection (RST): the server
     sees it at once, and no socket is left in TIME_WAIT, where a claim storm
@@ -265,7 +298,7 @@ class Client:
         self._normal_close = normal_close
         self._log = logger if logger is not None else logging.getLogger("baton")
         self._last = 0  # the address that last answered: start there
-        self._in_use: Dict[str, int] = {}
+        self._in_use: Dict[str, List[int]] = {}
         self._in_use_mu = threading.Lock()
 
     @property
@@ -277,7 +310,8 @@ class Client:
 
     def lock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
              max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
-             owner: Optional[str] = None, queue_behind_self: bool = False) -> _LockContext:
+             owner: Optional[str] = None, queue_behind_self: bool = False,
+             shared: bool = False, limit: Optional[int] = None) -> _LockContext:
         """``with client.lock(name) as held:`` waits for the lock, holds it for
         the block, and releases it on the way out.
 
@@ -289,64 +323,82 @@ class Client:
         (1 is next) on every WAITING reply, from the session's thread: it
         must return at once. ``owner`` replaces the Client's owner text for
         this claim. Leaving the block raises LockLost if ownership ended
-        inside it."""
-        args = self._prepare(name, nowait, timeout, max_hold, owner)
-        return _LockContext(lambda: self._acquire(args, on_waiting, queue_behind_self or nowait))
+        inside it.
+
+        ``limit=n`` makes the claim a slot of a counting semaphore: at most
+        n shared claims hold the name at once (1..65535). ``shared=True``
+        makes it a reader of a read/write lock (limit READER_LIMIT unless
+        ``limit`` gives one); writers are ordinary claims of the same name.
+        Every shared claim of a name must give the same limit while the name
+        has shared sessions: another raises LimitMismatch at once, never
+        retried. Without either the claim is exclusive."""
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        return _LockContext(lambda: self._acquire(args, on_waiting, queue_behind_self or nowait, kind))
 
     def acquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
                 max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
-                owner: Optional[str] = None, queue_behind_self: bool = False) -> Held:
+                owner: Optional[str] = None, queue_behind_self: bool = False,
+                shared: bool = False, limit: Optional[int] = None) -> Held:
         """Waits for the lock and returns it held (the arguments of lock());
         release it with ``held.release()``. Prefer ``lock()``, which cannot
         forget to."""
-        args = self._prepare(name, nowait, timeout, max_hold, owner)
-        return self._acquire(args, on_waiting, queue_behind_self or nowait)
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        return self._acquire(args, on_waiting, queue_behind_self or nowait, kind)
 
     def alock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
               max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
-              owner: Optional[str] = None, queue_behind_self: bool = False) -> _AsyncLockContext:
+              owner: Optional[str] = None, queue_behind_self: bool = False,
+              shared: bool = False, limit: Optional[int] = None) -> _AsyncLockContext:
         """``async with client.alock(name) as held:``, the asyncio form of
         lock(). On loss, the task running the block is cancelled at once and
         LockLost comes out of the block. ``on_waiting`` runs on the loop."""
-        args = self._prepare(name, nowait, timeout, max_hold, owner)
-        return _AsyncLockContext(lambda: self._aacquire(args, on_waiting, queue_behind_self or nowait))
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        return _AsyncLockContext(lambda: self._aacquire(args, on_waiting, queue_behind_self or nowait, kind))
 
     async def aacquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
                        max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
-                       owner: Optional[str] = None, queue_behind_self: bool = False) -> AsyncHeld:
+                       owner: Optional[str] = None, queue_behind_self: bool = False,
+                       shared: bool = False, limit: Optional[int] = None) -> AsyncHeld:
         """The asyncio form of acquire(): ``await held.release()`` after.
         Cancelling the awaiting task gives up the wait."""
-        args = self._prepare(name, nowait, timeout, max_hold, owner)
-        return await self._aacquire(args, on_waiting, queue_behind_self or nowait)
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        return await self._aacquire(args, on_waiting, queue_behind_self or nowait, kind)
 
     def lock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
-                  max_hold: Optional[float] = None) -> Any:
+                  max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
+                  per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
         """``with client.lock_many(names) as many:`` holds every name or none
-        (see baton.many)."""
+        (see baton.many). ``shared`` and ``limit`` make every claim of the
+        set shared, as for lock(); ``per_name`` gives names a kind of their
+        own, in place of those: ``per_name={"config": {"shared": True}}``
+        holds a reader of config beside the set's other claims."""
         from .many import lock_many
 
-        return lock_many(self, names, timeout, max_hold)
+        return lock_many(self, names, timeout, max_hold, shared=shared, limit=limit, per_name=per_name)
 
     def acquire_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
-                     max_hold: Optional[float] = None) -> Any:
+                     max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
+                     per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
         """Holds every name or none, returned as a HeldMany (see baton.many)."""
         from .many import acquire_many
 
-        return acquire_many(self, names, timeout, max_hold)
+        return acquire_many(self, names, timeout, max_hold, shared=shared, limit=limit, per_name=per_name)
 
     async def aacquire_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
-                            max_hold: Optional[float] = None) -> Any:
+                            max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
+                            per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
         """The asyncio form of acquire_many (see baton.many)."""
         from .many import aacquire_many
 
-        return await aacquire_many(self, names, timeout, max_hold)
+        return await aacquire_many(self, names, timeout, max_hold, shared=shared, limit=limit, per_name=per_name)
 
     def alock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
-                   max_hold: Optional[float] = None) -> Any:
+                   max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
+                   per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
         """``async with client.alock_many(names) as many:`` (see baton.many)."""
         from .many import alock_many
 
-        return alock_many(self, names, timeout, max_hold)
+        return alock_many(self, names, timeout, max_hold, shared=shared, limit=limit, per_name=per_name)
 
     def campaign(self, name: str, value: str, timeout: Optional[float] = None) -> Any:
         """``with client.campaign(name, value) as leader:`` waits, then leads
@@ -365,52 +417,83 @@ class Client:
     # The machinery.
 
     def _prepare(self, name: str, nowait: bool, timeout: Optional[float], max_hold: Optional[float],
-                 owner: Optional[str]) -> Tuple[str, bytes, Optional[float], Optional[float]]:
+                 owner: Optional[str], shared: bool = False,
+                 limit: Optional[int] = None) -> Tuple[Tuple[str, bytes, Optional[float], Optional[float]], Kind]:
         _check_seconds("timeout", timeout)
         _check_seconds("max_hold", max_hold)
         if max_hold is not None and max_hold <= 0:
             raise BadRequest(f"max_hold {max_hold}s must be positive")
-        frame = wire.encode_acquire(name, self._lease_ms, self.owner if owner is None else owner, nowait)
-        return name, frame, timeout, max_hold
+        kind = claim_kind(shared, limit)
+        # An exclusive claim stays the version 1 frame that every server
+        # speaks; only a shared one needs version 2.
+        frame = wire.encode_acquire(name, self._lease_ms, self.owner if owner is None else owner, nowait,
+                                    shared=kind[0], limit=kind[1])
+        return (name, frame, timeout, max_hold), kind
 
-    def _claim(self, name: str, queue_behind_self: bool) -> None:
+    def _claim(self, name: str, kind: Kind, queue_behind_self: bool) -> None:
+        """Counts one more claim of name, unless this Client's own claims of
+        it would keep the new one waiting and queue_behind_self was not
+        given: any claim of its own, for an exclusive claim; an exclusive
+        one, or as many shared ones as the limit, for a shared claim."""
+        shared, limit = kind
         with self._in_use_mu:
-            if self._in_use.get(name, 0) > 0 and not queue_behind_self:
-                raise AlreadyHeld(f"lock {name!r} is already held or awaited through this client "
-                                  "(locks are not re-entrant; queue_behind_self=True queues behind it)")
-            self._in_use[name] = self._in_use.get(name, 0) + 1
-
-    def _unclaim(self, name: str) -> None:
-        with self._in_use_mu:
-            n = self._in_use.get(name, 0) - 1
-            if n > 0:
-                self._in_use[name] = n
+            use = self._in_use.get(name) or [0, 0, 0]  # exclusive, shared, the shared ones' limit
+            if not queue_behind_self:
+                if not shared and use[0] + use[1] > 0:
+                    raise AlreadyHeld(f"lock {name!r} is already held or awaited through this client "
+                                      "(locks are not re-entrant; queue_behind_self=True queues behind it)")
+                if shared and (use[0] > 0 or (use[1] >= (limit or 0) and use[2] == limit)):
+                    raise AlreadyHeld(f"lock {name!r}: this client already holds or awaits "
+                                      + ("an exclusive claim of it" if use[0] else f"all {limit} slots of it")
+                                      + " (queue_behind_self=True queues behind them)")
+            if shared:
+                if use[1] == 0:
+                    use[2] = limit or 0
+                use[1] += 1
             else:
-                self._in_use.pop(name, None)
+                use[0] += 1
+            self._in_use[name] = use
+
+    def _unclaim(self, name: str, kind: Kind) -> None:
+        with self._in_use_mu:
+            use = self._in_use.get(name)
+            if use is None:
+                return
+            use[1 if kind[0] else 0] -= 1
+            if use[0] <= 0 and use[1] <= 0:
+                del self._in_use[name]
 
     def _acquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
-                 on_waiting: Optional[OnWaiting], queue_behind_self: bool) -> Held:
+                 on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> Held:
         name = args[0]
-        self._claim(name, queue_behind_self)
+        self._claim(name, kind, queue_behind_self)
         try:
             s = self._acquire_session(*args, on_waiting)
-        except BaseException:
-            self._unclaim(name)
+        except LimitMismatch as e:
+            self._unclaim(name, kind)
+            e.asked = kind[1]
             raise
-        s.on_end(lambda: self._unclaim(name))
-        return Held(s)
+        except BaseException:
+            self._unclaim(name, kind)
+            raise
+        s.on_end(lambda: self._unclaim(name, kind))
+        return Held(s, kind)
 
     async def _aacquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
-                        on_waiting: Optional[OnWaiting], queue_behind_self: bool) -> AsyncHeld:
+                        on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> AsyncHeld:
         name = args[0]
-        self._claim(name, queue_behind_self)
+        self._claim(name, kind, queue_behind_self)
         try:
             s = await aio.acquire(self, *args, on_waiting)
-        except BaseException:
-            self._unclaim(name)
+        except LimitMismatch as e:
+            self._unclaim(name, kind)
+            e.asked = kind[1]
             raise
-        s.on_end(lambda: self._unclaim(name))
-        return AsyncHeld(s)
+        except BaseException:
+            self._unclaim(name, kind)
+            raise
+        s.on_end(lambda: self._unclaim(name, kind))
+        return AsyncHeld(s, kind)
 
     def _dial(self, i: int, remaining: Optional[float]) -> socket.socket:
         host, port = self._hosts[i]

@@ -23,6 +23,7 @@ __all__ = [
     "BadRequest",
     "VersionError",
     "Unauthorized",
+    "LimitMismatch",
     "error_for_code",
 ]
 
@@ -133,7 +134,8 @@ class Kicked(ServerError):
 
 
 class Busy(ServerError):
-    """BUSY (0x13): nowait was asked for and the lock is held."""
+    """BUSY (0x13): nowait was asked for and the claim may not hold at once
+    (the lock is held, every slot is taken, or others wait first)."""
 
     code = 0x13
 
@@ -152,7 +154,9 @@ class BadRequest(ServerError):
 
 
 class VersionError(ServerError):
-    """VERSION (0x22): the server does not speak protocol version 1."""
+    """VERSION (0x22): the server does not speak the claim's protocol version:
+    version 1, or version 2 for a shared claim (a server older than shared
+    claims refuses those)."""
 
     code = 0x22
 
@@ -161,6 +165,29 @@ class Unauthorized(ServerError):
     """UNAUTHORIZED (0x23): the server refused this client."""
 
     code = 0x23
+
+
+class LimitMismatch(ServerError):
+    """LIMIT_MISMATCH (0x24): a shared claim's limit differs from the limit
+    in force for the name, which its other shared sessions (holding or
+    waiting) set. ``limit`` is that limit, from the server's message (None
+    if the message was not a number); ``asked`` is this claim's. The
+    claim's configuration disagrees with the name's other users: it is
+    raised at once and never retried."""
+
+    code = 0x24
+
+    def __init__(self, message: str = "", asked: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.limit: Optional[int] = int(message) if message.isascii() and message.isdigit() else None
+        self.asked = asked
+
+    def __str__(self) -> str:
+        if self.limit is None:
+            said = f"LIMIT_MISMATCH: {self.message}" if self.message else "LIMIT_MISMATCH"
+            return said if self.asked is None else f"{said} (this claim's limit is {self.asked})"
+        said = f"LIMIT_MISMATCH: the name's limit in force is {self.limit}"
+        return said if self.asked is None else f"{said}, this claim's is {self.asked}"
 
 
 _CLASSES: Dict[int, Type[ServerError]] = {
@@ -177,6 +204,7 @@ _CLASSES: Dict[int, Type[ServerError]] = {
         BadRequest,
         VersionError,
         Unauthorized,
+        LimitMismatch,
     )
 }
 
@@ -192,6 +220,7 @@ _NAMES = {
     0x21: "BAD_REQUEST",
     0x22: "VERSION",
     0x23: "UNAUTHORIZED",
+    0x24: "LIMIT_MISMATCH",
 }
 
 

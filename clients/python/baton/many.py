@@ -1,13 +1,19 @@
 """Several names held together: all or none, in one order, so two
 processes that want overlapping sets can never each hold a part and wait
-for the other's."""
+for the other's.
+
+Each name's claim can be shared: ``shared``/``limit`` apply to every name,
+and ``per_name`` gives a name a kind of its own (a reader of one name, the
+writer of another). The order keeps shared claims free of deadlock too:
+whoever waits for a name holds only names before it, so a chain of waits
+can only climb the order, and ends."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from .client import AsyncHeld, CancelOnLoss, Held, release_leaving
+from .client import AsyncHeld, CancelOnLoss, Held, claim_kind, release_leaving
 from .core import LostEvent
 from .errors import BadRequest, LockLost
 
@@ -17,6 +23,9 @@ if TYPE_CHECKING:
 __all__ = ["HeldMany", "AsyncHeldMany", "lock_many", "alock_many"]
 
 
+PerName = Optional[Mapping[str, Mapping[str, Any]]]
+
+
 def _order(names: Sequence[str]) -> List[str]:
     if isinstance(names, str):
         raise BadRequest("lock_many takes a list of names, not one string")
@@ -24,6 +33,25 @@ def _order(names: Sequence[str]) -> List[str]:
     if not order:
         raise BadRequest("lock_many needs at least one name")
     return order
+
+
+def _kinds(order: List[str], shared: bool, limit: Optional[int], per_name: PerName) -> Dict[str, Dict[str, Any]]:
+    """Each name's shared and limit keyword arguments: per_name's entry for
+    it, or the general ones. A per_name entry for a name outside the set is
+    refused: a misspelt name would silently change a claim's kind."""
+    general = {"shared": shared, "limit": limit}
+    claim_kind(shared, limit)
+    kinds = {name: general for name in order}
+    for name, kw in (per_name or {}).items():
+        if name not in kinds:
+            raise BadRequest(f"per_name names {name!r}, which is not in the set {order}")
+        unknown = set(kw) - {"shared", "limit"}
+        if unknown:
+            raise BadRequest(f"per_name[{name!r}] has {sorted(unknown)}; it takes 'shared' and 'limit'")
+        one = {"shared": kw.get("shared", False), "limit": kw.get("limit")}
+        claim_kind(one["shared"], one["limit"])
+        kinds[name] = one
+    return kinds
 
 
 class _Many:
@@ -98,17 +126,20 @@ class AsyncHeldMany(_Many):
 
 
 def acquire_many(client: "Client", names: Sequence[str], timeout: Optional[float] = None,
-                 max_hold: Optional[float] = None) -> HeldMany:
+                 max_hold: Optional[float] = None, *, shared: bool = False, limit: Optional[int] = None,
+                 per_name: PerName = None) -> HeldMany:
     """Acquires every name, in sorted order; on any failure releases those it
     holds and raises. ``timeout`` bounds the whole; ``max_hold`` bounds each
-    name's hold from its own grant."""
+    name's hold from its own grant; ``shared``, ``limit`` and ``per_name``
+    give the claims' kinds (see the module's doc)."""
     order = _order(names)
+    kinds = _kinds(order, shared, limit, per_name)
     deadline = None if timeout is None else time.monotonic() + timeout
     held: List[Held] = []
     try:
         for name in order:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            held.append(client.acquire(name, timeout=left, max_hold=max_hold))
+            held.append(client.acquire(name, timeout=left, max_hold=max_hold, **kinds[name]))
     except BaseException:
         for h in reversed(held):
             try:
@@ -120,15 +151,17 @@ def acquire_many(client: "Client", names: Sequence[str], timeout: Optional[float
 
 
 async def aacquire_many(client: "Client", names: Sequence[str], timeout: Optional[float] = None,
-                        max_hold: Optional[float] = None) -> AsyncHeldMany:
+                        max_hold: Optional[float] = None, *, shared: bool = False, limit: Optional[int] = None,
+                        per_name: PerName = None) -> AsyncHeldMany:
     """The asyncio form of acquire_many."""
     order = _order(names)
+    kinds = _kinds(order, shared, limit, per_name)
     deadline = None if timeout is None else time.monotonic() + timeout
     held: List[AsyncHeld] = []
     try:
         for name in order:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            held.append(await client.aacquire(name, timeout=left, max_hold=max_hold))
+            held.append(await client.aacquire(name, timeout=left, max_hold=max_hold, **kinds[name]))
     except BaseException:
         for h in reversed(held):
             h._s.abort()  # type: ignore[union-attr]
@@ -141,13 +174,15 @@ class lock_many:
     the block or none. Leaving the block releases them all and raises
     LockLost if any one was lost inside it."""
 
-    def __init__(self, client: "Client", names: Sequence[str], timeout: Optional[float], max_hold: Optional[float]) -> None:
-        _order(names)
+    def __init__(self, client: "Client", names: Sequence[str], timeout: Optional[float], max_hold: Optional[float],
+                 *, shared: bool = False, limit: Optional[int] = None, per_name: PerName = None) -> None:
+        _kinds(_order(names), shared, limit, per_name)
         self._args = (client, names, timeout, max_hold)
+        self._kw: Dict[str, Any] = {"shared": shared, "limit": limit, "per_name": per_name}
         self._many: Optional[HeldMany] = None
 
     def __enter__(self) -> HeldMany:
-        self._many = acquire_many(*self._args)
+        self._many = acquire_many(*self._args, **self._kw)
         return self._many
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -160,14 +195,16 @@ class alock_many:
     runs the block is cancelled at once when any one name is lost, and
     LockLost comes out of the block."""
 
-    def __init__(self, client: "Client", names: Sequence[str], timeout: Optional[float], max_hold: Optional[float]) -> None:
-        _order(names)
+    def __init__(self, client: "Client", names: Sequence[str], timeout: Optional[float], max_hold: Optional[float],
+                 *, shared: bool = False, limit: Optional[int] = None, per_name: PerName = None) -> None:
+        _kinds(_order(names), shared, limit, per_name)
         self._args = (client, names, timeout, max_hold)
+        self._kw: Dict[str, Any] = {"shared": shared, "limit": limit, "per_name": per_name}
         self._many: Optional[AsyncHeldMany] = None
         self._guard = CancelOnLoss()
 
     async def __aenter__(self) -> AsyncHeldMany:
-        many = await aacquire_many(*self._args)
+        many = await aacquire_many(*self._args, **self._kw)
         self._many = many
         cancel = self._guard.watch()
         for h in many.locks:

@@ -1,4 +1,4 @@
-"""The bytes of Baton's wire protocol, version 1 (PROTOCOL.md)."""
+"""The bytes of Baton's wire protocol, versions 1 and 2 (PROTOCOL.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import List, Optional, Tuple
 
 from .errors import BadRequest, ProtocolError
 
-VERSION = 1
+VERSION = 1  # what an exclusive claim sends: every server speaks it
+VERSION_2 = 2  # what a shared claim sends: the SHARED flag and a limit
 HEADER_SIZE = 3
 MAX_PAYLOAD = 1024
 
@@ -18,9 +19,11 @@ T_WAITING = 0x81
 T_ACQUIRED = 0x82
 
 FLAG_NOWAIT = 0x01
+FLAG_SHARED = 0x02
 FLAG_PUSH = 0x01
 
 MAX_LEASE_MS = 0xFFFFFFFF
+MAX_LIMIT = 0xFFFF
 
 HEARTBEAT = bytes([T_HEARTBEAT, 0, 0])
 
@@ -67,13 +70,37 @@ def lease_ms(lease: float) -> int:
     return ms
 
 
-def encode_acquire(name: "str | bytes", lease_millis: int, owner: "str | bytes" = "", nowait: bool = False) -> bytes:
-    """An ACQUIRE frame, after the checks the server would make."""
+def check_limit(limit: object) -> int:
+    """A shared claim's limit, or BadRequest: a whole number 1..65535."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise BadRequest(f"limit {limit!r} is not a whole number")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequest(f"limit {limit} must be from 1 to {MAX_LIMIT}")
+    return limit
+
+
+def encode_acquire(name: "str | bytes", lease_millis: int, owner: "str | bytes" = "", nowait: bool = False, *,
+                   shared: bool = False, limit: Optional[int] = None) -> bytes:
+    """An ACQUIRE frame, after the checks the server would make. Without a
+    limit it is version 1 (an exclusive claim); with one, version 2, whose
+    ``shared`` flag makes the claim shared (an exclusive claim's limit must
+    be 1)."""
     n = check_name(name)
     o = check_owner(owner)
     if not 1 <= lease_millis <= MAX_LEASE_MS:
         raise BadRequest(f"lease {lease_millis}ms must be 1..{MAX_LEASE_MS}")
-    payload = struct.pack(">BBIB", VERSION, FLAG_NOWAIT if nowait else 0, lease_millis, len(n)) + n + o
+    flags = FLAG_NOWAIT if nowait else 0
+    if limit is None:
+        if shared:
+            raise BadRequest("a shared claim needs a limit")
+        payload = struct.pack(">BBIB", VERSION, flags, lease_millis, len(n)) + n + o
+    else:
+        check_limit(limit)
+        if shared:
+            flags |= FLAG_SHARED
+        elif limit != 1:
+            raise BadRequest(f"limit {limit} without SHARED: an exclusive claim's limit must be 1")
+        payload = struct.pack(">BBIHB", VERSION_2, flags, lease_millis, limit, len(n)) + n + o
     return struct.pack(">BH", T_ACQUIRE, len(payload)) + payload
 
 

@@ -6,6 +6,13 @@ import { type Logger } from "./log.js";
 import { HeldMany } from "./many.js";
 export declare const DEFAULT_LEASE_MS = 10000;
 export declare const DEFAULT_DIAL_TIMEOUT_MS = 5000;
+/**
+ * The limit of a reader's claim (`shared: true` without a limit): the
+ * largest the protocol carries, as close to "no limit" as a shared claim
+ * gets. Every reader of a name must give the same limit, so it is one fixed
+ * number, the same in every Baton client.
+ */
+export declare const READER_LIMIT = 65535;
 /** Options of a Client. */
 export interface ClientOptions {
     /** The lease in ms: after this long of silence the server moves the lock. Default 10 s. */
@@ -58,13 +65,38 @@ export interface AcquireOptions {
      * hand a lock on between parts of one process.
      */
     queueBehindSelf?: boolean;
+    /**
+     * A slot of a counting semaphore of `limit` slots: at most `limit` shared
+     * claims hold the name at once (1..65535). Every shared claim of a name
+     * must give the same limit while the name has shared sessions: another
+     * rejects with LimitMismatchError at once, never retried.
+     */
+    limit?: number;
+    /**
+     * A reader of a read/write lock: shared with the other readers (limit
+     * READER_LIMIT unless `limit` gives one); writers are ordinary claims of
+     * the same name. Without `shared` or `limit` a claim is exclusive.
+     */
+    shared?: boolean;
 }
+/** The kind of one name's claim in acquireMany: see AcquireOptions. */
+export type ClaimKind = Pick<AcquireOptions, "shared" | "limit">;
 /** Options of acquireMany: AcquireOptions that apply to the whole. */
 export interface AcquireManyOptions {
     /** Ends the wait for the whole set: nothing stays held. */
     signal?: AbortSignal;
     /** Bounds each name's hold from its own grant (see AcquireOptions.maxHoldMs). */
     maxHoldMs?: number;
+    /** Makes every claim of the set shared (see AcquireOptions.shared). */
+    shared?: boolean;
+    /** Makes every claim of the set a slot of `limit` (see AcquireOptions.limit). */
+    limit?: number;
+    /**
+     * Gives names a kind of their own, in place of `shared` and `limit`:
+     * `{ perName: { config: { shared: true } } }` holds a reader of config
+     * beside the set's other claims. A name outside the set is refused.
+     */
+    perName?: Readonly<Record<string, ClaimKind>>;
 }
 /**
  * A Baton client for the servers at `addrs` (`host:port` each). Inputs the
@@ -72,7 +104,11 @@ export interface AcquireManyOptions {
  *
  * Locks are not re-entrant: asking the same Client for a name it already
  * holds or waits for rejects with AlreadyHeld at once, unless
- * `queueBehindSelf: true`.
+ * `queueBehindSelf: true`. Shared claims count slots: a Client may hold
+ * several slots of one semaphore, fewer than its limit; a claim that its
+ * own claims alone would keep waiting (a slot beyond the limit, any claim
+ * beside its own exclusive one, an exclusive claim beside its own shared
+ * ones) rejects with AlreadyHeld.
  */
 export declare class Client {
     #private;

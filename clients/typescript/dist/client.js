@@ -34,7 +34,7 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Client = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = void 0;
+exports.Client = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = void 0;
 const net = __importStar(require("node:net"));
 const os = __importStar(require("node:os"));
 const tls = __importStar(require("node:tls"));
@@ -47,8 +47,23 @@ const session_js_1 = require("./session.js");
 const wire = __importStar(require("./wire.js"));
 exports.DEFAULT_LEASE_MS = 10_000;
 exports.DEFAULT_DIAL_TIMEOUT_MS = 5_000;
+/**
+ * The limit of a reader's claim (`shared: true` without a limit): the
+ * largest the protocol carries, as close to "no limit" as a shared claim
+ * gets. Every reader of a name must give the same limit, so it is one fixed
+ * number, the same in every Baton client.
+ */
+exports.READER_LIMIT = wire.MAX_LIMIT;
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
+/** The version 2 fields of a claim from its options, or undefined for an exclusive claim (version 1). */
+function claimOf(opts) {
+    if (opts.shared !== undefined && typeof opts.shared !== "boolean")
+        throw new errors_js_1.BadRequestError(`shared ${String(opts.shared)} is not true or false`);
+    if (opts.limit !== undefined)
+        return { shared: true, limit: wire.checkLimit(opts.limit) };
+    return opts.shared ? { shared: true, limit: exports.READER_LIMIT } : undefined;
+}
 function splitAddr(addr) {
     const i = addr.lastIndexOf(":");
     const port = Number(addr.slice(i + 1));
@@ -94,7 +109,11 @@ function sleep(ms, signal) {
  *
  * Locks are not re-entrant: asking the same Client for a name it already
  * holds or waits for rejects with AlreadyHeld at once, unless
- * `queueBehindSelf: true`.
+ * `queueBehindSelf: true`. Shared claims count slots: a Client may hold
+ * several slots of one semaphore, fewer than its limit; a claim that its
+ * own claims alone would keep waiting (a slot beyond the limit, any claim
+ * beside its own exclusive one, an exclusive claim beside its own shared
+ * ones) rejects with AlreadyHeld.
  */
 class Client {
     addrs;
@@ -105,6 +124,7 @@ class Client {
     #dialTimeoutMs;
     #normalClose;
     #log;
+    /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
     #inUse = new Map();
     #last = 0;
     constructor(addrs, opts = {}) {
@@ -123,7 +143,8 @@ class Client {
     }
     /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
     async acquire(name, opts = {}) {
-        return new held_js_1.Held(await this.#claimed(name, opts));
+        const claim = claimOf(opts);
+        return new held_js_1.Held(await this.#claimed(name, opts, claim), claim);
     }
     /**
      * Runs fn while holding the lock, and releases it after. fn gets a signal
@@ -150,7 +171,19 @@ class Client {
      * ones it holds. The HeldMany's signal is aborted when any one is lost.
      */
     async acquireMany(names, opts = {}) {
-        return (0, many_js_1.acquireAll)(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs }));
+        const general = { shared: opts.shared, limit: opts.limit };
+        claimOf(general);
+        const sorted = (0, many_js_1.order)(names);
+        for (const [name, kind] of Object.entries(opts.perName ?? {})) {
+            if (!sorted.includes(name))
+                throw new errors_js_1.BadRequestError(`perName names ${JSON.stringify(name)}, which is not in the set ${JSON.stringify(sorted)}`);
+            const unknown = Object.keys(kind).filter((k) => k !== "shared" && k !== "limit");
+            if (unknown.length)
+                throw new errors_js_1.BadRequestError(`perName[${JSON.stringify(name)}] has ${JSON.stringify(unknown)}; it takes shared and limit`);
+            claimOf(kind);
+        }
+        const kindOf = (name) => (opts.perName && Object.hasOwn(opts.perName, name) ? opts.perName[name] : general);
+        return (0, many_js_1.acquireAll)(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs, ...kindOf(name) }));
     }
     /** Runs fn while holding every name (see acquireMany and withLock). */
     async withLocks(names, fn, opts = {}) {
@@ -171,25 +204,48 @@ class Client {
      * and the next candidate leads at once.
      */
     async campaign(name, value, opts = {}) {
-        return new election_js_1.Leadership(await this.#claimed(name, { ...opts, owner: value }), value);
+        // An election has one leader: the claim is exclusive whatever opts hold.
+        const { signal, onWaiting } = opts;
+        return new election_js_1.Leadership(await this.#claimed(name, { signal, onWaiting, owner: value }, undefined), value);
     }
-    /** Acquires under the re-entrancy rule: the name counts as in use until its session ends. */
-    async #claimed(name, opts) {
-        const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false);
+    /**
+     * Acquires under the re-entrancy rule: the name counts as in use until its
+     * session ends. A claim that this Client's own claims alone would keep
+     * waiting is refused: any claim of its own, for an exclusive claim; an
+     * exclusive one, or as many shared ones as the limit, for a shared claim.
+     */
+    async #claimed(name, opts, claim) {
+        // An exclusive claim stays the version 1 frame that every server
+        // speaks; only a shared one needs version 2.
+        const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false, claim);
         const maxHoldMs = opts.maxHoldMs;
         if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {
             throw new errors_js_1.BadRequestError(`maxHoldMs ${maxHoldMs} must be a positive number of milliseconds`);
         }
-        const n = this.#inUse.get(name) ?? 0;
-        if (n > 0 && !opts.queueBehindSelf && !opts.nowait) {
-            throw new errors_js_1.AlreadyHeld(`lock ${JSON.stringify(name)} is already held or awaited through this client (locks are not re-entrant; queueBehindSelf: true queues behind it)`);
+        const use = this.#inUse.get(name) ?? { exclusive: 0, shared: 0, limit: 0 };
+        if (!opts.queueBehindSelf && !opts.nowait) {
+            if (!claim && use.exclusive + use.shared > 0) {
+                throw new errors_js_1.AlreadyHeld(`lock ${JSON.stringify(name)} is already held or awaited through this client (locks are not re-entrant; queueBehindSelf: true queues behind it)`);
+            }
+            if (claim && (use.exclusive > 0 || (use.shared >= claim.limit && use.limit === claim.limit))) {
+                throw new errors_js_1.AlreadyHeld(`lock ${JSON.stringify(name)}: this client already holds or awaits ${use.exclusive > 0 ? "an exclusive claim of it" : `all ${claim.limit} slots of it`} (queueBehindSelf: true queues behind them)`);
+            }
         }
-        this.#inUse.set(name, n + 1);
+        if (claim) {
+            if (use.shared === 0)
+                use.limit = claim.limit;
+            use.shared++;
+        }
+        else {
+            use.exclusive++;
+        }
+        this.#inUse.set(name, use);
         const unclaim = () => {
-            const left = (this.#inUse.get(name) ?? 1) - 1;
-            if (left > 0)
-                this.#inUse.set(name, left);
+            if (claim)
+                use.shared--;
             else
+                use.exclusive--;
+            if (use.exclusive <= 0 && use.shared <= 0 && this.#inUse.get(name) === use)
                 this.#inUse.delete(name);
         };
         let s;
@@ -198,6 +254,8 @@ class Client {
         }
         catch (e) {
             unclaim();
+            if (e instanceof errors_js_1.LimitMismatchError && claim)
+                throw new errors_js_1.LimitMismatchError(e.serverMessage, claim.limit);
             throw e;
         }
         const off = s.onChange(() => {

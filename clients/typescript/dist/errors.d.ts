@@ -91,7 +91,7 @@ export declare class KickedError extends ServerError {
     name: string;
     constructor(message?: string);
 }
-/** BUSY (0x13): nowait was asked for and the lock is held. */
+/** BUSY (0x13): nowait was asked for and the claim may not hold at once (the lock is held, every slot is taken, or others wait first). */
 export declare class BusyError extends ServerError {
     name: string;
     constructor(message?: string);
@@ -106,7 +106,7 @@ export declare class BadRequestError extends ServerError {
     name: string;
     constructor(message?: string);
 }
-/** VERSION (0x22): the server does not speak protocol version 1. */
+/** VERSION (0x22): the server does not speak the claim's protocol version (version 2, for a shared claim, to a server older than shared claims). */
 export declare class VersionError extends ServerError {
     name: string;
     constructor(message?: string);
@@ -115,6 +115,22 @@ export declare class VersionError extends ServerError {
 export declare class UnauthorizedError extends ServerError {
     name: string;
     constructor(message?: string);
+}
+/**
+ * LIMIT_MISMATCH (0x24): a shared claim's limit differs from the limit in
+ * force for the name, which its other shared sessions (holding or waiting)
+ * set. `limit` is that limit, from the server's message (undefined if the
+ * message was not a number); `asked` is this claim's. The claim's
+ * configuration disagrees with the name's other users: it is thrown at
+ * once and never retried.
+ */
+export declare class LimitMismatchError extends ServerError {
+    name: string;
+    /** The limit in force for the name. */
+    readonly limit: number | undefined;
+    /** The limit this claim gave, when the client knows it. */
+    readonly asked: number | undefined;
+    constructor(message?: string, asked?: number);
 }
 /** The error for an ERROR frame: its class if the code is known. */
 export declare function errorForCode(code: number, message?: string): ServerError;

@@ -1,7 +1,7 @@
 "use strict";
 /** Baton's errors: one root, loss, and one class per wire error code. */
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.BatonError = void 0;
+exports.LimitMismatchError = exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.BatonError = void 0;
 exports.codeName = codeName;
 exports.errorForCode = errorForCode;
 const NAMES = {
@@ -16,6 +16,7 @@ const NAMES = {
     0x21: "BAD_REQUEST",
     0x22: "VERSION",
     0x23: "UNAUTHORIZED",
+    0x24: "LIMIT_MISMATCH",
 };
 /** The spec's name of an error code, or `0xNN` for an unknown one. */
 function codeName(code) {
@@ -136,7 +137,7 @@ class KickedError extends ServerError {
     constructor(message = "") { super(0x12, message); }
 }
 exports.KickedError = KickedError;
-/** BUSY (0x13): nowait was asked for and the lock is held. */
+/** BUSY (0x13): nowait was asked for and the claim may not hold at once (the lock is held, every slot is taken, or others wait first). */
 class BusyError extends ServerError {
     name = "BusyError";
     constructor(message = "") { super(0x13, message); }
@@ -154,7 +155,7 @@ class BadRequestError extends ServerError {
     constructor(message = "") { super(0x21, message); }
 }
 exports.BadRequestError = BadRequestError;
-/** VERSION (0x22): the server does not speak protocol version 1. */
+/** VERSION (0x22): the server does not speak the claim's protocol version (version 2, for a shared claim, to a server older than shared claims). */
 class VersionError extends ServerError {
     name = "VersionError";
     constructor(message = "") { super(0x22, message); }
@@ -166,6 +167,33 @@ class UnauthorizedError extends ServerError {
     constructor(message = "") { super(0x23, message); }
 }
 exports.UnauthorizedError = UnauthorizedError;
+/**
+ * LIMIT_MISMATCH (0x24): a shared claim's limit differs from the limit in
+ * force for the name, which its other shared sessions (holding or waiting)
+ * set. `limit` is that limit, from the server's message (undefined if the
+ * message was not a number); `asked` is this claim's. The claim's
+ * configuration disagrees with the name's other users: it is thrown at
+ * once and never retried.
+ */
+class LimitMismatchError extends ServerError {
+    name = "LimitMismatchError";
+    /** The limit in force for the name. */
+    limit;
+    /** The limit this claim gave, when the client knows it. */
+    asked;
+    constructor(message = "", asked) {
+        super(0x24, message);
+        this.limit = /^[0-9]+$/.test(message) ? Number(message) : undefined;
+        this.asked = asked;
+        if (this.limit !== undefined) {
+            this.message = `LIMIT_MISMATCH: the name's limit in force is ${this.limit}` + (asked === undefined ? "" : `, this claim's is ${asked}`);
+        }
+        else if (asked !== undefined) {
+            this.message += ` (this claim's limit is ${asked})`;
+        }
+    }
+}
+exports.LimitMismatchError = LimitMismatchError;
 const CLASSES = {
     0x01: ShutdownError,
     0x02: OverloadedError,
@@ -178,6 +206,7 @@ const CLASSES = {
     0x21: BadRequestError,
     0x22: VersionError,
     0x23: UnauthorizedError,
+    0x24: LimitMismatchError,
 };
 /** The error for an ERROR frame: its class if the code is known. */
 function errorForCode(code, message = "") {

@@ -1,5 +1,6 @@
 /** A lock held by this process. */
 import type { Session } from "./session.js";
+import type { Claim } from "./wire.js";
 /**
  * A lock held by this process: the claim is its connection.
  *
@@ -18,8 +19,12 @@ export declare class Held {
     readonly token: bigint;
     /** Aborted when the client sees the loss (its reason is a LockLost); never by release. */
     readonly signal: AbortSignal;
+    /** A shared claim (a semaphore's slot, a reader), held together with other shared claims; false for an exclusive one, which holds alone. */
+    readonly shared: boolean;
+    /** How many claims may hold the name together with this one, this one included: the shared claim's limit, 1 for an exclusive one. */
+    readonly limit: number;
     /** @internal */
-    constructor(session: Session);
+    constructor(session: Session, claim?: Claim);
     /** True once ownership has ended by a loss; reads the clock, as check() does. */
     get lost(): boolean;
     /**

@@ -22,12 +22,18 @@ class Held {
     token;
     /** Aborted when the client sees the loss (its reason is a LockLost); never by release. */
     signal;
+    /** A shared claim (a semaphore's slot, a reader), held together with other shared claims; false for an exclusive one, which holds alone. */
+    shared;
+    /** How many claims may hold the name together with this one, this one included: the shared claim's limit, 1 for an exclusive one. */
+    limit;
     /** @internal */
-    constructor(session) {
+    constructor(session, claim) {
         this.session = session;
         this.name = session.name;
         this.token = session.token;
         this.signal = session.controller.signal;
+        this.shared = claim?.shared ?? false;
+        this.limit = claim?.limit ?? 1;
     }
     /** True once ownership has ended by a loss; reads the clock, as check() does. */
     get lost() {

@@ -13,9 +13,15 @@
  *     await step.run({ signal, fence: String(held.token) });
  *   }
  * });
+ *
+ * @example
+ * // A semaphore: at most 4 renders at once, fleet-wide.
+ * await client.withLock("render/gpu", async () => render(job), { limit: 4 });
+ * // A read/write lock: readers together, a writer alone.
+ * await client.withLock("config", async () => readConfig(), { shared: true });
  */
-export { Client, DEFAULT_LEASE_MS, DEFAULT_DIAL_TIMEOUT_MS } from "./client.js";
-export type { ClientOptions, AcquireOptions, AcquireManyOptions } from "./client.js";
+export { Client, DEFAULT_LEASE_MS, DEFAULT_DIAL_TIMEOUT_MS, READER_LIMIT } from "./client.js";
+export type { ClientOptions, AcquireOptions, AcquireManyOptions, ClaimKind } from "./client.js";
 export { Held } from "./held.js";
 export { HeldMany } from "./many.js";
 export { Leadership } from "./election.js";

@@ -1,16 +1,20 @@
 "use strict";
-/** The bytes of Baton's wire protocol, version 1 (PROTOCOL.md). */
+/** The bytes of Baton's wire protocol, versions 1 and 2 (PROTOCOL.md). */
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.HEARTBEAT = exports.MAX_LEASE_MS = exports.T_ACQUIRED = exports.T_WAITING = exports.T_ERROR = exports.T_HEARTBEAT = exports.T_ACQUIRE = exports.MAX_PAYLOAD = exports.HEADER_SIZE = exports.VERSION = void 0;
+exports.HEARTBEAT = exports.FLAG_SHARED = exports.FLAG_NOWAIT = exports.MAX_LIMIT = exports.MAX_LEASE_MS = exports.T_ACQUIRED = exports.T_WAITING = exports.T_ERROR = exports.T_HEARTBEAT = exports.T_ACQUIRE = exports.MAX_PAYLOAD = exports.HEADER_SIZE = exports.VERSION_2 = exports.VERSION = void 0;
 exports.checkName = checkName;
 exports.checkOwner = checkOwner;
 exports.checkLeaseMs = checkLeaseMs;
+exports.checkLimit = checkLimit;
 exports.encodeAcquire = encodeAcquire;
 exports.encodeFrame = encodeFrame;
 exports.decode = decode;
 exports.split = split;
 const errors_js_1 = require("./errors.js");
+/** What an exclusive claim sends: every server speaks it. */
 exports.VERSION = 1;
+/** What a shared claim sends: the SHARED flag and a limit. */
+exports.VERSION_2 = 2;
 exports.HEADER_SIZE = 3;
 exports.MAX_PAYLOAD = 1024;
 exports.T_ACQUIRE = 0x01;
@@ -19,6 +23,9 @@ exports.T_ERROR = 0x80;
 exports.T_WAITING = 0x81;
 exports.T_ACQUIRED = 0x82;
 exports.MAX_LEASE_MS = 0xffffffff;
+exports.MAX_LIMIT = 0xffff;
+exports.FLAG_NOWAIT = 0x01;
+exports.FLAG_SHARED = 0x02;
 exports.HEARTBEAT = Buffer.from([exports.T_HEARTBEAT, 0, 0]);
 function checkText(what, raw, min) {
     if (raw.length < min)
@@ -63,18 +70,47 @@ function checkLeaseMs(leaseMs) {
         throw new errors_js_1.BadRequestError(`lease ${leaseMs}ms exceeds the protocol's maximum of ${exports.MAX_LEASE_MS}ms`);
     return ms;
 }
-/** An ACQUIRE frame, after the checks the server would make. */
-function encodeAcquire(name, leaseMs, owner = "", nowait = false) {
+/** A shared claim's limit, checked: a whole number 1..65535. */
+function checkLimit(limit) {
+    if (typeof limit !== "number" || !Number.isInteger(limit))
+        throw new errors_js_1.BadRequestError(`limit ${String(limit)} is not a whole number`);
+    if (limit < 1 || limit > exports.MAX_LIMIT)
+        throw new errors_js_1.BadRequestError(`limit ${limit} must be from 1 to ${exports.MAX_LIMIT}`);
+    return limit;
+}
+/**
+ * An ACQUIRE frame, after the checks the server would make. Without a
+ * claim it is version 1 (an exclusive claim); with one, version 2, whose
+ * `shared` makes the claim shared (an exclusive claim's limit must be 1).
+ */
+function encodeAcquire(name, leaseMs, owner = "", nowait = false, claim) {
     const n = checkName(name);
     const o = checkOwner(owner);
     const ms = checkLeaseMs(leaseMs);
-    const payload = Buffer.alloc(7 + n.length + o.length);
-    payload[0] = exports.VERSION;
-    payload[1] = nowait ? 1 : 0;
+    let flags = nowait ? exports.FLAG_NOWAIT : 0;
+    if (!claim) {
+        const payload = Buffer.alloc(7 + n.length + o.length);
+        payload[0] = exports.VERSION;
+        payload[1] = flags;
+        payload.writeUInt32BE(ms, 2);
+        payload[6] = n.length;
+        n.copy(payload, 7);
+        o.copy(payload, 7 + n.length);
+        return encodeFrame(exports.T_ACQUIRE, payload);
+    }
+    const limit = checkLimit(claim.limit);
+    if (claim.shared)
+        flags |= exports.FLAG_SHARED;
+    else if (limit !== 1)
+        throw new errors_js_1.BadRequestError(`limit ${limit} without SHARED: an exclusive claim's limit must be 1`);
+    const payload = Buffer.alloc(9 + n.length + o.length);
+    payload[0] = exports.VERSION_2;
+    payload[1] = flags;
     payload.writeUInt32BE(ms, 2);
-    payload[6] = n.length;
-    n.copy(payload, 7);
-    o.copy(payload, 7 + n.length);
+    payload.writeUInt16BE(limit, 6);
+    payload[8] = n.length;
+    n.copy(payload, 9);
+    o.copy(payload, 9 + n.length);
     return encodeFrame(exports.T_ACQUIRE, payload);
 }
 /** Any frame: type, u16 length, payload. */

@@ -10,6 +10,7 @@ import {
   BatonError,
   ConnectionBroken,
   LeaseExpiredError,
+  LimitMismatchError,
   LockLost,
   NotLeaderError,
   ServerError,
@@ -18,12 +19,19 @@ import {
 } from "./errors.js";
 import { Held, failure } from "./held.js";
 import { safeLogger, type Logger } from "./log.js";
-import { HeldMany, acquireAll } from "./many.js";
+import { HeldMany, acquireAll, order } from "./many.js";
 import { Session } from "./session.js";
 import * as wire from "./wire.js";
 
 export const DEFAULT_LEASE_MS = 10_000;
 export const DEFAULT_DIAL_TIMEOUT_MS = 5_000;
+/**
+ * The limit of a reader's claim (`shared: true` without a limit): the
+ * largest the protocol carries, as close to "no limit" as a shared claim
+ * gets. Every reader of a name must give the same limit, so it is one fixed
+ * number, the same in every Baton client.
+ */
+export const READER_LIMIT = wire.MAX_LIMIT;
 
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
@@ -81,7 +89,23 @@ export interface AcquireOptions {
    * hand a lock on between parts of one process.
    */
   queueBehindSelf?: boolean;
+  /**
+   * A slot of a counting semaphore of `limit` slots: at most `limit` shared
+   * claims hold the name at once (1..65535). Every shared claim of a name
+   * must give the same limit while the name has shared sessions: another
+   * rejects with LimitMismatchError at once, never retried.
+   */
+  limit?: number;
+  /**
+   * A reader of a read/write lock: shared with the other readers (limit
+   * READER_LIMIT unless `limit` gives one); writers are ordinary claims of
+   * the same name. Without `shared` or `limit` a claim is exclusive.
+   */
+  shared?: boolean;
 }
+
+/** The kind of one name's claim in acquireMany: see AcquireOptions. */
+export type ClaimKind = Pick<AcquireOptions, "shared" | "limit">;
 
 /** Options of acquireMany: AcquireOptions that apply to the whole. */
 export interface AcquireManyOptions {
@@ -89,6 +113,23 @@ export interface AcquireManyOptions {
   signal?: AbortSignal;
   /** Bounds each name's hold from its own grant (see AcquireOptions.maxHoldMs). */
   maxHoldMs?: number;
+  /** Makes every claim of the set shared (see AcquireOptions.shared). */
+  shared?: boolean;
+  /** Makes every claim of the set a slot of `limit` (see AcquireOptions.limit). */
+  limit?: number;
+  /**
+   * Gives names a kind of their own, in place of `shared` and `limit`:
+   * `{ perName: { config: { shared: true } } }` holds a reader of config
+   * beside the set's other claims. A name outside the set is refused.
+   */
+  perName?: Readonly<Record<string, ClaimKind>>;
+}
+
+/** The version 2 fields of a claim from its options, or undefined for an exclusive claim (version 1). */
+function claimOf(opts: ClaimKind): wire.Claim | undefined {
+  if (opts.shared !== undefined && typeof opts.shared !== "boolean") throw new BadRequestError(`shared ${String(opts.shared)} is not true or false`);
+  if (opts.limit !== undefined) return { shared: true, limit: wire.checkLimit(opts.limit) };
+  return opts.shared ? { shared: true, limit: READER_LIMIT } : undefined;
 }
 
 function splitAddr(addr: string): [string, number] {
@@ -136,7 +177,11 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  *
  * Locks are not re-entrant: asking the same Client for a name it already
  * holds or waits for rejects with AlreadyHeld at once, unless
- * `queueBehindSelf: true`.
+ * `queueBehindSelf: true`. Shared claims count slots: a Client may hold
+ * several slots of one semaphore, fewer than its limit; a claim that its
+ * own claims alone would keep waiting (a slot beyond the limit, any claim
+ * beside its own exclusive one, an exclusive claim beside its own shared
+ * ones) rejects with AlreadyHeld.
  */
 export class Client {
   readonly addrs: readonly string[];
@@ -147,7 +192,8 @@ export class Client {
   readonly #dialTimeoutMs: number;
   readonly #normalClose: boolean;
   readonly #log: Required<Logger>;
-  readonly #inUse = new Map<string, number>();
+  /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
+  readonly #inUse = new Map<string, { exclusive: number; shared: number; limit: number }>();
   #last = 0;
 
   constructor(addrs: string[] | string, opts: ClientOptions = {}) {
@@ -166,7 +212,8 @@ export class Client {
 
   /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
   async acquire(name: string, opts: AcquireOptions = {}): Promise<Held> {
-    return new Held(await this.#claimed(name, opts));
+    const claim = claimOf(opts);
+    return new Held(await this.#claimed(name, opts, claim), claim);
   }
 
   /**
@@ -194,7 +241,17 @@ export class Client {
    * ones it holds. The HeldMany's signal is aborted when any one is lost.
    */
   async acquireMany(names: readonly string[], opts: AcquireManyOptions = {}): Promise<HeldMany> {
-    return acquireAll(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs }));
+    const general: ClaimKind = { shared: opts.shared, limit: opts.limit };
+    claimOf(general);
+    const sorted = order(names);
+    for (const [name, kind] of Object.entries(opts.perName ?? {})) {
+      if (!sorted.includes(name)) throw new BadRequestError(`perName names ${JSON.stringify(name)}, which is not in the set ${JSON.stringify(sorted)}`);
+      const unknown = Object.keys(kind).filter((k) => k !== "shared" && k !== "limit");
+      if (unknown.length) throw new BadRequestError(`perName[${JSON.stringify(name)}] has ${JSON.stringify(unknown)}; it takes shared and limit`);
+      claimOf(kind);
+    }
+    const kindOf = (name: string): ClaimKind => (opts.perName && Object.hasOwn(opts.perName, name) ? opts.perName[name] : general);
+    return acquireAll(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs, ...kindOf(name) }));
   }
 
   /** Runs fn while holding every name (see acquireMany and withLock). */
@@ -216,31 +273,52 @@ export class Client {
    * and the next candidate leads at once.
    */
   async campaign(name: string, value: string, opts: Pick<AcquireOptions, "signal" | "onWaiting"> = {}): Promise<Leadership> {
-    return new Leadership(await this.#claimed(name, { ...opts, owner: value }), value);
+    // An election has one leader: the claim is exclusive whatever opts hold.
+    const { signal, onWaiting } = opts;
+    return new Leadership(await this.#claimed(name, { signal, onWaiting, owner: value }, undefined), value);
   }
 
-  /** Acquires under the re-entrancy rule: the name counts as in use until its session ends. */
-  async #claimed(name: string, opts: AcquireOptions): Promise<Session> {
-    const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false);
+  /**
+   * Acquires under the re-entrancy rule: the name counts as in use until its
+   * session ends. A claim that this Client's own claims alone would keep
+   * waiting is refused: any claim of its own, for an exclusive claim; an
+   * exclusive one, or as many shared ones as the limit, for a shared claim.
+   */
+  async #claimed(name: string, opts: AcquireOptions, claim: wire.Claim | undefined): Promise<Session> {
+    // An exclusive claim stays the version 1 frame that every server
+    // speaks; only a shared one needs version 2.
+    const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false, claim);
     const maxHoldMs = opts.maxHoldMs;
     if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {
       throw new BadRequestError(`maxHoldMs ${maxHoldMs} must be a positive number of milliseconds`);
     }
-    const n = this.#inUse.get(name) ?? 0;
-    if (n > 0 && !opts.queueBehindSelf && !opts.nowait) {
-      throw new AlreadyHeld(`lock ${JSON.stringify(name)} is already held or awaited through this client (locks are not re-entrant; queueBehindSelf: true queues behind it)`);
+    const use = this.#inUse.get(name) ?? { exclusive: 0, shared: 0, limit: 0 };
+    if (!opts.queueBehindSelf && !opts.nowait) {
+      if (!claim && use.exclusive + use.shared > 0) {
+        throw new AlreadyHeld(`lock ${JSON.stringify(name)} is already held or awaited through this client (locks are not re-entrant; queueBehindSelf: true queues behind it)`);
+      }
+      if (claim && (use.exclusive > 0 || (use.shared >= claim.limit && use.limit === claim.limit))) {
+        throw new AlreadyHeld(`lock ${JSON.stringify(name)}: this client already holds or awaits ${use.exclusive > 0 ? "an exclusive claim of it" : `all ${claim.limit} slots of it`} (queueBehindSelf: true queues behind them)`);
+      }
     }
-    this.#inUse.set(name, n + 1);
+    if (claim) {
+      if (use.shared === 0) use.limit = claim.limit;
+      use.shared++;
+    } else {
+      use.exclusive++;
+    }
+    this.#inUse.set(name, use);
     const unclaim = () => {
-      const left = (this.#inUse.get(name) ?? 1) - 1;
-      if (left > 0) this.#inUse.set(name, left);
-      else this.#inUse.delete(name);
+      if (claim) use.shared--;
+      else use.exclusive--;
+      if (use.exclusive <= 0 && use.shared <= 0 && this.#inUse.get(name) === use) this.#inUse.delete(name);
     };
     let s: Session;
     try {
       s = await this.#acquire(name, frame, opts);
     } catch (e) {
       unclaim();
+      if (e instanceof LimitMismatchError && claim) throw new LimitMismatchError(e.serverMessage, claim.limit);
       throw e;
     }
     const off = s.onChange(() => {

@@ -12,6 +12,7 @@ const NAMES: Record<number, string> = {
   0x21: "BAD_REQUEST",
   0x22: "VERSION",
   0x23: "UNAUTHORIZED",
+  0x24: "LIMIT_MISMATCH",
 };
 
 /** The spec's name of an error code, or `0xNN` for an unknown one. */
@@ -128,7 +129,7 @@ export class KickedError extends ServerError {
   override name = "KickedError";
   constructor(message = "") { super(0x12, message); }
 }
-/** BUSY (0x13): nowait was asked for and the lock is held. */
+/** BUSY (0x13): nowait was asked for and the claim may not hold at once (the lock is held, every slot is taken, or others wait first). */
 export class BusyError extends ServerError {
   override name = "BusyError";
   constructor(message = "") { super(0x13, message); }
@@ -143,7 +144,7 @@ export class BadRequestError extends ServerError {
   override name = "BadRequestError";
   constructor(message = "") { super(0x21, message); }
 }
-/** VERSION (0x22): the server does not speak protocol version 1. */
+/** VERSION (0x22): the server does not speak the claim's protocol version (version 2, for a shared claim, to a server older than shared claims). */
 export class VersionError extends ServerError {
   override name = "VersionError";
   constructor(message = "") { super(0x22, message); }
@@ -152,6 +153,32 @@ export class VersionError extends ServerError {
 export class UnauthorizedError extends ServerError {
   override name = "UnauthorizedError";
   constructor(message = "") { super(0x23, message); }
+}
+
+/**
+ * LIMIT_MISMATCH (0x24): a shared claim's limit differs from the limit in
+ * force for the name, which its other shared sessions (holding or waiting)
+ * set. `limit` is that limit, from the server's message (undefined if the
+ * message was not a number); `asked` is this claim's. The claim's
+ * configuration disagrees with the name's other users: it is thrown at
+ * once and never retried.
+ */
+export class LimitMismatchError extends ServerError {
+  override name = "LimitMismatchError";
+  /** The limit in force for the name. */
+  readonly limit: number | undefined;
+  /** The limit this claim gave, when the client knows it. */
+  readonly asked: number | undefined;
+  constructor(message = "", asked?: number) {
+    super(0x24, message);
+    this.limit = /^[0-9]+$/.test(message) ? Number(message) : undefined;
+    this.asked = asked;
+    if (this.limit !== undefined) {
+      this.message = `LIMIT_MISMATCH: the name's limit in force is ${this.limit}` + (asked === undefined ? "" : `, this claim's is ${asked}`);
+    } else if (asked !== undefined) {
+      this.message += ` (this claim's limit is ${asked})`;
+    }
+  }
 }
 
 const CLASSES: Record<number, new (message?: string) => ServerError> = {
@@ -166,6 +193,7 @@ const CLASSES: Record<number, new (message?: string) => ServerError> = {
   0x21: BadRequestError,
   0x22: VersionError,
   0x23: UnauthorizedError,
+  0x24: LimitMismatchError,
 };
 
 /** The error for an ERROR frame: its class if the code is known. */

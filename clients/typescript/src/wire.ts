@@ -1,8 +1,11 @@
-/** The bytes of Baton's wire protocol, version 1 (PROTOCOL.md). */
+/** The bytes of Baton's wire protocol, versions 1 and 2 (PROTOCOL.md). */
 
 import { BadRequestError, ProtocolError } from "./errors.js";
 
+/** What an exclusive claim sends: every server speaks it. */
 export const VERSION = 1;
+/** What a shared claim sends: the SHARED flag and a limit. */
+export const VERSION_2 = 2;
 export const HEADER_SIZE = 3;
 export const MAX_PAYLOAD = 1024;
 export const T_ACQUIRE = 0x01;
@@ -11,6 +14,9 @@ export const T_ERROR = 0x80;
 export const T_WAITING = 0x81;
 export const T_ACQUIRED = 0x82;
 export const MAX_LEASE_MS = 0xffffffff;
+export const MAX_LIMIT = 0xffff;
+export const FLAG_NOWAIT = 0x01;
+export const FLAG_SHARED = 0x02;
 export const HEARTBEAT = Buffer.from([T_HEARTBEAT, 0, 0]);
 
 function checkText(what: string, raw: Buffer, min: number): void {
@@ -51,18 +57,50 @@ export function checkLeaseMs(leaseMs: number): number {
   return ms;
 }
 
-/** An ACQUIRE frame, after the checks the server would make. */
-export function encodeAcquire(name: string | Uint8Array, leaseMs: number, owner: string | Uint8Array = "", nowait = false): Buffer {
+/** A shared claim's limit, checked: a whole number 1..65535. */
+export function checkLimit(limit: unknown): number {
+  if (typeof limit !== "number" || !Number.isInteger(limit)) throw new BadRequestError(`limit ${String(limit)} is not a whole number`);
+  if (limit < 1 || limit > MAX_LIMIT) throw new BadRequestError(`limit ${limit} must be from 1 to ${MAX_LIMIT}`);
+  return limit;
+}
+
+/** The version 2 fields of an ACQUIRE: a claim's kind and its limit. */
+export interface Claim {
+  shared: boolean;
+  limit: number;
+}
+
+/**
+ * An ACQUIRE frame, after the checks the server would make. Without a
+ * claim it is version 1 (an exclusive claim); with one, version 2, whose
+ * `shared` makes the claim shared (an exclusive claim's limit must be 1).
+ */
+export function encodeAcquire(name: string | Uint8Array, leaseMs: number, owner: string | Uint8Array = "", nowait = false, claim?: Claim): Buffer {
   const n = checkName(name);
   const o = checkOwner(owner);
   const ms = checkLeaseMs(leaseMs);
-  const payload = Buffer.alloc(7 + n.length + o.length);
-  payload[0] = VERSION;
-  payload[1] = nowait ? 1 : 0;
+  let flags = nowait ? FLAG_NOWAIT : 0;
+  if (!claim) {
+    const payload = Buffer.alloc(7 + n.length + o.length);
+    payload[0] = VERSION;
+    payload[1] = flags;
+    payload.writeUInt32BE(ms, 2);
+    payload[6] = n.length;
+    n.copy(payload, 7);
+    o.copy(payload, 7 + n.length);
+    return encodeFrame(T_ACQUIRE, payload);
+  }
+  const limit = checkLimit(claim.limit);
+  if (claim.shared) flags |= FLAG_SHARED;
+  else if (limit !== 1) throw new BadRequestError(`limit ${limit} without SHARED: an exclusive claim's limit must be 1`);
+  const payload = Buffer.alloc(9 + n.length + o.length);
+  payload[0] = VERSION_2;
+  payload[1] = flags;
   payload.writeUInt32BE(ms, 2);
-  payload[6] = n.length;
-  n.copy(payload, 7);
-  o.copy(payload, 7 + n.length);
+  payload.writeUInt16BE(limit, 6);
+  payload[8] = n.length;
+  n.copy(payload, 9);
+  o.copy(payload, 9 + n.length);
   return encodeFrame(T_ACQUIRE, payload);
 }
 
