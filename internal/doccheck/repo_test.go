@@ -7,8 +7,7 @@ import (
 
 // stillToClean are the pages that still tell some of their own history;
 // remove a page from here once History finds nothing in it.
-var stillToClean = map[string]bool{
-}
+var stillToClean = map[string]bool{}
 
 // repository is this repository's tracked tree. Outside a git work tree
 // (an unpacked source archive) there is nothing to check, except in CI,
