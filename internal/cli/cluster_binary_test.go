@@ -543,20 +543,22 @@ func waitTokenFile(t *testing.T, path string, l *loggedCmd) uint64 {
 }
 
 // waitersOf returns the number of waiters the node at opsAddr shows for name.
-func waitersOf(opsAddr, name string) int {
+func waitersOf(opsAddr, name string) int { return len(opsLockOf(opsAddr, name).Waiters) }
+
+// opsHolders counts a name's holders in a node's ops API.
+func opsHolders(opsAddr, name string) int { return len(opsLockOf(opsAddr, name).Holders) }
+
+// opsLockOf is a name's LOCK in a node's ops API; empty if it cannot be
+// read.
+func opsLockOf(opsAddr, name string) (v struct{ Holders, Waiters []json.RawMessage }) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + opsAddr + "/v1/locks/" + name)
 	if err != nil {
-		return 0
+		return v
 	}
 	defer resp.Body.Close()
-	var v struct {
-		Waiters []json.RawMessage `json:"waiters"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return 0
-	}
-	return len(v.Waiters)
+	json.NewDecoder(resp.Body).Decode(&v)
+	return v
 }
 
 // batonCluster runs a baton cluster command, again while the answer is that

@@ -3,11 +3,9 @@ package cli
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,21 +271,4 @@ func TestClusterSemaphoreEveryClient(t *testing.T) {
 	if again.Token() <= tsToken {
 		t.Fatalf("token after the failover %d, want above %d", again.Token(), tsToken)
 	}
-}
-
-// opsHolders counts a name's holders in a node's ops API.
-func opsHolders(opsAddr, name string) int {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + opsAddr + "/v1/locks/" + name)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Holders []json.RawMessage `json:"holders"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return 0
-	}
-	return len(v.Holders)
 }
