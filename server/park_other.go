@@ -26,7 +26,7 @@ func newIdlePoller(*Server) (*idlePoller, error) { return nil, nil }
 
 func (p *idlePoller) park(*session) bool         { return false }
 func (p *idlePoller) adopt(*session) bool        { return false }
-func (p *idlePoller) unparkLocked(*session) bool { return false }
+func (p *idlePoller) unpark(*session) bool { return false }
 func (p *idlePoller) run()                       {}
 func (p *idlePoller) stop()                      {}
 func (p *idlePoller) isParked(*session) bool     { return false }
