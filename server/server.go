@@ -72,10 +72,10 @@ type Server struct {
 	// stopped: no goroutine may start any more. Set under mu and startMu
 	// both, so that either one guards reading it: deliver starts
 	// goroutines under startMu alone.
-	stopped     bool
-	startMu     sync.Mutex
-	armedFor    time.Time        // the reaper's wake-up; zero when idle
-	exits       []locktable.Exit // scratch for Expire and the admin calls
+	stopped  bool
+	startMu  sync.Mutex
+	armedFor time.Time        // the reaper's wake-up; zero when idle
+	exits    []locktable.Exit // scratch for Expire and the admin calls
 	// releaseExits is scratch for Release.
 	releaseExits []locktable.Exit
 	// moving holds, for each lock whose queue the table left moving (see
@@ -115,11 +115,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	s := &Server{
-		cfg:    cfg,
-		log:    log,
-		reg:    reg,
-		m:      newMetrics(reg, cfg.MetricsLockNames),
-		linger: min(cfg.IOTimeout, time.Second),
+		cfg:         cfg,
+		log:         log,
+		reg:         reg,
+		m:           newMetrics(reg, cfg.MetricsLockNames),
+		linger:      min(cfg.IOTimeout, time.Second),
 		table:       newTable(cfg, cfg.NoGrantBefore),
 		moving:      make(map[string]handover),
 		sessions:    make(map[locktable.SessionID]*session),
