@@ -71,9 +71,21 @@ func (t *Table) CheckInvariants() error {
 		if shared > 0 && shared > l.limit {
 			return fmt.Errorf("lock %q: %d shared holders, over the limit %d", name, shared, l.limit)
 		}
-		// Nobody waits behind a head that may hold (outside the grace period).
-		if w := l.head; w != nil && t.graceUntil.IsZero() && l.mayHold(w.shared, l.limit) {
-			return fmt.Errorf("lock %q: waiter %d at the head may hold (holders %d, limit %d) but waits", name, w.id, l.holders, l.limit)
+		// Nobody waits behind a head that may hold (outside the grace
+		// period), unless the queue was left moving (Config.GrantStep);
+		// a queue left moving has such a head, and is listed for Promote.
+		mayMove := l.head != nil && t.graceUntil.IsZero() && l.mayHold(l.head.shared, l.limit)
+		if mayMove != l.moving {
+			return fmt.Errorf("lock %q: head may hold %v, but left moving %v (holders %d, limit %d)", name, mayMove, l.moving, l.holders, l.limit)
+		}
+		if l.moving && !l.listed {
+			return fmt.Errorf("lock %q is left moving but not listed for Promote", name)
+		}
+		// Tokens rise in grant order (ForceReleaseThrough counts on it).
+		for s := l.first; s != nil && s.next != nil; s = s.next {
+			if s.next.token <= s.token {
+				return fmt.Errorf("lock %q: holder %d has token %d after %d's %d", name, s.next.id, s.next.token, s.id, s.token)
+			}
 		}
 		sharedWaiting := 0
 		for w := l.head; w != nil; w = w.next {
@@ -102,6 +114,23 @@ func (t *Table) CheckInvariants() error {
 		if n != l.waiters {
 			return fmt.Errorf("lock %q: %d waiters linked, count says %d", name, n, l.waiters)
 		}
+	}
+	listed := 0
+	for _, l := range t.moving {
+		if l.listed {
+			listed++
+		}
+		if !l.listed {
+			return fmt.Errorf("lock %q is in the list of moving queues but not marked listed", l.name)
+		}
+	}
+	for _, l := range t.locks {
+		if l.listed {
+			listed--
+		}
+	}
+	if listed < 0 {
+		return fmt.Errorf("%d locks are marked listed but missing from the list of moving queues", -listed)
 	}
 	return nil
 }

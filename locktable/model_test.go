@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -795,41 +796,64 @@ func (s *schedule) expire() {
 	}
 }
 
-// forceRelease takes a name from every holder: each ends, in grant order,
-// and the queue moves once, with the last one's exit.
+// forceRelease takes a name from every holder it has, in steps of a few
+// holders: each ends, in grant order, and the queue moves for each.
 func (s *schedule) forceRelease() {
 	name := names[s.rng.IntN(len(names))]
-	s.logf("force-release %q", name)
-	exits, err := s.tb.ForceRelease(s.now, name, nil)
-	s.checkGrantPromises(exits)
-	s.checkTablePromises()
+	step := 1 + s.rng.IntN(3)
+	s.logf("force-release %q in steps of %d", name, step)
 	holders := slices.Clone(s.m.holders[name])
+	through, ok := s.tb.NewestToken(name)
 	if len(holders) == 0 {
-		if !errors.Is(err, locktable.ErrNotHeld) || len(exits) != 0 {
-			s.fatalf("force-release of free %q: got %v, %s, want ErrNotHeld and none", name, err, exitIDs(exits))
+		_, _, err := s.tb.ForceReleaseThrough(s.now, name, math.MaxUint64, step, nil)
+		if ok || !errors.Is(err, locktable.ErrNotHeld) {
+			s.fatalf("force-release of free %q: got newest token %v, %v, want none and ErrNotHeld", name, ok, err)
 		}
 		return
 	}
-	if err != nil {
-		s.fatalf("force-release %q: got %v, want no error", name, err)
+	var exits []locktable.Exit
+	for more := true; more; {
+		var err error
+		n := len(exits)
+		exits, more, err = s.tb.ForceReleaseThrough(s.now, name, through, step, exits)
+		if err != nil {
+			s.fatalf("force-release %q: got %v, want no error", name, err)
+		}
+		if got := countCause(exits[n:], locktable.CauseForceReleased); got == 0 || got > step {
+			s.fatalf("force-release %q in steps of %d: a step ended %d holders", name, step, got)
+		}
+		for i := n; i < len(exits); i++ { // Promoted is valid until the next call
+			exits[i].Promoted = slices.Clone(exits[i].Promoted)
+		}
+		s.checkGrantPromises(exits[n:])
+		s.checkTablePromises()
 	}
 	w := newWant()
-	w.promotedBy = holders[len(holders)-1]
-	for i, id := range holders {
-		s.m.remove(s.now, s.m.sessions[id], locktable.CauseForceReleased, i == len(holders)-1, w)
+	for _, id := range holders {
+		s.m.remove(s.now, s.m.sessions[id], locktable.CauseForceReleased, true, w)
 	}
-	// The holders' exits come first, in grant order; the last carries the
-	// grants, and the waiters expired on the way follow.
-	if len(exits) < len(holders) {
-		s.fatalf("force-release %q: got exits %s, want the holders %v first", name, exitIDs(exits), holders)
-	}
-	for i, id := range holders {
-		if exits[i].Session.ID != id || (i < len(holders)-1 && len(exits[i].Promoted) > 0) {
-			s.fatalf("force-release %q: got exits %s, want the holders %v first, in grant order, the last with the grants", name, exitIDs(exits), holders)
+	// The holders' exits, in grant order; the waiters expired on the way
+	// follow the exit whose move expired them.
+	var ended []locktable.SessionID
+	for _, e := range exits {
+		if e.Cause == locktable.CauseForceReleased {
+			ended = append(ended, e.Session.ID)
 		}
 	}
-	w.promotedBy = 0 // checked above: the last holder's exit is not the first
+	if !slices.Equal(ended, holders) {
+		s.fatalf("force-release %q: got exits %s, want the holders %v, in grant order", name, exitIDs(exits), holders)
+	}
 	s.checkExits(exits, w)
+}
+
+func countCause(exits []locktable.Exit, c locktable.Cause) int {
+	n := 0
+	for _, e := range exits {
+		if e.Cause == c {
+			n++
+		}
+	}
+	return n
 }
 
 // forceReleaseSession ends one holder, by its session.

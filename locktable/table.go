@@ -15,11 +15,22 @@
 // claim with another limit is refused, and after the last shared session
 // the next shared claim sets it anew. With exclusive claims only, a name
 // is a mutex with a FIFO queue.
+//
+// Work in steps: a name may have thousands of holders, and a writer that
+// leaves may let thousands of readers in. So that no call takes long (the
+// caller serialises every call, and so waits for the longest), a call makes
+// at most Config.GrantStep grants; a queue that could move further is left
+// moving, and Promote moves it on, a step at a time, in the same order. And
+// ForceReleaseThrough takes a name from its holders a step at a time. Every
+// step leaves the table consistent: the limit is never exceeded, grants
+// keep queue order and rising tokens, and a claim that comes meanwhile
+// queues behind a moving queue, as behind any.
 package locktable
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 )
@@ -44,6 +55,10 @@ type Config struct {
 	// what keeps a restart after a crash from granting a lock that a client
 	// of the crashed server may still believe it holds.
 	NoGrantBefore time.Time
+	// GrantStep is the most grants one call makes (an overdue head that
+	// expires on the way counts as one); 0 means no bound. A queue that
+	// could move further is left moving (Moving), for Promote.
+	GrantStep int
 }
 
 // Request is what a session asks for in its ACQUIRE.
@@ -122,6 +137,9 @@ const (
 	// CauseGraceEnded: nobody left; the grace period of
 	// Config.NoGrantBefore ended and the head of a queue was granted.
 	CauseGraceEnded
+	// CauseQueueMoved: nobody left; Promote moved on a queue that an
+	// earlier call left moving (Config.GrantStep).
+	CauseQueueMoved
 )
 
 func (c Cause) String() string {
@@ -136,24 +154,32 @@ func (c Cause) String() string {
 		return "kicked"
 	case CauseGraceEnded:
 		return "grace_ended"
+	case CauseQueueMoved:
+		return "queue_moved"
 	}
 	return fmt.Sprintf("cause(%d)", uint8(c))
 }
 
 // Exit is one session leaving the table, and the grants it caused. The
-// exception is Cause CauseGraceEnded: no session left (Session is the zero
-// Info) and Promoted are the heads of a queue granted at the end of the
-// grace period, so that callers handle every promotion in one place.
+// exceptions are Causes CauseGraceEnded and CauseQueueMoved: no session
+// left (Session is the zero Info) and Promoted are the heads of a queue
+// granted at the end of the grace period, or by Promote, so that callers
+// handle every promotion in one place.
 type Exit struct {
-	Session Info  // the session as it was when it left; zero for CauseGraceEnded
+	Session Info  // the session as it was when it left; zero for CauseGraceEnded and CauseQueueMoved
 	Cause   Cause // why it left
+	// Lock is the name of the lock whose session left, or whose queue moved.
+	Lock string
+	// Moving says that after this exit the lock's queue is left moving:
+	// its head may hold, and Promote grants it (see Config.GrantStep).
+	Moving bool
 	// Promoted are the waiters that now hold the lock because this session
 	// left, in queue order (so their tokens rise in that order): none, one
 	// (the next holder of a mutex), or several (shared claims that stood
 	// behind an exclusive holder, or behind a waiter that left the head).
 	// It is the table's scratch: valid until the next call that changes the
-	// table (Acquire, Release, Expire, ForceRelease, ForceReleaseSession,
-	// Kick).
+	// table (Acquire, Release, Expire, Promote, ForceReleaseThrough,
+	// ForceReleaseSession, Kick).
 	Promoted []Grant
 }
 
@@ -220,6 +246,11 @@ type lock struct {
 	// Removals from the queue, counted for the position cache (see state):
 	// of the head, and from anywhere else but the tail.
 	headRemovals, middleRemovals uint32
+	// moving: the queue stopped at Config.GrantStep grants with a head
+	// that may hold, and Promote moves it on. listed: the lock is in
+	// Table.moving (where it keeps its place if it stops moving and then
+	// is left moving again before Promote comes to it).
+	moving, listed bool
 }
 
 // exclusivelyHeld reports whether an exclusive claim holds l (it is then
@@ -267,6 +298,13 @@ type Table struct {
 	// grants backs the Promoted slices of the exits of one call; emptied
 	// at the start of the next call that changes the table.
 	grants []Grant
+	// budget is how many grants the current call may still make (see
+	// Config.GrantStep).
+	budget int
+	// moving lists the locks whose queue a call left moving, in the order
+	// they were left; an entry whose lock has since stopped moving (or left
+	// the table) is skipped.
+	moving []*lock
 }
 
 // New returns an empty table.
@@ -279,6 +317,16 @@ func New(cfg Config) *Table {
 		locks:      make(map[string]*lock),
 		sessions:   make(map[SessionID]*session),
 		graceUntil: cfg.NoGrantBefore,
+	}
+}
+
+// begin starts a call that changes the table: the grants of the previous
+// one are forgotten, and the call's budget of grants is full.
+func (t *Table) begin() {
+	t.grants = t.grants[:0]
+	t.budget = t.cfg.GrantStep
+	if t.budget <= 0 {
+		t.budget = math.MaxInt
 	}
 }
 
@@ -309,7 +357,7 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 	if req.Shared && req.Limit < 1 {
 		return State{}, NotRefused, dst, fmt.Errorf("locktable: limit %d of a shared claim must be at least 1", req.Limit)
 	}
-	t.grants = t.grants[:0]
+	t.begin()
 	dst = t.expire(now, dst)
 	l := t.locks[req.Name]
 	if req.Shared && l != nil && l.shared > 0 && l.limit != req.Limit {
@@ -420,8 +468,8 @@ func (t *Table) Release(now time.Time, id SessionID, dst []Exit) ([]Exit, bool) 
 	if s == nil {
 		return dst, false
 	}
-	t.grants = t.grants[:0]
-	return t.remove(now, s, CauseReleased, true, dst), true
+	t.begin()
+	return t.remove(now, s, CauseReleased, dst), true
 }
 
 // Expire removes every session whose lease has run out at now: silent for
@@ -430,13 +478,13 @@ func (t *Table) Release(now time.Time, id SessionID, dst []Exit) ([]Exit, bool) 
 // of the locks' names, as one Exit per lock with Cause CauseGraceEnded;
 // waiters whose lease ran out during the grace period have left before.
 func (t *Table) Expire(now time.Time, dst []Exit) []Exit {
-	t.grants = t.grants[:0]
+	t.begin()
 	return t.expire(now, dst)
 }
 
 func (t *Table) expire(now time.Time, dst []Exit) []Exit {
 	for len(t.expiry) > 0 && !t.expiry[0].deadline.After(now) {
-		dst = t.remove(now, t.expiry[0], CauseExpired, true, dst)
+		dst = t.remove(now, t.expiry[0], CauseExpired, dst)
 	}
 	if !t.graceUntil.IsZero() && !now.Before(t.graceUntil) {
 		dst = t.endGrace(now, dst)
@@ -455,14 +503,45 @@ func (t *Table) endGrace(now time.Time, dst []Exit) []Exit {
 	}
 	sort.Strings(names) // a fixed order, for tests and logs
 	for _, name := range names {
-		exit := Exit{Cause: CauseGraceEnded}
+		l := t.locks[name]
+		exit := Exit{Cause: CauseGraceEnded, Lock: name}
 		// Expire has just removed every overdue session: none is left to
 		// expire on the way.
-		overdue := t.moveQueue(now, t.locks[name], &exit, nil)
-		if len(exit.Promoted) > 0 {
+		overdue := t.moveQueue(now, l, &exit, nil)
+		if exit.Moving = l.moving; len(exit.Promoted) > 0 || exit.Moving {
 			dst = append(dst, exit)
 		}
 		dst = append(dst, overdue...)
+	}
+	return dst
+}
+
+// Moving reports whether a queue was left moving (see Config.GrantStep):
+// Promote has work.
+func (t *Table) Moving() bool {
+	for len(t.moving) > 0 && !t.moving[0].moving {
+		t.moving[0].listed = false
+		t.moving[0] = nil
+		t.moving = t.moving[1:]
+	}
+	return len(t.moving) > 0
+}
+
+// Promote moves on the queues that earlier calls left moving, oldest
+// first, making at most Config.GrantStep grants, as those calls would have
+// gone on to make them: one exit with Cause CauseQueueMoved per queue it
+// moved (the last one's Moving is set if it is left moving still), and
+// the overdue heads expired on the way after it, appended to dst.
+func (t *Table) Promote(now time.Time, dst []Exit) []Exit {
+	t.begin()
+	for t.Moving() && t.budget > 0 {
+		l := t.moving[0] // stays first while it is left moving still
+		exit := Exit{Cause: CauseQueueMoved, Lock: l.name}
+		overdue := t.moveQueue(now, l, &exit, nil)
+		exit.Moving = l.moving
+		dst = append(dst, exit)
+		dst = append(dst, overdue...)
+		t.dropIfEmpty(l)
 	}
 	return dst
 }
@@ -484,19 +563,36 @@ func (t *Table) NextDeadline() (time.Time, bool) {
 	return next, ok
 }
 
-// ForceRelease takes the lock name from every holder, in grant order, and
-// then moves the queue once: the exit of the last holder carries the
-// grants. It returns ErrNotHeld when nobody holds it.
-func (t *Table) ForceRelease(now time.Time, name string, dst []Exit) ([]Exit, error) {
+// NewestToken is the token of lock name's newest holder; false when nobody
+// holds it. Tokens rise with every grant, so the holders of name at this
+// instant are those whose token is at most this one (see
+// ForceReleaseThrough).
+func (t *Table) NewestToken(name string) (uint64, bool) {
 	l := t.locks[name]
-	if l == nil || l.first == nil {
-		return dst, ErrNotHeld
+	if l == nil || l.last == nil {
+		return 0, false
 	}
-	t.grants = t.grants[:0]
-	for l.first != l.last {
-		dst = t.remove(now, l.first, CauseForceReleased, false, dst)
+	return l.last.token, true
+}
+
+// ForceReleaseThrough takes lock name from at most max of its holders
+// whose token is at most through, in grant order, and moves the queue for
+// each slot it frees: called again and again with the token NewestToken
+// gave, it ends exactly the holders of that instant, a step at a time,
+// and none granted since. more reports whether such holders are left. It
+// returns ErrNotHeld when there is none.
+func (t *Table) ForceReleaseThrough(now time.Time, name string, through uint64, max int, dst []Exit) (_ []Exit, more bool, _ error) {
+	l := t.locks[name]
+	if l == nil || l.first == nil || l.first.token > through {
+		return dst, false, ErrNotHeld
 	}
-	return t.remove(now, l.first, CauseForceReleased, true, dst), nil
+	t.begin()
+	for n := 0; n < max && l.first != nil && l.first.token <= through; n++ {
+		dst = t.remove(now, l.first, CauseForceReleased, dst)
+	}
+	// remove may have dropped l: look again.
+	l = t.locks[name]
+	return dst, l != nil && l.first != nil && l.first.token <= through, nil
 }
 
 // ForceReleaseSession takes the lock from holder id alone, and moves the
@@ -510,8 +606,8 @@ func (t *Table) ForceReleaseSession(now time.Time, id SessionID, dst []Exit) ([]
 	if !s.held() {
 		return dst, ErrWaiter
 	}
-	t.grants = t.grants[:0]
-	return t.remove(now, s, CauseForceReleased, true, dst), nil
+	t.begin()
+	return t.remove(now, s, CauseForceReleased, dst), nil
 }
 
 // Kick removes waiter id from its queue; a waiter at the head leaving may
@@ -525,8 +621,8 @@ func (t *Table) Kick(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
 	if s.held() {
 		return dst, ErrHolder
 	}
-	t.grants = t.grants[:0]
-	return t.remove(now, s, CauseKicked, true, dst), nil
+	t.begin()
+	return t.remove(now, s, CauseKicked, dst), nil
 }
 
 // Session describes session id at now.
@@ -703,13 +799,12 @@ func (t *Table) grant(now time.Time, s *session) {
 	s.lock.addHolder(s)
 }
 
-// remove takes s out of the table. With move, the queue then moves for
-// what s freed (see moveQueue): a holder's slot, or the head of the queue;
-// the grants go into s's exit, and the overdue waiters expired on the way
-// follow it.
-func (t *Table) remove(now time.Time, s *session, cause Cause, move bool, dst []Exit) []Exit {
-	exit := Exit{Session: t.info(now, s), Cause: cause}
+// remove takes s out of the table. The queue then moves for what s freed
+// (see moveQueue): a holder's slot, or the head of the queue; the grants
+// go into s's exit, and the overdue waiters expired on the way follow it.
+func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exit {
 	l := s.lock
+	exit := Exit{Session: t.info(now, s), Cause: cause, Lock: l.name}
 	t.expiry.remove(s)
 	delete(t.sessions, s.id)
 	frees := s.held() || s == l.head
@@ -722,9 +817,10 @@ func (t *Table) remove(now time.Time, s *session, cause Cause, move bool, dst []
 		l.shared--
 	}
 	var overdue []Exit
-	if move && frees {
+	if frees {
 		overdue = t.moveQueue(now, l, &exit, overdue)
 	}
+	exit.Moving = l.moving
 	dst = append(dst, exit)
 	dst = append(dst, overdue...)
 	t.dropIfEmpty(l)
@@ -737,15 +833,25 @@ func (t *Table) remove(now time.Time, s *session, cause Cause, move bool, dst []
 // exit is appended to overdue), so a dead waiter never gets the lock; one
 // that may not hold stops the queue, and overdue waiters behind it are left
 // to Expire (walking the whole queue would make every handover O(queue)).
-// During the grace period nothing is granted.
+// When the call's budget runs out first, l is left moving (see
+// Config.GrantStep). During the grace period nothing is granted.
 func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []Exit {
 	if !t.graceUntil.IsZero() {
 		return overdue
 	}
 	start := len(t.grants)
 	for w := l.head; w != nil && l.mayHold(w.shared, l.limit); w = l.head {
+		if t.budget == 0 {
+			l.moving = true
+			if !l.listed {
+				l.listed = true
+				t.moving = append(t.moving, l)
+			}
+			break
+		}
+		t.budget--
 		if !w.deadline.After(now) {
-			overdue = append(overdue, Exit{Session: t.info(now, w), Cause: CauseExpired})
+			overdue = append(overdue, Exit{Session: t.info(now, w), Cause: CauseExpired, Lock: l.name})
 			t.expiry.remove(w)
 			delete(t.sessions, w.id)
 			l.unlink(w)
@@ -762,12 +868,16 @@ func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []
 	if n := len(t.grants); n > start {
 		exit.Promoted = t.grants[start:n:n]
 	}
+	if l.moving && (l.head == nil || !l.mayHold(l.head.shared, l.limit)) {
+		l.moving = false // moved as far as it may: its entry in t.moving is skipped
+	}
 	return overdue
 }
 
 func (t *Table) dropIfEmpty(l *lock) {
 	if l.first == nil && l.head == nil {
 		delete(t.locks, l.name)
+		l.moving = false
 	}
 }
 

@@ -3,6 +3,7 @@ package locktable_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -416,7 +417,7 @@ func TestOverdueWaiterSkipped(t *testing.T) {
 	tb2, c2, _ := newTable(t, locktable.Config{})
 	acquire(t, tb2, c2.now, 1, req("a", time.Hour))
 	acquire(t, tb2, c2.now, 2, req("a", time.Second))
-	exits, _ = tb2.ForceRelease(c2.advance(2*time.Second), "a", nil)
+	exits, _ = forceReleaseAll(tb2, c2.advance(2*time.Second), "a", nil)
 	wantExits(t, exits, "1:force_released", "2:expired")
 	if tb2.Locks() != 0 || tb2.Sessions() != 0 {
 		t.Fatalf("Locks, Sessions: got %d, %d, want 0, 0", tb2.Locks(), tb2.Sessions())
@@ -460,26 +461,40 @@ func TestAcquireExpiresOverdueHolder(t *testing.T) {
 	}
 }
 
+// forceReleaseAll takes name from every holder it has now, as an
+// operator's release does, in one step.
+func forceReleaseAll(tb *locktable.Table, now time.Time, name string, dst []locktable.Exit) ([]locktable.Exit, error) {
+	through, ok := tb.NewestToken(name)
+	if !ok {
+		return dst, locktable.ErrNotHeld
+	}
+	exits, more, err := tb.ForceReleaseThrough(now, name, through, math.MaxInt, dst)
+	if more {
+		panic("ForceReleaseThrough without a bound left holders")
+	}
+	return exits, err
+}
+
 func TestForceRelease(t *testing.T) {
 	tb, c, _ := newTable(t, locktable.Config{})
-	if _, err := tb.ForceRelease(c.now, "nobody", nil); !errors.Is(err, locktable.ErrNotHeld) {
-		t.Fatalf("ForceRelease of an unknown lock: got %v, want ErrNotHeld", err)
+	if _, _, err := tb.ForceReleaseThrough(c.now, "nobody", math.MaxUint64, 1, nil); !errors.Is(err, locktable.ErrNotHeld) {
+		t.Fatalf("ForceReleaseThrough of an unknown lock: got %v, want ErrNotHeld", err)
 	}
 	acquire(t, tb, c.now, 1, req("a", time.Hour))
 	acquire(t, tb, c.now, 2, req("a", time.Hour))
 	dst := make([]locktable.Exit, 1) // exits are appended, never overwrite
-	exits, err := tb.ForceRelease(c.now, "a", dst)
+	exits, err := forceReleaseAll(tb, c.now, "a", dst)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantExits(t, exits[1:], "1:force_released->2")
-	exits, err = tb.ForceRelease(c.now, "a", nil)
+	exits, err = forceReleaseAll(tb, c.now, "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantExits(t, exits, "2:force_released")
-	if _, err := tb.ForceRelease(c.now, "a", nil); !errors.Is(err, locktable.ErrNotHeld) {
-		t.Fatalf("ForceRelease of a released lock: got %v, want ErrNotHeld", err)
+	if _, err := forceReleaseAll(tb, c.now, "a", nil); !errors.Is(err, locktable.ErrNotHeld) {
+		t.Fatalf("release of a released lock: got %v, want ErrNotHeld", err)
 	}
 	if tb.Locks() != 0 {
 		t.Fatalf("Locks: got %d, want 0", tb.Locks())
@@ -876,12 +891,12 @@ func TestForceReleaseEveryHolder(t *testing.T) {
 	if _, err := tb.ForceReleaseSession(c.now, 99, nil); !errors.Is(err, locktable.ErrUnknownSession) {
 		t.Fatalf("ForceReleaseSession of nobody: got %v, want ErrUnknownSession", err)
 	}
-	exits, err = tb.ForceRelease(c.now, "s", nil)
+	exits, err = forceReleaseAll(tb, c.now, "s", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantExits(t, exits, "1:force_released", "3:force_released->4")
-	exits, _ = tb.ForceRelease(c.now, "s", nil)
+	exits, _ = forceReleaseAll(tb, c.now, "s", nil)
 	wantExits(t, exits, "4:force_released->5")
 	checkInvariants(t, tb)
 }

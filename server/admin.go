@@ -147,27 +147,54 @@ func (s *Server) ForceRelease(name string) (SessionView, error) {
 }
 
 // ForceReleaseAll is ForceRelease returning every ended holder, in grant
-// order.
+// order. It ends exactly the holders of the instant it is called, in steps
+// of bulkStep holders, each one hold of the mutex, between which other
+// sessions come and go: a holder that leaves meanwhile is not among those
+// returned, and a claim granted meanwhile (to a slot the release freed, or
+// a free one) is not ended.
 func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	s.mayServeLocked(now) // the release promotes: fail closed first if need be
-	exits, err := s.table.ForceRelease(now, name, s.exits[:0])
-	if errors.Is(err, locktable.ErrNotHeld) {
+	var (
+		through uint64 // the newest holder's token when asked
+		ended   []locktable.Info
+		remotes []net.Addr
+	)
+	for more := true; more; {
+		var fx effects
+		s.mu.Lock()
+		now := time.Now()
+		s.mayServeLocked(now) // the release promotes: fail closed first if need be
+		if through == 0 {
+			var ok bool
+			if through, ok = s.table.NewestToken(name); !ok {
+				s.mu.Unlock()
+				return nil, ErrNotHeld
+			}
+		}
+		var exits []locktable.Exit
+		var err error
+		exits, more, err = s.table.ForceReleaseThrough(now, name, through, bulkStep, s.exits[:0])
+		if err != nil && !errors.Is(err, locktable.ErrNotHeld) { // not held: the rest left meanwhile
+			s.mu.Unlock()
+			return nil, err
+		}
+		for _, e := range exits {
+			if e.Cause == locktable.CauseForceReleased {
+				ended = append(ended, e.Session)
+				remotes = append(remotes, s.remoteLocked(e.Session.ID))
+			}
+		}
+		s.settleLocked(now, exits, &fx)
+		s.mu.Unlock()
+		s.deliver(&fx)
+	}
+	if len(ended) == 0 { // every holder left before the first step
 		return nil, ErrNotHeld
 	}
-	if err != nil {
-		return nil, err
+	views := make([]SessionView, len(ended))
+	for i, in := range ended {
+		views[i] = sessionView(in, remotes[i])
 	}
-	var ended []SessionView
-	for _, e := range exits {
-		if e.Cause == locktable.CauseForceReleased {
-			ended = append(ended, s.sessionViewLocked(e.Session))
-		}
-	}
-	s.settleLocked(now, exits)
-	return ended, nil
+	return views, nil
 }
 
 // ReleaseSession ends holder id alone with ERROR FORCE_RELEASED, and moves
@@ -215,6 +242,8 @@ func (s *Server) endSessionIf(id string, allow func(lock string) error, end func
 	if err != nil {
 		return SessionView{}, ErrUnknownSession
 	}
+	var fx effects
+	defer s.deliver(&fx) // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -232,17 +261,17 @@ func (s *Server) endSessionIf(id string, allow func(lock string) error, end func
 	if errors.Is(err, locktable.ErrUnknownSession) {
 		return SessionView{}, ErrUnknownSession
 	}
-	return s.adminExitsLocked(now, exits, err)
+	return s.adminExitsLocked(now, exits, err, &fx)
 }
 
 // adminExitsLocked applies the exits of an operator's action, whose own
-// session is the first exit, and starts the writes. mu must be held.
-func (s *Server) adminExitsLocked(now time.Time, exits []locktable.Exit, err error) (SessionView, error) {
+// session is the first exit, into fx. mu must be held.
+func (s *Server) adminExitsLocked(now time.Time, exits []locktable.Exit, err error, fx *effects) (SessionView, error) {
 	if err != nil {
 		return SessionView{}, err
 	}
 	view := s.sessionViewLocked(exits[0].Session)
-	s.settleLocked(now, exits)
+	s.settleLocked(now, exits, fx)
 	return view, nil
 }
 

@@ -114,7 +114,9 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 	}
 	for _, r := range allReasons {
 		m.ended[r] = ended.WithLabelValues(r.String())
-		m.handovers[r] = handovers.WithLabelValues(r.String())
+		if r.promotes() { // a series that could never count would only mislead
+			m.handovers[r] = handovers.WithLabelValues(r.String())
+		}
 	}
 	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized, wire.CodeLimitMismatch} {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())

@@ -300,11 +300,13 @@ func (sh *pollShard) sweepDue() {
 	s.mu.Unlock()
 }
 
-// unparkLocked takes c out of the poller if it is parked, and reports
-// whether it was: the caller must then start c's reader. Its registration
-// is removed, so that the descriptor can be closed and reused safely.
-// c.closing must be set already, and srv.mu held.
-func (p *idlePoller) unparkLocked(c *session) bool {
+// unpark takes c, which the server ended, out of the poller if it is
+// parked, and reports whether it was: the caller must then start c's
+// reader. Its registration is removed, so that the descriptor can be
+// closed and reused safely. c.closing must be set already: a shard that
+// takes c first (it was readable) finds the session ended and starts its
+// reader itself; a reader that would park it sees closing and reads on.
+func (p *idlePoller) unpark(c *session) bool {
 	sh := c.park.shard
 	if sh == nil {
 		return false
@@ -627,16 +629,10 @@ func (c *session) closeInShard(err error) bool {
 		s.mu.Unlock()
 		return false
 	}
-	fx := effects{flush: c.endFlush[:0]}
+	fx := effects{flush: c.endFlush[:0], self: c}
 	s.endOneLocked(time.Now(), c, reason, "", &fx) // no ERROR: nothing for c
 	s.mu.Unlock()
-	for _, p := range fx.flush {
-		if p != c && (p.raw == nil || !p.writeNow()) {
-			s.mu.Lock()
-			s.goLocked(p.flush)
-			s.mu.Unlock()
-		}
-	}
+	s.deliver(&fx)
 	c.park.shard.forget(c)
 	c.conn.Close()
 	s.m.connections.Dec()

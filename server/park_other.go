@@ -24,10 +24,10 @@ func (c *session) writeNow() bool { return false }
 
 func newIdlePoller(*Server) (*idlePoller, error) { return nil, nil }
 
-func (p *idlePoller) park(*session) bool         { return false }
-func (p *idlePoller) adopt(*session) bool        { return false }
-func (p *idlePoller) unparkLocked(*session) bool { return false }
-func (p *idlePoller) run()                       {}
-func (p *idlePoller) stop()                      {}
-func (p *idlePoller) isParked(*session) bool     { return false }
-func (p *idlePoller) readersStarted() uint64     { return 0 }
+func (p *idlePoller) park(*session) bool     { return false }
+func (p *idlePoller) adopt(*session) bool    { return false }
+func (p *idlePoller) unpark(*session) bool   { return false }
+func (p *idlePoller) run()                   {}
+func (p *idlePoller) stop()                  {}
+func (p *idlePoller) isParked(*session) bool { return false }
+func (p *idlePoller) readersStarted() uint64 { return 0 }

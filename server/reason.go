@@ -107,6 +107,20 @@ func (r EndReason) code() wire.Code {
 	return 0
 }
 
+// promotes reports whether a session that ends for r can make room for a
+// waiter, and so be a handover's cause: it was in the table (a holder, or
+// the head of a queue) and the server serves on. The other reasons refuse
+// a session before it enters the table, or end every session at once
+// with nobody promoted (shutdown, a lost term: see promoteLocked).
+func (r EndReason) promotes() bool {
+	switch r {
+	case ReasonClosed, ReasonReset, ReasonLeaseExpired, ReasonForceReleased, ReasonKicked,
+		ReasonWriteTimeout, ReasonReadTimeout, ReasonProtocolError:
+		return true
+	}
+	return false
+}
+
 // reasonFor maps a wire error code found while decoding to an end reason.
 func reasonFor(c wire.Code) EndReason {
 	switch c {

@@ -14,6 +14,13 @@
 // replies, the ending holder's reader for the handover's push, a
 // short-lived flusher otherwise. A session's slow socket can therefore
 // delay only that session.
+//
+// What a hold of mu owes other sessions (pushes, ERRORs, readers to start,
+// sessions to take from the idle poller) is collected in effects and done
+// once mu is released (deliver), and work on many sessions is done in
+// steps of bulkStep sessions, each one hold of mu: a release of thousands
+// of holders, or a writer leaving before thousands of readers, lets every
+// other session's frames through between its steps.
 package server
 
 import (
@@ -62,11 +69,19 @@ type Server struct {
 	// listener was closed by someone else (sock_linux.go).
 	acceptCheck time.Duration
 	nextID      locktable.SessionID
-	stopped     bool             // no goroutine may start any more
-	armedFor    time.Time        // the reaper's wake-up; zero when idle
-	exits       []locktable.Exit // scratch for Expire and the admin calls
+	// stopped: no goroutine may start any more. Set under mu and startMu
+	// both, so that either one guards reading it: deliver starts
+	// goroutines under startMu alone.
+	stopped  bool
+	startMu  sync.Mutex
+	armedFor time.Time        // the reaper's wake-up; zero when idle
+	exits    []locktable.Exit // scratch for Expire and the admin calls
 	// releaseExits is scratch for Release.
 	releaseExits []locktable.Exit
+	// moving holds, for each lock whose queue the table left moving (see
+	// bulkStep), the handover the promotion began with, for the grants the
+	// reaper makes in later steps.
+	moving map[string]handover
 
 	wg         sync.WaitGroup
 	reaperWake chan struct{}
@@ -100,17 +115,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	s := &Server{
-		cfg:    cfg,
-		log:    log,
-		reg:    reg,
-		m:      newMetrics(reg, cfg.MetricsLockNames),
-		linger: min(cfg.IOTimeout, time.Second),
-		table: locktable.New(locktable.Config{
-			MaxSessions:       cfg.MaxSessions,
-			MaxWaitersPerLock: cfg.MaxWaitersPerLock,
-			NextToken:         cfg.NextToken,
-			NoGrantBefore:     cfg.NoGrantBefore,
-		}),
+		cfg:         cfg,
+		log:         log,
+		reg:         reg,
+		m:           newMetrics(reg, cfg.MetricsLockNames),
+		linger:      min(cfg.IOTimeout, time.Second),
+		table:       newTable(cfg, cfg.NoGrantBefore),
+		moving:      make(map[string]handover),
 		sessions:    make(map[locktable.SessionID]*session),
 		conns:       make(map[*session]struct{}),
 		listeners:   make(map[net.Listener]func()),
@@ -134,6 +145,25 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// bulkStep is how many sessions one hold of the server's mutex ends or
+// grants at most (a force-release of a name, a queue that moves, the
+// listing of a lock's holders and waiters), so that work on thousands of
+// sessions of one name never holds up the others' heartbeats and
+// handovers: a step takes some hundreds of microseconds.
+const bulkStep = 256
+
+// newTable is an empty lock table for cfg that grants nothing before
+// noGrantBefore.
+func newTable(cfg Config, noGrantBefore time.Time) *locktable.Table {
+	return locktable.New(locktable.Config{
+		MaxSessions:       cfg.MaxSessions,
+		MaxWaitersPerLock: cfg.MaxWaitersPerLock,
+		NextToken:         cfg.NextToken,
+		NoGrantBefore:     noGrantBefore,
+		GrantStep:         bulkStep,
+	})
+}
+
 // leaseNoted raises noted to lease.
 func (s *Server) leaseNoted(lease time.Duration) {
 	for {
@@ -152,7 +182,8 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 func (s *Server) Ready() bool { return !s.closing.Load() && s.serving.Load() }
 
 // goLocked starts f in a goroutine that Shutdown waits for. It reports false,
-// starting nothing, once Shutdown has stopped new goroutines. mu must be held.
+// starting nothing, once Shutdown has stopped new goroutines. mu (or
+// startMu, see stopped) must be held.
 func (s *Server) goLocked(f func()) bool {
 	if s.stopped {
 		return false
@@ -341,7 +372,9 @@ func (s *Server) stop() {
 	for _, c := range all {
 		s.endLocked(now, c, ReasonShutdown, "server shutting down")
 	}
+	s.startMu.Lock()
 	s.stopped = true
+	s.startMu.Unlock()
 	s.events.wakeLocked() // readers then see ErrSubscriptionClosed
 	s.stopping = all
 	s.mu.Unlock()
@@ -361,17 +394,24 @@ func (s *Server) stop() {
 // microseconds of its deadline, not up to a millisecond after it.
 const timerSlack = time.Millisecond
 
-// reap expires silent sessions. It sleeps until the table's next deadline;
-// a new session with an earlier deadline wakes it (heartbeats only move
-// deadlines later, so they never need to).
+// reap expires silent sessions, and moves on the queues the table left
+// moving (see bulkStep), a step per hold of mu. It sleeps until the
+// table's next deadline; a new session with an earlier deadline wakes it
+// (heartbeats only move deadlines later, so they never need to), and so
+// does a queue left moving.
 func (s *Server) reap() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		var fx effects
 		s.mu.Lock()
 		now := time.Now()
 		s.mayServeLocked(now) // an expiry may promote, and the grace's end grants
-		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
+		s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
+		if s.table.Moving() {
+			s.settleLocked(now, s.table.Promote(now, s.exits[:0]), &fx)
+		}
+		moving := s.table.Moving()
 		next, ok := s.table.NextDeadline()
 		if ok {
 			s.armedFor = next
@@ -379,6 +419,10 @@ func (s *Server) reap() {
 			s.armedFor = time.Time{}
 		}
 		s.mu.Unlock()
+		s.deliver(&fx)
+		if moving {
+			continue // the next step, once the others have had mu
+		}
 
 		if ok {
 			wait := time.Until(next)
@@ -403,15 +447,12 @@ func (s *Server) reap() {
 
 // settleLocked applies the exits of a table call made for no session's own
 // end (an expiry, an operator's action, the overdue sessions an ACQUIRE
-// cleared), and starts their writes in new goroutines, since the caller
-// cannot block on other sessions' sockets. exits is the s.exits scratch;
-// it is cleared and kept for the next call. mu must be held.
-func (s *Server) settleLocked(now time.Time, exits []locktable.Exit) {
-	var fx effects
-	s.applyExitsLocked(now, exits, 0, &fx)
+// cleared) into fx, which the caller delivers. exits is the s.exits
+// scratch; it is cleared and kept for the next call. mu must be held.
+func (s *Server) settleLocked(now time.Time, exits []locktable.Exit, fx *effects) {
+	s.applyExitsLocked(now, exits, 0, fx)
 	clear(exits)
 	s.exits = exits[:0]
-	fx.deliverLocked(s)
 }
 
 // wakeReaperLocked makes the reaper look again if deadline is earlier than
@@ -426,30 +467,77 @@ func (s *Server) wakeReaperLocked(deadline time.Time) {
 	}
 }
 
-// effects collects the sessions that got output while mu was held, so the
-// writes happen after it is released.
+// effects collects what the sessions changed while mu was held are owed,
+// so that it is done after mu is released (see deliver).
 type effects struct {
+	// flush are the promoted sessions whose push is still queued.
 	flush []*session
+	// ended are the sessions ended, to be taken from the idle poller and
+	// given their ERROR.
+	ended []*session
+	// pushed counts the pushes written under mu (see pushesUnderMu).
+	pushed int
+	// self is the session whose own reader (or the poller's shard, for it)
+	// is ending it: that caller delivers its end itself.
+	self *session
 }
 
-// deliverLocked starts a flusher for each session with output. mu must be
-// held (to start goroutines); the writes happen in the flushers.
-func (fx *effects) deliverLocked(s *Server) {
-	for _, c := range fx.flush {
-		s.goLocked(c.flush)
+// pushesUnderMu is how many promotion pushes one hold of mu writes at once
+// (without waiting, when the socket takes them): a handover's push, which
+// the new holder waits for, goes out before the rest of the release's
+// bookkeeping, and a mass promotion's pushes wait for mu's release.
+const pushesUnderMu = 4
+
+// deliver does what fx collected: the pushes first (the handovers), each
+// written without waiting, then the ended sessions: a parked one is taken
+// from the idle poller and gets a reader, which writes its ERROR and
+// closes it; another gets a flusher for its ERROR (its reader is woken by
+// it). A push the socket cannot take at once gets a flusher too. Callers
+// hold mu only when they end every session (Shutdown, a lost term);
+// others call it once mu is released, so that a release of many sessions
+// holds up nobody for their system calls.
+func (s *Server) deliver(fx *effects) {
+	var readers, writers []*session
+	for _, p := range fx.flush {
+		if p.raw == nil || !p.writeNow() {
+			writers = append(writers, p)
+		}
 	}
-	fx.flush = fx.flush[:0]
+	for _, c := range fx.ended {
+		switch {
+		case s.poller != nil && s.poller.unpark(c):
+			readers = append(readers, c)
+		case c.reason.code() != 0:
+			writers = append(writers, c)
+		}
+	}
+	if len(readers)+len(writers) > 0 {
+		s.startMu.Lock()
+		for _, c := range readers {
+			if !s.goLocked(c.resume) {
+				c.conn.Close() // stopped: Shutdown closes what is left
+			}
+		}
+		for _, c := range writers {
+			s.goLocked(c.flush)
+		}
+		s.startMu.Unlock()
+	}
+	clear(fx.flush)
+	clear(fx.ended)
+	fx.flush, fx.ended, fx.pushed = fx.flush[:0], fx.ended[:0], 0
 }
 
-// endLocked ends session c for reason, for a caller that cannot block on
-// sockets: c leaves the table (promoting the next waiter if it held the
-// lock) and gets an ERROR if the reason has a code, and the writes happen
-// in new goroutines. A session's own reader ends it with endOneLocked and
-// writes itself (see session.end). mu must be held.
+// endLocked ends session c for reason, for a caller that ends every
+// session (Shutdown, a lost term) or cannot block on sockets: c leaves the
+// table (promoting the next waiter if it held the lock) and gets an ERROR
+// if the reason has a code, and the writes happen in new goroutines. A
+// session's own reader ends it with endOneLocked and writes itself (see
+// session.end). mu must be held.
 func (s *Server) endLocked(now time.Time, c *session, reason EndReason, msg string) {
 	var fx effects
 	s.endOneLocked(now, c, reason, msg, &fx)
-	fx.deliverLocked(s)
+	s.deliver(&fx)
 }
 
 func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg string, fx *effects) {
@@ -478,15 +566,11 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 		clear(exits)
 		s.releaseExits = exits[:0]
 	}
-	if s.poller != nil && s.poller.unparkLocked(c) {
-		// Its reader delivers the ERROR's aftermath (drain, close).
-		if !s.goLocked(c.resume) {
-			c.conn.Close()
-		}
+	if c != fx.self {
+		fx.ended = append(fx.ended, c) // see deliver
 	}
 	if code := reason.code(); code != 0 {
 		c.queueError(code, msg)
-		fx.flush = append(fx.flush, c)
 		if code.Class() == wire.ClassClient {
 			if ctr := s.m.protocolErrors[code]; ctr != nil {
 				ctr.Inc()
@@ -505,13 +589,20 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 // must be held.
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
-		if e.Cause == locktable.CauseGraceEnded {
-			for _, g := range e.Promoted { // nobody left
-				s.promoteLocked(now, g, 0, fx)
+		if e.Cause == locktable.CauseGraceEnded || e.Cause == locktable.CauseQueueMoved {
+			// Nobody left: the grants go on with the handover that began
+			// them (none for the grace's end).
+			h, ok := s.moving[e.Lock]
+			if !ok {
+				h = handover{at: now}
+			}
+			for _, g := range e.Promoted {
+				s.promoteLocked(now, g, h, fx)
 			}
 			for _, g := range e.Promoted {
 				s.grantEventLocked(now, g)
 			}
+			s.stillMovingLocked(e, h)
 			continue
 		}
 		// Counts before the pushes (the metrics are read without mu: they
@@ -539,13 +630,15 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		}
 		// Every push of one exit is a grant at now: the caller asked
 		// mayServeLocked(now) before the table call that made them.
+		h := handover{reason: reason, at: now}
 		for _, g := range e.Promoted {
-			s.promoteLocked(now, g, reason, fx)
+			s.promoteLocked(now, g, h, fx)
 		}
 		s.exitEventLocked(now, e)
 		for _, g := range e.Promoted {
 			s.grantEventLocked(now, g)
 		}
+		s.stillMovingLocked(e, h)
 		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)
 		if c != nil {
@@ -559,15 +652,41 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 	s.m.locks.Set(float64(s.table.Locks()))
 }
 
-// promoteLocked counts the grant g of a waiter and pushes its ACQUIRED.
-// reason is how the session whose end made room ended (0 when there was
-// none: the end of the grace period). mu must be held.
+// handover is how a promotion began: how the session whose end made room
+// ended (0 when there was none: the end of the grace period), and when.
+type handover struct {
+	reason EndReason
+	at     time.Time
+}
+
+// stillMovingLocked keeps h for the lock of exit e while the table leaves
+// its queue moving, and wakes the reaper to move it on; the first
+// handover of a promotion in steps stays its handover. mu must be held.
+func (s *Server) stillMovingLocked(e locktable.Exit, h handover) {
+	if !e.Moving {
+		if len(s.moving) > 0 {
+			delete(s.moving, e.Lock)
+		}
+		return
+	}
+	if _, ok := s.moving[e.Lock]; !ok {
+		s.moving[e.Lock] = h
+	}
+	select {
+	case s.reaperWake <- struct{}{}:
+	default:
+	}
+}
+
+// promoteLocked counts the grant g of a waiter and queues its ACQUIRED
+// push; h is the handover that made room. mu must be held.
 //
-// The push is the handover, so it is written here, under mu and before
-// the caller's events and its session's end, when the socket takes it at
-// once (it nearly always does): the new holder waits for nothing else.
-// Otherwise the caller's effects write it.
-func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReason, fx *effects) {
+// The push is the handover, so the first few of a hold (pushesUnderMu)
+// are written here, under mu and before the caller's events and its
+// session's end, when the socket takes them at once (it nearly always
+// does): the new holder waits for nothing else. The caller's effects write
+// the others once mu is released.
+func (s *Server) promoteLocked(now time.Time, g locktable.Grant, h handover, fx *effects) {
 	s.m.waiting.Dec()
 	s.m.holding.Inc()
 	s.m.series(g.Name).wait.Observe(g.Waited.Seconds())
@@ -577,13 +696,15 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, reason EndReaso
 	}
 	s.m.grantPromotion.Inc()
 	s.m.claimGrant(g.Shared)
-	if ctr := s.m.handovers[reason]; ctr != nil {
+	if ctr := s.m.handovers[h.reason]; ctr != nil {
 		ctr.Inc()
 	}
-	p.queueAcquired(true, g.Token, now)
-	if p.raw == nil || !p.writeNow() {
-		fx.flush = append(fx.flush, p)
+	p.queueAcquired(true, g.Token, h.at)
+	if fx.pushed < pushesUnderMu && p.raw != nil && p.writeNow() {
+		fx.pushed++
+		return
 	}
+	fx.flush = append(fx.flush, p)
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

@@ -111,11 +111,11 @@ func (c *session) serve() {
 // resume is the reader of a session that its shard hands to a goroutine:
 // woken from its park, or before its ACQUIRE (see answerFirst).
 func (c *session) resume() {
+	if c.closing.Load() { // ended by the server: end delivers its ERROR
+		c.end(ReasonClosed, "")
+		return
+	}
 	if !c.started {
-		if c.closing.Load() { // ended by the server: end delivers its ERROR
-			c.end(ReasonClosed, "")
-			return
-		}
 		c.serve()
 		return
 	}
@@ -133,25 +133,21 @@ func (c *session) end(reason EndReason, msg string) {
 		c.conn.Close()
 		s.m.connections.Dec()
 	}()
-	s.mu.Lock()
-	fx := effects{flush: c.endFlush[:0]}
-	s.endOneLocked(time.Now(), c, reason, msg, &fx)
-	flush := fx.flush
-	s.mu.Unlock()
-	// Pushes to promoted waiters first: they are the handover. This
-	// goroutine is ending anyway, so it may spend the write on them; a stuck
-	// new owner delays nobody but itself (its write times out).
-	var self bool
-	for _, p := range flush {
-		if p == c {
-			self = true
-			continue
-		}
-		p.send()
+	// A session the server ended (closing is set after its end, its reason
+	// and its ERROR) owes the table nothing more: its reader does not take
+	// mu, which a release of thousands of sessions would otherwise have
+	// each of their readers queue for.
+	if !c.closing.Load() {
+		s.mu.Lock()
+		fx := effects{flush: c.endFlush[:0], self: c}
+		s.endOneLocked(time.Now(), c, reason, msg, &fx)
+		s.mu.Unlock()
+		// Pushes to promoted waiters first: they are the handover.
+		s.deliver(&fx)
 	}
-	if self {
-		c.flush()
-	}
+	// Its ERROR, queued by this end or by the server's (which started this
+	// reader if the session was parked).
+	c.flush()
 	c.drain()
 }
 
@@ -322,13 +318,15 @@ func (c *session) heartbeat() (live bool) {
 		s.mu.Unlock()
 		return false
 	}
+	var fx effects
 	if st, ok := s.table.Seen(now, c.id); ok {
 		c.queueState(st)
 	} else {
-		s.settleLocked(now, s.table.Expire(now, s.exits[:0]))
+		s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
 	}
 	live = !c.ended
 	s.mu.Unlock()
+	s.deliver(&fx)
 	s.m.heartbeats.Inc()
 	return live
 }
@@ -374,6 +372,8 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		}
 		s.leaseNoted(lease)
 	}
+	var fx effects
+	defer s.deliver(&fx) // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.ended {
@@ -393,7 +393,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		Name: req.Name, Owner: req.Owner, Lease: lease, NoWait: req.NoWait(),
 		Shared: shared, Limit: int(req.Limit),
 	}, s.exits[:0])
-	s.settleLocked(now, exits) // overdue sessions, expired on the way
+	s.settleLocked(now, exits, &fx) // overdue sessions, expired on the way
 	// An error is a bug: ids are unique, and the lease and limit were checked.
 	if err != nil {
 		return ReasonProtocolError, err.Error(), false, false
@@ -709,9 +709,11 @@ func (c *session) writeFailed(err error) {
 	s := c.srv
 	// End first, close after: the reader, woken by the close, must find the
 	// session ended for this reason rather than record it as closed.
+	var fx effects
 	s.mu.Lock()
-	s.endLocked(time.Now(), c, reason, "")
+	s.endOneLocked(time.Now(), c, reason, "", &fx)
 	s.mu.Unlock()
+	s.deliver(&fx)
 	c.conn.Close()
 }
 

@@ -3,8 +3,6 @@ package server
 import (
 	"errors"
 	"time"
-
-	"github.com/batonlock/baton/locktable"
 )
 
 // ErrNotLeader is what Config.NoteLease returns when this node of a cluster
@@ -22,12 +20,8 @@ func (s *Server) BeginTerm(noGrantBefore time.Time) {
 		return
 	}
 	// EndTerm left the table empty; a new one carries the new grace.
-	s.table = locktable.New(locktable.Config{
-		MaxSessions:       s.cfg.MaxSessions,
-		MaxWaitersPerLock: s.cfg.MaxWaitersPerLock,
-		NextToken:         s.cfg.NextToken,
-		NoGrantBefore:     noGrantBefore,
-	})
+	s.table = newTable(s.cfg, noGrantBefore)
+	clear(s.moving)
 	s.m.locks.Set(0)
 	s.serving.Store(true)
 	if !noGrantBefore.IsZero() {
