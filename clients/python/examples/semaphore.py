@@ -31,10 +31,10 @@ inside = most = rendered = 0
 def worker(n: int) -> None:
     global inside, most, rendered
     with client.lock("example/gpu", limit=SLOTS, queue_behind_self=True) as slot:
-        with count_lock:
+        with count_lock:  # also keeps the workers' lines whole
             inside += 1
             most = max(most, inside)
-        print(f"worker {n} renders in a slot of {slot.limit} (token {slot.token})", flush=True)
+            print(f"worker {n} renders in a slot of {slot.limit} (token {slot.token})", flush=True)
         slot.check()  # still holding, by the clock, right before the step
         time.sleep(0.05)  # the render
         with count_lock:
