@@ -473,14 +473,7 @@ func TestBinaryRunAcrossFailover(t *testing.T) {
 	t.Parallel()
 	procs := newClusterProcs(t)
 	l := waitLeader(t, procs)
-	var addrs []string
-	for _, p := range procs {
-		if p != l {
-			addrs = append(addrs, p.addr)
-		}
-	}
-	addrs = append(addrs, l.addr)
-	list := strings.Join(addrs, ",")
+	list := strings.Join(leaderLast(procs, l), ",")
 	dir := t.TempDir()
 
 	holder := batonCmd(t, "run", "-addr", list, "-lease", "1s", "jobs", "--",
@@ -491,13 +484,7 @@ func TestBinaryRunAcrossFailover(t *testing.T) {
 	waiter := batonCmd(t, "run", "-addr", list, "-lease", "1s", "jobs", "--",
 		"sh", "-c", `echo "$BATON_TOKEN" >"$0/second.tmp" && mv "$0/second.tmp" "$0/second"`, dir)
 	wl := startLogged(t, waiter)
-	deadline := time.Now().Add(15 * time.Second)
-	for waitersOf(l.opsAddr, "jobs") < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second run never queued on the leader")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitQueued(t, l.opsAddr, "jobs", "the second run")
 
 	l.cmd.Process.Signal(syscall.SIGKILL)
 	select {
@@ -543,6 +530,32 @@ func waitTokenFile(t *testing.T, path string, l *loggedCmd) uint64 {
 }
 
 // waitersOf returns the number of waiters the node at opsAddr shows for name.
+// leaderLast is the client addresses of procs, the leader l's last, so
+// that a client is first turned away with NOT_LEADER and must follow the
+// hint.
+func leaderLast(procs []*clusterProc, l *clusterProc) []string {
+	var addrs []string
+	for _, p := range procs {
+		if p != l {
+			addrs = append(addrs, p.addr)
+		}
+	}
+	return append(addrs, l.addr)
+}
+
+// waitQueued waits until name has a waiter on the node at opsAddr; who
+// says which claim it waits for.
+func waitQueued(t *testing.T, opsAddr, name, who string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for waitersOf(opsAddr, name) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never queued on the leader", who)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func waitersOf(opsAddr, name string) int { return len(opsLockOf(opsAddr, name).Waiters) }
 
 // opsHolders counts a name's holders in a node's ops API.

@@ -162,13 +162,7 @@ func TestClusterSemaphoreEveryClient(t *testing.T) {
 	python, node := clientCommands(t)
 	procs := newClusterProcs(t)
 	l := waitLeader(t, procs)
-	var addrs []string
-	for _, p := range procs {
-		if p != l {
-			addrs = append(addrs, p.addr)
-		}
-	}
-	addrs = append(addrs, l.addr)
+	addrs := leaderLast(procs, l)
 	list := strings.Join(addrs, ",")
 	const name, limit = "pool", 3
 
@@ -206,13 +200,7 @@ func TestClusterSemaphoreEveryClient(t *testing.T) {
 	// The semaphore is full: the TypeScript client waits, then takes the
 	// slot the Python client leaves.
 	ts := startClientProc(t, node(list, name, limit))
-	deadline := time.Now().Add(30 * time.Second)
-	for waitersOf(l.opsAddr, name) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the TypeScript client's claim never queued on the leader")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitQueued(t, l.opsAddr, name, "the TypeScript client's claim")
 	select {
 	case s := <-ts.lines:
 		t.Fatalf("the TypeScript client got in while 3 of 3 slots were held: %q", s)
