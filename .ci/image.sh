@@ -104,7 +104,6 @@ status=0
 "$work/baton" run -addr "$addr" -wait 10s ci/image -- "$work/baton" run -addr "$addr" -nowait -q ci/image -- true || status=$?
 [ "$status" = 75 ] || { echo "image: a second claim while the lock was held exited $status, want 75 (busy)" >&2; exit 1; }
 "$work/baton" run -addr "$addr" -nowait ci/image -- true
-BATON_ADMIN_TOKEN=$(cat "$work/secrets/admin-token") "$work/baton" locks -ops-addr "$ops"
 
 echo "--- image: SIGTERM to the container's PID: exit 0"
 kill -TERM "$pid"
