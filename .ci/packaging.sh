@@ -67,9 +67,13 @@ fi
 # The unit names /usr/local/bin/baton; verify a copy that names the binary
 # just built, since verify checks that ExecStart is executable.
 sed "s#/usr/local/bin/baton#$unpack/baton-ci-check-linux-amd64/baton#" deploy/systemd/baton.service >"$unpack/baton.service"
+# With the TLS drop-in where systemd looks for it (beside the unit), so
+# that its lines are checked too.
+mkdir -p "$unpack/baton.service.d"
+cp deploy/systemd/tls.conf "$unpack/baton.service.d/tls.conf"
 if ! complaints=$(systemd-analyze verify "$unpack/baton.service" 2>&1) || [ -n "$complaints" ]; then
   echo "systemd-analyze verify deploy/systemd/baton.service:" >&2
   echo "$complaints" >&2
   exit 1
 fi
-echo "baton.service: verified"
+echo "baton.service with tls.conf: verified (run as its service user in go test ./internal/cli: TestSystemdUnitAsServiceUser)"
