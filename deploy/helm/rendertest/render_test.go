@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -374,7 +375,12 @@ func checkMonitor(t *testing.T, m *monitoringv1.ServiceMonitor, tls bool) {
 	}
 	ep := m.Spec.Endpoints[0]
 	if tls != (ep.TLSConfig != nil) {
-		t.Errorf("ServiceMonitor tlsConfig %+v with tls %v", ep.TLSConfig, tls)
+		t.Fatalf("ServiceMonitor tlsConfig %+v with tls %v", ep.TLSConfig, tls)
+	}
+	// Prometheus scrapes every pod with one server name: the one every
+	// node's certificate carries, the client Service's.
+	if tls && (ep.TLSConfig.ServerName == nil || *ep.TLSConfig.ServerName != fullname+"."+namespace+".svc") {
+		t.Errorf("ServiceMonitor serverName %v, want %s.%s.svc", ep.TLSConfig.ServerName, fullname, namespace)
 	}
 }
 
@@ -436,5 +442,41 @@ func TestDashboardCopy(t *testing.T) {
 	}
 	if !bytes.Equal(a, b) {
 		t.Error("deploy/helm/baton/dashboards/baton.json differs from deploy/grafana/baton.json: copy it again")
+	}
+}
+
+// TestChartFlagsExist: every flag the StatefulSet gives baton serve, and
+// every BATON_ variable it sets, is one that baton serve -help lists (the
+// binary built from this repository), so a misspelt or removed flag fails
+// here and not in a pod's crash loop.
+func TestChartFlagsExist(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the baton binary; skipped in -short mode")
+	}
+	bin := filepath.Join(t.TempDir(), "baton")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/baton")
+	build.Dir = filepath.Join("..", "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)
+	}
+	help, _ := exec.Command(bin, "serve", "-help").CombinedOutput()
+	if !bytes.Contains(help, []byte("\n  -raft-advertise ")) {
+		t.Fatalf("baton serve -help lists no -raft-advertise:\n%s", help)
+	}
+	files, err := render(t, loadChart(t), "replicas: 3\ntls: {enabled: true}\nadminToken: {existingSecret: a}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := decode(t, files).statefulSet.Spec.Template.Spec.Containers[0]
+	for _, a := range ct.Args[1:] {
+		name, _, _ := strings.Cut(a, "=")
+		if !strings.HasPrefix(name, "-") || !bytes.Contains(help, []byte("\n  "+name+" ")) && !bytes.Contains(help, []byte("\n  "+name+"\n")) {
+			t.Errorf("the chart gives %q, which baton serve -help does not list", a)
+		}
+	}
+	for _, e := range ct.Env {
+		if strings.HasPrefix(e.Name, "BATON_") && !bytes.Contains(help, []byte("$"+e.Name+")")) {
+			t.Errorf("the chart sets %s, which baton serve -help does not list", e.Name)
+		}
 	}
 }
