@@ -22,7 +22,7 @@ run_logged() {
     rm -f "$log"
     return 1
   fi
-  grep -E '^\s*(=== RUN|--- |PASS|ok)|objects|CONTROL|NETWORK|one at a time|grants;|: n[0-9]\.baton\.test: ' "$log" || true
+  grep -a -E '^\s*(=== RUN|--- |PASS|ok)|objects|CONTROL|NETWORK|one at a time|grants;|: n[0-9]\.baton\.test: ' "$log" || true
   rm -f "$log"
 }
 
