@@ -484,6 +484,10 @@ func (c *dnsCluster) settledNow() error {
 		if got := v.Leader.Addr + " " + v.Leader.OpsAddr; got != want {
 			return fmt.Errorf("n%d hands out the leader at %q, want its names %q", nd.i, got, want)
 		}
+		// A container platform's readiness: a member following the leader.
+		if err := c.get(nd.i, "/readyz?member", nil); err != nil {
+			return err
+		}
 	}
 	var lv struct {
 		Members []struct {

@@ -254,9 +254,14 @@ func checkStatefulSet(t *testing.T, s *appsv1.StatefulSet, n int, tls bool) {
 	if tls {
 		scheme = corev1.URISchemeHTTPS
 	}
-	for name, p := range map[string]*corev1.Probe{"startup": ct.StartupProbe, "liveness": ct.LivenessProbe, "readiness": ct.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "ops" || p.HTTPGet.Scheme != scheme {
-			t.Errorf("%s probe %+v, want GET /healthz on the ops port over %s", name, p, scheme)
+	// Readiness: a member following the leader (/readyz alone is 200 on
+	// the leader only, and rollouts and the budget count Ready pods).
+	for _, pr := range []struct {
+		name, path string
+		p          *corev1.Probe
+	}{{"startup", "/healthz", ct.StartupProbe}, {"liveness", "/healthz", ct.LivenessProbe}, {"readiness", "/readyz?member", ct.ReadinessProbe}} {
+		if p := pr.p; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != pr.path || p.HTTPGet.Port.String() != "ops" || p.HTTPGet.Scheme != scheme {
+			t.Errorf("%s probe %+v, want GET %s on the ops port over %s", pr.name, p, pr.path, scheme)
 		}
 	}
 	if ct.Lifecycle == nil || ct.Lifecycle.PreStop == nil || ct.Lifecycle.PreStop.Sleep == nil || ct.Lifecycle.PreStop.Sleep.Seconds <= 0 {
