@@ -9,7 +9,7 @@ export PATH="/usr/local/go/bin:$PATH"
 
 echo "--- cluster: the faultinject build (the test-only mutation knobs) compiles and vets"
 go vet -tags faultinject ./cluster
-go test -tags faultinject -count=1 -run "TestMutationKnobs" ./cluster
+go test -tags faultinject -count=1 -run "TestMutationKnobs|TestResolveOnceKnob" ./cluster
 go build -tags faultinject -o /dev/null ./cmd/baton
 
 echo "--- cluster: three nodes on loopback"

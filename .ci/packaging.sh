@@ -43,6 +43,21 @@ case "$out" in
   "baton ci-check (commit "*) ;;
   *) echo "baton version of the release build says \"$out\", want \"baton ci-check (commit ...)\"" >&2; exit 1 ;;
 esac
+echo "--- release archive: the licence, the notices, every linked module's licence text, and docs whose links resolve inside it"
+root="$unpack/baton-ci-check-linux-amd64"
+cmp LICENSE "$root/LICENSE"
+cmp NOTICE "$root/NOTICE"
+for f in licenses/go/LICENSE licenses/github.com/hashicorp/raft/LICENSE licenses/github.com/prometheus/client_golang/NOTICE \
+  deploy/systemd/baton.service deploy/grafana/baton.json deploy/helm/baton/Chart.yaml; do
+  [ -f "$root/$f" ] || { echo "release archive: $f missing" >&2; exit 1; }
+done
+dead=0
+for page in "$root/README.md" "$root"/docs/*.md; do
+  while IFS= read -r target; do
+    [ -e "$(dirname "$page")/$target" ] || { echo "release archive: ${page#"$root"/} links to $target, which is not in the archive" >&2; dead=1; }
+  done < <(grep -oE '\]\([^)#]+' "$page" | sed 's/^](//' | grep -vE '^[a-z]+:' || true)
+done
+[ "$dead" = 0 ] || exit 1
 rm -rf dist
 
 echo "--- systemd unit: systemd-analyze verify, with no complaint at all"
@@ -52,9 +67,13 @@ fi
 # The unit names /usr/local/bin/baton; verify a copy that names the binary
 # just built, since verify checks that ExecStart is executable.
 sed "s#/usr/local/bin/baton#$unpack/baton-ci-check-linux-amd64/baton#" deploy/systemd/baton.service >"$unpack/baton.service"
+# With the TLS drop-in where systemd looks for it (beside the unit), so
+# that its lines are checked too.
+mkdir -p "$unpack/baton.service.d"
+cp deploy/systemd/tls.conf "$unpack/baton.service.d/tls.conf"
 if ! complaints=$(systemd-analyze verify "$unpack/baton.service" 2>&1) || [ -n "$complaints" ]; then
   echo "systemd-analyze verify deploy/systemd/baton.service:" >&2
   echo "$complaints" >&2
   exit 1
 fi
-echo "baton.service: verified"
+echo "baton.service with tls.conf: verified (run as its service user in go test ./internal/cli: TestSystemdUnitAsServiceUser)"

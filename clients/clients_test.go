@@ -42,6 +42,12 @@ func need(t *testing.T, tool string) string {
 	return ""
 }
 
+// firstLine is out's first non-empty line, for a one-line reason.
+func firstLine(out []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(line)
+}
+
 // TestGoClient runs the Go client's own tests (go test ./... in go/, with
 // -race and -short when this run has them): the client is a module of its
 // own, so that a user's build gets nothing of the server, and the ./... of
@@ -100,7 +106,12 @@ func TestTypeScriptClient(t *testing.T) {
 		ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
 		ci.Dir = "typescript"
 		if out, err := ci.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci (clients/typescript): %v\n%s", err, out)
+			// npm ci needs the npm registry (the compiler is a dev
+			// dependency): without it, outside CI, the suite is skipped.
+			if os.Getenv("CI") != "" {
+				t.Fatalf("npm ci (clients/typescript): %v\n%s", err, out)
+			}
+			t.Skipf("SKIPPED: npm ci could not install the TypeScript client's dependencies (it needs the npm registry), so its suite did not run: %v: %s", err, firstLine(out))
 		}
 	}
 	cmd := exec.Command(npm, "test")

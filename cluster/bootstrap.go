@@ -186,7 +186,7 @@ func decideBootstrap(cfg Config, log *slog.Logger, dial func(raft.ServerAddress,
 				return 0, fmt.Errorf("%w: %s, a member of cluster %s, says node %q held the log. A member that lost its data must not rejoin under its id "+
 					"(its empty log could elect a leader that misses committed entries, and fencing tokens could go back). "+
 					"Remove it (baton cluster remove %s), then start this node with a new -node-id, -join and an empty -data-dir, "+
-					"and add it (baton cluster add NEW-ID %s)", ErrLostData, p.ID, clusterName(r.ClusterID), cfg.NodeID, cfg.NodeID, cfg.RaftAddr)
+					"and add it (baton cluster add NEW-ID %s)", ErrLostData, p.ID, clusterName(r.ClusterID), cfg.NodeID, cfg.NodeID, cfg.advertised())
 			case r.HasState && r.Leader:
 				fromLeader, leaderID = &r, p.ID
 				withState++

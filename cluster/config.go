@@ -18,9 +18,17 @@ type Peer struct {
 type Config struct {
 	// NodeID is this node's name, unique in the cluster. Required.
 	NodeID string
-	// RaftAddr is the Raft listener, host:port, reachable by the other
-	// nodes (and what they dial). Required.
+	// RaftAddr is the Raft listener, host:port. Without RaftAdvertise it
+	// is also what the other nodes dial, so it must be reachable by them.
+	// Required.
 	RaftAddr string
+	// RaftAdvertise is what the other nodes dial, host:port, when it is not
+	// RaftAddr: a listener on 0.0.0.0, or a DNS name that follows a node
+	// whose IP changes (a pod's). It is kept as written: a name stays a
+	// name in the membership and is resolved again at every dial, and over
+	// TLS the member is known by its certificate's node id, not by the
+	// host name. Empty means RaftAddr.
+	RaftAdvertise string
 	// Peers are the founding members, this node included unless Join.
 	Peers []Peer
 	// Join makes a node that is not among Peers wait, with an empty data
@@ -78,6 +86,15 @@ func DefaultConfig() Config {
 	}
 }
 
+// advertised is the address the other nodes dial: RaftAdvertise, or
+// RaftAddr without it.
+func (c Config) advertised() string {
+	if c.RaftAdvertise != "" {
+		return c.RaftAdvertise
+	}
+	return c.RaftAddr
+}
+
 // Validate reports the first setting that cannot work, naming it.
 func (c Config) Validate() error {
 	if c.NodeID == "" {
@@ -85,6 +102,19 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
 		return fmt.Errorf("raft-addr %q: %v", c.RaftAddr, err)
+	}
+	if c.RaftAdvertise != "" {
+		host, port, err := net.SplitHostPort(c.RaftAdvertise)
+		if err != nil {
+			return fmt.Errorf("raft-advertise %q: %v", c.RaftAdvertise, err)
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) || port == "" || port == "0" {
+			return fmt.Errorf("raft-advertise %q: the other nodes dial it, so it must name a host and a port", c.RaftAdvertise)
+		}
+	}
+	advertised, advertisedFlag := c.advertised(), "-raft-addr"
+	if c.RaftAdvertise != "" {
+		advertisedFlag = "-raft-advertise"
 	}
 	if c.DataDir == "" {
 		return fmt.Errorf("data-dir is empty")
@@ -108,8 +138,8 @@ func (c Config) Validate() error {
 		}
 		if p.ID == c.NodeID {
 			self = true
-			if p.RaftAddr != c.RaftAddr {
-				return fmt.Errorf("peers: this node %q is listed at %q but -raft-addr is %q", p.ID, p.RaftAddr, c.RaftAddr)
+			if p.RaftAddr != advertised {
+				return fmt.Errorf("peers: this node %q is listed at %q but %s is %q", p.ID, p.RaftAddr, advertisedFlag, advertised)
 			}
 		}
 	}

@@ -2,7 +2,10 @@
 
 package cluster
 
-import "os"
+import (
+	"net"
+	"os"
+)
 
 // The fault harness's mutation knobs, in test builds only (go build -tags
 // faultinject ./cmd/baton). Each switches one safety rule off when its
@@ -18,8 +21,24 @@ const (
 	// NoLeaderLeaseVar: the leader confirms and grants without checking its
 	// own send-anchored leader lease.
 	NoLeaderLeaseVar = "BATON_TEST_NO_LEADER_LEASE"
+	// ResolveOnceVar: a member's Raft address is resolved when it enters
+	// the membership (the founders', an added member's, this node's own)
+	// and kept as the IP it had then, as Consul and Vault once did: a node
+	// that comes back at a new IP under the same name is not reached.
+	ResolveOnceVar = "BATON_TEST_RESOLVE_ONCE"
 )
 
 func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
 func handoffZero() bool    { return os.Getenv(HandoffZeroVar) == "1" }
 func leaderLeaseOff() bool { return os.Getenv(NoLeaderLeaseVar) == "1" }
+
+func memberAddr(addr string) string {
+	if os.Getenv(ResolveOnceVar) != "1" {
+		return addr
+	}
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return addr
+	}
+	return a.String()
+}

@@ -17,3 +17,14 @@ func TestMutationKnobs(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveOnceKnob: with the knob, a member's address enters the
+// membership as the IP its name had; without it, as written.
+func TestResolveOnceKnob(t *testing.T) {
+	for v, want := range map[string]string{"1": "127.0.0.1:7301", "": "localhost:7301", "0": "localhost:7301"} {
+		t.Setenv(ResolveOnceVar, v)
+		if got := memberAddr("localhost:7301"); got != want {
+			t.Errorf("%s=%q: memberAddr(localhost:7301) = %q, want %q", ResolveOnceVar, v, got, want)
+		}
+	}
+}

@@ -250,7 +250,7 @@ func (n *Node) startRaft(rc *raft.Config, logs raft.LogStore, stable raft.Stable
 	if bootstrap {
 		var conf raft.Configuration
 		for _, p := range n.cfg.Peers {
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(memberAddr(p.RaftAddr))})
 		}
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.transport, conf); err != nil {
 			return fmt.Errorf("cluster: bootstrap: %w", err)
@@ -824,7 +824,7 @@ func (n *Node) AddMember(id, raftAddr string) error {
 			return fmt.Errorf("%w: %s at %s", ErrMemberExists, s.ID, s.Address)
 		}
 	}
-	if err := n.r().AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, applyTimeout).Error(); err != nil {
+	if err := n.r().AddVoter(raft.ServerID(id), raft.ServerAddress(memberAddr(raftAddr)), 0, applyTimeout).Error(); err != nil {
 		return n.mapErr("add member", err)
 	}
 	n.log.Info("member added", "id", id, "raft_addr", raftAddr)

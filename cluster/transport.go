@@ -199,10 +199,17 @@ func (t *raftTransport) follow(r *raft.Raft, fallback []Peer) {
 func peerServers(peers []Peer) []raft.Server {
 	var servers []raft.Server
 	for _, p := range peers {
-		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(memberAddr(p.RaftAddr))})
 	}
 	return servers
 }
+
+// advertisedAddr is the address a node gives Raft as its own: host:port
+// as written, a DNS name included.
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
 
 // beforeRaft makes the stream admit the nodes of peers (the founders) while
 // a node with no state asks them whether the cluster exists, and answer
@@ -225,10 +232,11 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 			return nil, err
 		}
 	}
-	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
-	if err != nil {
-		return nil, fmt.Errorf("raft-addr %q: %w", cfg.RaftAddr, err)
-	}
+	// Raft's own address (in its RPCs' headers) is the advertised one as
+	// written, the same string as in the membership: a name is not
+	// resolved here, but at every dial (Dial).
+	adv := advertisedAddr(memberAddr(cfg.advertised()))
+	var err error
 	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, conns: map[net.Conn]struct{}{},
 		admitted: make(chan net.Conn), done: make(chan struct{}), handshaking: map[string]int{}}
 	if cfg.TLS == nil {
@@ -468,6 +476,11 @@ func (s *stream) Close() error {
 
 func (s *stream) Addr() net.Addr { return s.adv }
 
+// Dial connects to the member at addr, the address as the membership has
+// it: a DNS name is resolved by this dial (the Dialer), never cached, so a
+// member that comes back at a new IP under its name is reached there. Over
+// TLS the member is checked by the node id its certificate names against
+// the member at addr (clientTLS), never by the host name or IP.
 func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
 	if s.tls == nil {

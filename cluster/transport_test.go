@@ -570,3 +570,65 @@ func TestRaftPortBoundsHandshakes(t *testing.T) {
 		t.Fatalf("a write after the flood: %v", err)
 	}
 }
+
+// TestRaftMembersByName: nodes that listen on an IP and advertise a DNS
+// name (-raft-advertise) keep the name in the membership and in Raft's own
+// leader address, form a cluster over mutual TLS (the peer is checked by
+// the node id its certificate names against the member at the dialed
+// name, never by host name), and a node certificate of another member
+// answering at a member's name is refused. "localhost" is the one name
+// every test machine resolves; the ports tell the members apart.
+func TestRaftMembersByName(t *testing.T) {
+	ca := testcerts.NewCA(t, "cluster CA")
+	addrs := loopbackAddrs(t, 3)
+	var peers []Peer
+	for i, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: net.JoinHostPort("localhost", port)})
+	}
+	var nodes []*Node
+	for i, p := range peers {
+		cfg := testConfig(p.ID)
+		cfg.RaftAddr, cfg.RaftAdvertise, cfg.Peers, cfg.DataDir = addrs[i], p.RaftAddr, peers, t.TempDir()
+		cfg.Addr, cfg.OpsAddr = "127.0.0.1:1", "127.0.0.1:2"
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Node(t, p.ID).TLS}, RootCAs: ca.Pool()}
+		n, err := Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("open %s: %v", p.ID, err)
+		}
+		n.Start(&nullServer{})
+		t.Cleanup(func() { n.Close() })
+		nodes = append(nodes, n)
+	}
+	leader := waitLeading(t, nodes)
+	leaderName := string(leader.transport.LocalAddr())
+	for _, n := range nodes {
+		batontest.Eventually(t, settle, func() bool {
+			addr, _ := n.r().LeaderWithID()
+			return string(addr) == leaderName
+		}, "a node does not know the leader by its name")
+		ms, err := n.members()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range ms {
+			if string(m.Address) != peers[i].RaftAddr {
+				t.Errorf("member %s at %q, want the name %q", m.ID, m.Address, peers[i].RaftAddr)
+			}
+		}
+	}
+	if !strings.HasPrefix(leaderName, "localhost:") {
+		t.Errorf("the leader's own address is %q, want its advertised name", leaderName)
+	}
+
+	// Another member's certificate at a member's name: refused.
+	two := loopbackAddrs(t, 2)
+	_, port2, _ := net.SplitHostPort(two[1])
+	named := []Peer{{ID: "n1", RaftAddr: two[0]}, {ID: "n2", RaftAddr: net.JoinHostPort("localhost", port2)}}
+	im := newImpostor(t, two[1], ca.Node(t, "n1"))
+	openTLSNode(t, ca, ca.Node(t, "n1"), "n1", two[0], named, false)
+	batontest.Eventually(t, settle, func() bool { h, _, _ := im.counts(); return h >= 2 }, "n1 never dialed n2's name")
+	if h, refused, n := im.counts(); refused != h || n != 0 {
+		t.Errorf("%d dials of n2's name: %d refused in the handshake, %d bytes sent to n1's certificate there; want all refused, none sent", h, refused, n)
+	}
+}

@@ -221,6 +221,38 @@ func (h *handler) refuse(reason, msg string, args ...any) {
 	h.refusals.Warn(h.log, msg, args...)
 }
 
+// memberNotReady is why this node is not a member in good standing ("" if
+// it is): a voter that knows the cluster's leader, while not shutting down.
+// GET /readyz?member asks it, where /readyz alone is 200 on the leader
+// only: a container platform's readiness for a node of a cluster (a
+// restarted node is ready once it follows the leader again, and a rolling
+// update or a disruption budget counts the followers too).
+func (h *handler) memberNotReady() string {
+	if s, ok := h.b.(interface{ ShuttingDown() bool }); ok && s.ShuttingDown() {
+		return "shutting down"
+	}
+	if h.cluster == nil {
+		return "not accepting new sessions"
+	}
+	v := h.cluster.View()
+	if v.Leader == nil {
+		return "no leader known"
+	}
+	for _, m := range v.Members {
+		if m.ID != v.NodeID {
+			continue
+		}
+		if !m.Voter {
+			return "not a voter"
+		}
+		if v.Role != "follower" && v.Role != "leader" {
+			return "a " + v.Role
+		}
+		return ""
+	}
+	return "not a member"
+}
+
 // ServeHTTP routes on the escaped path itself rather than through
 // http.ServeMux: the mux never binds a wildcard to a segment that unescapes
 // to "/" (the lock named "/", sent as %2F), and it answers paths with dot
@@ -235,9 +267,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !allow(w, r, methodsGet) {
 			return
 		}
-		if h.b.Ready() {
+		switch {
+		case h.b.Ready():
 			writeText(w, http.StatusOK, "ready\n")
-		} else {
+		case r.URL.Query().Has("member"):
+			if why := h.memberNotReady(); why != "" {
+				writeText(w, http.StatusServiceUnavailable, "not ready: "+why+"\n")
+			} else {
+				writeText(w, http.StatusOK, "ready: a member following the leader\n")
+			}
+		default:
 			writeText(w, http.StatusServiceUnavailable, "not ready: not accepting new sessions\n")
 		}
 	case p == "/metrics":

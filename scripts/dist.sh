@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds baton's release archives: one tar.gz per platform with the binary,
-# the README and the systemd unit, and SHA256SUMS over them, in dist/.
+# LICENSE and NOTICE, the licence texts of the modules linked into the
+# binary (licenses/), the README and docs/ (so the README's links resolve
+# inside the archive), the systemd unit, the Grafana dashboard and the Helm chart, and
+# SHA256SUMS over them, in dist/.
 #
 #   scripts/dist.sh [-v VERSION] [GOOS/GOARCH ...]
 #
@@ -42,9 +45,13 @@ for target in "${targets[@]}"; do
   CGO_ENABLED=0 GOOS=$goos GOARCH=$goarch go build -trimpath -buildvcs=false \
     -ldflags "-s -w -buildid= -X $pkg.buildVersion=$version -X $pkg.buildCommit=$commit" \
     -o "$stage/$name/baton" ./cmd/baton
-  cp README.md "$stage/$name/"
+  cp README.md LICENSE NOTICE "$stage/$name/"
+  cp -r docs "$stage/$name/"
+  scripts/licenses.sh "$stage/$name/licenses" "$target"
   mkdir -p "$stage/$name/deploy"
   cp -r deploy/systemd deploy/grafana "$stage/$name/deploy/"
+  mkdir -p "$stage/$name/deploy/helm"
+  cp -r deploy/helm/baton "$stage/$name/deploy/helm/"
   # Fixed owner, order and times, so one commit gives the same bytes.
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2000-01-01 00:00:00Z' \
     -C "$stage" -cf - "$name" | gzip -n >"$out/$name.tar.gz"

@@ -181,6 +181,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // start of Shutdown.
 func (s *Server) Ready() bool { return !s.closing.Load() && s.serving.Load() }
 
+// ShuttingDown reports whether Shutdown has begun.
+func (s *Server) ShuttingDown() bool { return s.closing.Load() }
+
 // goLocked starts f in a goroutine that Shutdown waits for. It reports false,
 // starting nothing, once Shutdown has stopped new goroutines. mu (or
 // startMu, see stopped) must be held.

@@ -496,6 +496,9 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		"data_dir", dataDir}
 	if node != nil {
 		attrs = append(attrs, "node_id", o.cl.nodeID, "raft_addr", o.cl.raftAddr)
+		if o.cl.raftAdvertise != "" {
+			attrs = append(attrs, "raft_advertise", o.cl.raftAdvertise)
+		}
 	} else {
 		attrs = append(attrs, "epoch", store.Epoch(), "crash_grace", grace.String())
 	}

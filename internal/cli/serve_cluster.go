@@ -21,6 +21,7 @@ import (
 // (docs/operations.md, "Replicated mode").
 type clusterOptions struct {
 	nodeID, raftAddr, peers string
+	raftAdvertise           string
 	join                    bool
 	advertiseAddr           string
 	advertiseOpsAddr        string
@@ -36,7 +37,8 @@ type clusterOptions struct {
 func (o *clusterOptions) register(fs *flag.FlagSet) {
 	def := cluster.DefaultConfig()
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's `name` in a cluster; with -raft-addr and -peers it turns on replicated mode")
-	fs.StringVar(&o.raftAddr, "raft-addr", "", "`host:port` of the Raft listener, reachable by the other nodes")
+	fs.StringVar(&o.raftAddr, "raft-addr", "", "`host:port` of the Raft listener; without -raft-advertise, what the other nodes dial")
+	fs.StringVar(&o.raftAdvertise, "raft-advertise", "", "`host:port` the other nodes dial to reach this node's Raft listener, as -peers names it (default -raft-addr); a DNS name stays a name in the membership and is resolved at each dial, so a node may come back at a new IP under it")
 	fs.StringVar(&o.peers, "peers", "", "the founding members, `id=host:port,...` (Raft addresses), the same on every node, this node included")
 	fs.BoolVar(&o.join, "join", false, "start a node that is not a founder with an empty data-dir and wait to be added (baton cluster add); -peers then names the current members, whom it admits until it is added (required over TLS)")
 	fs.StringVar(&o.advertiseAddr, "advertise-addr", "", "client `host:port` handed out in NOT_LEADER and /v1/cluster (default -addr)")
@@ -52,7 +54,7 @@ func (o *clusterOptions) register(fs *flag.FlagSet) {
 
 // enabled reports whether any cluster flag asks for replicated mode.
 func (o *clusterOptions) enabled() bool {
-	return o.nodeID != "" || o.raftAddr != "" || o.peers != "" || o.join || o.raftTLSFlags()
+	return o.nodeID != "" || o.raftAddr != "" || o.raftAdvertise != "" || o.peers != "" || o.join || o.raftTLSFlags()
 }
 
 func (o *clusterOptions) raftTLSFlags() bool {
@@ -109,6 +111,8 @@ func (o *clusterOptions) checkTLS(sec *securityOptions) error {
 func (o *clusterOptions) config(addr, opsAddr, dataDir string, sec *securityOptions) (cluster.Config, error) {
 	cfg := cluster.DefaultConfig()
 	switch {
+	case o.nodeID == "" && o.raftAddr == "" && o.peers == "" && !o.join && o.raftAdvertise != "":
+		return cfg, errors.New("raft-advertise is for replicated mode: give -node-id, -raft-addr and -peers too")
 	case o.nodeID == "" && o.raftAddr == "" && o.peers == "" && !o.join:
 		return cfg, errors.New("raft-tls-ca, raft-tls-cert and raft-tls-key are for replicated mode: give -node-id, -raft-addr and -peers too")
 	case o.nodeID == "":
@@ -121,14 +125,22 @@ func (o *clusterOptions) config(addr, opsAddr, dataDir string, sec *securityOpti
 	if err := checkAddr("raft-addr", o.raftAddr); err != nil {
 		return cfg, err
 	}
-	if host, _, _ := net.SplitHostPort(o.raftAddr); isUnspecified(host) {
-		return cfg, fmt.Errorf("raft-addr %s: the other nodes dial it, so it must be a reachable address, not %s", o.raftAddr, host)
+	if o.raftAdvertise != "" {
+		if err := checkAddr("raft-advertise", o.raftAdvertise); err != nil {
+			return cfg, err
+		}
+		if host, port, _ := net.SplitHostPort(o.raftAdvertise); isUnspecified(host) || port == "0" {
+			return cfg, fmt.Errorf("raft-advertise %s: the other nodes dial it, so it must be a reachable host:port, such as this node's DNS name", o.raftAdvertise)
+		}
+	} else if host, _, _ := net.SplitHostPort(o.raftAddr); isUnspecified(host) {
+		return cfg, fmt.Errorf("raft-addr %s: the other nodes dial it, so it must be a reachable address, not %s (or give -raft-advertise, the address they dial)", o.raftAddr, host)
 	}
 	peers, err := parsePeers(o.peers)
 	if err != nil {
 		return cfg, err
 	}
 	cfg.NodeID, cfg.RaftAddr, cfg.Peers, cfg.Join, cfg.DataDir = o.nodeID, o.raftAddr, peers, o.join, dataDir
+	cfg.RaftAdvertise = o.raftAdvertise
 	cfg.Addr, cfg.OpsAddr = o.advertiseAddr, o.advertiseOpsAddr
 	if cfg.Addr == "" {
 		cfg.Addr = addr

@@ -34,6 +34,11 @@ func TestServeClusterUsageErrors(t *testing.T) {
 		{"lease timeout above heartbeat", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-raft-leader-lease-timeout=2s"}, nil, "raft-leader-lease-timeout (2s) must not exceed raft-heartbeat-timeout (200ms)"},
 		{"election below heartbeat", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-peers=" + peers, "-raft-election-timeout=100ms"}, nil, "raft-election-timeout (100ms) must be at least raft-heartbeat-timeout (200ms)"},
 		{"env node-id alone", nil, map[string]string{"BATON_NODE_ID": "n1"}, "replicated mode needs -raft-addr"},
+		{"raft-advertise alone", []string{"-raft-advertise=n1.baton:7301"}, nil, "raft-advertise is for replicated mode"},
+		{"raft-advertise not host:port", []string{"-node-id=n1", "-raft-addr=0.0.0.0:7301", "-raft-advertise=n1.baton", "-peers=n1=n1.baton:7301"}, nil, `raft-advertise "n1.baton" is not host:port`},
+		{"raft-advertise unspecified", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-raft-advertise=0.0.0.0:7301", "-peers=n1=0.0.0.0:7301"}, nil, "raft-advertise 0.0.0.0:7301: the other nodes dial it"},
+		{"raft-advertise port 0", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-raft-advertise=n1.baton:0", "-peers=n1=n1.baton:0"}, nil, "raft-advertise n1.baton:0: the other nodes dial it"},
+		{"self listed at raft-addr, not raft-advertise", []string{"-node-id=n1", "-raft-addr=127.0.0.1:7301", "-raft-advertise=n1.baton:7301", "-peers=" + peers}, nil, `this node "n1" is listed at "127.0.0.1:7301" but -raft-advertise is "n1.baton:7301"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,12 @@ import (
 // keeps every node's log there.
 const gateVar = "BATON_CLUSTER_FAULTS"
 
+// The binaries' paths, for a run of the test binary by one of its tests.
+const (
+	harnessBinVar      = "BATON_HARNESS_BIN"
+	harnessFaultBinVar = "BATON_HARNESS_FAULT_BIN"
+)
+
 // batonBin is the normal build, faultBin the faultinject build (with the
 // test-only mutation knobs); both empty when the fault tests do not run, and
 // skipReason says why.
@@ -38,6 +44,10 @@ func run(m *testing.M) int {
 		skipReason = "cluster fault harness: Linux only (network namespaces, or loopback addresses beyond 127.0.0.1)"
 	case lookErr != nil:
 		skipReason = fmt.Sprintf("no go tool to build the binary: %v", lookErr)
+	case os.Getenv(harnessBinVar) != "" && os.Getenv(harnessFaultBinVar) != "":
+		// A run of the test binary by a test of its own (in a network
+		// namespace) uses the binaries its parent built.
+		batonBin, faultBin = os.Getenv(harnessBinVar), os.Getenv(harnessFaultBinVar)
 	default:
 		dir, err := os.MkdirTemp("", "baton-clusterharness-")
 		if err != nil {

@@ -39,6 +39,7 @@ var allowed = map[string][]string{
 	"internal/proctest":       {}, // child processes for tests: the standard library and goleak
 	"internal/layering":       {},
 	"internal/doccheck":       {}, // the docs' checks: Markdown only
+	"internal/licensing":      {}, // only tests: the licence in every package file
 	// Only tests: they run the other-language clients' suites.
 	"clients": {},
 	// The fault proxy as a process, for those suites.

@@ -129,6 +129,8 @@ def _wheel(wheel_directory: str, entries) -> str:
         for arc, data in entries:
             add(arc, data)
         add(f"{di}/METADATA", metadata(p).encode())
+        with open(os.path.join(ROOT, "LICENSE"), "rb") as f:
+            add(f"{di}/LICENSE", f.read())
         add(f"{di}/WHEEL", b"Wheel-Version: 1.0\nGenerator: baton-build\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         records.append(f"{di}/RECORD,,")
         z.writestr(zipfile.ZipInfo(f"{di}/RECORD", date_time=(2000, 1, 1, 0, 0, 0)), "\n".join(records) + "\n")
@@ -152,7 +154,7 @@ def build_sdist(sdist_directory, config_settings=None):
     base = f"{_dist_name(p)}-{p['version']}"
     filename = f"{base}.tar.gz"
     with tarfile.open(os.path.join(sdist_directory, filename), "w:gz") as t:
-        for rel in ["pyproject.toml", p.get("readme", "README.md"), "_build/backend.py"] + [a for a, _ in _files()]:
+        for rel in ["pyproject.toml", p.get("readme", "README.md"), "LICENSE", "_build/backend.py"] + [a for a, _ in _files()]:
             t.add(os.path.join(ROOT, rel), arcname=f"{base}/{rel}")
         pkg_info = metadata(p).encode()
         info = tarfile.TarInfo(f"{base}/PKG-INFO")
