@@ -946,6 +946,9 @@ func (n *Node) View() server.ClusterView {
 				if m.Voter && h.Healthy {
 					votersHealthy++
 				}
+			} else if len(hs) > 0 {
+				m.Health = notYetAnswered()
+				healthy = false
 			}
 			if m.Voter {
 				voters++

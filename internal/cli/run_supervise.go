@@ -102,6 +102,9 @@ func (r *runner) run(ctx context.Context) int {
 	// The ops API only feeds the status: a problem with it is told, never
 	// fatal to the job.
 	var ops *opsClient
+	if o.opsAddrNote != "" {
+		r.logf("no holder or grace information: %s", o.opsAddrNote)
+	}
 	if o.opsAddr != "" && r.status.active() {
 		if token, err := adminToken(r.s, o.adminTokenFile); err != nil {
 			r.errorf("no holder information: %v", err)

@@ -34,7 +34,10 @@ type lockInfo struct {
 	holder  string // the first holder's owner text
 	holders int    // how many hold it
 	limit   int    // the limit in force for shared claims; 0 if none
-	err     string // why the API could not be asked, if it could not
+	// graceUntil is when the server's grace ends (zero outside one): it
+	// grants nothing before, whoever waits.
+	graceUntil time.Time
+	err        string // why the API could not be asked, if it could not
 }
 
 // waitState is what the status shows.
@@ -47,6 +50,9 @@ type waitState struct {
 }
 
 // parts are the facts shown, in order; with the time waited if withTime.
+// The grace is told by the time left (now), or, with neither now nor the
+// time waited, by when it ends: the key of the -v line, which must change
+// only when a fact does.
 func (w waitState) parts(now time.Time, withTime bool) []string {
 	var p []string
 	if w.position > 0 {
@@ -71,6 +77,14 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 	if w.info.known && w.info.limit > 0 {
 		p = append(p, fmt.Sprintf("%d/%d slots", w.info.holders, w.info.limit))
 	}
+	if g := w.info.graceUntil; !g.IsZero() {
+		switch left := g.Sub(now); {
+		case now.IsZero():
+			p = append(p, "grace until "+g.Round(time.Second).Format(time.RFC3339))
+		case left > 0:
+			p = append(p, graceText(left.Milliseconds()))
+		}
+	}
 	return p
 }
 
@@ -81,10 +95,15 @@ func (w waitState) line(now time.Time) string {
 	return "baton run: waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
 }
 
-// change is the -v line of the status, without the time, so that it
-// changes only when a fact does.
+// change is the key of the -v line of the status, without the time, so
+// that a line is logged only when a fact changes.
 func (w waitState) change() string {
-	p := w.parts(time.Time{}, false)
+	return strings.Join(w.parts(time.Time{}, false), ", ")
+}
+
+// changeLine is the -v line: the facts at now, without the time waited.
+func (w waitState) changeLine(now time.Time) string {
+	p := w.parts(now, false)
 	if len(p) == 0 {
 		return "waiting for " + w.name
 	}
@@ -99,7 +118,9 @@ type statusLine struct {
 	fd      int
 	verbose bool
 	shown   bool   // a live line is on the terminal
-	logged  string // the last -v waiting line, to log changes only
+	logged  string // the key of the last -v waiting line, to log changes only
+	// anyLogged: a -v waiting line has been logged.
+	anyLogged bool
 }
 
 // newStatusLine writes to w; quiet (-q) shows no live line even on a
@@ -129,9 +150,9 @@ func (l *statusLine) show(w waitState, now time.Time) {
 		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(w.line(now), width-1))
 		l.shown = true
 	case l.verbose:
-		if c := w.change(); c != l.logged {
-			l.logged = c
-			fmt.Fprintf(l.w, "baton run: %s\n", c)
+		if c := w.change(); c != l.logged || !l.anyLogged {
+			l.logged, l.anyLogged = c, true
+			fmt.Fprintf(l.w, "baton run: %s\n", w.changeLine(now))
 		}
 	}
 }
@@ -222,6 +243,9 @@ func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
 	}
 	if l.Limit != nil {
 		info.limit = *l.Limit
+	}
+	if l.GraceRemainingMS > 0 {
+		info.graceUntil = time.Now().Add(msDuration(l.GraceRemainingMS))
 	}
 	return info
 }
