@@ -21,10 +21,10 @@ type opsCluster struct {
 		Addr    string `json:"addr"`
 		OpsAddr string `json:"ops_addr"`
 	} `json:"leader"`
-	Term             uint64 `json:"term"`
-	Epoch            uint64 `json:"epoch"`
-	LeaseBoundMS     int64  `json:"lease_bound_ms"`
-	GraceRemainingMS int64  `json:"grace_remaining_ms"`
+	Term             uint64             `json:"term"`
+	Epoch            uint64             `json:"epoch"`
+	LeaseBoundMS     int64              `json:"lease_bound_ms"`
+	GraceRemainingMS int64              `json:"grace_remaining_ms"`
 	Members          []opsClusterMember `json:"members"`
 	Healthy          *bool              `json:"healthy"`
 	VotersHealthy    *int               `json:"voters_healthy"`
