@@ -688,18 +688,25 @@ func (c *opsClient) sendTo(ctx context.Context, base, method, path string, reqBo
 	if resp.StatusCode == http.StatusOK {
 		return body, nil
 	}
-	ae := &apiError{addr: addr, status: resp.StatusCode, withToken: c.token != ""}
+	return nil, newAPIError(addr, resp, body, c.token != "")
+}
+
+// newAPIError is the *apiError of an answer other than 200 with body: the
+// API's {"error": ...}, or the first line of what another server (a
+// proxy, or Go's HTTPS server asked in plain HTTP: "Client sent an HTTP
+// request to an HTTPS server.") answered.
+func newAPIError(addr string, resp *http.Response, body []byte, withToken bool) *apiError {
+	ae := &apiError{addr: addr, status: resp.StatusCode, withToken: withToken}
 	var ej struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(body, &ej) == nil && ej.Error != "" {
 		ae.msg = ej.Error
 	} else {
-		// Not the ops API's JSON: a proxy, or another server on the port.
 		line, _, _ := bytes.Cut(bytes.TrimSpace(body), []byte("\n"))
 		ae.msg = strings.TrimSpace(resp.Status + " " + truncateRunes(string(line), 200))
 	}
-	return nil, ae
+	return ae
 }
 
 // apiError is an answer of the ops API other than 200.
