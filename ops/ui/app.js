@@ -460,7 +460,7 @@ function lockRows(l, now) {
   const more = l.holders.length - shown.length;
   const span = { rowspan: String(Math.max(1, shown.length + (more > 0 ? 1 : 0))) };
   const first = shown.length ? holderCells(l, shown[0], now)
-    : [el("td", {}, el("span", { class: "muted", text: "free (granting)" })), el("td", { class: "opt" }), el("td"), el("td")];
+    : [el("td", {}, el("span", { class: "muted", text: state.graceUntil > now ? "free (grace: no grant yet)" : "free (granting)" })), el("td", { class: "opt" }), el("td"), el("td")];
   const rows = [el("tr", { "data-lock": l.name, class: shown.length > 1 || more > 0 ? "several" : "" },
     el("td", span, el("a", { href: lockHref(l.name), text: l.name, "data-focus": "lock:" + l.name }),
       l.limit !== null ? el("small", { class: "narrow-slots", text: `${slots(l)} slots` }) : null), // where the Slots column is left out
@@ -667,6 +667,7 @@ function renderServer() {
   // A text value (an address) wraps within its box instead of being cut.
   $("stats").replaceChildren(...stats.map(([k, v]) => el("div", { class: "stat" }, el("span", { class: "muted", text: k }),
     v instanceof Node ? el("b", {}, v) : v && typeof v === "object" ? el("b", { class: "text", text: v.text }) : el("b", { text: String(v) }))));
+  for (const b of document.querySelectorAll("#stats b.text")) b.parentElement.classList.add("text");
   $("grants-chart").replaceChildren(lineChart(state.grants.map((g) => g.perSec), "Collecting…", { x: "the last five minutes, oldest → now", y: "grants/s" }));
   renderCluster();
 }
