@@ -76,6 +76,7 @@ type runOptions struct {
 	killGraceFlag  optionalDuration
 	verbose        bool
 	quiet          bool
+	observe        bool // baton elect -observe
 	opsAddr        string
 	// opsAddrNote says why no ops API is asked when -ops-addr was left
 	// at its default beside an -addr that is not on this machine.
@@ -376,7 +377,26 @@ func wireMsg(err error) string {
 // parseRun reads and checks the flags and arguments of baton run. When ok
 // is false the command must return code.
 func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok bool) {
+	return parseClaim(s, c, args, commandRequired)
+}
+
+// commandRule says whether a command follows the lock name: always
+// (baton run), never (baton lock), or when given (baton elect).
+type commandRule int
+
+const (
+	commandRequired commandRule = iota
+	commandNone
+	commandOptional
+)
+
+// parseClaim reads and checks the flags and arguments of baton run, lock
+// or elect (rule). When ok is false the command must return code.
+func parseClaim(s *sys, c *command, args []string, rule commandRule) (o runOptions, code int, ok bool) {
 	fs := newRunFlags(&o)
+	if c.name == "elect" {
+		fs = newElectFlags(&o)
+	}
 	pre, cmd, hasSep := args, []string(nil), false
 	if i := slices.Index(args, "--"); i >= 0 {
 		pre, cmd, hasSep = args[:i], args[i+1:], true
@@ -390,13 +410,15 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 	}
 	switch {
 	case len(pos) == 0:
-		return fail("no lock name given (baton run [flags] NAME -- COMMAND [ARGS...])")
+		return fail(fmt.Sprintf("no lock name given (%s)", c.usage))
+	case rule == commandNone && (hasSep || len(pos) > 1):
+		return fail(fmt.Sprintf("baton %s takes no command: it holds the lock until Ctrl-C or SIGTERM (baton run NAME -- COMMAND runs one)", c.name))
 	case !hasSep && len(pos) > 1:
-		return fail(fmt.Sprintf(`missing "--" between the lock name and the command (baton run [flags] %s -- %s)`,
-			pos[0], strings.Join(pos[1:], " ")))
+		return fail(fmt.Sprintf(`missing "--" between the lock name and the command (baton %s [flags] %s -- %s)`,
+			c.name, pos[0], strings.Join(pos[1:], " ")))
 	case len(pos) > 1:
 		return fail(fmt.Sprintf(`unexpected argument %q before "--": give one lock name`, pos[1]))
-	case !hasSep || len(cmd) == 0:
+	case rule == commandRequired && (!hasSep || len(cmd) == 0), rule == commandOptional && hasSep && len(cmd) == 0:
 		return fail(`no command given after "--"`)
 	}
 	o.name, o.command = pos[0], cmd

@@ -28,12 +28,13 @@ func runRun(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	r := &runner{s: s, o: &o, owner: o.owner.get()}
+	r := &runner{s: s, o: &o, owner: o.owner.get(), prog: "baton " + c.name}
 	return r.run(ctx)
 }
 
 // runner is one baton run.
 type runner struct {
+	prog   string // "baton run", "baton lock", "baton elect": its lines' prefix
 	s      *sys
 	o      *runOptions
 	owner  string
@@ -46,7 +47,7 @@ type runner struct {
 // logf prints one line of -v output (and makes room for it on a terminal).
 func (r *runner) logf(format string, args ...any) {
 	if r.o.verbose {
-		r.status.printf("baton run: "+format, args...)
+		r.status.printf(r.prog+": "+format, args...)
 	}
 }
 
@@ -54,27 +55,32 @@ func (r *runner) logf(format string, args ...any) {
 // baton run exits non-zero) unless -q asked for silence.
 func (r *runner) errorf(format string, args ...any) {
 	if !r.o.quiet {
-		r.status.printf("baton run: "+format, args...)
+		r.status.printf(r.prog+": "+format, args...)
 	}
 }
 
 func (r *runner) run(ctx context.Context) int {
 	o := r.o
 	r.status = newStatusLine(r.s.stderr, o.verbose, o.quiet)
-	if !processGroupsSupported {
-		r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
-		return exitFailure
-	}
-	// The command is looked up before waiting: a typo should not cost a
-	// place in the queue, or take the lock from others.
-	path, err := exec.LookPath(o.command[0])
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			r.errorf("%s: command not found", o.command[0])
-			return exitCmdNotFound
+	r.status.prog = r.prog
+	var path string
+	if len(o.command) > 0 {
+		if !processGroupsSupported {
+			r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
+			return exitFailure
 		}
-		r.errorf("%s: cannot run it: %v", o.command[0], unwrapExecError(err))
-		return exitCannotExec
+		// The command is looked up before waiting: a typo should not cost
+		// a place in the queue, or take the lock from others.
+		var err error
+		path, err = exec.LookPath(o.command[0])
+		if err != nil {
+			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+				r.errorf("%s: command not found", o.command[0])
+				return exitCmdNotFound
+			}
+			r.errorf("%s: cannot run it: %v", o.command[0], unwrapExecError(err))
+			return exitCannotExec
+		}
 	}
 
 	// Signals are ours from here on: each is passed to the command once it
@@ -97,7 +103,7 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner), baton.WithTLSConfig(tlsCfg))
 	if err != nil {
-		return usageError(r.s, "run", err.Error())
+		return usageError(r.s, strings.TrimPrefix(r.prog, "baton "), err.Error())
 	}
 	// The ops API only feeds the status: a problem with it is told, never
 	// fatal to the job.
@@ -112,7 +118,7 @@ func (r *runner) run(ctx context.Context) int {
 			ops = newOpsClient(o.opsAddr, token, tlsCfg)
 		}
 	}
-	if margin := o.lease / 5; o.killGrace > margin {
+	if margin := o.lease / 5; o.killGrace > margin && len(o.command) > 0 {
 		// Said before the wait, when a person can still change it.
 		r.errorf("warning: -kill-grace %v is longer than the 0.2 × lease margin (%v): if the server stops confirming the lock, a command that ignores SIGTERM may run on beside the next holder for up to %v",
 			o.killGrace, margin, o.killGrace-margin)
@@ -120,6 +126,9 @@ func (r *runner) run(ctx context.Context) int {
 	lock, code := r.acquire(client, ops, stops)
 	if lock == nil {
 		return code
+	}
+	if len(o.command) == 0 {
+		return r.hold(lock, stops)
 	}
 	return r.supervise(path, lock, stops)
 }
@@ -313,11 +322,11 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 		r.errorf("an operator removed this waiter from the queue of %s (kicked) after %v", o.name, roundWait(waited))
 		return exitFailure
 	case errors.Is(err, baton.ErrBadRequest):
-		return usageError(r.s, "run", err.Error())
+		return usageError(r.s, strings.TrimPrefix(r.prog, "baton "), err.Error())
 	case isLimitMismatch(err):
 		// Printed whatever -q says, as a usage error is: retrying cannot
 		// help, the command line disagrees with the name's other users.
-		fmt.Fprintf(r.s.stderr, "baton run: %s\n", oneLine(limitMismatchLine(o, err)))
+		fmt.Fprintf(r.s.stderr, "%s: %s\n", r.prog, oneLine(limitMismatchLine(o, err)))
 		return exitUsage
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))

@@ -92,7 +92,7 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 // held by host:123", or for a semaphore "waiting for pool: position 1,
 // 12s, held by host:123 and 2 others, 3/3 slots".
 func (w waitState) line(now time.Time) string {
-	return "baton run: waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
+	return "waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
 }
 
 // change is the key of the -v line of the status, without the time, so
@@ -113,6 +113,7 @@ func (w waitState) changeLine(now time.Time) string {
 // statusLine writes baton run's stderr: a live line rewritten in place on
 // a terminal, and plain lines. Used by one goroutine only.
 type statusLine struct {
+	prog    string // the prefix of its lines: "baton run"
 	w       io.Writer
 	tty     bool
 	fd      int
@@ -126,7 +127,7 @@ type statusLine struct {
 // newStatusLine writes to w; quiet (-q) shows no live line even on a
 // terminal.
 func newStatusLine(w io.Writer, verbose, quiet bool) *statusLine {
-	l := &statusLine{w: w, verbose: verbose}
+	l := &statusLine{prog: "baton run", w: w, verbose: verbose}
 	if f, ok := w.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
 		l.tty, l.fd = true, int(f.Fd())
 	}
@@ -147,12 +148,12 @@ func (l *statusLine) show(w waitState, now time.Time) {
 		}
 		// One column short of the edge: a line that fills it would wrap on
 		// some terminals, and \r would then rewrite only the last row.
-		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(w.line(now), width-1))
+		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(l.prog+": "+w.line(now), width-1))
 		l.shown = true
 	case l.verbose:
 		if c := w.change(); c != l.logged || !l.anyLogged {
 			l.logged, l.anyLogged = c, true
-			fmt.Fprintf(l.w, "baton run: %s\n", w.changeLine(now))
+			fmt.Fprintf(l.w, "%s: %s\n", l.prog, w.changeLine(now))
 		}
 	}
 }
