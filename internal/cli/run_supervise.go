@@ -444,6 +444,12 @@ func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal
 		return exitCannotExec
 	}
 	r.logf("running %s (pid %d) under %s", o.command[0], ch.pid, o.name)
+	// The watchdog learns each new deadline of the lock, so that it stops
+	// the command itself if baton run cannot (stopped, starved).
+	lastDeadline := lock.ValidUntil()
+	ch.setDeadline(lastDeadline)
+	deadlines := time.NewTicker(max(o.lease/deadlineTellShare, 5*time.Millisecond))
+	defer deadlines.Stop()
 
 	var (
 		lost     error // why ownership ended, if it did while the command ran
@@ -471,6 +477,11 @@ wait:
 		select {
 		case <-ch.exited:
 			break wait
+		case <-deadlines.C:
+			if v := lock.ValidUntil(); !v.IsZero() && !v.Equal(lastDeadline) {
+				lastDeadline = v
+				ch.setDeadline(v)
+			}
 		case <-lockDone:
 			lockDone = nil
 			lost = lock.Err()
@@ -486,6 +497,15 @@ wait:
 			graceC = nil
 			r.errorf("the command still runs %v after SIGTERM (-kill-grace); sending SIGKILL", o.killGrace)
 			ch.signal(syscall.SIGKILL)
+		}
+	}
+	if lost == nil {
+		// baton run may find the exit only after a pause (kill -STOP) in
+		// which the lock was lost and the watchdog stopped the command:
+		// the command did not end under the lock.
+		if err := lock.Err(); err != nil {
+			lost = err
+			r.errorf("%v; the command was stopped", err)
 		}
 	}
 	code := ch.exitCode()
@@ -530,6 +550,13 @@ wait:
 	}
 	return code
 }
+
+// deadlineTellShare sets how often baton run looks whether the lock's
+// deadline moved, to tell the watchdog: every lease/20. The deadline is
+// 0.8 × lease after a confirmed send, and heartbeats go every lease/4, so
+// the watchdog's copy is never within 0.5 × lease of running out while
+// baton run runs.
+const deadlineTellShare = 20
 
 // groupKillWait bounds the wait for a process group to vanish after
 // SIGKILL, which only a process stuck in the kernel survives.
