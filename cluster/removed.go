@@ -39,6 +39,7 @@ const joinReportEvery = 30 * time.Second
 type membershipWatch struct {
 	joinSaid    time.Time // when "waiting to be added" was last logged
 	refusedFrom time.Time // since when every other member has refused this node
+	leaderless  time.Time // since when no leader has been known (plain TCP)
 }
 
 // lookAtMembership logs that a node waits to be added, and stops a node
@@ -61,7 +62,14 @@ func (n *Node) lookAtMembership(w *membershipWatch) {
 		return
 	}
 	st := n.stream()
-	if st == nil || !st.refusedByAll(n.cfg.NodeID, servers, now) {
+	removed := false
+	switch {
+	case st != nil:
+		removed = st.refusedByAll(n.cfg.NodeID, servers, now)
+	default:
+		removed = n.toldRemoved(r, servers, w, now)
+	}
+	if !removed {
 		w.refusedFrom = time.Time{}
 		return
 	}
@@ -69,6 +77,18 @@ func (n *Node) lookAtMembership(w *membershipWatch) {
 		w.refusedFrom = now
 	}
 	if now.Sub(w.refusedFrom) < removedAfter {
+		return
+	}
+	if st == nil {
+		err := fmt.Errorf("%w: the other members say it is not in their configuration; "+
+			"wipe its data directory and start it with -join, then run baton cluster add %s %s on a member (a new -node-id is safer)",
+			ErrRemoved, n.cfg.NodeID, n.cfg.RaftAddr)
+		n.log.Error(err.Error(), "node", n.cfg.NodeID)
+		select {
+		case n.failed <- err:
+		default:
+		}
+		w.refusedFrom = now
 		return
 	}
 	if err := ownCertificateValid(n.cfg.TLS, now); err != nil {
@@ -86,6 +106,63 @@ func (n *Node) lookAtMembership(w *membershipWatch) {
 	default:
 	}
 	w.refusedFrom = now
+}
+
+// toldRemoved asks the other members, on plain TCP (where their Raft
+// ports admit anyone and refuse only its votes), whether this node is in
+// their configuration, once no leader has been known for a while: true
+// when a majority of them answer, all say no, and they are of this node's
+// cluster.
+func (n *Node) toldRemoved(r *raft.Raft, servers []raft.Server, w *membershipWatch, now time.Time) bool {
+	if _, id := r.LeaderWithID(); id != "" {
+		w.leaderless = time.Time{}
+		return false
+	}
+	if w.leaderless.IsZero() {
+		w.leaderless = now
+	}
+	if now.Sub(w.leaderless) < removedAfter/2 {
+		return false
+	}
+	lt, ok := n.transport.(*leaseTransport)
+	if !ok {
+		return false
+	}
+	rt, ok := lt.Transport.(*raftTransport)
+	if !ok || rt.stream.tls != nil {
+		return false
+	}
+	ours := n.fsm.get().ClusterID
+	if ours == "" {
+		ours = n.marker().ClusterID
+	}
+	others, saidNo := 0, 0
+	for _, sv := range servers {
+		if string(sv.ID) == n.cfg.NodeID {
+			continue
+		}
+		others++
+		reply, err := askHello(rt.stream.Dial, string(sv.Address), n.cfg.NodeID)
+		switch {
+		case err != nil, reply.Member == nil, reply.ClusterID != ours:
+		case *reply.Member:
+			return false // a member counts it in: not removed
+		default:
+			saidNo++
+		}
+	}
+	return others > 0 && saidNo > others/2
+}
+
+// memberNow says whether node id is in this node's configuration, nil if
+// this node has none (it waits to be added).
+func (n *Node) memberNow(id string) *bool {
+	r := n.r()
+	if r == nil || len(r.GetConfiguration().Configuration().Servers) == 0 {
+		return nil
+	}
+	m := n.isMember(raft.ServerID(id))
+	return &m
 }
 
 // stream is this node's Raft stream over TLS, or nil (plain TCP, or the

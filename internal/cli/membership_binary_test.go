@@ -91,3 +91,42 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestBinaryRemovedNodePlain: on plain TCP the members do not refuse a
+// removed node's connections, only its votes; it asks them, once no
+// leader has been known for a while, and stops when they say it is not in
+// their configuration.
+func TestBinaryRemovedNodePlain(t *testing.T) {
+	t.Parallel()
+	procs := newClusterProcs(t)
+	l := waitLeader(t, procs)
+	var gone *clusterProc
+	for _, c := range procs {
+		if c != l {
+			gone = c
+			break
+		}
+	}
+	gone.cmd.Process.Signal(syscall.SIGKILL)
+	<-gone.log.waited
+	gone.log.waited <- nil
+	if code, out := batonCluster(t, "cluster", "-ops-addr", l.opsAddr, "remove", gone.id); code != 0 {
+		t.Fatalf("baton cluster remove %s: exit %d:\n%s", gone.id, code, out)
+	}
+	var peers []string
+	for _, c := range procs {
+		peers = append(peers, c.id+"="+c.raftAddr)
+	}
+	gone.start(t, strings.Join(peers, ","))
+	select {
+	case err := <-gone.log.waited:
+		gone.log.waited <- err
+		logged := gone.log.drain(t)
+		if code := gone.cmd.ProcessState.ExitCode(); code != 1 ||
+			!strings.Contains(logged, "this node was removed from the cluster: the other members say it is not in their configuration") {
+			t.Errorf("the removed node started with its old data: exit %d, log:\n%s\nwant exit 1 and \"this node was removed from the cluster\"", code, lastLines(logged, 8))
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the removed node, started with its old data, still runs after 60s:\n%s", lastLines(strings.Join(gone.log.seen, "\n"), 8))
+	}
+}
