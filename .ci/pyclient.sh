@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The Python client (called by .ci/run): python3 must be there for its
-# suite (run by `go test ./clients`), and the package must install with
-# pip from the work tree with no package index, with the version and the
-# metadata of pyproject.toml.
+# suite (run by `go test ./clients`), the package must install with pip
+# from the work tree with no package index, with the version and the
+# metadata of pyproject.toml, and pyright (from npm, its version locked in
+# clients/python/package-lock.json) must pass in strict mode on the
+# package, its examples and its build backend, as Python 3.9 (the oldest
+# that pyproject.toml declares: no newer syntax or library).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
@@ -31,3 +34,9 @@ c = baton.Client(["127.0.0.1:7070"])
 print("installed baton", baton.__version__, "owner", c.owner, "with", len(md.get_all("Classifier")), "classifiers")
 PY
 )
+
+echo "--- pyright, strict, as Python 3.9 (clients/python/pyrightconfig.json)"
+if ! command -v npm >/dev/null; then
+  apt-get update && apt-get install -y --no-install-recommends nodejs npm
+fi
+(cd clients/python && npm ci --no-audit --no-fund && npx --no-install pyright --version && npx --no-install pyright -p pyrightconfig.json)

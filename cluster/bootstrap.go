@@ -71,6 +71,10 @@ type helloReply struct {
 	// its state machine has every committed entry, so its "not joined" is
 	// the cluster's.
 	Leader bool `json:"leader,omitempty"`
+	// Member says whether the asking node is in the answering node's
+	// configuration now (absent from a node that has none): a removed
+	// node learns of its removal from it (removed.go).
+	Member *bool `json:"member,omitempty"`
 }
 
 // maxHelloLine bounds a hello's question.
@@ -236,7 +240,8 @@ func (n *Node) helloFor(asker string) helloReply {
 		id = m.ClusterID
 	}
 	joined := slices.Contains(st.Joined, asker) || slices.Contains(m.Joined, asker)
-	return helloReply{Node: n.cfg.NodeID, HasState: n.r().LastIndex() > 0, ClusterID: id, Joined: joined, Leader: n.leading.Load()}
+	return helloReply{Node: n.cfg.NodeID, HasState: n.r().LastIndex() > 0, ClusterID: id, Joined: joined, Leader: n.leading.Load(),
+		Member: n.memberNow(asker)}
 }
 
 // clusterMarker is what a node keeps on disk of the replicated state for

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/batonlock/baton/server"
 )
 
 // Member health, as the leader sees it. The leader's transport times every
@@ -173,4 +175,11 @@ func (n *Node) Health() []MemberHealth {
 	n.health.mu.Lock()
 	defer n.health.mu.Unlock()
 	return append([]MemberHealth(nil), n.health.snapshot...)
+}
+
+// notYetAnswered is the health of a member the leader has not looked at
+// yet (one added a moment ago): it has not answered, so it is not counted
+// healthy until it does.
+func notYetAnswered() *server.MemberHealth {
+	return &server.MemberHealth{LastContact: -1}
 }

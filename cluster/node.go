@@ -506,6 +506,9 @@ func (n *Node) run() {
 	defer lower.Stop()
 	joined := time.NewTicker(joinedEvery)
 	defer joined.Stop()
+	membership := time.NewTicker(membershipEvery)
+	defer membership.Stop()
+	var mw membershipWatch
 	for {
 		select {
 		case <-n.stop:
@@ -535,6 +538,8 @@ func (n *Node) run() {
 			if n.leading.Load() {
 				n.lowerBound()
 			}
+		case <-membership.C:
+			n.lookAtMembership(&mw) // removed.go
 		case <-joined.C:
 			if n.leading.Load() {
 				n.recordServed()
@@ -946,6 +951,9 @@ func (n *Node) View() server.ClusterView {
 				if m.Voter && h.Healthy {
 					votersHealthy++
 				}
+			} else if len(hs) > 0 {
+				m.Health = notYetAnswered()
+				healthy = false
 			}
 			if m.Voter {
 				voters++

@@ -99,6 +99,11 @@ func (l *raftLog) line(b []byte) {
 			attrs = append(attrs, k, v)
 		}
 	}
+	if msg == "no known peers, aborting election" {
+		// A node waiting to be added: it says so in its own words, with
+		// the command that adds it (removed.go).
+		level = slog.LevelDebug
+	}
 	if key, ok := peerFailures[msg]; ok {
 		peer := fmt.Sprint(m[key])
 		if !l.first(msg+"\x00"+peer, &attrs) {

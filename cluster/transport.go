@@ -280,6 +280,9 @@ type stream struct {
 	// handshaking counts the inbound handshakes in progress, by source IP.
 	handshaking map[string]int
 	inFlight    int
+	// refused is what dialed connections saw: who refused this node's
+	// certificate (removed.go).
+	refused refusals
 }
 
 // Bounds of the Raft port's accept, against connections that never finish
@@ -495,7 +498,11 @@ func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn,
 		return nil, err
 	}
 	peer, _ := NodeIdentity(c.ConnectionState().PeerCertificates[0]) // verified in the handshake
-	return s.track(c, peer)
+	t, err := s.track(c, peer)
+	if err == nil {
+		t.(*trackedConn).outbound = true
+	}
+	return t, err
 }
 
 // trackedConn leaves its stream's set when closed. Over TLS it knows its
@@ -510,6 +517,9 @@ type trackedConn struct {
 	// inbound is set on accepted connections until their first read, which
 	// may be a founder's hello instead of Raft (see bootstrap.go).
 	inbound bool
+	// outbound: dialed over TLS; its reads tell whether the peer admits
+	// this node (removed.go).
+	outbound bool
 }
 
 func (c *trackedConn) ready() error { return c.member() }
@@ -533,6 +543,9 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
+	if c.outbound {
+		c.s.noteOutbound(c.peer, n, err)
+	}
 	if n > 0 {
 		if merr := c.member(); merr != nil {
 			return 0, merr

@@ -94,7 +94,8 @@ type memberHealthJ struct {
 
 func (h *handler) clusterStatus(w http.ResponseWriter) {
 	if h.cluster == nil {
-		writeJSON(w, http.StatusOK, clusterJSON{Role: "standalone", Members: []clusterMember{}})
+		// A standalone server's grace is its crash grace.
+		writeJSON(w, http.StatusOK, clusterJSON{Role: "standalone", GraceRemainingMs: h.graceMs(), Members: []clusterMember{}})
 		return
 	}
 	v := h.cluster.View()

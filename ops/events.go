@@ -68,6 +68,11 @@ type (
 		Reason string     `json:"reason,omitempty"` // resync only
 		Locks  []lockJSON `json:"locks"`
 	}
+	// shutdownJSON is the data of the shutdown event, the last of a
+	// stream whose server is shutting down.
+	shutdownJSON struct {
+		Message string `json:"message"`
+	}
 	// historyJSON is the data of a history event: the latest events before
 	// the stream's start, oldest first.
 	historyJSON struct {
@@ -209,7 +214,14 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 			h.log.Warn("ops: event subscriber fell behind; stream closed", "client", r.RemoteAddr, "seq", last)
 			return
 		case err != nil:
-			return // the server shut down
+			// The server shut down: say so, so that a client backs off
+			// and tells its user instead of reconnecting at once to a
+			// server that is going away.
+			if r.Context().Err() == nil {
+				writeSSE(&buf, "shutdown", h.eventID(last), shutdownJSON{Message: "the server is shutting down"})
+				h.sendSSE(rc, w, r, &buf)
+			}
+			return
 		}
 		if len(evs) > 0 {
 			for _, e := range evs {

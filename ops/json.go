@@ -29,6 +29,10 @@ type (
 		Waiters []sessionJSON `json:"waiters"` // never null
 		Holders []sessionJSON `json:"holders"` // every holder, in grant order; never null
 		Limit   *int          `json:"limit"`   // the limit in force for shared claims; null when none
+		// GraceRemainingMs is how long the server still grants nothing
+		// (a crash grace, or a new leader's failover grace): why a lock
+		// has waiters and no holder. Absent outside a grace.
+		GraceRemainingMs int64 `json:"grace_remaining_ms,omitempty"`
 	}
 	// releasedJSON answers the release of a lock with several holders.
 	releasedJSON struct {
@@ -36,6 +40,8 @@ type (
 	}
 	locksJSON struct {
 		Locks []lockJSON `json:"locks"` // never null
+		// GraceRemainingMs: as in lockJSON; absent outside a grace.
+		GraceRemainingMs int64 `json:"grace_remaining_ms,omitempty"`
 	}
 	errorJSON struct {
 		Error string `json:"error"`

@@ -46,6 +46,30 @@ type Backend interface {
 
 var _ Backend = (*server.Server)(nil)
 
+// graceReporter is the part of a Backend that knows its grace: how long it
+// still grants nothing (the crash grace of a restarted server, the
+// failover grace of a new leader). *server.Server has it; a Backend
+// without it is never in a grace.
+type graceReporter interface {
+	GraceRemaining() time.Duration
+}
+
+var _ graceReporter = (*server.Server)(nil)
+
+// graceMs is the backend's grace remaining in whole milliseconds, rounded
+// up so that a grace in its last millisecond is not shown as none.
+func (h *handler) graceMs() int64 {
+	g, ok := h.b.(graceReporter)
+	if !ok {
+		return 0
+	}
+	d := g.GraceRemaining()
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // Config is what NewHandler needs.
 type Config struct {
 	// Backend is the lock server. Required: NewHandler panics on nil.
@@ -515,7 +539,7 @@ func (h *handler) listLocks(w http.ResponseWriter, r *http.Request) {
 		return // the client left while it waited
 	}
 	views := h.b.Locks()
-	out := locksJSON{Locks: make([]lockJSON, 0, len(views))}
+	out := locksJSON{Locks: make([]lockJSON, 0, len(views)), GraceRemainingMs: h.graceMs()}
 	for _, v := range views {
 		out.Locks = append(out.Locks, toLock(v))
 	}
@@ -528,7 +552,9 @@ func (h *handler) getLock(w http.ResponseWriter, name string) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("lock %q not found: nobody holds or waits for it", name))
 		return
 	}
-	writeJSON(w, http.StatusOK, toLock(v))
+	l := toLock(v)
+	l.GraceRemainingMs = h.graceMs()
+	writeJSON(w, http.StatusOK, l)
 }
 
 // release answers POST /v1/locks/{name}/release: every holder is ended.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -145,7 +146,7 @@ func (c *Client) acquireWith(ctx context.Context, name string, parent context.Co
 		acquire: frame,
 		shared:  set.shared,
 		limit:   set.limit,
-		waiting: set.waiting,
+		waiting: set.waitingFunc(),
 		maxHold: set.maxHold,
 		log:     set.logger,
 		onLost:  onLost,
@@ -241,12 +242,17 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			if ctxEnded(ctx) {
 				return nil, acquireCtxError(ctx, name, lastErr, 0)
 			}
-			if !reached {
+			if !reached && (!set.waitForServer || isTLSError(err)) {
+				// No server has ever answered: a wrong address fails at
+				// once, unless the caller waits for a server to come up.
 				return nil, &opError{op: "acquire", name: name, err: err}
 			}
 			lastErr = &noAnswerError{err: err}
 			failures++
-			wait := backoff(failures)
+			if set.retries > 0 && failures > set.retries {
+				return nil, &opError{op: "acquire", name: name, err: fmt.Errorf("%w (gave up after %d retries, WithRetries)", lastErr, set.retries)}
+			}
+			wait := set.backoff(failures)
 			logAt(set.logger, slog.LevelWarn, "baton: no server reachable; trying again",
 				slog.String("lock", name), slog.Any("err", err), slog.Duration("after", wait))
 			set.retried(lastErr, wait)
@@ -310,9 +316,12 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			}
 			continue
 		}
+		if set.retries > 0 && failures > set.retries {
+			return nil, &opError{op: "acquire", name: name, err: fmt.Errorf("%w (gave up after %d retries, WithRetries)", s.err, set.retries)}
+		}
 		var wait time.Duration
 		if !atOnce || failures > 1 {
-			wait = backoff(failures)
+			wait = set.backoff(failures)
 		}
 		if errors.Is(s.err, ErrNoAnswer) {
 			// Said louder than a reconnection: nothing may come of it.
@@ -485,7 +494,13 @@ func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Con
 		if isRemoteAlert(err) {
 			return nil, nil, &tlsRefusedError{addr: addr, err: err}
 		}
-		return nil, nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, io.EOF) {
+			// The network failed during the handshake (a timeout, a
+			// server that went away): a reason to try again, not TLS's.
+			return nil, nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+		}
+		return nil, nil, &tlsError{addr: addr, err: err}
 	}
 	// Closing raw, not tc, releases at once: tls.Conn.Close first tries to
 	// send close_notify, which a stalled link can hold up for seconds.
@@ -493,8 +508,9 @@ func dialTCP(ctx context.Context, addr string, set *settings) (conn, raw net.Con
 }
 
 // Reconnection backoff after OVERLOADED or repeated failures: doubling from
-// backoffBase, capped at backoffCap, each wait drawn from [d/2, d] so that
-// clients refused together do not return together.
+// backoffBase, capped at backoffCap (WithBackoff sets both), each wait
+// drawn from [d/2, d] so that clients refused together do not return
+// together.
 const (
 	backoffBase = 50 * time.Millisecond
 	backoffCap  = 2 * time.Second
@@ -504,10 +520,14 @@ const (
 // usable hint: about one election timeout of the default Raft timers.
 const electionBackoffCap = 400 * time.Millisecond
 
-func backoff(n int) time.Duration {
-	d := backoffCap
-	if n >= 1 && n < 16 {
-		d = min(backoffBase<<(n-1), backoffCap)
+func backoff(n int) time.Duration { return backoffWith(backoffBase, backoffCap, n) }
+
+// backoffWith is the wait before the nth retry, doubling from base up to
+// limit, jittered.
+func backoffWith(base, limit time.Duration, n int) time.Duration {
+	d := limit
+	if n >= 1 && n < 32 && base<<(n-1) > 0 {
+		d = min(base<<(n-1), limit)
 	}
 	return jitter(d)
 }

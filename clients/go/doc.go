@@ -178,14 +178,24 @@
 //   - The wrong port (ErrWrongPort): an HTTP server, or Baton's ops port,
 //     which names the lock port in its answer. Never retried.
 //
+//   - A failed TLS handshake (ErrTLS): a server certificate this client
+//     does not trust, or its own refused (then also ErrUnauthorized).
+//     Never retried, never the error of a refused connection.
+//
 // If no address can be reached at all, Acquire fails at once rather than
-// hide a misconfiguration; once it has reached a server, it rides out
-// restarts until its context ends.
+// hide a misconfiguration, unless WithWaitForServer(true) asks it to wait,
+// within ctx, for a server that is not up yet; once it has reached a
+// server, it rides out restarts until its context ends. WithBackoff and
+// WithRetries set the waits between retries and bound their number;
+// IsRetryable says whether an error is worth a try of the caller's own.
 //
 // # Helpers
 //
 // Campaign waits to lead an election (a lock whose owner text is the
 // candidate's value); the returned Leadership is a Lock, with Resign.
+// Leader and Observe follow an election without campaigning, as etcd's
+// Observe does, from the server's ops API (WithOpsAddrs, WithAdminToken):
+// the lock protocol cannot say who holds a name.
 // AcquireAll and DoAll take several locks in the byte order of their names,
 // all or none, so that callers wanting overlapping sets cannot deadlock;
 // the LockSet's context ends when any one is lost. Their options apply to

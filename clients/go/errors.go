@@ -56,6 +56,15 @@ var (
 	// a queue for that reason.
 	ErrNoAnswer = errors.New("no answer from the server")
 
+	// ErrTLS: the TLS handshake with a server failed: its certificate is
+	// not one this client trusts (another CA, another name, expired), or
+	// the server refused this client's (then the error also matches
+	// ErrUnauthorized). It is a configuration to fix, never a server
+	// that is down: it is not retried, WithWaitForServer does not wait it
+	// out, and IsRetryable is false. A refused connection is a *net.OpError
+	// without it.
+	ErrTLS = errors.New("TLS handshake failed")
+
 	// ErrWrongPort: the address is not a Baton lock port: the server
 	// answered in HTTP, or it is Baton's ops HTTP port, which answers a
 	// lock client with an ERROR naming the lock port. Not retried.
@@ -144,7 +153,7 @@ func IsRetryable(err error) bool {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false // the caller's own context (also a net.Error timeout)
-	case errors.Is(err, ErrMaxHoldReached), errors.Is(err, ErrAlreadyHeld), errors.Is(err, ErrWrongPort):
+	case errors.Is(err, ErrMaxHoldReached), errors.Is(err, ErrAlreadyHeld), errors.Is(err, ErrWrongPort), errors.Is(err, ErrTLS):
 		return false
 	case errors.As(err, &we):
 		// Found before any net.Error: a TLS refusal wraps both.
@@ -287,7 +296,23 @@ func (e *tlsRefusedError) Error() string {
 	return fmt.Sprintf("server %s refused the TLS handshake (check the client certificate): %v", e.addr, e.err)
 }
 
-func (e *tlsRefusedError) Unwrap() []error { return []error{ErrUnauthorized, e.err} }
+func (e *tlsRefusedError) Unwrap() []error { return []error{ErrUnauthorized, ErrTLS, e.err} }
+
+// tlsError is a TLS handshake that failed on this side: the server's
+// certificate was not accepted, or the handshake broke. It matches ErrTLS.
+type tlsError struct {
+	addr string
+	err  error
+}
+
+func (e *tlsError) Error() string {
+	return fmt.Sprintf("tls handshake with %s: %v", e.addr, e.err)
+}
+
+func (e *tlsError) Unwrap() []error { return []error{ErrTLS, e.err} }
+
+// isTLSError reports whether err is a failed TLS handshake.
+func isTLSError(err error) bool { return errors.Is(err, ErrTLS) }
 
 // connError is a connection that broke without an ERROR frame.
 type connError struct {

@@ -448,6 +448,13 @@ func ExampleLimitMismatchError() {
 // example, and returns its address and a function that stops it. Real
 // programs dial a running `baton serve`.
 func exampleServer() (addr string, stop func()) {
+	addr, _, stop = exampleServerOps()
+	return addr, stop
+}
+
+// exampleServerOps is exampleServer that also returns the ops API's
+// address; extra flags come last, so they win (-addr=HOST:PORT).
+func exampleServerOps(extra ...string) (addr, opsAddr string, stop func()) {
 	bin, err := buildServer()
 	if err != nil {
 		log.Fatal(err)
@@ -456,8 +463,8 @@ func exampleServer() (addr string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
-		"-shutdown-linger=0s", "-log-format=json", "-data-dir="+data)
+	cmd := exec.Command(bin, append([]string{"serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
+		"-shutdown-linger=0s", "-log-format=json", "-data-dir=" + data}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		log.Fatal(err)
@@ -468,7 +475,7 @@ func exampleServer() (addr string, stop func()) {
 	}
 	// One reader owns the server's output until the process ends: it
 	// reports the address, keeps the log for a failure, and drains the pipe.
-	serving := make(chan string, 1)
+	serving := make(chan [2]string, 1)
 	var logged strings.Builder
 	drained := make(chan struct{})
 	go func() {
@@ -476,10 +483,13 @@ func exampleServer() (addr string, stop func()) {
 		lines := bufio.NewScanner(out)
 		for lines.Scan() {
 			logged.WriteString(lines.Text() + "\n")
-			var l struct{ Msg, Addr string }
+			var l struct {
+				Msg, Addr string
+				OpsAddr   string `json:"ops_addr"`
+			}
 			if json.Unmarshal(lines.Bytes(), &l) == nil && l.Msg == "baton serving" {
 				select {
-				case serving <- l.Addr:
+				case serving <- [2]string{l.Addr, l.OpsAddr}:
 				default:
 				}
 			}
@@ -493,8 +503,8 @@ func exampleServer() (addr string, stop func()) {
 		os.RemoveAll(data)
 	}
 	select {
-	case addr = <-serving:
-		return addr, stop
+	case a := <-serving:
+		return a[0], a[1], stop
 	case <-drained:
 		stop()
 		log.Fatalf("baton serve ended before serving:\n%s", logged.String())
@@ -502,5 +512,5 @@ func exampleServer() (addr string, stop func()) {
 		stop()
 		log.Fatalf("baton serve did not report its address within 30s:\n%s", logged.String())
 	}
-	return "", nil
+	return "", "", nil
 }

@@ -49,6 +49,7 @@ type settings struct {
 	dialTimeout time.Duration
 	tlsConfig   *tls.Config
 	waiting     func(position int)
+	waitState   func(WaitState)                     // WithWaitStateFunc; nil for none
 	retry       func(err error, wait time.Duration) // WithRetryFunc; nil for none
 	// queueBehindSelf: WithQueueBehindSelf.
 	queueBehindSelf bool
@@ -64,7 +65,43 @@ type settings struct {
 	// perName holds the options of ForName, by lock name. Copied on
 	// write: settings are copied by value.
 	perName map[string][]Option
+
+	// Retries (WithBackoff, WithRetries, WithWaitForServer).
+	backoffBase, backoffCap time.Duration
+	retries                 int
+	waitForServer           bool
+	// The ops API, for Leader and Observe (observe.go).
+	opsAddrs   []string
+	adminToken string
 }
+
+// backoff is the wait before the nth retry: WithBackoff's, jittered.
+func (s *settings) backoff(n int) time.Duration { return backoffWith(s.backoffBase, s.backoffCap, n) }
+
+// WithBackoff sets the waits between Acquire's retries while it waits
+// (after OVERLOADED, a broken connection, a server that did not answer):
+// the first is base, each next one twice the last, up to limit; each is
+// drawn from [d/2, d] so that clients refused together do not return
+// together. Default 50ms and 2s. A NOT_LEADER during an election is
+// followed faster, whatever these say.
+func WithBackoff(base, limit time.Duration) Option {
+	return func(s *settings) { s.backoffBase, s.backoffCap = base, limit }
+}
+
+// WithRetries bounds how many times in a row Acquire tries again after
+// an attempt that failed for a reason worth a retry (see IsRetryable)
+// before it returns that attempt's error; an attempt that the server
+// answered starts the count again. 0, the default, bounds them only by
+// the context.
+func WithRetries(n int) Option { return func(s *settings) { s.retries = n } }
+
+// WithWaitForServer(true) makes Acquire wait, within its context, for a
+// server that is not up yet: an address that refuses the connection (or
+// does not resolve) is tried again with the backoff, until one answers or
+// the context ends. Without it, the default, Acquire fails at once when no
+// server has answered the first attempt, which is how a wrong address is
+// told from a server that went away. A TLS failure is never waited out.
+func WithWaitForServer(wait bool) Option { return func(s *settings) { s.waitForServer = wait } }
 
 // WithLease sets the lease: how long the server waits in silence before it
 // declares the session dead and moves the lock. It is a failure detector,
@@ -231,6 +268,8 @@ func defaultSettings() settings {
 		lease:       DefaultLease,
 		owner:       defaultOwner(),
 		dialTimeout: DefaultDialTimeout,
+		backoffBase: backoffBase,
+		backoffCap:  backoffCap,
 	}
 }
 
@@ -279,6 +318,10 @@ func (s *settings) check() error {
 		return badRequest("dial timeout %v must not be negative", s.dialTimeout)
 	case s.maxHold < 0:
 		return badRequest("maximum hold %v must not be negative", s.maxHold)
+	case s.backoffBase <= 0 || s.backoffCap < s.backoffBase:
+		return badRequest("backoff from %v up to %v: the first wait must be positive and at most the longest", s.backoffBase, s.backoffCap)
+	case s.retries < 0:
+		return badRequest("retries %d must not be negative", s.retries)
 	case s.fastOpen && !fastOpenSupported:
 		return badRequest("TCP Fast Open is supported on Linux only")
 	case s.shared && (s.limit < 1 || s.limit > wire.MaxLimit):

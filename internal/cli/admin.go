@@ -56,9 +56,12 @@ type (
 		Waiters []opsSession `json:"waiters"`
 		Holders []opsSession `json:"holders"` // every holder, in grant order
 		Limit   *int         `json:"limit"`   // the limit in force for shared claims; null when none
+		// GraceRemainingMS is how long the server still grants nothing.
+		GraceRemainingMS int64 `json:"grace_remaining_ms"`
 	}
 	opsLocks struct {
-		Locks []opsLock `json:"locks"`
+		Locks            []opsLock `json:"locks"`
+		GraceRemainingMS int64     `json:"grace_remaining_ms"`
 	}
 )
 
@@ -236,6 +239,7 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 		if err := json.Unmarshal(body, &l); err != nil {
 			return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
 		}
+		printGrace(s.stdout, l.GraceRemainingMS)
 		printLock(s.stdout, l)
 		return exitOK
 	}
@@ -243,12 +247,26 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 	if err := json.Unmarshal(body, &ls); err != nil {
 		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
 	}
+	printGrace(s.stdout, ls.GraceRemainingMS)
 	if len(ls.Locks) == 0 {
 		fmt.Fprintln(s.stderr, "baton locks: no lock is held or waited for")
 		return exitOK
 	}
 	printLocks(s.stdout, ls.Locks)
 	return exitOK
+}
+
+// printGrace says why waiters wait with nobody holding: the server's
+// grace (a crash grace, or a new leader's failover grace) grants nothing.
+func printGrace(w io.Writer, ms int64) {
+	if ms > 0 {
+		fmt.Fprintf(w, "%s (the server grants no lock until then: the holders of before the restart or failover may still be running)\n", graceText(ms))
+	}
+}
+
+// graceText is the grace as people read it: "grace: grants resume in 8.8s".
+func graceText(ms int64) string {
+	return "grace: grants resume in " + fmtAge(msDuration(ms))
 }
 
 // printLocks writes the table of baton locks: a row per holder (a lock
@@ -670,18 +688,25 @@ func (c *opsClient) sendTo(ctx context.Context, base, method, path string, reqBo
 	if resp.StatusCode == http.StatusOK {
 		return body, nil
 	}
-	ae := &apiError{addr: addr, status: resp.StatusCode, withToken: c.token != ""}
+	return nil, newAPIError(addr, resp, body, c.token != "")
+}
+
+// newAPIError is the *apiError of an answer other than 200 with body: the
+// API's {"error": ...}, or the first line of what another server (a
+// proxy, or Go's HTTPS server asked in plain HTTP: "Client sent an HTTP
+// request to an HTTPS server.") answered.
+func newAPIError(addr string, resp *http.Response, body []byte, withToken bool) *apiError {
+	ae := &apiError{addr: addr, status: resp.StatusCode, withToken: withToken}
 	var ej struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(body, &ej) == nil && ej.Error != "" {
 		ae.msg = ej.Error
 	} else {
-		// Not the ops API's JSON: a proxy, or another server on the port.
 		line, _, _ := bytes.Cut(bytes.TrimSpace(body), []byte("\n"))
 		ae.msg = strings.TrimSpace(resp.Status + " " + truncateRunes(string(line), 200))
 	}
-	return nil, ae
+	return ae
 }
 
 // apiError is an answer of the ops API other than 200.

@@ -67,6 +67,8 @@ func init() {
 	commands = []*command{
 		serveCommand(),
 		runCommand(),
+		lockCommand(),
+		electCommand(),
 		locksCommand(),
 		releaseCommand(),
 		kickCommand(),

@@ -21,27 +21,30 @@ type opsCluster struct {
 		Addr    string `json:"addr"`
 		OpsAddr string `json:"ops_addr"`
 	} `json:"leader"`
-	Term             uint64 `json:"term"`
-	Epoch            uint64 `json:"epoch"`
-	LeaseBoundMS     int64  `json:"lease_bound_ms"`
-	GraceRemainingMS int64  `json:"grace_remaining_ms"`
-	Members          []struct {
-		ID       string `json:"id"`
-		RaftAddr string `json:"raft_addr"`
-		Voter    bool   `json:"voter"`
-		Role     string `json:"role"`
-		Health   *struct {
-			Reachable     bool   `json:"reachable"`
-			LastContactMs *int64 `json:"last_contact_ms"`
-			Failures      uint64 `json:"failures"`
-			IndexLag      uint64 `json:"index_lag"`
-			Healthy       bool   `json:"healthy"`
-			SinceMs       int64  `json:"since_ms"`
-		} `json:"health"`
-	} `json:"members"`
-	Healthy          *bool `json:"healthy"`
-	VotersHealthy    *int  `json:"voters_healthy"`
-	FailureTolerance *int  `json:"failure_tolerance"`
+	Term             uint64             `json:"term"`
+	Epoch            uint64             `json:"epoch"`
+	LeaseBoundMS     int64              `json:"lease_bound_ms"`
+	GraceRemainingMS int64              `json:"grace_remaining_ms"`
+	Members          []opsClusterMember `json:"members"`
+	Healthy          *bool              `json:"healthy"`
+	VotersHealthy    *int               `json:"voters_healthy"`
+	FailureTolerance *int               `json:"failure_tolerance"`
+}
+
+// opsClusterMember is one member of CLUSTER.
+type opsClusterMember struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Voter    bool   `json:"voter"`
+	Role     string `json:"role"`
+	Health   *struct {
+		Reachable     bool   `json:"reachable"`
+		LastContactMs *int64 `json:"last_contact_ms"`
+		Failures      uint64 `json:"failures"`
+		IndexLag      uint64 `json:"index_lag"`
+		Healthy       bool   `json:"healthy"`
+		SinceMs       int64  `json:"since_ms"`
+	} `json:"health"`
 }
 
 func clusterCommand() *command {
@@ -149,8 +152,65 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 			}
 		}
 	}
+	if len(pos) > 0 && pos[0] == "add" {
+		health = awaitNewMember(ctx, ops, pos[1], health)
+		warnSilentMember(s, pos[1], pos[2], health)
+	}
 	printCluster(s, v, health)
 	return exitOK
+}
+
+// newMemberWait is how long baton cluster add waits for the new member's
+// first answer to the leader before it says that none came.
+const newMemberWait = 5 * time.Second
+
+// awaitNewMember asks the leader's view until member id has answered the
+// leader, for at most newMemberWait, and returns the last view.
+func awaitNewMember(ctx context.Context, ops *opsClient, id string, last opsCluster) opsCluster {
+	deadline := time.Now().Add(newMemberWait)
+	for {
+		if m := memberOf(last, id); m != nil && m.Health != nil && m.Health.LastContactMs != nil {
+			return last
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(250 * time.Millisecond):
+		}
+		if b, err := ops.send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
+			var lv opsCluster
+			if json.Unmarshal(b, &lv) == nil && lv.Healthy != nil {
+				last = lv
+			}
+		}
+	}
+}
+
+// warnSilentMember says, after an add, that the new member has not
+// answered the leader: nothing listens at its address yet, or it is not
+// a baton serve -join of this cluster. The cluster then counts it
+// unhealthy, and a majority needs it.
+func warnSilentMember(s *sys, id, raftAddr string, health opsCluster) {
+	m := memberOf(health, id)
+	if m != nil && m.Health != nil && m.Health.LastContactMs != nil {
+		return
+	}
+	fmt.Fprintf(s.stderr, "baton cluster: warning: %s at %s has not answered the leader within %v: start it there with baton serve -join "+
+		"(and this cluster's -peers), or remove it (baton cluster remove %s); until it answers it counts against the quorum\n",
+		id, raftAddr, newMemberWait, id)
+}
+
+// memberOf is member id of v, or nil.
+func memberOf(v opsCluster, id string) *opsClusterMember {
+	for i := range v.Members {
+		if v.Members[i].ID == id {
+			return &v.Members[i]
+		}
+	}
+	return nil
 }
 
 func printCluster(s *sys, v, health opsCluster) {
@@ -162,8 +222,17 @@ func printCluster(s *sys, v, health opsCluster) {
 	if v.Leader != nil {
 		leader = fmt.Sprintf("%s (client %s, ops %s)", v.Leader.ID, v.Leader.Addr, v.Leader.OpsAddr)
 	}
-	fmt.Fprintf(s.stdout, "node %s: %s; leader %s; term %d, epoch %d, lease bound %s, grace remaining %s\n",
-		v.NodeID, v.Role, leader, v.Term, v.Epoch, msDuration(v.LeaseBoundMS), msDuration(v.GraceRemainingMS))
+	// The grace is the leader's: a follower serves nothing, and its own
+	// is none. The leader's view is asked for whenever a leader is known.
+	grace := "grace remaining " + msDuration(health.GraceRemainingMS).String()
+	switch {
+	case health.Healthy == nil && v.Role != "leader":
+		grace = "grace unknown (no leader answered)"
+	case v.Role != "leader":
+		grace += " (the leader's)"
+	}
+	fmt.Fprintf(s.stdout, "node %s: %s; leader %s; term %d, epoch %d, lease bound %s, %s\n",
+		v.NodeID, v.Role, leader, v.Term, v.Epoch, msDuration(v.LeaseBoundMS), grace)
 	if health.Healthy != nil && health.VotersHealthy != nil && health.FailureTolerance != nil {
 		state := "healthy"
 		if !*health.Healthy {

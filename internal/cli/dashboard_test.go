@@ -24,6 +24,12 @@ import (
 // is in before its first snapshot for as long as the test looks at it.
 func gatedProxy(t *testing.T, target string) (base string, open func()) {
 	t.Helper()
+	return gatedPathProxy(t, target, "/v1/events")
+}
+
+// gatedPathProxy is gatedProxy holding back the requests for path.
+func gatedPathProxy(t *testing.T, target, path string) (base string, open func()) {
+	t.Helper()
 	u, err := url.Parse("http://" + target)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func gatedProxy(t *testing.T, target string) (base string, open func()) {
 	gate := make(chan struct{})
 	var once sync.Once
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/events" {
+		if r.URL.Path == path {
 			select {
 			case <-gate:
 			case <-r.Context().Done():

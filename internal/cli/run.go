@@ -76,7 +76,11 @@ type runOptions struct {
 	killGraceFlag  optionalDuration
 	verbose        bool
 	quiet          bool
+	observe        bool // baton elect -observe
 	opsAddr        string
+	// opsAddrNote says why no ops API is asked when -ops-addr was left
+	// at its default beside an -addr that is not on this machine.
+	opsAddrNote    string
 	adminTokenFile string
 	tls            clientTLSOptions
 
@@ -226,7 +230,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.Var(&o.killGraceFlag, "kill-grace", "time between SIGTERM and SIGKILL when the command must stop; the default fits in the 0.2 × lease margin")
 	fs.BoolVar(&o.verbose, "v", false, "log each step on stderr, also when it is not a terminal")
 	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors and LIMIT_MISMATCH; the exit status still tells")
-	fs.StringVar(&o.opsAddr, "ops-addr", "", "`host:port` of the ops API (a comma-separated list for a cluster), to show who holds the lock while waiting (optional)")
+	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` of the ops API (a comma-separated list for a cluster), asked while waiting for who holds the lock and the server's grace; the default is asked only when every -addr is on this machine")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
 	o.tls.register(fs, "server")
 	return fs
@@ -373,7 +377,26 @@ func wireMsg(err error) string {
 // parseRun reads and checks the flags and arguments of baton run. When ok
 // is false the command must return code.
 func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok bool) {
+	return parseClaim(s, c, args, commandRequired)
+}
+
+// commandRule says whether a command follows the lock name: always
+// (baton run), never (baton lock), or when given (baton elect).
+type commandRule int
+
+const (
+	commandRequired commandRule = iota
+	commandNone
+	commandOptional
+)
+
+// parseClaim reads and checks the flags and arguments of baton run, lock
+// or elect (rule). When ok is false the command must return code.
+func parseClaim(s *sys, c *command, args []string, rule commandRule) (o runOptions, code int, ok bool) {
 	fs := newRunFlags(&o)
+	if c.name == "elect" {
+		fs = newElectFlags(&o)
+	}
 	pre, cmd, hasSep := args, []string(nil), false
 	if i := slices.Index(args, "--"); i >= 0 {
 		pre, cmd, hasSep = args[:i], args[i+1:], true
@@ -387,13 +410,15 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 	}
 	switch {
 	case len(pos) == 0:
-		return fail("no lock name given (baton run [flags] NAME -- COMMAND [ARGS...])")
+		return fail(fmt.Sprintf("no lock name given (%s)", c.usage))
+	case rule == commandNone && (hasSep || len(pos) > 1):
+		return fail(fmt.Sprintf("baton %s takes no command: it holds the lock until Ctrl-C or SIGTERM (baton run NAME -- COMMAND runs one)", c.name))
 	case !hasSep && len(pos) > 1:
-		return fail(fmt.Sprintf(`missing "--" between the lock name and the command (baton run [flags] %s -- %s)`,
-			pos[0], strings.Join(pos[1:], " ")))
+		return fail(fmt.Sprintf(`missing "--" between the lock name and the command (baton %s [flags] %s -- %s)`,
+			c.name, pos[0], strings.Join(pos[1:], " ")))
 	case len(pos) > 1:
 		return fail(fmt.Sprintf(`unexpected argument %q before "--": give one lock name`, pos[1]))
-	case !hasSep || len(cmd) == 0:
+	case rule == commandRequired && (!hasSep || len(cmd) == 0), rule == commandOptional && hasSep && len(cmd) == 0:
 		return fail(`no command given after "--"`)
 	}
 	o.name, o.command = pos[0], cmd
@@ -425,6 +450,14 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 	if o.killGraceFlag.set {
 		o.killGrace = o.killGraceFlag.d
 	}
+	opsSet := false
+	fs.Visit(func(f *flag.Flag) { opsSet = opsSet || f.Name == "ops-addr" })
+	if !opsSet && !allLoopback(o.addrs.addrs) {
+		// The default ops API is this machine's: it would describe
+		// another server than the one at -addr.
+		o.opsAddr = ""
+		o.opsAddrNote = fmt.Sprintf("give -ops-addr (its default, %s, is asked only when every -addr is on this machine)", defaultOpsAddr)
+	}
 	if o.opsAddr != "" {
 		if err := checkOpsAddr(o.opsAddr); err != nil {
 			return fail(err.Error())
@@ -434,6 +467,25 @@ func parseRun(s *sys, c *command, args []string) (o runOptions, code int, ok boo
 		return fail(err.Error())
 	}
 	return o, exitOK, true
+}
+
+// allLoopback reports whether every address names this machine: a
+// loopback IP or localhost.
+func allLoopback(addrs []string) bool {
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return false
+		}
+		if strings.EqualFold(host, "localhost") {
+			continue
+		}
+		ip := net.ParseIP(host)
+		if ip == nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // parseInterspersed parses args into fs allowing flags between the

@@ -115,7 +115,7 @@ func TestParseRun(t *testing.T) {
 	}{
 		{"defaults", nil, []string{"jobs/x", "--", "echo", "hi"}, func(t *testing.T, o runOptions) {
 			if !slices.Equal(o.addrs.addrs, []string{"127.0.0.1:7070"}) || o.lease != 10*time.Second || o.noWait ||
-				o.wait != 0 || o.killGrace != time.Second || o.killGraceFlag.set || o.verbose || o.opsAddr != "" || o.owner.set {
+				o.wait != 0 || o.killGrace != time.Second || o.killGraceFlag.set || o.verbose || o.opsAddr != defaultOpsAddr || o.owner.set {
 				t.Errorf("options %+v, want the defaults", o)
 			}
 			if o.name != "jobs/x" || !slices.Equal(o.command, []string{"echo", "hi"}) {
@@ -129,6 +129,26 @@ func TestParseRun(t *testing.T) {
 				}
 				if !slices.Equal(o.command, []string{"ls", "-l", "--", "-v"}) {
 					t.Errorf("command %q, want everything after the first --", o.command)
+				}
+			}},
+		// One default everywhere: baton locks' 127.0.0.1:7071, asked only
+		// when the lock server is on this machine too.
+		{"the ops API's default beside a remote -addr", nil, []string{"-addr", "baton.internal:7070", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if o.opsAddr != "" || !strings.Contains(o.opsAddrNote, "give -ops-addr") {
+				t.Errorf("ops-addr %q (note %q), want none and a note that says to give -ops-addr", o.opsAddr, o.opsAddrNote)
+			}
+		}},
+		{"the ops API given beside a remote -addr", map[string]string{"BATON_OPS_ADDR": "baton.internal:7071"},
+			[]string{"-addr", "baton.internal:7070", "x", "--", "true"}, func(t *testing.T, o runOptions) {
+				if o.opsAddr != "baton.internal:7071" {
+					t.Errorf("ops-addr %q, want BATON_OPS_ADDR's", o.opsAddr)
+				}
+			}},
+		{"the client's TLS files from the environment, as security.md exports them",
+			map[string]string{"BATON_TLS_CA": "ca.crt", "BATON_TLS_CERT": "worker.crt", "BATON_TLS_KEY": "worker.key"},
+			[]string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+				if o.tls.ca != "ca.crt" || o.tls.cert != "worker.crt" || o.tls.key != "worker.key" {
+					t.Errorf("tls %+v, want the files of the environment", o.tls)
 				}
 			}},
 		{"addresses repeated and with commas", nil,

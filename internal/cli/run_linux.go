@@ -106,7 +106,7 @@ func startChild(cmd *exec.Cmd, grace time.Duration, verbose bool) (*child, error
 	go func() {
 		w.Wait() // the status is in ProcessState; ErrWaitDelay only cut copying short
 		ch.state = w.ProcessState
-		ch.lifelineOnce.Do(func() { lifeW.Close() })
+		ch.closeLifeline()
 		close(ch.exited)
 	}()
 	return ch, nil

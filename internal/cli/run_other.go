@@ -30,6 +30,7 @@ func startChild(*exec.Cmd, time.Duration, bool) (*child, error) {
 }
 
 func (c *child) signal(os.Signal)          {}
+func (c *child) setDeadline(time.Time)     {}
 func (c *child) exitCode() int             { return exitFailure }
 func (c *child) groupAlive() bool          { return false }
 func (c *child) awaitGroup(time.Time) bool { return true }

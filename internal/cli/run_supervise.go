@@ -28,12 +28,13 @@ func runRun(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	r := &runner{s: s, o: &o, owner: o.owner.get()}
+	r := &runner{s: s, o: &o, owner: o.owner.get(), prog: "baton " + c.name}
 	return r.run(ctx)
 }
 
 // runner is one baton run.
 type runner struct {
+	prog   string // "baton run", "baton lock", "baton elect": its lines' prefix
 	s      *sys
 	o      *runOptions
 	owner  string
@@ -46,7 +47,7 @@ type runner struct {
 // logf prints one line of -v output (and makes room for it on a terminal).
 func (r *runner) logf(format string, args ...any) {
 	if r.o.verbose {
-		r.status.printf("baton run: "+format, args...)
+		r.status.printf(r.prog+": "+format, args...)
 	}
 }
 
@@ -54,27 +55,32 @@ func (r *runner) logf(format string, args ...any) {
 // baton run exits non-zero) unless -q asked for silence.
 func (r *runner) errorf(format string, args ...any) {
 	if !r.o.quiet {
-		r.status.printf("baton run: "+format, args...)
+		r.status.printf(r.prog+": "+format, args...)
 	}
 }
 
 func (r *runner) run(ctx context.Context) int {
 	o := r.o
 	r.status = newStatusLine(r.s.stderr, o.verbose, o.quiet)
-	if !processGroupsSupported {
-		r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
-		return exitFailure
-	}
-	// The command is looked up before waiting: a typo should not cost a
-	// place in the queue, or take the lock from others.
-	path, err := exec.LookPath(o.command[0])
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			r.errorf("%s: command not found", o.command[0])
-			return exitCmdNotFound
+	r.status.prog = r.prog
+	var path string
+	if len(o.command) > 0 {
+		if !processGroupsSupported {
+			r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
+			return exitFailure
 		}
-		r.errorf("%s: cannot run it: %v", o.command[0], unwrapExecError(err))
-		return exitCannotExec
+		// The command is looked up before waiting: a typo should not cost
+		// a place in the queue, or take the lock from others.
+		var err error
+		path, err = exec.LookPath(o.command[0])
+		if err != nil {
+			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+				r.errorf("%s: command not found", o.command[0])
+				return exitCmdNotFound
+			}
+			r.errorf("%s: cannot run it: %v", o.command[0], unwrapExecError(err))
+			return exitCannotExec
+		}
 	}
 
 	// Signals are ours from here on: each is passed to the command once it
@@ -97,11 +103,14 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner), baton.WithTLSConfig(tlsCfg))
 	if err != nil {
-		return usageError(r.s, "run", err.Error())
+		return usageError(r.s, strings.TrimPrefix(r.prog, "baton "), err.Error())
 	}
 	// The ops API only feeds the status: a problem with it is told, never
 	// fatal to the job.
 	var ops *opsClient
+	if o.opsAddrNote != "" {
+		r.logf("no holder or grace information: %s", o.opsAddrNote)
+	}
 	if o.opsAddr != "" && r.status.active() {
 		if token, err := adminToken(r.s, o.adminTokenFile); err != nil {
 			r.errorf("no holder information: %v", err)
@@ -109,7 +118,7 @@ func (r *runner) run(ctx context.Context) int {
 			ops = newOpsClient(o.opsAddr, token, tlsCfg)
 		}
 	}
-	if margin := o.lease / 5; o.killGrace > margin {
+	if margin := o.lease / 5; o.killGrace > margin && len(o.command) > 0 {
 		// Said before the wait, when a person can still change it.
 		r.errorf("warning: -kill-grace %v is longer than the 0.2 × lease margin (%v): if the server stops confirming the lock, a command that ignores SIGTERM may run on beside the next holder for up to %v",
 			o.killGrace, margin, o.killGrace-margin)
@@ -117,6 +126,9 @@ func (r *runner) run(ctx context.Context) int {
 	lock, code := r.acquire(client, ops, stops)
 	if lock == nil {
 		return code
+	}
+	if len(o.command) == 0 {
+		return r.hold(lock, stops)
 	}
 	return r.supervise(path, lock, stops)
 }
@@ -310,11 +322,11 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 		r.errorf("an operator removed this waiter from the queue of %s (kicked) after %v", o.name, roundWait(waited))
 		return exitFailure
 	case errors.Is(err, baton.ErrBadRequest):
-		return usageError(r.s, "run", err.Error())
+		return usageError(r.s, strings.TrimPrefix(r.prog, "baton "), err.Error())
 	case isLimitMismatch(err):
 		// Printed whatever -q says, as a usage error is: retrying cannot
 		// help, the command line disagrees with the name's other users.
-		fmt.Fprintf(r.s.stderr, "baton run: %s\n", oneLine(limitMismatchLine(o, err)))
+		fmt.Fprintf(r.s.stderr, "%s: %s\n", r.prog, oneLine(limitMismatchLine(o, err)))
 		return exitUsage
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))
@@ -432,6 +444,12 @@ func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal
 		return exitCannotExec
 	}
 	r.logf("running %s (pid %d) under %s", o.command[0], ch.pid, o.name)
+	// The watchdog learns each new deadline of the lock, so that it stops
+	// the command itself if baton run cannot (stopped, starved).
+	lastDeadline := lock.ValidUntil()
+	ch.setDeadline(lastDeadline)
+	deadlines := time.NewTicker(max(o.lease/deadlineTellShare, 5*time.Millisecond))
+	defer deadlines.Stop()
 
 	var (
 		lost     error // why ownership ended, if it did while the command ran
@@ -459,6 +477,11 @@ wait:
 		select {
 		case <-ch.exited:
 			break wait
+		case <-deadlines.C:
+			if v := lock.ValidUntil(); !v.IsZero() && !v.Equal(lastDeadline) {
+				lastDeadline = v
+				ch.setDeadline(v)
+			}
 		case <-lockDone:
 			lockDone = nil
 			lost = lock.Err()
@@ -474,6 +497,15 @@ wait:
 			graceC = nil
 			r.errorf("the command still runs %v after SIGTERM (-kill-grace); sending SIGKILL", o.killGrace)
 			ch.signal(syscall.SIGKILL)
+		}
+	}
+	if lost == nil {
+		// baton run may find the exit only after a pause (kill -STOP) in
+		// which the lock was lost and the watchdog stopped the command:
+		// the command did not end under the lock.
+		if err := lock.Err(); err != nil {
+			lost = err
+			r.errorf("%v; the command was stopped", err)
 		}
 	}
 	code := ch.exitCode()
@@ -518,6 +550,13 @@ wait:
 	}
 	return code
 }
+
+// deadlineTellShare sets how often baton run looks whether the lock's
+// deadline moved, to tell the watchdog: every lease/20. The deadline is
+// 0.8 × lease after a confirmed send, and heartbeats go every lease/4, so
+// the watchdog's copy is never within 0.5 × lease of running out while
+// baton run runs.
+const deadlineTellShare = 20
 
 // groupKillWait bounds the wait for a process group to vanish after
 // SIGKILL, which only a process stuck in the kernel survives.

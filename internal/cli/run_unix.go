@@ -54,6 +54,19 @@ type child struct {
 	watchdog     int
 	lifeline     *os.File
 	lifelineOnce sync.Once
+	// lifelineMu keeps a deadline's write from racing the close.
+	lifelineMu     sync.Mutex
+	lifelineClosed bool
+}
+
+// closeLifeline closes the lifeline once: the watchdog SIGKILLs the tree.
+func (c *child) closeLifeline() {
+	c.lifelineOnce.Do(func() {
+		c.lifelineMu.Lock()
+		defer c.lifelineMu.Unlock()
+		c.lifelineClosed = true
+		c.lifeline.Close()
+	})
 }
 
 // startGroupChild starts cmd as the leader of a new process group, so that
@@ -93,11 +106,25 @@ func (c *child) signal(sig os.Signal) {
 	switch {
 	case !ok:
 	case c.lifeline != nil && s == syscall.SIGKILL:
-		c.lifelineOnce.Do(func() { c.lifeline.Close() })
+		c.closeLifeline()
 	case c.lifeline != nil:
 		syscall.Kill(c.watchdog, s) // ESRCH: it is gone already, and the tree with it
 	default:
 		syscall.Kill(-c.pid, s) // ESRCH: the group is gone already
+	}
+}
+
+// setDeadline tells the watchdog, if there is one, that the lock holds
+// until validUntil: past it without a newer one, the watchdog stops the
+// command itself (run_watchdog_linux.go).
+func (c *child) setDeadline(validUntil time.Time) {
+	if c.lifeline == nil {
+		return
+	}
+	c.lifelineMu.Lock()
+	defer c.lifelineMu.Unlock()
+	if !c.lifelineClosed {
+		writeDeadline(c.lifeline, validUntil) // EPIPE: the watchdog is gone, and the tree with it
 	}
 }
 

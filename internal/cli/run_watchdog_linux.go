@@ -17,12 +17,23 @@ package cli
 // lifeline and SIGKILL end it; if it is killed itself, the command's
 // parent-death signal takes the command with it.
 //
+// The lifeline also carries the lock's deadline: baton run writes a line
+// "until NS" (CLOCK_MONOTONIC nanoseconds, the clock both processes read)
+// each time a confirmed heartbeat moves it. If the deadline passes before
+// a later one comes, baton run is not running (kill -STOP, a stopped
+// debugger, a machine too busy to schedule it) and cannot stop the command
+// itself: the watchdog does, SIGTERM to the tree and SIGKILL after the
+// grace, as baton run would have. So the command is gone at 0.8 × lease +
+// grace whether or not baton run runs. (The lock was lost then: baton run,
+// once it runs again, finds the loss and exits 77.)
+//
 // Why not the alternatives: a parent-death signal reaches only the direct
 // child; a process group is left by setsid; a cgroup needs a delegated
 // cgroup v2 hierarchy that many hosts and containers do not give to an
 // unprivileged baton run. A subreaper needs no privilege and no set-up.
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -117,16 +128,30 @@ func RunWatchdog(args []string) int {
 		}
 	}()
 	cut := make(chan struct{})
+	deadlines := make(chan time.Duration, 1) // how long from now each new deadline is
 	go func() {
-		io.Copy(io.Discard, lifeline) // EOF: baton run closed it, or died
+		readLifeline(lifeline, deadlines) // EOF: baton run closed it, or died
 		close(cut)
 	}()
 
 	code := -1 // the command's status, once it has exited
 	var graceC <-chan time.Time
-	killed := false
+	killed, terminated := false, false
+	deadline := time.NewTimer(time.Hour)
+	deadline.Stop()
 	for {
 		select {
+		case d := <-deadlines:
+			deadline.Reset(d)
+		case <-deadline.C:
+			if !terminated && !killed && code < 0 {
+				// baton run did not move the deadline in time: it is
+				// stopped or starved, and the lock is lost by now.
+				fmt.Fprintf(os.Stderr, "baton run: the lock's deadline passed with baton run not running (stopped?); the watchdog stops the command (SIGTERM, SIGKILL after %v)\n", grace)
+				w.signalAll(syscall.SIGTERM)
+				terminated = true
+				graceC = time.After(grace)
+			}
 		case r, ok := <-exits:
 			if !ok {
 				if code < 0 {
@@ -154,6 +179,7 @@ func RunWatchdog(args []string) int {
 			killed = true
 		case <-cut:
 			cut = nil
+			deadline.Stop()
 			w.killAll()
 			killed = true
 		case sig := <-sigs:
@@ -168,6 +194,44 @@ func RunWatchdog(args []string) int {
 			}
 		}
 	}
+}
+
+// readLifeline reads baton run's deadline lines from the lifeline until
+// EOF, sending on out how long from now each deadline is. A deadline
+// already past is sent as 0.
+func readLifeline(lifeline io.Reader, out chan time.Duration) {
+	sc := bufio.NewScanner(lifeline)
+	for sc.Scan() {
+		var ns int64
+		if !scan(sc.Text()+"\n", "until %d\n", &ns) {
+			continue
+		}
+		d := max(time.Duration(ns-monotonicNow()), 0)
+		select { // the newest replaces one not yet taken
+		case <-out:
+		default:
+		}
+		out <- d
+	}
+}
+
+// monotonicNow is CLOCK_MONOTONIC in nanoseconds: the clock that baton
+// run and the watchdog both read, and that Go's monotonic time follows.
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// writeDeadline tells the watchdog on lifeline that the lock holds until
+// validUntil (baton run's side of readLifeline). The clock is read before
+// the remaining time: a pause between the two makes the deadline sent
+// earlier, never later.
+func writeDeadline(lifeline *os.File, validUntil time.Time) error {
+	now := monotonicNow()
+	left := time.Until(validUntil)
+	_, err := fmt.Fprintf(lifeline, "until %d\n", now+int64(max(left, 0)))
+	return err
 }
 
 // watchdog is the state of one command's tree.

@@ -34,7 +34,10 @@ type lockInfo struct {
 	holder  string // the first holder's owner text
 	holders int    // how many hold it
 	limit   int    // the limit in force for shared claims; 0 if none
-	err     string // why the API could not be asked, if it could not
+	// graceUntil is when the server's grace ends (zero outside one): it
+	// grants nothing before, whoever waits.
+	graceUntil time.Time
+	err        string // why the API could not be asked, if it could not
 }
 
 // waitState is what the status shows.
@@ -47,6 +50,9 @@ type waitState struct {
 }
 
 // parts are the facts shown, in order; with the time waited if withTime.
+// The grace is told by the time left (now), or, with neither now nor the
+// time waited, by when it ends: the key of the -v line, which must change
+// only when a fact does.
 func (w waitState) parts(now time.Time, withTime bool) []string {
 	var p []string
 	if w.position > 0 {
@@ -71,6 +77,14 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 	if w.info.known && w.info.limit > 0 {
 		p = append(p, fmt.Sprintf("%d/%d slots", w.info.holders, w.info.limit))
 	}
+	if g := w.info.graceUntil; !g.IsZero() {
+		switch left := g.Sub(now); {
+		case now.IsZero():
+			p = append(p, "grace until "+g.Round(time.Second).Format(time.RFC3339))
+		case left > 0:
+			p = append(p, graceText(left.Milliseconds()))
+		}
+	}
 	return p
 }
 
@@ -78,13 +92,18 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 // held by host:123", or for a semaphore "waiting for pool: position 1,
 // 12s, held by host:123 and 2 others, 3/3 slots".
 func (w waitState) line(now time.Time) string {
-	return "baton run: waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
+	return "waiting for " + w.name + ": " + strings.Join(w.parts(now, true), ", ")
 }
 
-// change is the -v line of the status, without the time, so that it
-// changes only when a fact does.
+// change is the key of the -v line of the status, without the time, so
+// that a line is logged only when a fact changes.
 func (w waitState) change() string {
-	p := w.parts(time.Time{}, false)
+	return strings.Join(w.parts(time.Time{}, false), ", ")
+}
+
+// changeLine is the -v line: the facts at now, without the time waited.
+func (w waitState) changeLine(now time.Time) string {
+	p := w.parts(now, false)
 	if len(p) == 0 {
 		return "waiting for " + w.name
 	}
@@ -94,18 +113,21 @@ func (w waitState) change() string {
 // statusLine writes baton run's stderr: a live line rewritten in place on
 // a terminal, and plain lines. Used by one goroutine only.
 type statusLine struct {
+	prog    string // the prefix of its lines: "baton run"
 	w       io.Writer
 	tty     bool
 	fd      int
 	verbose bool
 	shown   bool   // a live line is on the terminal
-	logged  string // the last -v waiting line, to log changes only
+	logged  string // the key of the last -v waiting line, to log changes only
+	// anyLogged: a -v waiting line has been logged.
+	anyLogged bool
 }
 
 // newStatusLine writes to w; quiet (-q) shows no live line even on a
 // terminal.
 func newStatusLine(w io.Writer, verbose, quiet bool) *statusLine {
-	l := &statusLine{w: w, verbose: verbose}
+	l := &statusLine{prog: "baton run", w: w, verbose: verbose}
 	if f, ok := w.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
 		l.tty, l.fd = true, int(f.Fd())
 	}
@@ -126,12 +148,12 @@ func (l *statusLine) show(w waitState, now time.Time) {
 		}
 		// One column short of the edge: a line that fills it would wrap on
 		// some terminals, and \r would then rewrite only the last row.
-		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(w.line(now), width-1))
+		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(l.prog+": "+w.line(now), width-1))
 		l.shown = true
 	case l.verbose:
-		if c := w.change(); c != l.logged {
-			l.logged = c
-			fmt.Fprintf(l.w, "baton run: %s\n", c)
+		if c := w.change(); c != l.logged || !l.anyLogged {
+			l.logged, l.anyLogged = c, true
+			fmt.Fprintf(l.w, "%s: %s\n", l.prog, w.changeLine(now))
 		}
 	}
 }
@@ -222,6 +244,9 @@ func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
 	}
 	if l.Limit != nil {
 		info.limit = *l.Limit
+	}
+	if l.GraceRemainingMS > 0 {
+		info.graceUntil = time.Now().Add(msDuration(l.GraceRemainingMS))
 	}
 	return info
 }

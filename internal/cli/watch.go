@@ -81,10 +81,18 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 		if errors.As(err, &ae) {
 			return adminFailed(s, c.name, err) // 401, 404...: retrying will not help
 		}
-		if connected {
+		// A stream that lasted is a server that works: start the backoff
+		// again. One that ended at once (a server that is stopping and
+		// still answers) keeps growing it.
+		if connected && !w.stopping && time.Since(w.since) >= watchSteady {
 			backoff = 0
 		}
-		backoff = min(max(2*backoff, 100*time.Millisecond), watchMaxBackoff)
+		floor := 100 * time.Millisecond
+		if w.stopping {
+			floor = time.Second
+			err = fmt.Errorf("the server at %s is shutting down", ops.addr)
+		}
+		backoff = min(max(2*backoff, floor), watchMaxBackoff)
 		fmt.Fprintf(s.stderr, "baton watch: %s; reconnecting in %v\n", oneLine(err.Error()), backoff)
 		select {
 		case <-ctx.Done():
@@ -102,7 +110,15 @@ type watcher struct {
 	s    *sys
 	json bool
 	last string // the id of the last event seen ("" before the first)
+	// since is when the current stream was answered; stopping says that
+	// its server sent the shutdown event.
+	since    time.Time
+	stopping bool
 }
+
+// watchSteady is how long a stream must last for a reconnection to start
+// with the shortest wait again.
+const watchSteady = 2 * time.Second
 
 // stream follows one connection until it ends; connected reports whether
 // the server accepted it.
@@ -129,17 +145,9 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
-		ae := &apiError{addr: ops.addr, status: resp.StatusCode, withToken: ops.token != ""}
-		var ej struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &ej) == nil && ej.Error != "" {
-			ae.msg = ej.Error
-		} else {
-			ae.msg = resp.Status
-		}
-		return false, ae
+		return false, newAPIError(ops.addr, resp, body, ops.token != "")
 	}
+	w.since, w.stopping = time.Now(), false
 	// A timer that every line pushes back cancels a stream gone silent.
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
@@ -192,6 +200,9 @@ func (w *watcher) dispatch(id, typ, data string) {
 		json.Unmarshal([]byte(data), &st)
 		fmt.Fprintf(w.s.stderr, "baton watch: events were missed (%s); %d locks are held or waited for now: see 'baton locks'\n",
 			st.Reason, len(st.Locks))
+		return
+	case "shutdown":
+		w.stopping = true
 		return
 	case "overflow":
 		fmt.Fprintln(w.s.stderr, "baton watch: this terminal fell behind the server; resuming")

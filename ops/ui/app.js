@@ -19,6 +19,7 @@ const state = {
   lastGrants: null,      // {t, total}
   authed: false,         // whether /v1/ may be asked (no token, or logged in)
   loaded: false,         // the stream's first snapshot has come: until then nothing is known
+  graceUntil: 0,         // Date.now() at which the server's grace ends; 0 outside one
 };
 
 // A session as the page keeps it: sinceAt/seenAt are local clock times
@@ -176,6 +177,11 @@ async function pollFreshness() {
   const r = await api("GET", "/v1/locks");
   if (!r.ok) return;
   const now = Date.now();
+  // The server's grace (a crash grace, a new leader's failover grace): it
+  // grants nothing until then, which is why waiters wait with no holder.
+  const grace = Number(r.body.grace_remaining_ms) || 0;
+  state.graceUntil = grace > 0 ? now + grace : 0;
+  renderGrace(now);
   let limitChanged = false;
   for (const l of r.body.locks) {
     const m = state.locks.get(l.name);
@@ -362,8 +368,19 @@ function since(tag, attrs, s, now) {
   return el(tag, { ...attrs, "data-since": s.id, text: fmtDur(now - s.sinceAt) });
 }
 
+// renderGrace shows, while the server's grace lasts, when grants resume.
+function renderGrace(now) {
+  const e = $("grace");
+  const left = state.graceUntil - now;
+  if (!state.graceUntil || left <= 0 || !state.authed) { e.hidden = true; return; }
+  e.textContent = `grace: grants resume in ${fmtDur(left)}. The server grants no lock until then (after a restart or a failover, ` +
+    "the holders of before may still be running), so waiters wait with no holder.";
+  e.hidden = false;
+}
+
 function tick() {
   const now = Date.now();
+  renderGrace(now);
   for (const e of document.querySelectorAll("[data-since]")) {
     const s = shown.get(e.dataset.since);
     if (s) e.textContent = fmtDur(now - s.sinceAt);
@@ -443,7 +460,7 @@ function lockRows(l, now) {
   const more = l.holders.length - shown.length;
   const span = { rowspan: String(Math.max(1, shown.length + (more > 0 ? 1 : 0))) };
   const first = shown.length ? holderCells(l, shown[0], now)
-    : [el("td", {}, el("span", { class: "muted", text: "free (granting)" })), el("td", { class: "opt" }), el("td"), el("td")];
+    : [el("td", {}, el("span", { class: "muted", text: state.graceUntil > now ? "free (grace: no grant yet)" : "free (granting)" })), el("td", { class: "opt" }), el("td"), el("td")];
   const rows = [el("tr", { "data-lock": l.name, class: shown.length > 1 || more > 0 ? "several" : "" },
     el("td", span, el("a", { href: lockHref(l.name), text: l.name, "data-focus": "lock:" + l.name }),
       l.limit !== null ? el("small", { class: "narrow-slots", text: `${slots(l)} slots` }) : null), // where the Slots column is left out
@@ -560,6 +577,9 @@ function lockHistogram(name, metric) {
 
 let metrics = null;
 let cluster = null;
+// clusterLoaded: /v1/cluster has answered (or failed) since the page
+// started; until then the Server page says it is loading, not what it is.
+let clusterLoaded = false;
 // server is what this node says of itself in /metrics: its version and
 // lock protocol address (baton_server_info), and upAt, the local time it
 // started (process_start_time_seconds against the answer's Date, both the
@@ -628,7 +648,7 @@ let clusterHealth = null;
 function renderServer() {
   const stats = [];
   if (server) {
-    stats.push(["Version", server.version], ["Lock protocol", server.addr],
+    stats.push(["Version", server.version], ["Lock protocol", { text: server.addr }],
       ["Uptime", server.upAt ? el("span", { "data-uptime": "" }, fmtDur(Date.now() - server.upAt)) : "–"]);
   }
   if (metrics) {
@@ -644,8 +664,10 @@ function renderServer() {
     $("handover-chart").replaceChildren(barChart(counts, String, "No handover yet.",
       buckets.map((b) => fmtDur(Number(b.labels.le) * 1000)), { x: "handover latency, up to", y: "handovers" }));
   }
+  // A text value (an address) wraps within its box instead of being cut.
   $("stats").replaceChildren(...stats.map(([k, v]) => el("div", { class: "stat" }, el("span", { class: "muted", text: k }),
-    v instanceof Node ? el("b", {}, v) : el("b", { text: String(v) }))));
+    v instanceof Node ? el("b", {}, v) : v && typeof v === "object" ? el("b", { class: "text", text: v.text }) : el("b", { text: String(v) }))));
+  for (const b of document.querySelectorAll("#stats b.text")) b.parentElement.classList.add("text");
   $("grants-chart").replaceChildren(lineChart(state.grants.map((g) => g.perSec), "Collecting…", { x: "the last five minutes, oldest → now", y: "grants/s" }));
   renderCluster();
 }
@@ -681,18 +703,29 @@ function renderCluster() {
       el("a", { href: href + "#/server", text: "its server page" }), ".");
   }
   const box = $("cluster");
-  if (!cluster || cluster.role === "standalone") {
-    box.replaceChildren(el("p", { class: "muted", text: "Standalone server (no replicated mode)." }));
+  if (!clusterLoaded) {
+    box.replaceChildren(el("p", { class: "muted", id: "cluster-loading", role: "status", text: "loading…" }));
+    return;
+  }
+  if (!cluster) {
+    box.replaceChildren(el("p", { class: "muted", text: "Unknown: this node did not answer GET /v1/cluster; asking again." }));
+    return;
+  }
+  if (cluster.role === "standalone") {
+    const g = cluster.grace_remaining_ms > 0 ? ` Crash grace: ${fmtDur(cluster.grace_remaining_ms)} left.` : "";
+    box.replaceChildren(el("p", { class: "muted", text: "Standalone server (no replicated mode)." + g }));
     return;
   }
   const c = cluster;
+  // The grace is the leader's: a follower's own is none.
+  const grace = (health && typeof health.grace_remaining_ms === "number" ? health : c).grace_remaining_ms;
   box.replaceChildren(
     el("dl", { class: "kv" },
       el("dt", { text: "This node" }), el("dd", { text: `${c.node_id} (${c.role})` }),
       el("dt", { text: "Leader" }), el("dd", { text: c.leader ? `${c.leader.id} at ${c.leader.addr} (ops ${c.leader.ops_addr})` : "none known" }),
       el("dt", { text: "Lease bound" }), el("dd", { text: fmtDur(c.lease_bound_ms) }),
       el("dt", { text: "Term / epoch" }), el("dd", { text: `${c.term} / ${c.epoch}` }),
-      el("dt", { text: "Grace" }), el("dd", { text: c.grace_remaining_ms > 0 ? `${fmtDur(c.grace_remaining_ms)} left` : "none" })),
+      el("dt", { text: "Grace" }), el("dd", { text: grace > 0 ? `${fmtDur(grace)} left (the leader's)` : "none" })),
     clusterHealthLine(health),
     el("div", { class: "wrap" }, el("table", { id: "members" },
       el("thead", {}, el("tr", {}, ...["Member", "Role", "Raft address", "Voter", "Health", "For", "Last contact", "Log lag"].map((t) => el("th", { text: t })))),
@@ -746,6 +779,7 @@ async function pollServer() {
   if (!state.authed) return; // logged out while /metrics was asked
   const r = await api("GET", "/v1/cluster");
   cluster = r.ok && r.body && typeof r.body === "object" ? r.body : null;
+  clusterLoaded = true;
   clusterHealth = cluster && cluster.role === "leader" ? cluster : null;
   if (cluster && cluster.role !== "leader" && cluster.role !== "standalone" && cluster.leader) {
     const l = await api("GET", "/v1/cluster?view=leader");
@@ -833,6 +867,7 @@ async function start() {
     state.loaded = false;
     metrics = null;
     cluster = null;
+    clusterLoaded = false;
     server = null;
     renderServerInfo();
     renderBanner();

@@ -7,8 +7,12 @@ isolated build environment first. A pure-Python package needs no more than
 a zip with the right names in it, which is what this writes.
 
 Every field of the metadata comes from pyproject.toml's [project] table,
-read with tomllib (Python 3.11 and later; before that, the backend asks the
-installer for tomli), so the version and the metadata have one source.
+so the version and the metadata have one source. Python 3.11 and later
+read it with tomllib; before that (3.9, 3.10) the backend reads it with
+read_toml below, which knows the part of TOML that the file uses (tables,
+strings, arrays and inline tables of them), so no Python version needs
+anything from a package index to install the client. A test checks that
+both readers give the same [project].
 """
 
 from __future__ import annotations
@@ -21,24 +25,114 @@ import re
 import sys
 import tarfile
 import zipfile
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 PACKAGE = "baton"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# What PEP 517's hooks take: the front end's settings, never read here.
+ConfigSettings = Optional[Dict[str, Any]]
+
+
 def _requires() -> List[str]:
-    return [] if sys.version_info >= (3, 11) else ["tomli>=1.1"]
+    return []
 
 
 def project() -> Dict[str, Any]:
     """pyproject.toml's [project] table."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        data = f.read()
     if sys.version_info >= (3, 11):
         import tomllib
-    else:
-        import tomli as tomllib
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)["project"]
+
+        return tomllib.loads(data.decode("utf-8"))["project"]
+    return read_toml(data.decode("utf-8"))["project"]
+
+
+_KEY = re.compile(r'\s*([A-Za-z0-9_-]+|"[^"]*")\s*=\s*')
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def read_toml(text: str) -> Dict[str, Any]:
+    """The part of TOML that pyproject.toml uses: [table] and [a.b]
+    headers, key = value lines, basic strings, arrays and inline tables of
+    them (over several lines), comments. Anything else is refused."""
+    root: Dict[str, Any] = {}
+    table = root
+    pos = 0
+    while pos < len(text):
+        line_end = text.find("\n", pos)
+        line = text[pos:] if line_end < 0 else text[pos:line_end]
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            pos = len(text) if line_end < 0 else line_end + 1
+            continue
+        if stripped.startswith("["):
+            table = root
+            for part in stripped.strip("[]").split("."):
+                table = table.setdefault(part.strip().strip('"'), {})
+            pos = len(text) if line_end < 0 else line_end + 1
+            continue
+        m = _KEY.match(text, pos)
+        if m is None:
+            raise ValueError(f"pyproject.toml: cannot read {stripped!r}")
+        value, pos = _value(text, m.end())
+        table[m.group(1).strip('"')] = value
+        rest_end = text.find("\n", pos)
+        rest = (text[pos:] if rest_end < 0 else text[pos:rest_end]).strip()
+        if rest and not rest.startswith("#"):
+            raise ValueError(f"pyproject.toml: unexpected {rest!r} after {m.group(1)}")
+        pos = len(text) if rest_end < 0 else rest_end + 1
+    return root
+
+
+def _skip(text: str, pos: int) -> int:
+    """Skips blanks, newlines and comments."""
+    while pos < len(text):
+        if text[pos] in " \t\r\n":
+            pos += 1
+        elif text[pos] == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        else:
+            break
+    return pos
+
+
+def _value(text: str, pos: int) -> Tuple[Any, int]:
+    pos = _skip(text, pos)
+    if text.startswith('"', pos):
+        m = _STRING.match(text, pos)
+        if m is None:
+            raise ValueError("pyproject.toml: unterminated string")
+        return m.group(1).encode("latin-1", "backslashreplace").decode("unicode_escape"), m.end()
+    if text.startswith("[", pos):
+        items: List[Any] = []
+        pos = _skip(text, pos + 1)
+        while not text.startswith("]", pos):
+            item, pos = _value(text, pos)
+            items.append(item)
+            pos = _skip(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip(text, pos + 1)
+        return items, pos + 1
+    if text.startswith("{", pos):
+        inline: Dict[str, Any] = {}
+        pos = _skip(text, pos + 1)
+        while not text.startswith("}", pos):
+            m = _KEY.match(text, pos)
+            if m is None:
+                raise ValueError("pyproject.toml: bad inline table")
+            inline[m.group(1).strip('"')], pos = _value(text, m.end())
+            pos = _skip(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip(text, pos + 1)
+        return inline, pos + 1
+    for word, v in (("true", True), ("false", False)):
+        if text.startswith(word, pos):
+            return v, pos + len(word)
+    raise ValueError(f"pyproject.toml: unsupported value at {text[pos:pos + 20]!r}")
 
 
 def _dist_name(p: Dict[str, Any]) -> str:
@@ -86,15 +180,15 @@ def _record_line(arc: str, data: bytes) -> str:
     return f"{arc},sha256={digest},{len(data)}"
 
 
-def get_requires_for_build_wheel(config_settings=None):
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> List[str]:
     return _requires()
 
 
-def get_requires_for_build_sdist(config_settings=None):
+def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> List[str]:
     return _requires()
 
 
-def get_requires_for_build_editable(config_settings=None):
+def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> List[str]:
     return _requires()
 
 
@@ -107,20 +201,20 @@ def _dist_info(directory: str) -> str:
     return di
 
 
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
     return _dist_info(metadata_directory)
 
 
-def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
     return _dist_info(metadata_directory)
 
 
-def _wheel(wheel_directory: str, entries) -> str:
+def _wheel(wheel_directory: str, entries: Iterable[Tuple[str, bytes]]) -> str:
     p = project()
     base = f"{_dist_name(p)}-{p['version']}"
     di = f"{base}.dist-info"
     filename = f"{base}-py3-none-any.whl"
-    records = []
+    records: List[str] = []
     with zipfile.ZipFile(os.path.join(wheel_directory, filename), "w", zipfile.ZIP_DEFLATED) as z:
         def add(arc: str, data: bytes) -> None:
             z.writestr(zipfile.ZipInfo(arc, date_time=(2000, 1, 1, 0, 0, 0)), data)
@@ -137,19 +231,19 @@ def _wheel(wheel_directory: str, entries) -> str:
     return filename
 
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    entries = []
+def build_wheel(wheel_directory: str, config_settings: ConfigSettings = None, metadata_directory: Optional[str] = None) -> str:
+    entries: List[Tuple[str, bytes]] = []
     for arc, path in _files():
         with open(path, "rb") as f:
             entries.append((arc, f.read()))
     return _wheel(wheel_directory, entries)
 
 
-def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+def build_editable(wheel_directory: str, config_settings: ConfigSettings = None, metadata_directory: Optional[str] = None) -> str:
     return _wheel(wheel_directory, [(f"{_dist_name(project())}.pth", (ROOT + "\n").encode())])
 
 
-def build_sdist(sdist_directory, config_settings=None):
+def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
     p = project()
     base = f"{_dist_name(p)}-{p['version']}"
     filename = f"{base}.tar.gz"

@@ -25,7 +25,7 @@ limit differs from the name's raises ``LimitMismatch``.
 
 import logging as _logging
 
-from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, READER_LIMIT, AsyncHeld, Client, Held
+from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, READER_LIMIT, AsyncHeld, Client, Held, WaitState
 from .election import AsyncLeadership, Leadership
 from .errors import (
     AlreadyHeld,
@@ -44,11 +44,15 @@ from .errors import (
     ProtocolError,
     ServerError,
     Shutdown,
+    TLSError,
+    TLSRefused,
     Unauthorized,
     Unconfirmed,
     VersionError,
+    is_retryable,
 )
 from .many import AsyncHeldMany, HeldMany
+from .ops import Leader
 
 __all__ = [
     "Client",
@@ -58,6 +62,11 @@ __all__ = [
     "AsyncHeldMany",
     "Leadership",
     "AsyncLeadership",
+    "WaitState",
+    "Leader",
+    "is_retryable",
+    "TLSError",
+    "TLSRefused",
     "DEFAULT_LEASE",
     "DEFAULT_DIAL_TIMEOUT",
     "READER_LIMIT",
@@ -93,10 +102,12 @@ def _version() -> str:
     tree, else from the installed distribution's metadata (which the build
     backend wrote from it)."""
     import os
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
 
     here = os.path.dirname(os.path.abspath(__file__))
     pyproject = os.path.join(os.path.dirname(here), "pyproject.toml")
-    if os.path.exists(pyproject):
+    if sys.version_info >= (3, 11) and os.path.exists(pyproject):
         try:
             import tomllib
 
@@ -104,11 +115,9 @@ def _version() -> str:
                 project = tomllib.load(f).get("project", {})
             if project.get("name") == "baton-client":
                 return str(project["version"])
-        except (ImportError, OSError, ValueError, KeyError):
-            pass  # Python before 3.11, or not our file: the metadata says
+        except (OSError, ValueError, KeyError):
+            pass  # not our file: the metadata says
     try:
-        from importlib.metadata import PackageNotFoundError, version
-
         return version("baton-client")
     except PackageNotFoundError:
         return "unknown"

@@ -18,8 +18,8 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from . import wire
-from .core import ENDED, HELD, Attempts, SessionBase
-from .errors import ConnectionBroken, MaxHoldReached, Unauthorized
+from .core import ENDED, HELD, Attempts, SessionBase, tls_failure
+from .errors import ConnectionBroken, MaxHoldReached, TLSRefused
 
 if TYPE_CHECKING:
     from .client import Client
@@ -99,7 +99,7 @@ class AioSession(SessionBase, asyncio.Protocol):
         if isinstance(exc, ssl.SSLError) and "CERTIFICATE" in str(exc).upper():
             # The server refused our certificate (or its absence): a
             # configuration error that no retry will fix.
-            self._end(Unauthorized(f"TLS: {self.addr} refused this client: {exc.reason or exc}"))
+            self._end(TLSRefused(f"TLS: {self.addr} refused this client: {exc.reason or exc}"))
         elif exc is not None:
             self._end(ConnectionBroken(f"connection to {self.addr}: {exc}"))
         else:
@@ -219,7 +219,7 @@ async def acquire(
     failed attempt reconnect as Attempts says. Cancelling the task gives up
     the wait (the place in the queue goes with a reset)."""
     loop = asyncio.get_running_loop()
-    at = Attempts(client._addrs, client._last, name, timeout, client._log)
+    at = client._attempts(name, timeout)
 
     while True:
         at.check_time()
@@ -232,7 +232,9 @@ async def acquire(
                 s = await _dial(client, i, at, make)
                 at.connected(i)
                 break
-            except (OSError, ssl.SSLError, asyncio.TimeoutError) as e:
+            except ssl.SSLError as e:
+                tls_failure(client._addrs[i], e, at, i)
+            except (OSError, asyncio.TimeoutError) as e:
                 at.dial_failed(i, ConnectionBroken(f"cannot reach {client._addrs[i]}: {e or 'timed out'}"))
         if s is None:
             await asyncio.sleep(at.no_address())

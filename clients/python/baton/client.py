@@ -9,14 +9,21 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import aio, wire
-from .core import ENDED, HELD, Attempts, LostEvent
+from .ops import Leader, OpsAPI
+from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, LostEvent, tls_failure
 from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LimitMismatch, LockLost
 from .session import Session
 
-__all__ = ["Client", "Held", "AsyncHeld", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT", "READER_LIMIT"]
+if TYPE_CHECKING:
+    from .election import acampaign, campaign
+    from .many import AsyncHeldMany, HeldMany, alock_many, lock_many
+
+__all__ = ["Client", "Held", "AsyncHeld", "WaitState", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT", "READER_LIMIT"]
 
 DEFAULT_LEASE = 10.0
 DEFAULT_DIAL_TIMEOUT = 5.0
@@ -34,6 +41,38 @@ EXCLUSIVE: Kind = (False, None)
 
 # A position callback: called with the place in the queue (1 is next).
 OnWaiting = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class WaitState:
+    """What a waiter knows of its wait, for ``on_wait_state``: its place in
+    the queue (1 is next), and ``grace``, the seconds the server still
+    grants nothing (a crash or failover grace) when the server tells. The
+    protocol's versions 1 and 2 do not carry it, so it is None today;
+    ``baton locks``, ``baton run`` and the dashboard show it from the ops
+    API."""
+
+    position: int
+    grace: Optional[float] = None
+
+
+# A wait-state callback: called with the WaitState on every WAITING reply.
+OnWaitState = Callable[[WaitState], None]
+
+
+def _waiting(on_waiting: Optional[OnWaiting], on_wait_state: Optional[OnWaitState]) -> Optional[OnWaiting]:
+    """The session's position callback: on_waiting, on_wait_state, both or
+    none."""
+    if on_wait_state is None:
+        return on_waiting
+    state = on_wait_state
+
+    def both(position: int) -> None:
+        if on_waiting is not None:
+            on_waiting(position)
+        state(WaitState(position))
+
+    return both
 AnySession = Union[Session, aio.AioSession]
 
 
@@ -79,6 +118,9 @@ def _check_seconds(what: str, value: Optional[float]) -> None:
 
 class _HeldBase:
     def __init__(self, session: AnySession, kind: Kind = EXCLUSIVE) -> None:
+        # _owns: this object is the one that must release the session (a
+        # Leadership or a set that takes the session over clears it here).
+        self._owns = True
         self._s = session
         self.name: str = session.name
         self.token: int = session.token
@@ -123,6 +165,24 @@ class _HeldBase:
         cause = self._s.cause
         return None if cause is None else LockLost(self.name, cause)
 
+    def _disown(self) -> AnySession:
+        """Hands the session over to another object, which releases it."""
+        self._owns = False
+        return self._s
+
+    def __del__(self) -> None:
+        # A held lock that nobody can release any more would be kept by its
+        # heartbeats for as long as the process lives: warn, and release.
+        if not getattr(self, "_owns", False) or self._s.state != HELD:
+            return
+        warnings.warn(f"lock {self.name!r} was held and never released: releasing it now "
+                      "(use 'with', or call release())", ResourceWarning, source=self, stacklevel=2)
+        s = self._s
+        if isinstance(s, Session):
+            s.close()
+        else:
+            s.abort()
+
 
 class Held(_HeldBase):
     """A lock held by this process: the claim is its connection.
@@ -131,7 +191,18 @@ class Held(_HeldBase):
     resource. ``check()`` raises LockLost once ownership has ended (by the
     clock, at once); ``lost`` is a threading.Event set when the client sees
     the loss. ``shared`` and ``limit`` say what kind of claim it is.
+
+    It is a context manager, as redis-py's and kazoo's locks are:
+    ``with client.acquire(name) as held:`` releases on the way out (and
+    raises LockLost if the lock was lost inside). A Held that is garbage
+    collected while still held warns (ResourceWarning) and releases.
     """
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        release_leaving(self.release, exc)
 
     def release(self) -> None:
         """Closes the session: the release; the next waiter is promoted at
@@ -146,7 +217,19 @@ class Held(_HeldBase):
 
 
 class AsyncHeld(_HeldBase):
-    """A lock held in an asyncio program (see Held)."""
+    """A lock held in an asyncio program (see Held). ``async with`` releases
+    it on the way out: ``async with await client.aacquire(name) as held:``. Unlike
+    ``alock``, a loss does not cancel the block: ask ``held.check()``."""
+
+    async def __aenter__(self) -> "AsyncHeld":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            await self.release()
+        except LockLost:
+            if not isinstance(exc, LockLost):
+                raise
 
     async def release(self) -> None:
         """Closes the session and waits until the socket is closed (see
@@ -211,8 +294,10 @@ class CancelOnLoss:
         """Raises what leaves the block: the block's own LockLost, a new one,
         or nothing (the block's exception, if any, goes on)."""
         self._exited = True
-        if self._cancelled and self._task is not None and hasattr(self._task, "uncancel"):
-            self._task.uncancel()
+        if self._cancelled and self._task is not None:
+            uncancel: Optional[Callable[[], int]] = getattr(self._task, "uncancel", None)  # Python 3.11 and later
+            if uncancel is not None:
+                uncancel()
         if loss is None:
             return
         if isinstance(exc, LockLost) and exc.name == loss.name:
@@ -260,7 +345,21 @@ class Client:
     Locks are not re-entrant: asking the same Client for a name it already
     holds or waits for raises AlreadyHeld at once, unless
     ``queue_behind_self=True`` (to hand a lock on between threads or tasks
-    of one process). Shared claims count slots: a Client may hold several
+    of one process).
+
+    Retries while waiting: ``backoff=(base, cap)`` sets the waits between
+    attempts (base doubling up to cap, jittered; default 0.05 and 2.0
+    seconds), ``retries`` bounds how many failed attempts in a row are
+    tried again before the last one's error is raised (default: no bound
+    but ``timeout``). A first attempt that reaches no server raises at once
+    (a wrong address), unless ``wait_for_server=True`` waits, within
+    ``timeout``, for a server that is not up yet. A TLSError is never
+    retried. ``baton.is_retryable(err)`` tells whether an error is worth a
+    try of your own.
+
+    ``ops_addrs`` (the server's ops API, ``host:port`` or an http(s) URL,
+    one per node) and ``admin_token`` let ``leader()`` and ``observe()``
+    follow an election without campaigning. Shared claims count slots: a Client may hold several
     slots of one semaphore, fewer than its limit; a claim that its own
     claims alone would keep waiting (a slot beyond the limit, any claim
     beside its own exclusive one, an exclusive claim beside its own shared
@@ -283,6 +382,12 @@ class Client:
         dial_timeout: float = DEFAULT_DIAL_TIMEOUT,
         normal_close: bool = False,
         logger: Optional[logging.Logger] = None,
+        *,
+        wait_for_server: bool = False,
+        backoff: Tuple[float, float] = DEFAULT_BACKOFF,
+        retries: Optional[int] = None,
+        ops_addrs: Optional[Sequence[str]] = None,
+        admin_token: Optional[str] = None,
     ) -> None:
         if isinstance(addrs, str):
             addrs = [a.strip() for a in addrs.split(",") if a.strip()]
@@ -300,6 +405,37 @@ class Client:
         self._last = 0  # the address that last answered: start there
         self._in_use: Dict[str, List[int]] = {}
         self._in_use_mu = threading.Lock()
+        if len(backoff) != 2 or not 0 < backoff[0] <= backoff[1]:
+            raise BadRequest(f"backoff {backoff!r}: give (first wait, longest wait) in seconds, 0 < first <= longest")
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
+            raise BadRequest(f"retries {retries!r} is not a whole number >= 0")
+        self._wait_for_server = wait_for_server
+        self._backoff = (float(backoff[0]), float(backoff[1]))
+        self._retries = retries
+        self._ops = OpsAPI(list(ops_addrs or []), admin_token, ssl_context)
+
+    def _attempts(self, name: str, timeout: Optional[float]) -> Attempts:
+        return Attempts(self._addrs, self._last, name, timeout, self._log,
+                        wait_for_server=self._wait_for_server, backoff=self._backoff, retries=self._retries)
+
+    def leader(self, name: str) -> Optional[Leader]:
+        """The leader of election ``name`` now (its value and the token of
+        its term), or None if nobody leads: from the ops API
+        (``ops_addrs``), since the lock protocol has no such question."""
+        return self._ops.leader(name)
+
+    def observe(self, name: str, timeout: Optional[float] = None) -> Iterator[Leader]:
+        """Follows election ``name`` without campaigning, as etcd's Observe
+        and kazoo's election watch do: yields the leader when it starts (if
+        one leads), then each new leader as it is granted the name, each
+        once, in order; it reconnects by itself with the client's backoff,
+        and stops after ``timeout`` seconds if given (or when the caller
+        stops iterating). From the ops API (``ops_addrs``)."""
+        return self._ops.observe(name, timeout, self._backoff)
+
+    async def aleader(self, name: str) -> Optional[Leader]:
+        """leader() for asyncio programs (in a thread: the ops API is HTTP)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._ops.leader, name)
 
     @property
     def lease(self) -> float:
@@ -310,6 +446,7 @@ class Client:
 
     def lock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
              max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+             on_wait_state: Optional[OnWaitState] = None,
              owner: Optional[str] = None, queue_behind_self: bool = False,
              shared: bool = False, limit: Optional[int] = None) -> _LockContext:
         """``with client.lock(name) as held:`` waits for the lock, holds it for
@@ -333,40 +470,47 @@ class Client:
         has shared sessions: another raises LimitMismatch at once, never
         retried. Without either the claim is exclusive."""
         args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
-        return _LockContext(lambda: self._acquire(args, on_waiting, queue_behind_self or nowait, kind))
+        waiting = _waiting(on_waiting, on_wait_state)
+        return _LockContext(lambda: self._acquire(args, waiting, queue_behind_self or nowait, kind))
 
     def acquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
                 max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+                on_wait_state: Optional[OnWaitState] = None,
                 owner: Optional[str] = None, queue_behind_self: bool = False,
                 shared: bool = False, limit: Optional[int] = None) -> Held:
         """Waits for the lock and returns it held (the arguments of lock());
-        release it with ``held.release()``. Prefer ``lock()``, which cannot
-        forget to."""
+        release it with ``held.release()``, or use it in ``with``, which
+        releases on the way out."""
         args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
-        return self._acquire(args, on_waiting, queue_behind_self or nowait, kind)
+        return self._acquire(args, _waiting(on_waiting, on_wait_state), queue_behind_self or nowait, kind)
 
     def alock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
               max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+              on_wait_state: Optional[OnWaitState] = None,
               owner: Optional[str] = None, queue_behind_self: bool = False,
               shared: bool = False, limit: Optional[int] = None) -> _AsyncLockContext:
         """``async with client.alock(name) as held:``, the asyncio form of
         lock(). On loss, the task running the block is cancelled at once and
         LockLost comes out of the block. ``on_waiting`` runs on the loop."""
         args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
-        return _AsyncLockContext(lambda: self._aacquire(args, on_waiting, queue_behind_self or nowait, kind))
+        waiting = _waiting(on_waiting, on_wait_state)
+        return _AsyncLockContext(lambda: self._aacquire(args, waiting, queue_behind_self or nowait, kind))
 
     async def aacquire(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
                        max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
+                       on_wait_state: Optional[OnWaitState] = None,
                        owner: Optional[str] = None, queue_behind_self: bool = False,
                        shared: bool = False, limit: Optional[int] = None) -> AsyncHeld:
-        """The asyncio form of acquire(): ``await held.release()`` after.
-        Cancelling the awaiting task gives up the wait."""
+        """The asyncio form of acquire(): ``held = await client.aacquire(name)``
+        then ``await held.release()``, or ``async with await
+        client.aacquire(name) as held:``. Cancelling the awaiting task gives
+        up the wait."""
         args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
-        return await self._aacquire(args, on_waiting, queue_behind_self or nowait, kind)
+        return await self._aacquire(args, _waiting(on_waiting, on_wait_state), queue_behind_self or nowait, kind)
 
     def lock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
                   max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
-                  per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
+                  per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> lock_many:
         """``with client.lock_many(names) as many:`` holds every name or none
         (see baton.many). ``shared`` and ``limit`` make every claim of the
         set shared, as for lock(); ``per_name`` gives names a kind of their
@@ -378,7 +522,7 @@ class Client:
 
     def acquire_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
                      max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
-                     per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
+                     per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> HeldMany:
         """Holds every name or none, returned as a HeldMany (see baton.many)."""
         from .many import acquire_many
 
@@ -386,7 +530,7 @@ class Client:
 
     async def aacquire_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
                             max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
-                            per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
+                            per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> AsyncHeldMany:
         """The asyncio form of acquire_many (see baton.many)."""
         from .many import aacquire_many
 
@@ -394,20 +538,20 @@ class Client:
 
     def alock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
                    max_hold: Optional[float] = None, shared: bool = False, limit: Optional[int] = None,
-                   per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Any:
+                   per_name: Optional[Mapping[str, Mapping[str, Any]]] = None) -> alock_many:
         """``async with client.alock_many(names) as many:`` (see baton.many)."""
         from .many import alock_many
 
         return alock_many(self, names, timeout, max_hold, shared=shared, limit=limit, per_name=per_name)
 
-    def campaign(self, name: str, value: str, timeout: Optional[float] = None) -> Any:
+    def campaign(self, name: str, value: str, timeout: Optional[float] = None) -> campaign:
         """``with client.campaign(name, value) as leader:`` waits, then leads
         (see baton.election)."""
         from .election import campaign
 
         return campaign(self, name, value, timeout)
 
-    def acampaign(self, name: str, value: str, timeout: Optional[float] = None) -> Any:
+    def acampaign(self, name: str, value: str, timeout: Optional[float] = None) -> acampaign:
         """``async with client.acampaign(name, value) as leader:`` (see
         baton.election)."""
         from .election import acampaign
@@ -510,7 +654,7 @@ class Client:
 
     def _acquire_session(self, name: str, frame: bytes, timeout: Optional[float], max_hold: Optional[float],
                          on_waiting: Optional[OnWaiting]) -> Session:
-        at = Attempts(self._addrs, self._last, name, timeout, self._log)
+        at = self._attempts(name, timeout)
         while True:
             at.check_time()
             sock = None
@@ -519,7 +663,9 @@ class Client:
                     sock = self._dial(i, at.remaining())
                     at.connected(i)
                     break
-                except (OSError, ssl.SSLError) as e:
+                except ssl.SSLError as e:
+                    tls_failure(self._addrs[i], e, at, i)
+                except OSError as e:
                     at.dial_failed(i, ConnectionBroken(f"cannot reach {self._addrs[i]}: {e}"))
             if sock is None:
                 time.sleep(at.no_address())

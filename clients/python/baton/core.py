@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -25,6 +26,7 @@ from .errors import (
     NotLeader,
     ServerError,
     Shutdown,
+    TLSError,
     Unconfirmed,
     error_for_code,
 )
@@ -208,10 +210,24 @@ class Core:
         return err, None
 
 
-def backoff(failures: int) -> float:
-    """Jittered exponential backoff: 50 ms doubling up to 2 s, times 0.5-1."""
-    base = min(0.05 * (2 ** max(failures - 1, 0)), 2.0)
-    return base * (0.5 + random.random() / 2)
+# The default backoff: 50 ms doubling up to 2 s (Client's ``backoff``).
+DEFAULT_BACKOFF = (0.05, 2.0)
+
+
+def backoff(failures: int, base: float = DEFAULT_BACKOFF[0], cap: float = DEFAULT_BACKOFF[1]) -> float:
+    """Jittered exponential backoff: base doubling up to cap, times 0.5-1."""
+    d = min(base * (2 ** min(max(failures - 1, 0), 32)), cap)
+    return d * (0.5 + random.random() / 2)
+
+
+def tls_failure(addr: str, e: ssl.SSLError, at: "Attempts", i: int) -> None:
+    """A dial whose TLS handshake failed: a TLSError, raised at once (a
+    configuration, never retried), unless the network ended it (the server
+    went away mid-handshake), which is a failed dial like any other."""
+    if isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+        at.dial_failed(i, ConnectionBroken(f"cannot reach {addr}: {e}"))
+        return
+    raise TLSError(f"TLS handshake with {addr}: {e.reason or e}") from e
 
 
 class Attempts:
@@ -219,7 +235,12 @@ class Attempts:
     loops: which address to dial, and what a failed attempt means (try again
     at once, after a backoff, or give up)."""
 
-    def __init__(self, addrs: Sequence[str], start: int, name: str, timeout: Optional[float], log: logging.Logger) -> None:
+    def __init__(self, addrs: Sequence[str], start: int, name: str, timeout: Optional[float], log: logging.Logger,
+                 wait_for_server: bool = False, backoff: Tuple[float, float] = DEFAULT_BACKOFF,
+                 retries: Optional[int] = None) -> None:
+        self.wait_for_server = wait_for_server
+        self.backoff = backoff
+        self.retries = retries
         self.addrs = list(addrs)
         self.idx = start % len(self.addrs)
         self.name = name
@@ -260,12 +281,14 @@ class Attempts:
 
     def no_address(self) -> float:
         """Every address failed to connect: the pause before the next round,
-        or the error at once if none has ever answered (a misconfiguration)."""
-        if not self.reached:
-            assert self.last_err is not None
+        or the error at once if none has ever answered (a misconfiguration),
+        unless the caller waits for a server to come up (wait_for_server)."""
+        assert self.last_err is not None
+        if not self.reached and not self.wait_for_server:
             raise self.last_err
         self.failures += 1
-        return self._pause(backoff(self.failures))
+        self._count_retry(self.last_err)
+        return self._pause(backoff(self.failures, *self.backoff))
 
     def ended(self, err: BaseException, replied: bool) -> float:
         """A session that ended while waiting: the pause before the next
@@ -303,14 +326,22 @@ class Attempts:
         else:
             raise err
         self.redirects = 0
-        pause = 0.0 if at_once else backoff(self.failures)
+        self._count_retry(err)
+        pause = 0.0 if at_once else backoff(self.failures, *self.backoff)
         self.log.info("baton: waiting for %r: %s; reconnecting in %.0f ms", self.name, err, pause * 1000)
         return self._pause(pause)
 
+    def _count_retry(self, err: BaseException) -> None:
+        """Raises err once the retries in a row pass the caller's bound."""
+        if self.retries is not None and self.failures > self.retries:
+            raise err
+
     def _pause(self, d: float) -> float:
+        """The pause before the next attempt, cut at the deadline: the wait
+        ends at the timeout, never before it (check_time then raises)."""
         r = self.remaining()
-        if r is not None and r <= d:
-            raise self.timed_out()
+        if r is not None:
+            return max(min(d, r), 0.0)
         return d
 
 

@@ -51,7 +51,7 @@ class campaign:
 
     def __enter__(self) -> Leadership:
         held = self._client.acquire(self._name, timeout=self._timeout, owner=self._value)
-        leader = Leadership(held._s)
+        leader = Leadership(held._disown())
         leader.value = self._value
         self._leader = leader
         return leader
@@ -74,7 +74,7 @@ class acampaign:
 
     async def __aenter__(self) -> AsyncLeadership:
         held = await self._client.aacquire(self._name, timeout=self._timeout, owner=self._value)
-        leader = AsyncLeadership(held._s)
+        leader = AsyncLeadership(held._disown())
         leader.value = self._value
         self._leader = leader
         held._s.on_loss(self._guard.watch())

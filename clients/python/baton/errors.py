@@ -24,6 +24,9 @@ __all__ = [
     "VersionError",
     "Unauthorized",
     "LimitMismatch",
+    "TLSError",
+    "TLSRefused",
+    "is_retryable",
     "error_for_code",
 ]
 
@@ -69,7 +72,17 @@ class Unconfirmed(Error):
 
 
 class ConnectionBroken(Error):
-    """The connection to the server failed (reset, closed, unreadable)."""
+    """The connection to the server failed (reset, closed, unreadable), or
+    could not be made (refused, unreachable)."""
+
+
+class TLSError(Error):
+    """The TLS handshake with a server failed: its certificate is not one
+    this client trusts (another CA, another name, expired), or the server
+    refused this client's (then also Unauthorized: TLSRefused). A
+    configuration to fix, never a server that is down: never retried, not
+    waited out by ``wait_for_server``, and never a ConnectionBroken, which
+    a refused connection is."""
 
 
 class ServerError(Error):
@@ -188,6 +201,40 @@ class LimitMismatch(ServerError):
             return said if self.asked is None else f"{said} (this claim's limit is {self.asked})"
         said = f"LIMIT_MISMATCH: the name's limit in force is {self.limit}"
         return said if self.asked is None else f"{said}, this claim's is {self.asked}"
+
+
+class TLSRefused(Unauthorized, TLSError):
+    """The server refused this client in the TLS handshake: no client
+    certificate, an expired one, or one of a CA it does not trust. Both
+    Unauthorized and TLSError."""
+
+    def __init__(self, message: str = "") -> None:
+        Unauthorized.__init__(self, message)
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Whether err, raised by an acquire (or the cause of a LockLost), is
+    worth another try of the same call: a condition of the servers or of
+    the network that may have passed, not a decision or a mistake that a
+    new try would meet again (Go's ``baton.IsRetryable``).
+
+    True for the server conditions (Shutdown, Overloaded, NotLeader),
+    Unconfirmed and LeaseExpired (the confirmation did not get through),
+    ConnectionBroken (a broken or refused connection: a wrong address looks
+    the same, so bound the tries), and a TimeoutError whose wait saw no
+    answer. False for an operator's decision (ForceReleased, Kicked), Busy
+    (the caller asked not to wait), MaxHoldReached, client errors
+    (BadRequest, Unauthorized, VersionError, ProtocolError, LimitMismatch,
+    AlreadyHeld), TLSError, and anything that is not this package's. For a
+    LockLost, its cause decides. The client never retries a held lock by
+    itself: a new try is a new grant, with a new token."""
+    if isinstance(err, LockLost):
+        err = err.cause
+    if isinstance(err, TLSError):
+        return False
+    if isinstance(err, ServerError):
+        return err.server_condition or err.code == LeaseExpired.code
+    return isinstance(err, (Unconfirmed, ConnectionBroken))
 
 
 _CLASSES: Dict[int, Type[ServerError]] = {

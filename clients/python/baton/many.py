@@ -11,7 +11,7 @@ can only climb the order, and ends."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union, cast
 
 from .client import AsyncHeld, CancelOnLoss, Held, claim_kind, release_leaving
 from .core import LostEvent
@@ -49,7 +49,7 @@ def _kinds(order: List[str], shared: bool, limit: Optional[int], per_name: PerNa
         if unknown:
             raise BadRequest(f"per_name[{name!r}] has {sorted(unknown)}; it takes 'shared' and 'limit'")
         one = {"shared": kw.get("shared", False), "limit": kw.get("limit")}
-        claim_kind(one["shared"], one["limit"])
+        claim_kind(cast(bool, one["shared"]), one["limit"])  # a non-bool is refused there
         kinds[name] = one
     return kinds
 

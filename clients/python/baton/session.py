@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from . import wire
 from .core import ENDED, HELD, WAITING, SessionBase
-from .errors import ConnectionBroken, MaxHoldReached, Unauthorized
+from .errors import ConnectionBroken, MaxHoldReached, TLSRefused
 
 __all__ = ["Session", "WAITING", "HELD", "ENDED"]
 
@@ -206,7 +206,7 @@ class Session(SessionBase):
                 if "CERTIFICATE" in str(e).upper():
                     # The server refused our certificate (or its absence):
                     # a configuration error that no retry will fix.
-                    self._end(Unauthorized(f"TLS: {self.addr} refused this client: {e.reason or e}"))
+                    self._end(TLSRefused(f"TLS: {self.addr} refused this client: {e.reason or e}"))
                 else:
                     self._end(ConnectionBroken(f"read from {self.addr}: {e}"))
                 return

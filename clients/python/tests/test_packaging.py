@@ -90,5 +90,27 @@ class TestPythonVersions(unittest.TestCase):
                     ast.parse(f.read(), filename=name, feature_version=(3, 9))
 
 
+class TestInstallsWithNoIndex(unittest.TestCase):
+    """Python 3.9 and 3.10 have no tomllib: the backend must read
+    pyproject.toml without asking the installer for tomli (which needs a
+    package index). Its own reader must see what tomllib sees."""
+
+    def test_no_build_requirements(self) -> None:
+        backend = load_backend()
+        for hook in ("get_requires_for_build_wheel", "get_requires_for_build_sdist", "get_requires_for_build_editable"):
+            self.assertEqual(getattr(backend, hook)(), [], hook)
+
+    @unittest.skipIf(tomllib is None, "needs tomllib (Python 3.11+) to compare with")
+    def test_own_reader_agrees_with_tomllib(self) -> None:
+        backend = load_backend()
+        with open(os.path.join(PACKAGE_DIR, "pyproject.toml"), "rb") as f:
+            data = f.read()
+        self.assertEqual(backend.read_toml(data.decode("utf-8")), tomllib.loads(data.decode("utf-8")))
+
+    def test_backend_parses_as_the_oldest_declared_python(self) -> None:
+        with open(os.path.join(PACKAGE_DIR, "_build", "backend.py"), encoding="utf-8") as f:
+            ast.parse(f.read(), filename="backend.py", feature_version=(3, 9))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -4,6 +4,7 @@ import { Leadership } from "./election.js";
 import { Held } from "./held.js";
 import { type Logger } from "./log.js";
 import { HeldMany } from "./many.js";
+import { type Leader } from "./ops.js";
 export declare const DEFAULT_LEASE_MS = 10000;
 export declare const DEFAULT_DIAL_TIMEOUT_MS = 5000;
 /**
@@ -38,6 +39,57 @@ export interface ClientOptions {
      * fits. Default: none.
      */
     logger?: Logger;
+    /**
+     * Let the process exit while a lock is held: once granted, the socket
+     * and timer of a claim do not keep Node.js's event loop alive
+     * (`socket.unref()`), so a program that is done exits, and its exit is
+     * the release. A wait still keeps the process alive. Default false: a
+     * held lock keeps the process alive, as an open socket does, until it is
+     * released. AcquireOptions can set it per claim.
+     */
+    unref?: boolean;
+    /**
+     * Wait, within the acquire's signal, for a server that is not up yet: an
+     * address that refuses the connection is tried again with the backoff.
+     * Default false: when no server has answered the first attempt, the
+     * acquire rejects at once (a wrong address looks the same). A TLSError is
+     * never waited out.
+     */
+    waitForServer?: boolean;
+    /**
+     * The waits between retries while waiting (after OVERLOADED, a broken
+     * connection...): the first is `baseMs`, each next twice the last, up to
+     * `capMs`, each jittered down to half. Default 50 ms and 2000 ms.
+     */
+    backoff?: {
+        baseMs: number;
+        capMs: number;
+    };
+    /**
+     * How many failed attempts in a row are tried again before the acquire
+     * rejects with the last one's error; an attempt the server answered
+     * starts the count again. Default: no bound but the signal.
+     */
+    retries?: number;
+    /**
+     * The server's ops API (`host:port`, https with `tls`, or an http(s)://
+     * URL; one per node of a cluster), for leader() and observe(): the lock
+     * protocol cannot say who holds a name.
+     */
+    opsAddrs?: string[];
+    /** The ops API's bearer token (the server's -admin-token-file), for leader() and observe(). */
+    adminToken?: string;
+}
+/**
+ * What a waiter knows of its wait, for `onWaitState`: its place in the
+ * queue (1 is next), and `graceMs`, how long the server still grants
+ * nothing (a crash or failover grace), when the server tells. Protocol
+ * versions 1 and 2 do not carry it, so it is undefined today; `baton
+ * locks`, `baton run` and the dashboard show it from the ops API.
+ */
+export interface WaitState {
+    readonly position: number;
+    readonly graceMs?: number;
 }
 /** Options of one acquire. */
 export interface AcquireOptions {
@@ -57,6 +109,14 @@ export interface AcquireOptions {
      * the session's socket handler and must return at once.
      */
     onWaiting?: (position: number) => void;
+    /**
+     * Called with the WaitState on every WAITING reply, as onWaiting is with
+     * the position (both may be given); it runs in the session's socket
+     * handler and must return at once.
+     */
+    onWaitState?: (state: WaitState) => void;
+    /** As ClientOptions.unref, for this claim. */
+    unref?: boolean;
     /** The owner text of this claim, instead of the Client's. */
     owner?: string;
     /**
@@ -116,6 +176,26 @@ export declare class Client {
     readonly owner: string;
     readonly leaseMs: number;
     constructor(addrs: string[] | string, opts?: ClientOptions);
+    /**
+     * The leader of election `name` now (its value and the token of its
+     * term), or undefined if nobody leads: from the ops API (opsAddrs).
+     */
+    leader(name: string, opts?: {
+        signal?: AbortSignal;
+    }): Promise<Leader | undefined>;
+    /**
+     * Follows election `name` without campaigning, as etcd's Observe does:
+     * yields the leader when it starts (if one leads), then each new leader
+     * as it is granted the name, each once, in order, until `signal` aborts
+     * (or the caller stops iterating). It follows the ops API's event stream
+     * (opsAddrs), reconnecting by itself with the Client's backoff.
+     *
+     * @example
+     * for await (const l of client.observe("web/primary", { signal })) console.log(l.value, l.token);
+     */
+    observe(name: string, opts?: {
+        signal?: AbortSignal;
+    }): AsyncIterable<Leader>;
     /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
     acquire(name: string, opts?: AcquireOptions): Promise<Held>;
     /**
@@ -139,5 +219,5 @@ export declare class Client {
      * operators see, and resolves with the Leadership; `resign()` gives it up
      * and the next candidate leads at once.
      */
-    campaign(name: string, value: string, opts?: Pick<AcquireOptions, "signal" | "onWaiting">): Promise<Leadership>;
+    campaign(name: string, value: string, opts?: Pick<AcquireOptions, "signal" | "onWaiting" | "onWaitState" | "unref">): Promise<Leadership>;
 }

@@ -43,6 +43,7 @@ const errors_js_1 = require("./errors.js");
 const held_js_1 = require("./held.js");
 const log_js_1 = require("./log.js");
 const many_js_1 = require("./many.js");
+const ops_js_1 = require("./ops.js");
 const session_js_1 = require("./session.js");
 const wire = __importStar(require("./wire.js"));
 exports.DEFAULT_LEASE_MS = 10_000;
@@ -84,9 +85,23 @@ function defaultOwner() {
         return `pid:${process.pid}`;
     }
 }
-/** Jittered exponential backoff: 50 ms doubling up to 2 s, times 0.5-1. */
-function backoff(failures) {
-    return Math.min(50 * 2 ** Math.max(failures - 1, 0), 2000) * (0.5 + Math.random() / 2);
+/** Jittered exponential backoff: base doubling up to cap, times 0.5-1. */
+function backoff(failures, baseMs = 50, capMs = 2000) {
+    return Math.min(baseMs * 2 ** Math.min(Math.max(failures - 1, 0), 32), capMs) * (0.5 + Math.random() / 2);
+}
+/** Whether a dial's error is TLS's: a certificate this client does not accept. */
+function isTLSFailure(e) {
+    return /CERT|SELF_SIGNED|ERR_TLS|ERR_SSL|UNABLE_TO_(VERIFY|GET)/.test(String(e.code ?? "")) || /certificate/i.test(e.message);
+}
+/** The position callback of a claim: onWaiting, onWaitState, both or none. */
+function waitingOf(opts) {
+    const { onWaiting, onWaitState } = opts;
+    if (!onWaitState)
+        return onWaiting;
+    return (position) => {
+        onWaiting?.(position);
+        onWaitState({ position });
+    };
 }
 function sleep(ms, signal) {
     return new Promise((resolve, reject) => {
@@ -124,6 +139,11 @@ class Client {
     #dialTimeoutMs;
     #normalClose;
     #log;
+    #unref;
+    #waitForServer;
+    #backoff;
+    #retries;
+    #ops;
     /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
     #inUse = new Map();
     #last = 0;
@@ -140,6 +160,37 @@ class Client {
         this.#dialTimeoutMs = opts.dialTimeoutMs ?? exports.DEFAULT_DIAL_TIMEOUT_MS;
         this.#normalClose = opts.normalClose ?? false;
         this.#log = (0, log_js_1.safeLogger)(opts.logger);
+        this.#unref = opts.unref ?? false;
+        this.#waitForServer = opts.waitForServer ?? false;
+        this.#backoff = opts.backoff ?? { baseMs: 50, capMs: 2000 };
+        if (!(this.#backoff.baseMs > 0 && this.#backoff.capMs >= this.#backoff.baseMs)) {
+            throw new errors_js_1.BadRequestError(`backoff ${JSON.stringify(this.#backoff)}: baseMs must be positive and at most capMs`);
+        }
+        this.#retries = opts.retries;
+        if (this.#retries !== undefined && !(Number.isInteger(this.#retries) && this.#retries >= 0)) {
+            throw new errors_js_1.BadRequestError(`retries ${this.#retries} is not a whole number >= 0`);
+        }
+        this.#ops = new ops_js_1.OpsAPI(opts.opsAddrs ?? [], opts.adminToken, opts.tls);
+    }
+    /**
+     * The leader of election `name` now (its value and the token of its
+     * term), or undefined if nobody leads: from the ops API (opsAddrs).
+     */
+    leader(name, opts = {}) {
+        return this.#ops.leader(name, opts.signal);
+    }
+    /**
+     * Follows election `name` without campaigning, as etcd's Observe does:
+     * yields the leader when it starts (if one leads), then each new leader
+     * as it is granted the name, each once, in order, until `signal` aborts
+     * (or the caller stops iterating). It follows the ops API's event stream
+     * (opsAddrs), reconnecting by itself with the Client's backoff.
+     *
+     * @example
+     * for await (const l of client.observe("web/primary", { signal })) console.log(l.value, l.token);
+     */
+    observe(name, opts = {}) {
+        return this.#ops.observe(name, opts.signal, (n) => backoff(n, this.#backoff.baseMs, this.#backoff.capMs));
     }
     /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
     async acquire(name, opts = {}) {
@@ -205,8 +256,8 @@ class Client {
      */
     async campaign(name, value, opts = {}) {
         // An election has one leader: the claim is exclusive whatever opts hold.
-        const { signal, onWaiting } = opts;
-        return new election_js_1.Leadership(await this.#claimed(name, { signal, onWaiting, owner: value }, undefined), value);
+        const { signal, onWaiting, onWaitState, unref } = opts;
+        return new election_js_1.Leadership(await this.#claimed(name, { signal, onWaiting, onWaitState, unref, owner: value }, undefined), value);
     }
     /**
      * Acquires under the re-entrancy rule: the name counts as in use until its
@@ -274,9 +325,23 @@ class Client {
         let failures = 0;
         let redirects = 0;
         let lastErr;
+        let position = 0;
+        // Why the wait ended when signal aborted: its timeout, with the cause
+        // that kept the lock from being granted; any other reason as it is.
+        const ended = () => {
+            const reason = signal?.reason;
+            if (!(reason instanceof Error) || reason.name !== "TimeoutError" || reason instanceof errors_js_1.AcquireTimeoutError)
+                return reason;
+            const why = lastErr ? `; last attempt: ${lastErr.message}` : position > 0 ? ` (waiting at position ${position})` : "";
+            return new errors_js_1.AcquireTimeoutError(`acquire ${JSON.stringify(name)}: no grant before the signal's timeout${why}`, position, lastErr ?? reason);
+        };
+        const retried = (err) => {
+            if (this.#retries !== undefined && failures > this.#retries)
+                throw err;
+        };
         for (;;) {
             if (signal?.aborted)
-                throw signal.reason;
+                throw ended();
             let sock;
             let raw;
             for (let k = 0; k < this.addrs.length && !sock; k++) {
@@ -288,23 +353,29 @@ class Client {
                 }
                 catch (e) {
                     if (signal?.aborted)
-                        throw signal.reason;
+                        throw ended();
+                    if (e instanceof errors_js_1.TLSError)
+                        throw e; // a configuration: never retried
                     lastErr = e instanceof errors_js_1.BatonError ? e : new errors_js_1.ConnectionBroken(`cannot reach ${this.addrs[i]}: ${e.message}`);
                     log.debug(`baton: ${lastErr.message}`, { lock: name, addr: this.addrs[i], event: "connect-failed" });
                 }
             }
             if (!sock) {
-                if (!reached)
+                if (!reached && !this.#waitForServer)
                     throw lastErr;
                 failures++;
-                await sleep(backoff(failures), signal);
+                retried(lastErr);
+                await sleep(backoff(failures, this.#backoff.baseMs, this.#backoff.capMs), signal).catch(() => {
+                    throw ended();
+                });
                 continue;
             }
             reached = true;
             const s = new session_js_1.Session(sock, raw, this.addrs[idx], name, this.leaseMs, frame, {
                 reset: !this.#normalClose,
                 maxHoldMs: opts.maxHoldMs,
-                onWaiting: opts.onWaiting,
+                onWaiting: waitingOf(opts),
+                unref: opts.unref ?? this.#unref,
                 log,
             });
             await new Promise((resolve) => {
@@ -325,13 +396,14 @@ class Client {
                 this.#last = idx;
                 return s;
             }
+            position = s.position;
             if (s.state !== "ended") {
                 await s.close();
-                throw signal.reason;
+                throw ended();
             }
             if (signal?.aborted) {
                 await s.close();
-                throw signal.reason;
+                throw ended();
             }
             const err = s.error;
             if (err instanceof errors_js_1.LockLost)
@@ -371,10 +443,14 @@ class Client {
                 throw err;
             }
             redirects = 0;
-            const pause = atOnce ? 0 : backoff(failures);
+            retried(err);
+            const pause = atOnce ? 0 : backoff(failures, this.#backoff.baseMs, this.#backoff.capMs);
             log.info(`baton: waiting for ${JSON.stringify(name)}: ${err.message}; reconnecting in ${Math.round(pause)} ms`, { lock: name, addr: here, event: "reconnect" });
-            if (pause > 0)
-                await sleep(pause, signal);
+            if (pause > 0) {
+                await sleep(pause, signal).catch(() => {
+                    throw ended();
+                });
+            }
         }
     }
     /**
@@ -397,11 +473,12 @@ class Client {
                 signal?.removeEventListener("abort", onAbort);
                 sock.removeListener("error", fail);
             };
+            const addr = this.addrs[i];
             function fail(e) {
                 cleanup();
                 sock.destroy();
                 raw.destroy();
-                reject(e);
+                reject(isTLSFailure(e) ? new errors_js_1.TLSError(`TLS handshake with ${addr}: ${e.message}`, { cause: e }) : e);
             }
             sock.once("error", fail);
             sock.once(event, () => {

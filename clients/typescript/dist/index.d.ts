@@ -21,7 +21,9 @@
  * await client.withLock("config", async () => readConfig(), { shared: true });
  */
 export { Client, DEFAULT_LEASE_MS, DEFAULT_DIAL_TIMEOUT_MS, READER_LIMIT } from "./client.js";
-export type { ClientOptions, AcquireOptions, AcquireManyOptions, ClaimKind } from "./client.js";
+export type { ClientOptions, AcquireOptions, AcquireManyOptions, ClaimKind, WaitState } from "./client.js";
+export type { Leader } from "./ops.js";
+export { OpsError } from "./ops.js";
 export { Held } from "./held.js";
 export { HeldMany } from "./many.js";
 export { Leadership } from "./election.js";

@@ -14,7 +14,7 @@ var __exportStar = (this && this.__exportStar) || function(m, exports) {
     for (var p in m) if (p !== "default" && !Object.prototype.hasOwnProperty.call(exports, p)) __createBinding(exports, m, p);
 };
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Leadership = exports.HeldMany = exports.Held = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = exports.Client = void 0;
+exports.Leadership = exports.HeldMany = exports.Held = exports.OpsError = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = exports.Client = void 0;
 /**
  * Baton's TypeScript client for Node.js: named locks where the TCP
  * connection is the claim. Closing it is the release; heartbeats keep the
@@ -42,6 +42,8 @@ Object.defineProperty(exports, "Client", { enumerable: true, get: function () { 
 Object.defineProperty(exports, "DEFAULT_LEASE_MS", { enumerable: true, get: function () { return client_js_1.DEFAULT_LEASE_MS; } });
 Object.defineProperty(exports, "DEFAULT_DIAL_TIMEOUT_MS", { enumerable: true, get: function () { return client_js_1.DEFAULT_DIAL_TIMEOUT_MS; } });
 Object.defineProperty(exports, "READER_LIMIT", { enumerable: true, get: function () { return client_js_1.READER_LIMIT; } });
+var ops_js_1 = require("./ops.js");
+Object.defineProperty(exports, "OpsError", { enumerable: true, get: function () { return ops_js_1.OpsError; } });
 var held_js_1 = require("./held.js");
 Object.defineProperty(exports, "Held", { enumerable: true, get: function () { return held_js_1.Held; } });
 var many_js_1 = require("./many.js");

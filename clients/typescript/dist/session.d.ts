@@ -31,6 +31,8 @@ export interface SessionOptions {
     maxHoldMs?: number;
     /** Called with the place in the queue on each WAITING reply. */
     onWaiting?: (position: number) => void;
+    /** Once held, the socket and the timer do not keep the process alive. */
+    unref?: boolean;
     log: Required<Logger>;
 }
 /**

@@ -190,6 +190,8 @@ class Session {
             if (t !== undefined && t < at)
                 at = t;
         this.timer = setTimeout(() => this.tick(), Math.max(at - node_perf_hooks_1.performance.now(), 0));
+        if (this.opts.unref && this.state === "held")
+            this.timer.unref();
     }
     tick() {
         if (this.state === "ended")
@@ -308,6 +310,10 @@ class Session {
             return;
         this.state = "held";
         this.token = token;
+        if (this.opts.unref) {
+            this.sock.unref();
+            this.raw.unref();
+        }
         if (this.opts.maxHoldMs !== undefined)
             this.holdUntil = at + this.opts.maxHoldMs;
         this.notify();

@@ -5,10 +5,12 @@ import * as os from "node:os";
 import * as tls from "node:tls";
 import { Leadership } from "./election.js";
 import {
+  AcquireTimeoutError,
   AlreadyHeld,
   BadRequestError,
   BatonError,
   ConnectionBroken,
+  TLSError,
   LeaseExpiredError,
   LimitMismatchError,
   LockLost,
@@ -20,6 +22,7 @@ import {
 import { Held, failure } from "./held.js";
 import { safeLogger, type Logger } from "./log.js";
 import { HeldMany, acquireAll, order } from "./many.js";
+import { OpsAPI, type Leader } from "./ops.js";
 import { Session } from "./session.js";
 import * as wire from "./wire.js";
 
@@ -61,6 +64,55 @@ export interface ClientOptions {
    * fits. Default: none.
    */
   logger?: Logger;
+  /**
+   * Let the process exit while a lock is held: once granted, the socket
+   * and timer of a claim do not keep Node.js's event loop alive
+   * (`socket.unref()`), so a program that is done exits, and its exit is
+   * the release. A wait still keeps the process alive. Default false: a
+   * held lock keeps the process alive, as an open socket does, until it is
+   * released. AcquireOptions can set it per claim.
+   */
+  unref?: boolean;
+  /**
+   * Wait, within the acquire's signal, for a server that is not up yet: an
+   * address that refuses the connection is tried again with the backoff.
+   * Default false: when no server has answered the first attempt, the
+   * acquire rejects at once (a wrong address looks the same). A TLSError is
+   * never waited out.
+   */
+  waitForServer?: boolean;
+  /**
+   * The waits between retries while waiting (after OVERLOADED, a broken
+   * connection...): the first is `baseMs`, each next twice the last, up to
+   * `capMs`, each jittered down to half. Default 50 ms and 2000 ms.
+   */
+  backoff?: { baseMs: number; capMs: number };
+  /**
+   * How many failed attempts in a row are tried again before the acquire
+   * rejects with the last one's error; an attempt the server answered
+   * starts the count again. Default: no bound but the signal.
+   */
+  retries?: number;
+  /**
+   * The server's ops API (`host:port`, https with `tls`, or an http(s)://
+   * URL; one per node of a cluster), for leader() and observe(): the lock
+   * protocol cannot say who holds a name.
+   */
+  opsAddrs?: string[];
+  /** The ops API's bearer token (the server's -admin-token-file), for leader() and observe(). */
+  adminToken?: string;
+}
+
+/**
+ * What a waiter knows of its wait, for `onWaitState`: its place in the
+ * queue (1 is next), and `graceMs`, how long the server still grants
+ * nothing (a crash or failover grace), when the server tells. Protocol
+ * versions 1 and 2 do not carry it, so it is undefined today; `baton
+ * locks`, `baton run` and the dashboard show it from the ops API.
+ */
+export interface WaitState {
+  readonly position: number;
+  readonly graceMs?: number;
 }
 
 /** Options of one acquire. */
@@ -81,6 +133,14 @@ export interface AcquireOptions {
    * the session's socket handler and must return at once.
    */
   onWaiting?: (position: number) => void;
+  /**
+   * Called with the WaitState on every WAITING reply, as onWaiting is with
+   * the position (both may be given); it runs in the session's socket
+   * handler and must return at once.
+   */
+  onWaitState?: (state: WaitState) => void;
+  /** As ClientOptions.unref, for this claim. */
+  unref?: boolean;
   /** The owner text of this claim, instead of the Client's. */
   owner?: string;
   /**
@@ -151,9 +211,24 @@ function defaultOwner(): string {
   }
 }
 
-/** Jittered exponential backoff: 50 ms doubling up to 2 s, times 0.5-1. */
-function backoff(failures: number): number {
-  return Math.min(50 * 2 ** Math.max(failures - 1, 0), 2000) * (0.5 + Math.random() / 2);
+/** Jittered exponential backoff: base doubling up to cap, times 0.5-1. */
+function backoff(failures: number, baseMs = 50, capMs = 2000): number {
+  return Math.min(baseMs * 2 ** Math.min(Math.max(failures - 1, 0), 32), capMs) * (0.5 + Math.random() / 2);
+}
+
+/** Whether a dial's error is TLS's: a certificate this client does not accept. */
+function isTLSFailure(e: Error & { code?: string }): boolean {
+  return /CERT|SELF_SIGNED|ERR_TLS|ERR_SSL|UNABLE_TO_(VERIFY|GET)/.test(String(e.code ?? "")) || /certificate/i.test(e.message);
+}
+
+/** The position callback of a claim: onWaiting, onWaitState, both or none. */
+function waitingOf(opts: AcquireOptions): ((position: number) => void) | undefined {
+  const { onWaiting, onWaitState } = opts;
+  if (!onWaitState) return onWaiting;
+  return (position) => {
+    onWaiting?.(position);
+    onWaitState({ position });
+  };
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -192,6 +267,11 @@ export class Client {
   readonly #dialTimeoutMs: number;
   readonly #normalClose: boolean;
   readonly #log: Required<Logger>;
+  readonly #unref: boolean;
+  readonly #waitForServer: boolean;
+  readonly #backoff: { baseMs: number; capMs: number };
+  readonly #retries: number | undefined;
+  readonly #ops: OpsAPI;
   /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
   readonly #inUse = new Map<string, { exclusive: number; shared: number; limit: number }>();
   #last = 0;
@@ -208,6 +288,39 @@ export class Client {
     this.#dialTimeoutMs = opts.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
     this.#normalClose = opts.normalClose ?? false;
     this.#log = safeLogger(opts.logger);
+    this.#unref = opts.unref ?? false;
+    this.#waitForServer = opts.waitForServer ?? false;
+    this.#backoff = opts.backoff ?? { baseMs: 50, capMs: 2000 };
+    if (!(this.#backoff.baseMs > 0 && this.#backoff.capMs >= this.#backoff.baseMs)) {
+      throw new BadRequestError(`backoff ${JSON.stringify(this.#backoff)}: baseMs must be positive and at most capMs`);
+    }
+    this.#retries = opts.retries;
+    if (this.#retries !== undefined && !(Number.isInteger(this.#retries) && this.#retries >= 0)) {
+      throw new BadRequestError(`retries ${this.#retries} is not a whole number >= 0`);
+    }
+    this.#ops = new OpsAPI(opts.opsAddrs ?? [], opts.adminToken, opts.tls);
+  }
+
+  /**
+   * The leader of election `name` now (its value and the token of its
+   * term), or undefined if nobody leads: from the ops API (opsAddrs).
+   */
+  leader(name: string, opts: { signal?: AbortSignal } = {}): Promise<Leader | undefined> {
+    return this.#ops.leader(name, opts.signal);
+  }
+
+  /**
+   * Follows election `name` without campaigning, as etcd's Observe does:
+   * yields the leader when it starts (if one leads), then each new leader
+   * as it is granted the name, each once, in order, until `signal` aborts
+   * (or the caller stops iterating). It follows the ops API's event stream
+   * (opsAddrs), reconnecting by itself with the Client's backoff.
+   *
+   * @example
+   * for await (const l of client.observe("web/primary", { signal })) console.log(l.value, l.token);
+   */
+  observe(name: string, opts: { signal?: AbortSignal } = {}): AsyncIterable<Leader> {
+    return this.#ops.observe(name, opts.signal, (n) => backoff(n, this.#backoff.baseMs, this.#backoff.capMs));
   }
 
   /** Waits for the lock and resolves with it held. Release it with `held.release()`, or `await using`. */
@@ -272,10 +385,10 @@ export class Client {
    * operators see, and resolves with the Leadership; `resign()` gives it up
    * and the next candidate leads at once.
    */
-  async campaign(name: string, value: string, opts: Pick<AcquireOptions, "signal" | "onWaiting"> = {}): Promise<Leadership> {
+  async campaign(name: string, value: string, opts: Pick<AcquireOptions, "signal" | "onWaiting" | "onWaitState" | "unref"> = {}): Promise<Leadership> {
     // An election has one leader: the claim is exclusive whatever opts hold.
-    const { signal, onWaiting } = opts;
-    return new Leadership(await this.#claimed(name, { signal, onWaiting, owner: value }, undefined), value);
+    const { signal, onWaiting, onWaitState, unref } = opts;
+    return new Leadership(await this.#claimed(name, { signal, onWaiting, onWaitState, unref, owner: value }, undefined), value);
   }
 
   /**
@@ -338,8 +451,20 @@ export class Client {
     let failures = 0;
     let redirects = 0;
     let lastErr: Error | undefined;
+    let position = 0;
+    // Why the wait ended when signal aborted: its timeout, with the cause
+    // that kept the lock from being granted; any other reason as it is.
+    const ended = (): unknown => {
+      const reason: unknown = signal?.reason;
+      if (!(reason instanceof Error) || reason.name !== "TimeoutError" || reason instanceof AcquireTimeoutError) return reason;
+      const why = lastErr ? `; last attempt: ${lastErr.message}` : position > 0 ? ` (waiting at position ${position})` : "";
+      return new AcquireTimeoutError(`acquire ${JSON.stringify(name)}: no grant before the signal's timeout${why}`, position, lastErr ?? reason);
+    };
+    const retried = (err: Error) => {
+      if (this.#retries !== undefined && failures > this.#retries) throw err;
+    };
     for (;;) {
-      if (signal?.aborted) throw signal.reason;
+      if (signal?.aborted) throw ended();
       let sock: net.Socket | undefined;
       let raw: net.Socket | undefined;
       for (let k = 0; k < this.addrs.length && !sock; k++) {
@@ -349,22 +474,27 @@ export class Client {
           idx = i;
           log.debug(`baton: connected to ${this.addrs[i]} for ${JSON.stringify(name)}`, { lock: name, addr: this.addrs[i], event: "connect" });
         } catch (e) {
-          if (signal?.aborted) throw signal.reason;
+          if (signal?.aborted) throw ended();
+          if (e instanceof TLSError) throw e; // a configuration: never retried
           lastErr = e instanceof BatonError ? e : new ConnectionBroken(`cannot reach ${this.addrs[i]}: ${(e as Error).message}`);
           log.debug(`baton: ${lastErr.message}`, { lock: name, addr: this.addrs[i], event: "connect-failed" });
         }
       }
       if (!sock) {
-        if (!reached) throw lastErr!;
+        if (!reached && !this.#waitForServer) throw lastErr!;
         failures++;
-        await sleep(backoff(failures), signal);
+        retried(lastErr!);
+        await sleep(backoff(failures, this.#backoff.baseMs, this.#backoff.capMs), signal).catch(() => {
+          throw ended();
+        });
         continue;
       }
       reached = true;
       const s = new Session(sock, raw!, this.addrs[idx], name, this.leaseMs, frame, {
         reset: !this.#normalClose,
         maxHoldMs: opts.maxHoldMs,
-        onWaiting: opts.onWaiting,
+        onWaiting: waitingOf(opts),
+        unref: opts.unref ?? this.#unref,
         log,
       });
       await new Promise<void>((resolve) => {
@@ -384,13 +514,14 @@ export class Client {
         this.#last = idx;
         return s;
       }
+      position = s.position;
       if (s.state !== "ended") {
         await s.close();
-        throw signal!.reason;
+        throw ended();
       }
       if (signal?.aborted) {
         await s.close();
-        throw signal.reason;
+        throw ended();
       }
       const err = s.error!;
       if (err instanceof LockLost) throw err; // granted and lost before it could be handed over
@@ -423,9 +554,14 @@ export class Client {
         throw err;
       }
       redirects = 0;
-      const pause = atOnce ? 0 : backoff(failures);
+      retried(err);
+      const pause = atOnce ? 0 : backoff(failures, this.#backoff.baseMs, this.#backoff.capMs);
       log.info(`baton: waiting for ${JSON.stringify(name)}: ${err.message}; reconnecting in ${Math.round(pause)} ms`, { lock: name, addr: here, event: "reconnect" });
-      if (pause > 0) await sleep(pause, signal);
+      if (pause > 0) {
+        await sleep(pause, signal).catch(() => {
+          throw ended();
+        });
+      }
     }
   }
 
@@ -449,11 +585,12 @@ export class Client {
         signal?.removeEventListener("abort", onAbort);
         sock.removeListener("error", fail);
       };
+      const addr = this.addrs[i];
       function fail(e: Error) {
         cleanup();
         sock.destroy();
         raw.destroy();
-        reject(e);
+        reject(isTLSFailure(e) ? new TLSError(`TLS handshake with ${addr}: ${e.message}`, { cause: e }) : e);
       }
       sock.once("error", fail);
       sock.once(event, () => {

@@ -201,3 +201,56 @@ export function errorForCode(code: number, message = ""): ServerError {
   const C = CLASSES[code];
   return C ? new C(message) : new ServerError(code, message);
 }
+
+/**
+ * The TLS handshake with a server failed on this side: its certificate is
+ * not one this client trusts (another CA, another name, expired). A
+ * configuration to fix, never a server that is down: never retried, not
+ * waited out by `waitForServer`, and never a ConnectionBroken, which a
+ * refused connection is. (A server that refuses this client's certificate
+ * answers with an UnauthorizedError, also never retried.)
+ */
+export class TLSError extends BatonError {
+  override name = "TLSError";
+}
+
+/**
+ * An acquire whose `signal` timed out (`AbortSignal.timeout(ms)`) before
+ * the grant. Its `cause` says why the wait had not ended: the last
+ * attempt's error (the server never answered, a connection broke...), or
+ * the signal's own TimeoutError when every attempt was a place in a
+ * queue; `position` is the place it had, if it waited in one. Its name is
+ * "TimeoutError", as the signal's.
+ */
+export class AcquireTimeoutError extends BatonError {
+  override name = "TimeoutError";
+  /** The place in the queue when the time ran out; 0 if it had none. */
+  readonly position: number;
+  constructor(message: string, position: number, cause: unknown) {
+    super(message, { cause });
+    this.position = position;
+  }
+}
+
+/**
+ * Whether err, from an acquire (or the reason of a LockLost), is worth
+ * another try of the same call: a condition of the servers or of the
+ * network that may have passed, not a decision or a mistake that a new try
+ * would meet again (Go's `baton.IsRetryable`). True for the server
+ * conditions (ShutdownError, OverloadedError, NotLeaderError), Unconfirmed
+ * and LeaseExpiredError, ConnectionBroken (a broken or refused connection:
+ * a wrong address looks the same, so bound the tries), and an
+ * AcquireTimeoutError whose cause is one of those. False for an operator's
+ * decision (ForceReleasedError, KickedError), BusyError, MaxHoldReached,
+ * client errors (BadRequestError, UnauthorizedError, VersionError,
+ * ProtocolError, LimitMismatchError, AlreadyHeld), TLSError, and anything
+ * that is not this package's. The client never retries a held lock by
+ * itself: a new try is a new grant, with a new token.
+ */
+export function isRetryable(err: unknown): boolean {
+  if (err instanceof LockLost) err = err.reason;
+  if (err instanceof AcquireTimeoutError) return err.cause !== err && isRetryable(err.cause);
+  if (err instanceof TLSError) return false;
+  if (err instanceof ServerError) return err.serverCondition || err.code === 0x10;
+  return err instanceof Unconfirmed || err instanceof ConnectionBroken;
+}

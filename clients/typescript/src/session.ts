@@ -47,6 +47,8 @@ export interface SessionOptions {
   maxHoldMs?: number;
   /** Called with the place in the queue on each WAITING reply. */
   onWaiting?: (position: number) => void;
+  /** Once held, the socket and the timer do not keep the process alive. */
+  unref?: boolean;
   log: Required<Logger>;
 }
 
@@ -165,6 +167,7 @@ export class Session {
     let at = this.deadline;
     for (const t of [this.nextBeat, this.missAt, this.holdUntil]) if (t !== undefined && t < at) at = t;
     this.timer = setTimeout(() => this.tick(), Math.max(at - performance.now(), 0));
+    if (this.opts.unref && this.state === "held") this.timer.unref();
   }
 
   private tick(): void {
@@ -274,6 +277,10 @@ export class Session {
     if (this.state !== "waiting") return;
     this.state = "held";
     this.token = token;
+    if (this.opts.unref) {
+      this.sock.unref();
+      this.raw.unref();
+    }
     if (this.opts.maxHoldMs !== undefined) this.holdUntil = at + this.opts.maxHoldMs;
     this.notify();
   }

@@ -1,0 +1,192 @@
+"""The server's ops API, for what the lock protocol cannot ask: who holds
+a name (an election's leader) and each new holder as it comes (internal).
+
+Every node of a cluster answers it, a follower by asking the leader: GET
+/v1/locks/{name} for the holder, and the event stream GET /v1/events for
+its changes (Server-Sent Events)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
+
+from .core import backoff
+from .errors import BadRequest, ConnectionBroken, Error
+
+__all__ = ["Leader", "OpsAPI"]
+
+
+@dataclass(frozen=True)
+class Leader:
+    """An election's leader: the value it campaigned with (the lock's owner
+    text) and the fencing token of its term."""
+
+    value: str
+    token: int
+
+
+class OpsError(Error):
+    """The ops API answered a question with an error (401: give
+    ``admin_token``; 403; ...)."""
+
+
+def _obj(x: Any) -> Dict[str, Any]:
+    """x if it is a JSON object, else an empty one."""
+    return cast(Dict[str, Any], x) if isinstance(x, dict) else {}
+
+
+def _leader_of(lock: Dict[str, Any]) -> Optional[Leader]:
+    holder = _obj(lock.get("holder"))
+    token = holder.get("token")
+    if not isinstance(token, int) or isinstance(token, bool):
+        return None
+    return Leader(str(holder.get("owner", "")), token)
+
+
+class OpsAPI:
+    """The ops API at ``addrs`` (host:port, https with an SSL context, or
+    an http(s):// URL each), tried in order."""
+
+    def __init__(self, addrs: List[str], token: Optional[str], ssl_context: Optional[ssl.SSLContext],
+                 timeout: float = 10.0) -> None:
+        self._bases: List[Tuple[str, str, int]] = []
+        for a in addrs:
+            u = urllib.parse.urlsplit(a if "://" in a else ("https://" if ssl_context else "http://") + a)
+            if u.scheme not in ("http", "https") or not u.hostname:
+                raise BadRequest(f"ops address {a!r} is not host:port or an http(s) URL")
+            self._bases.append((u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80)))
+        self._token = token
+        self._ssl = ssl_context
+        self._timeout = timeout
+        self._next = 0
+
+    def _conn(self, i: int, timeout: Optional[float]) -> http.client.HTTPConnection:
+        scheme, host, port = self._bases[i]
+        t = self._timeout if timeout is None else timeout
+        if scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=t, context=self._ssl)
+        return http.client.HTTPConnection(host, port, timeout=t)
+
+    def _get(self, path: str, accept: str, timeout: Optional[float] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """GET path from the first node that answers (the one that answered
+        last first)."""
+        if not self._bases:
+            raise BadRequest("no ops API address: give the Client ops_addrs (the server's -ops-addr)")
+        errors: List[str] = []
+        for k in range(len(self._bases)):
+            i = (self._next + k) % len(self._bases)
+            conn = self._conn(i, timeout)
+            try:
+                headers = {"Accept": accept}
+                if self._token:
+                    headers["Authorization"] = f"Bearer {self._token}"
+                conn.request("GET", path, headers=headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                errors.append(f"{self._bases[i][1]}:{self._bases[i][2]}: {e}")
+                continue
+            self._next = i
+            return conn, resp
+        raise ConnectionBroken("no ops API answered: " + "; ".join(errors))
+
+    @staticmethod
+    def _refusal(resp: http.client.HTTPResponse) -> OpsError:
+        body = resp.read(1 << 16)
+        msg = resp.reason
+        try:
+            err = _obj(json.loads(body)).get("error")
+            if isinstance(err, str):
+                msg = err
+        except ValueError:
+            pass
+        return OpsError(f"the ops API answered {resp.status}: {msg}")
+
+    def leader(self, name: str) -> Optional[Leader]:
+        conn, resp = self._get("/v1/locks/" + urllib.parse.quote(name, safe=""), "application/json")
+        try:
+            if resp.status == 404:
+                return None
+            if resp.status != 200:
+                raise self._refusal(resp)
+            return _leader_of(_obj(json.loads(resp.read(1 << 20))))
+        finally:
+            conn.close()
+
+    def observe(self, name: str, timeout: Optional[float], pace: Tuple[float, float]) -> Iterator[Leader]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: Optional[Leader] = None
+        first = self.leader(name)  # refusals and a wrong address are raised here, at once
+        if first is not None:
+            last = first
+            yield first
+        failures = 0
+        path = "/v1/events?snapshot=1&lock=" + urllib.parse.quote(name, safe="")
+        while deadline is None or time.monotonic() < deadline:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                # The server sends a keepalive every 15s: a silent minute
+                # is a dead stream.
+                conn, resp = self._get(path, "text/event-stream", timeout=60.0 if left is None else min(left, 60.0))
+            except ConnectionBroken:
+                conn = None
+                resp = None
+            if resp is not None and conn is not None:
+                try:
+                    if resp.status != 200:
+                        raise self._refusal(resp)
+                    for leader in _granted(resp, name):
+                        failures = 0
+                        if leader != last:
+                            last = leader
+                            yield leader
+                except (OSError, http.client.HTTPException):
+                    pass  # the stream broke, or timed out: follow it again
+                finally:
+                    conn.close()
+            failures += 1
+            pause = backoff(failures, *pace)
+            if deadline is not None:
+                pause = min(pause, max(deadline - time.monotonic(), 0))
+            time.sleep(pause)
+
+
+def _granted(resp: http.client.HTTPResponse, name: str) -> Iterator[Leader]:
+    """The holders of name that an event stream tells of: its snapshot's,
+    then each granted event's."""
+    typ, data = "", ""
+    while True:
+        raw = resp.readline(1 << 20)
+        if not raw:
+            return
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if line:
+            field, _, value = line.partition(":")
+            if field == "event":
+                typ = value.strip()
+            elif field == "data":
+                data = value.strip()
+            continue
+        try:
+            doc = _obj(json.loads(data)) if data else {}
+        except ValueError:
+            doc = {}
+        if typ in ("snapshot", "resync"):
+            locks = doc.get("locks")
+            for lock in cast(List[Any], locks) if isinstance(locks, list) else []:
+                one = _obj(lock)
+                leader = _leader_of(one)
+                if leader is not None and one.get("name") == name:
+                    yield leader
+        elif typ == "granted" and doc.get("lock") == name:
+            leader = _leader_of({"holder": doc.get("session")})
+            if leader is not None:
+                yield leader
+        elif typ == "shutdown":
+            return
+        typ, data = "", ""
