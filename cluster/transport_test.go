@@ -530,7 +530,7 @@ func TestRaftPortBoundsHandshakes(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for range maxHandshakesPerIP + 20 {
+	for range strangerHandshakesPerIP + 20 {
 		c, err := net.Dial("tcp", peers[0].RaftAddr)
 		if err != nil {
 			t.Fatal(err)
@@ -541,24 +541,24 @@ func TestRaftPortBoundsHandshakes(t *testing.T) {
 	// wait in their handshake (well inside its timeout here).
 	closed, waiting := 0, 0
 	at := time.Now().Add(handshakeTimeout / 4) // one deadline: well before any handshake's
-	for _, c := range idle[maxHandshakesPerIP:] {
+	for _, c := range idle[strangerHandshakesPerIP:] {
 		c.SetReadDeadline(at)
 		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			closed++
 		}
 	}
-	for _, c := range idle[:maxHandshakesPerIP] {
+	for _, c := range idle[:strangerHandshakesPerIP] {
 		c.SetReadDeadline(time.Now().Add(handshakeTimeout / 20))
 		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
 			waiting++
 		}
 	}
-	if closed != 20 || waiting != maxHandshakesPerIP {
-		t.Errorf("past the per-address share: %d of 20 closed at once (want all); within it: %d of %d waiting in their handshake (want all)", closed, waiting, maxHandshakesPerIP)
+	if closed != 20 || waiting != strangerHandshakesPerIP {
+		t.Errorf("past the per-address share: %d of 20 closed at once (want all); within it: %d of %d waiting in their handshake (want all)", closed, waiting, strangerHandshakesPerIP)
 	}
 	// The ones in a handshake are cut within its timeout.
 	start := time.Now()
-	for _, c := range idle[:maxHandshakesPerIP] {
+	for _, c := range idle[:strangerHandshakesPerIP] {
 		c.SetReadDeadline(time.Now().Add(3 * handshakeTimeout))
 		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("an idle connection was kept %v, past the handshake timeout %v", time.Since(start), handshakeTimeout)
