@@ -57,6 +57,8 @@ const (
 	maxStrangerInbound = 64
 )
 
+var errTooManyInbound = errors.New("raft: too many open connections from this class of address")
+
 // handshake is one inbound connection in its handshake.
 type handshake struct {
 	raw      *watchConn // what was accepted; closing it ends the handshake
@@ -177,6 +179,7 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 		}
 		h.inStrangers = s.gate.strangers.PushBack(h)
 	}
+	q = s.gate.byIP[ip] // again: the one ended may have been ip's last
 	if q == nil {
 		q = list.New()
 		s.gate.byIP[ip] = q

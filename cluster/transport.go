@@ -338,6 +338,12 @@ func (s *stream) track(c net.Conn, peer string, kind connKind) (net.Conn, error)
 		c.Close()
 		return nil, net.ErrClosed
 	}
+	// Checked again here, once the handshake is done: many may have
+	// started while the count was low.
+	if (kind == inboundMember && s.gate.inbound[kind] >= maxInbound) || (kind == inboundStranger && s.gate.inbound[kind] >= maxStrangerInbound) {
+		c.Close()
+		return nil, errTooManyInbound
+	}
 	s.conns[c] = kind
 	if kind != outbound {
 		s.gate.inbound[kind]++

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -339,4 +340,47 @@ func (cl *claimLoop) secondsWithGrant(from time.Time, window int) (int, time.Dur
 	}
 	longest = max(longest, end.Sub(last))
 	return len(seen), longest
+}
+
+// askBootstrap asks the founders' question (cluster/bootstrap.go: a byte
+// no Raft message starts with, then one JSON line) on the plain Raft port
+// addr, from the source address src, as node asker; it returns the
+// answer line, or the error that came instead.
+func askBootstrap(t *testing.T, src net.IP, addr, asker string) (string, error) {
+	t.Helper()
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 5 * time.Second}).Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "\xb7{\"node\":%q}\n", asker); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return line, nil
+}
+
+// TestBinaryPlainBootstrapQuestionRefusesStrangers: on a plain Raft port
+// the founders' question, which tells the cluster id and who leads, is
+// answered only from a founder's or member's IP (here 127.0.0.1, where
+// every node is); from any other address it gets no answer.
+func TestBinaryPlainBootstrapQuestionRefusesStrangers(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the stranger asks from 127.0.0.2, which only Linux answers without set-up")
+	}
+	t.Parallel()
+	procs := newClusterProcs(t)
+	for _, p := range procs {
+		if line, err := askBootstrap(t, net.IPv4(127, 0, 0, 2), p.raftAddr, "n2"); err == nil {
+			t.Errorf("%s: a stranger at 127.0.0.2 asking as n2 got the answer %s, want none", p.id, strings.TrimSpace(line))
+		}
+	}
+	line, err := askBootstrap(t, net.IPv4(127, 0, 0, 1), procs[0].raftAddr, "n2")
+	if err != nil || !strings.Contains(line, `"cluster_id":"`) {
+		t.Errorf("n1: founder n2's address asking: %q, %v; want the answer with the cluster id", line, err)
+	}
 }
