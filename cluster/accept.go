@@ -153,6 +153,9 @@ func remoteIP(c net.Conn) netip.Addr {
 func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 	ip := remoteIP(c)
 	members := s.membersAt(ip, s.names.cached) // before mu: it reads the configuration
+	if memberRoomOff() {
+		members = 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -175,6 +178,9 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 			return nil, nil
 		}
 		if s.gate.strangers.Len() >= strangerHandshakes {
+			if strangerEvictionOff() {
+				return nil, nil
+			}
 			ended = s.endLocked(victim(&s.gate.strangers))
 		}
 		h.inStrangers = s.gate.strangers.PushBack(h)

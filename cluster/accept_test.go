@@ -322,7 +322,14 @@ func plainCluster(t *testing.T, peers []Peer) []*Node {
 	for _, p := range peers {
 		nodes = append(nodes, openPlainNode(t, p.ID, p.RaftAddr, peers))
 	}
-	waitLeading(t, nodes)
+	batontest.Eventually(t, settle, func() bool {
+		for _, n := range nodes {
+			if n.Leading() {
+				return true
+			}
+		}
+		return false
+	}, "no leader on plain TCP: did the founders get no answer to their question?")
 	batontest.Eventually(t, settle, func() bool {
 		for _, n := range nodes {
 			if ms, err := n.members(); err != nil || len(ms) != len(peers) || n.fsm.get().ClusterID == "" {

@@ -9,3 +9,6 @@ package cluster
 func graceDisabled() bool  { return false }
 func handoffZero() bool    { return false }
 func leaderLeaseOff() bool { return false }
+
+func memberRoomOff() bool       { return false }
+func strangerEvictionOff() bool { return false }
