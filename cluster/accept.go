@@ -125,7 +125,6 @@ func (s *stream) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			tc, err := s.admitInbound(h)
-			s.endHandshake(h)
 			if err != nil {
 				c.Close()
 				return
@@ -163,9 +162,6 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 	}
 	q := s.gate.byIP[ip]
 	h = &handshake{raw: c, conn: c, ip: ip, stranger: members == 0}
-	if s.tls != nil {
-		h.conn = tls.Server(c, s.serverCfg)
-	}
 	if members > 0 {
 		if s.gate.inbound[inboundMember] >= maxInbound {
 			return nil, nil
@@ -191,6 +187,9 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 		s.gate.byIP[ip] = q
 	}
 	h.atIP = q.PushBack(h)
+	if s.tls != nil {
+		h.conn = tls.Server(c, s.serverCfg)
+	}
 	return h, ended
 }
 
@@ -223,16 +222,23 @@ func (s *stream) endLocked(h *handshake) net.Conn {
 	return h.raw
 }
 
-func (s *stream) endHandshake(h *handshake) {
+// endHandshake takes h out of the handshakes; false if it was ended
+// already (for a newer one: its connection is closed).
+func (s *stream) endHandshake(h *handshake) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.endLocked(h)
+	return s.endLocked(h) != nil
 }
 
-// admitInbound runs an accepted connection's handshake and tracks it:
-// over TLS the handshake checks the peer's certificate (serverTLS); on
-// plain TCP the first byte must come.
+// errEnded is the end of a handshake that made room for a newer one.
+var errEnded = errors.New("raft: handshake ended to make room for a newer one")
+
+// admitInbound runs an accepted connection's handshake, which ends its
+// place among the handshakes, and tracks it: over TLS the handshake checks
+// the peer's certificate (serverTLS); on plain TCP the first byte must
+// come.
 func (s *stream) admitInbound(h *handshake) (net.Conn, error) {
+	defer s.endHandshake(h) // on failure; a no-op after the one below
 	c, peer := h.conn, ""
 	h.raw.SetDeadline(time.Now().Add(handshakeTimeout))
 	if tc, ok := c.(*tls.Conn); ok {
@@ -246,6 +252,11 @@ func (s *stream) admitInbound(h *handshake) (net.Conn, error) {
 			return nil, err
 		}
 		c = &prefixConn{Conn: c, first: first}
+	}
+	// Out of the handshakes before Raft gets it: from here on no newer
+	// connection can end it.
+	if !s.endHandshake(h) {
+		return nil, errEnded
 	}
 	h.raw.SetDeadline(time.Time{})
 	kind := inboundMember
