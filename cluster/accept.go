@@ -59,6 +59,21 @@ const (
 
 var errTooManyInbound = errors.New("raft: too many open connections from this class of address")
 
+// refusal is why the Raft port closed a connection before Raft saw it
+// (baton_cluster_raft_refusals_total).
+type refusal int
+
+const (
+	refusedAddressShare  refusal = iota // a stranger's IP had its handshakes: closed at once
+	refusedOpen                         // its class of IP had its open connections
+	refusedEndedForNewer                // its handshake made room for a newer one
+	refusedHandshake                    // its handshake failed or timed out
+	refusedQuestion                     // the founders' question from an IP that is no founder's or member's
+	refusals
+)
+
+var refusalNames = [refusals]string{"address_share", "open_connections", "ended_for_newer", "handshake_failed", "question"}
+
 // handshake is one inbound connection in its handshake.
 type handshake struct {
 	raw      *watchConn // what was accepted; closing it ends the handshake
@@ -164,13 +179,19 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 	h = &handshake{raw: c, conn: c, ip: ip, stranger: members == 0}
 	if members > 0 {
 		if s.gate.inbound[inboundMember] >= maxInbound {
+			s.refused[refusedOpen].Add(1)
 			return nil, nil
 		}
 		if q != nil && q.Len() >= members*memberHandshakes {
 			ended = s.endLocked(victim(q))
 		}
 	} else {
-		if s.gate.inbound[inboundStranger] >= maxStrangerInbound || (q != nil && q.Len() >= strangerHandshakesPerIP) {
+		switch {
+		case s.gate.inbound[inboundStranger] >= maxStrangerInbound:
+			s.refused[refusedOpen].Add(1)
+			return nil, nil
+		case q != nil && q.Len() >= strangerHandshakesPerIP:
+			s.refused[refusedAddressShare].Add(1)
 			return nil, nil
 		}
 		if s.gate.strangers.Len() >= strangerHandshakes {
@@ -180,6 +201,9 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 			ended = s.endLocked(victim(&s.gate.strangers))
 		}
 		h.inStrangers = s.gate.strangers.PushBack(h)
+	}
+	if ended != nil {
+		s.refused[refusedEndedForNewer].Add(1)
 	}
 	q = s.gate.byIP[ip] // again: the one ended may have been ip's last
 	if q == nil {
@@ -234,31 +258,18 @@ func (s *stream) endHandshake(h *handshake) bool {
 var errEnded = errors.New("raft: handshake ended to make room for a newer one")
 
 // admitInbound runs an accepted connection's handshake, which ends its
-// place among the handshakes, and tracks it: over TLS the handshake checks
-// the peer's certificate (serverTLS); on plain TCP the first byte must
-// come.
+// place among the handshakes, and tracks it.
 func (s *stream) admitInbound(h *handshake) (net.Conn, error) {
-	defer s.endHandshake(h) // on failure; a no-op after the one below
-	c, peer := h.conn, ""
-	h.raw.SetDeadline(time.Now().Add(handshakeTimeout))
-	if tc, ok := c.(*tls.Conn); ok {
-		if err := tc.Handshake(); err != nil {
-			return nil, err
-		}
-		peer, _ = NodeIdentity(tc.ConnectionState().PeerCertificates[0]) // verified in the handshake
-	} else {
-		first := make([]byte, 1)
-		if _, err := io.ReadFull(c, first); err != nil {
-			return nil, err
-		}
-		c = &prefixConn{Conn: c, first: first}
-	}
+	c, peer, err := runHandshake(h)
 	// Out of the handshakes before Raft gets it: from here on no newer
 	// connection can end it.
 	if !s.endHandshake(h) {
 		return nil, errEnded
 	}
-	h.raw.SetDeadline(time.Time{})
+	if err != nil {
+		s.refused[refusedHandshake].Add(1)
+		return nil, err
+	}
 	kind := inboundMember
 	if h.stranger {
 		kind = inboundStranger
@@ -269,6 +280,27 @@ func (s *stream) admitInbound(h *handshake) (net.Conn, error) {
 	}
 	t.(*trackedConn).inbound = true
 	return t, nil
+}
+
+// runHandshake is h's handshake, within handshakeTimeout: over TLS it
+// checks the peer's certificate (serverTLS) and returns the node it
+// names; on plain TCP the first byte must come. It returns the connection
+// to give Raft.
+func runHandshake(h *handshake) (net.Conn, string, error) {
+	h.raw.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer h.raw.SetDeadline(time.Time{})
+	if tc, ok := h.conn.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return nil, "", err
+		}
+		peer, _ := NodeIdentity(tc.ConnectionState().PeerCertificates[0]) // verified in the handshake
+		return tc, peer, nil
+	}
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(h.conn, first); err != nil {
+		return nil, "", err
+	}
+	return &prefixConn{Conn: h.conn, first: first}, "", nil
 }
 
 // watchConn notes whether its peer has sent anything.
@@ -354,10 +386,11 @@ func (s *stream) membersAt(ip netip.Addr, lookup func(host string) []netip.Addr)
 // or a member asks, from the IP of its Raft address, so only such an IP
 // is answered.
 func (s *stream) helloAllowed(c net.Conn) bool {
-	if s.tls != nil {
+	if s.tls != nil || s.membersAt(remoteIP(c), s.names.resolve) > 0 {
 		return true
 	}
-	return s.membersAt(remoteIP(c), s.names.resolve) > 0
+	s.refused[refusedQuestion].Add(1)
+	return false
 }
 
 // How long a resolved host name is used, and how long a lookup may take.

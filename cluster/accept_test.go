@@ -90,7 +90,7 @@ func TestRaftPortStrangerShare(t *testing.T) {
 	ca := testcerts.NewCA(t, "cluster CA")
 	addrs := loopbackAddrs(t, 3)
 	peers := []Peer{{ID: "n1", RaftAddr: addrs[0]}, {ID: "n2", RaftAddr: addrs[1]}, {ID: "n3", RaftAddr: addrs[2]}}
-	openStream(t, ca, ca.Node(t, "n1"), "n1", addrs[0], peers)
+	st := openStream(t, ca, ca.Node(t, "n1"), "n1", addrs[0], peers)
 	if strangerHandshakesPerIP >= memberHandshakes {
 		t.Fatalf("a stranger's share (%d) is not below a member's (%d)", strangerHandshakesPerIP, memberHandshakes)
 	}
@@ -110,6 +110,11 @@ func TestRaftPortStrangerShare(t *testing.T) {
 			t.Fatalf("an idle connection was kept %v, past the handshake timeout %v", time.Since(start), handshakeTimeout)
 		}
 	}
+	batontest.Eventually(t, settle, func() bool { return st.refused[refusedHandshake].Load() == strangerHandshakesPerIP },
+		"handshake_failed refusals %d, want %d", st.refused[refusedHandshake].Load(), strangerHandshakesPerIP)
+	if got := st.refused[refusedAddressShare].Load(); got != 20 {
+		t.Errorf("address_share refusals %d, want 20", got)
+	}
 }
 
 // TestRaftPortStrangersShareTheRest: when the strangers' handshakes are
@@ -120,7 +125,7 @@ func TestRaftPortStrangersShareTheRest(t *testing.T) {
 	ca := testcerts.NewCA(t, "cluster CA")
 	addrs := loopbackAddrs(t, 2)
 	peers := []Peer{{ID: "n1", RaftAddr: addrs[0]}, {ID: "n2", RaftAddr: addrs[1]}}
-	openStream(t, ca, ca.Node(t, "n1"), "n1", addrs[0], peers)
+	st := openStream(t, ca, ca.Node(t, "n1"), "n1", addrs[0], peers)
 	// The first stranger speaks: a TLS record header, and no more.
 	speaker := dialFrom(t, loopbackSource(t, 2), addrs[0])
 	speaker.Write([]byte{0x16, 0x03, 0x01})
@@ -140,6 +145,9 @@ func TestRaftPortStrangersShareTheRest(t *testing.T) {
 	}
 	if stillOpen(speaker) != 1 {
 		t.Error("the oldest stranger, which had spoken, was ended: want a silent one ended first")
+	}
+	if got := st.refused[refusedEndedForNewer].Load(); got != 1 {
+		t.Errorf("ended_for_newer refusals %d, want 1", got)
 	}
 }
 
@@ -449,5 +457,9 @@ func TestPlainHelloOnlyFromFoundersAndMembers(t *testing.T) {
 	r, err := askFrom(t, loopbackSource(t, 3), target, "n2")
 	if err != nil || r.ClusterID != nodes[0].fsm.get().ClusterID || r.ClusterID == "" {
 		t.Errorf("founder n2's address asking: %+v, %v; want the answer with cluster id %q", r, err, nodes[0].fsm.get().ClusterID)
+	}
+	st := nodes[0].transport.(*leaseTransport).Transport.(*raftTransport).stream
+	if got := st.refused[refusedQuestion].Load(); got != 2 {
+		t.Errorf("question refusals on n1: %d, want 2", got)
 	}
 }

@@ -287,6 +287,8 @@ type stream struct {
 	closed bool
 	conns  map[net.Conn]connKind
 	gate   gate
+
+	refused [refusals]atomic.Uint64
 }
 
 func (s *stream) membership() membership {
@@ -341,6 +343,7 @@ func (s *stream) track(c net.Conn, peer string, kind connKind) (net.Conn, error)
 	// Checked again here, once the handshake is done: many may have
 	// started while the count was low.
 	if (kind == inboundMember && s.gate.inbound[kind] >= maxInbound) || (kind == inboundStranger && s.gate.inbound[kind] >= maxStrangerInbound) {
+		s.refused[refusedOpen].Add(1)
 		c.Close()
 		return nil, errTooManyInbound
 	}

@@ -383,4 +383,14 @@ func TestBinaryPlainBootstrapQuestionRefusesStrangers(t *testing.T) {
 	if err != nil || !strings.Contains(line, `"cluster_id":"`) {
 		t.Errorf("n1: founder n2's address asking: %q, %v; want the answer with the cluster id", line, err)
 	}
+	// The operator sees the refusal.
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + procs[0].opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if want := `baton_cluster_raft_refusals_total{reason="question"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("n1's /metrics lacks %q", want)
+	}
 }
