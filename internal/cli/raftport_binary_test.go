@@ -34,10 +34,10 @@ const (
 )
 
 // floodWindow is how long after the leader's end the seconds with a grant
-// are counted: BATON_RAFT_FLOOD_SECONDS, 15 by default (the review counted
-// 25). A window may have at most floodMissAllowed seconds without one: the
-// failure detection, an election and a new leader's grace after kill -9
-// take about 2 s, and the bar is 20 of 25.
+// are counted: BATON_RAFT_FLOOD_SECONDS, 15 by default (25 for the
+// figures in docs/security.md). A window may have at most
+// floodMissAllowed seconds without one (20 of 25): the failure detection,
+// an election and a new leader's grace after kill -9 take about 2 s.
 const floodMissAllowed = 5
 
 func floodWindow(t *testing.T) int {
@@ -53,8 +53,8 @@ func floodWindow(t *testing.T) int {
 	return n
 }
 
-// TestBinaryRaftFloodLeaderChange is the Raft port flood of the security
-// review against three real nodes over mutual TLS: with every node's Raft
+// TestBinaryRaftFloodLeaderChange is a flood of the Raft ports against
+// three real nodes over mutual TLS: with every node's Raft
 // port flooded by idle connections that never send a certificate, the
 // leader is killed (kill -9), and in a second cluster stopped (SIGTERM,
 // a rolling restart's step). The members must still open the connections
