@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI for replicated mode (issue 13), called by .ci/run before the tests:
-# the fault-injection build compiles and vets, and three real `baton serve`
+# the fault-injection build compiles and vets, the Raft port's tests catch
+# each of its protections switched off, and three real `baton serve`
 # nodes on loopback elect a leader, serve only there, and hand over on
-# SIGTERM. Every node is started and stopped by its PID. About 15 s.
+# SIGTERM. Every node is started and stopped by its PID. About 25 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -11,6 +12,22 @@ echo "--- cluster: the faultinject build (the test-only mutation knobs) compiles
 go vet -tags faultinject ./cluster
 go test -tags faultinject -count=1 -run "TestMutationKnobs|TestResolveOnceKnob" ./cluster
 go build -tags faultinject -o /dev/null ./cmd/baton
+
+echo "--- cluster: the Raft port's admission with a protection switched off: its tests must fail"
+# Each knob removes one protection against a flood of handshakes that never
+# finish (cluster/accept.go); the tests named beside it must then fail.
+for mutation in "BATON_TEST_NO_MEMBER_ROOM TestRaftPortFloodFromMembersIP|TestRaftPortReservesConfiguredPeers" \
+                "BATON_TEST_NO_STRANGER_EVICTION TestRaftPortStrangersShareTheRest"; do
+  knob=${mutation%% *}
+  tests=${mutation#* }
+  out=$(env "$knob=1" go test -tags faultinject -count=1 -run "^($tests)\$" ./cluster 2>&1) || true
+  if ! grep -q -- "--- FAIL: " <<<"$out"; then
+    echo "$knob=1: no test of $tests failed with the protection off; they prove nothing:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  grep -A1 -- "--- FAIL: " <<<"$out"
+done
 
 echo "--- cluster: three nodes on loopback"
 work=$(mktemp -d)

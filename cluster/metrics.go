@@ -7,9 +7,18 @@ import (
 
 // RegisterMetrics adds the node's gauges to reg (the server's registry):
 // role, term, epoch, leader changes, lease bound, grace remaining, leader
-// lease lapses, and on the leader every member's health.
+// lease lapses, the Raft port's refusals, and on the leader every
+// member's health.
 func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(newHealthCollector(n))
+	if rt, ok := n.transport.(*leaseTransport).Transport.(*raftTransport); ok {
+		for r, name := range refusalNames {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_cluster_raft_refusals_total",
+				Help:        "Connections the Raft port closed before Raft saw them, by reason (the handshake bounds of accept.go, and the founders' question refused on plain TCP).",
+				ConstLabels: prometheus.Labels{"reason": name}},
+				func() float64 { return float64(rt.stream.refused[r].Load()) }))
+		}
+	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_leader", Help: "1 while this node leads with its epoch committed, else 0."},
 			func() float64 { return b2f(n.leading.Load()) }),

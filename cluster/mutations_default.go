@@ -13,3 +13,5 @@ func leaderLeaseOff() bool { return false }
 // memberAddr is a member's Raft address as it enters the membership: as
 // written, so that a DNS name is resolved at each dial.
 func memberAddr(addr string) string { return addr }
+func memberRoomOff() bool           { return false }
+func strangerEvictionOff() bool     { return false }

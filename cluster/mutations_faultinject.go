@@ -26,6 +26,12 @@ const (
 	// and kept as the IP it had then, as Consul and Vault once did: a node
 	// that comes back at a new IP under the same name is not reached.
 	ResolveOnceVar = "BATON_TEST_RESOLVE_ONCE"
+	// NoMemberRoomVar: the Raft port counts every source IP as a
+	// stranger's: members' IPs have no room of their own (accept.go).
+	NoMemberRoomVar = "BATON_TEST_NO_MEMBER_ROOM"
+	// NoStrangerEvictionVar: when the strangers' handshakes are all
+	// taken, a new connection is closed instead of one of theirs.
+	NoStrangerEvictionVar = "BATON_TEST_NO_STRANGER_EVICTION"
 )
 
 func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
@@ -42,3 +48,5 @@ func memberAddr(addr string) string {
 	}
 	return a.String()
 }
+func memberRoomOff() bool       { return os.Getenv(NoMemberRoomVar) == "1" }
+func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1" }

@@ -203,9 +203,9 @@ func ownCertificateValid(c *tls.Config, now time.Time) error {
 	return err
 }
 
-// refusals is what a stream saw of its dialed connections: when each peer
+// certRefusals is what a stream saw of its dialed connections: when each peer
 // last refused this node's certificate, and when any peer last answered.
-type refusals struct {
+type certRefusals struct {
 	mu       sync.Mutex
 	byPeer   map[string]time.Time
 	answered time.Time
@@ -213,32 +213,32 @@ type refusals struct {
 
 // noteOutbound records a read on a dialed connection to peer.
 func (s *stream) noteOutbound(peer string, n int, err error) {
-	s.refused.mu.Lock()
-	defer s.refused.mu.Unlock()
+	s.certRefused.mu.Lock()
+	defer s.certRefused.mu.Unlock()
 	switch {
 	case n > 0:
-		s.refused.answered = time.Now()
+		s.certRefused.answered = time.Now()
 	case err != nil && isCertificateRefusal(err):
-		if s.refused.byPeer == nil {
-			s.refused.byPeer = map[string]time.Time{}
+		if s.certRefused.byPeer == nil {
+			s.certRefused.byPeer = map[string]time.Time{}
 		}
-		s.refused.byPeer[peer] = time.Now()
+		s.certRefused.byPeer[peer] = time.Now()
 	}
 }
 
 // refusedByAll reports whether every member but self refused this node's
 // certificate within removedAfter and none has answered since.
 func (s *stream) refusedByAll(self string, servers []raft.Server, now time.Time) bool {
-	s.refused.mu.Lock()
-	defer s.refused.mu.Unlock()
+	s.certRefused.mu.Lock()
+	defer s.certRefused.mu.Unlock()
 	others := 0
 	for _, sv := range servers {
 		if string(sv.ID) == self {
 			continue
 		}
 		others++
-		at, ok := s.refused.byPeer[string(sv.ID)]
-		if !ok || now.Sub(at) > removedAfter || !s.refused.answered.Before(at) {
+		at, ok := s.certRefused.byPeer[string(sv.ID)]
+		if !ok || now.Sub(at) > removedAfter || !s.certRefused.answered.Before(at) {
 			return false
 		}
 	}

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"container/list"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -236,19 +238,28 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	// written, the same string as in the membership: a name is not
 	// resolved here, but at every dial (Dial).
 	adv := advertisedAddr(memberAddr(cfg.advertised()))
-	var err error
-	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, conns: map[net.Conn]struct{}{},
-		admitted: make(chan net.Conn), done: make(chan struct{}), handshaking: map[string]int{}}
-	if cfg.TLS == nil {
-		st.ln, err = net.Listen("tcp", cfg.RaftAddr)
-	} else {
-		st.ln, err = tls.Listen("tcp", cfg.RaftAddr, st.serverTLS())
+	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, peers: cfg.Peers, names: newNameCache(),
+		conns: map[net.Conn]connKind{}, gate: gate{byIP: map[netip.Addr]*list.List{}},
+		admitted: make(chan net.Conn), done: make(chan struct{})}
+	if la, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr); err == nil && la.IP != nil && !la.IP.IsUnspecified() {
+		// Members are told apart by the IP they dial from (accept.go):
+		// dial from the IP of this node's Raft listener, whichever
+		// interface the route to a peer would pick. A listener on
+		// 0.0.0.0 (a node named by DNS) dials from the routed address,
+		// which is the one its name resolves to.
+		st.source = &net.TCPAddr{IP: la.IP, Zone: la.Zone}
 	}
+	if cfg.TLS != nil {
+		st.serverCfg = st.serverTLS()
+	}
+	var err error
+	st.ln, err = net.Listen("tcp", cfg.RaftAddr) // the accept loop runs TLS over each connection
 	if err != nil {
 		return nil, fmt.Errorf("raft listener %s: %w", cfg.RaftAddr, err)
 	}
-	st.wg.Add(1)
+	st.wg.Add(2)
 	go st.acceptLoop()
+	go func() { defer st.wg.Done(); st.names.run(st.done) }()
 	return &raftTransport{NetworkTransport: raft.NewNetworkTransportWithLogger(st, transportPool, transportTimeout, logger), stream: st}, nil
 }
 
@@ -259,43 +270,39 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 // raft's NetworkTransport closes only its listener, and a peer that never
 // closes would keep a reader goroutine for ever.
 type stream struct {
-	ln      net.Listener
-	adv     net.Addr
-	tls     *tls.Config
-	members atomic.Pointer[membership] // nil until Raft runs (or the founders are asked)
+	ln     net.Listener
+	adv    net.Addr
+	source *net.TCPAddr // what Dial binds: the IP of adv (nil if adv's is unspecified)
+	tls    *tls.Config
+	// serverCfg is serverTLS(), for accepted connections (nil on plain TCP).
+	serverCfg *tls.Config
+	members   atomic.Pointer[membership] // nil until Raft runs (or the founders are asked)
+	// peers are the configured ones (-peers); names resolves the host
+	// names of members' addresses. Both tell members' IPs (accept.go).
+	peers []Peer
+	names *nameCache
 	// self is this node's id; hello answers the founders' question
 	// (bootstrap.go) on accepted connections.
 	self  string
 	hello atomic.Pointer[helloAnswerer]
 
-	// admitted carries accepted connections whose handshake passed (over
-	// TLS) to Accept; acceptLoop owns the listener.
+	// admitted carries accepted connections whose handshake passed (a
+	// member's certificate over TLS, the first byte on plain TCP) to
+	// Accept; acceptLoop owns the listener.
 	admitted chan net.Conn
 	done     chan struct{}
 	wg       sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
-	conns  map[net.Conn]struct{}
-	// handshaking counts the inbound handshakes in progress, by source IP.
-	handshaking map[string]int
-	inFlight    int
-	// refused is what dialed connections saw: who refused this node's
+	conns  map[net.Conn]connKind
+	gate   gate
+	// certRefused is what dialed connections saw: who refused this node's
 	// certificate (removed.go).
-	refused refusals
-}
+	certRefused certRefusals
 
-// Bounds of the Raft port's accept, against connections that never finish
-// a handshake: each in progress costs a goroutine and TLS state (Raft's own
-// 256 KiB buffers come only with an admitted connection).
-const (
-	handshakeTimeout   = 2 * time.Second
-	maxHandshakes      = 128 // in progress at once
-	maxHandshakesPerIP = 8
-	// maxInbound caps the open inbound connections: members open a few
-	// each (Raft's pool), so only a flood reaches it.
-	maxInbound = 256
-)
+	refused [refusals]atomic.Uint64
+}
 
 func (s *stream) membership() membership {
 	if m := s.members.Load(); m != nil {
@@ -339,115 +346,25 @@ func (s *stream) clientTLS(addr string) *tls.Config {
 	return c
 }
 
-func (s *stream) track(c net.Conn, peer string) (net.Conn, error) {
+func (s *stream) track(c net.Conn, peer string, kind connKind) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	s.conns[c] = struct{}{}
+	// Checked again here, once the handshake is done: many may have
+	// started while the count was low.
+	if (kind == inboundMember && s.gate.inbound[kind] >= maxInbound) || (kind == inboundStranger && s.gate.inbound[kind] >= maxStrangerInbound) {
+		s.refused[refusedOpen].Add(1)
+		c.Close()
+		return nil, errTooManyInbound
+	}
+	s.conns[c] = kind
+	if kind != outbound {
+		s.gate.inbound[kind]++
+	}
 	return &trackedConn{Conn: c, s: s, peer: peer}, nil
-}
-
-// acceptLoop accepts connections and hands each to a goroutine of its own
-// that runs its TLS handshake (a member's certificate, within
-// handshakeTimeout) before Raft sees it, within the bounds above: what an
-// unauthenticated connection can cost is a bounded few, never Raft's
-// buffers.
-func (s *stream) acceptLoop() {
-	defer s.wg.Done()
-	var backoff time.Duration
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			select {
-			case <-time.After(backoff):
-			case <-s.done:
-				return
-			}
-			continue
-		}
-		backoff = 0
-		ip := remoteIP(c)
-		if !s.startHandshake(ip) {
-			c.Close()
-			continue
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.endHandshake(ip)
-			tc, err := s.admitInbound(c)
-			if err != nil {
-				c.Close()
-				return
-			}
-			select {
-			case s.admitted <- tc:
-			case <-s.done:
-				tc.Close()
-			}
-		}()
-	}
-}
-
-func remoteIP(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	return c.RemoteAddr().String()
-}
-
-// startHandshake takes a handshake slot for ip; false if every slot, or
-// ip's share, is taken, or too many connections are open.
-func (s *stream) startHandshake(ip string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inFlight >= maxHandshakes || s.handshaking[ip] >= maxHandshakesPerIP || len(s.conns) >= maxInbound {
-		return false
-	}
-	s.inFlight++
-	s.handshaking[ip]++
-	return true
-}
-
-func (s *stream) endHandshake(ip string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inFlight--
-	if s.handshaking[ip]--; s.handshaking[ip] <= 0 {
-		delete(s.handshaking, ip)
-	}
-}
-
-// admitInbound runs an accepted connection's handshake, which checks the
-// peer's certificate (serverTLS), and tracks it.
-func (s *stream) admitInbound(c net.Conn) (net.Conn, error) {
-	peer := ""
-	if tc, ok := c.(*tls.Conn); ok {
-		tc.SetDeadline(time.Now().Add(handshakeTimeout))
-		if err := tc.Handshake(); err != nil {
-			return nil, err
-		}
-		tc.SetDeadline(time.Time{})
-		peer, _ = NodeIdentity(tc.ConnectionState().PeerCertificates[0]) // verified in the handshake
-	}
-	t, err := s.track(c, peer)
-	if err != nil {
-		return nil, err
-	}
-	t.(*trackedConn).inbound = true
-	return t, nil
 }
 
 func (s *stream) Accept() (net.Conn, error) {
@@ -473,7 +390,7 @@ func (s *stream) Close() error {
 	clear(s.conns)
 	s.mu.Unlock()
 	err := s.ln.Close()
-	s.wg.Wait() // the accept loop, and handshakes within handshakeTimeout
+	s.wg.Wait() // the accept loop, handshakes within handshakeTimeout, a name lookup within nameTimeout
 	return err
 }
 
@@ -486,21 +403,24 @@ func (s *stream) Addr() net.Addr { return s.adv }
 // the member at addr (clientTLS), never by the host name or IP.
 func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
+	if s.source != nil {
+		d.LocalAddr = s.source
+	}
 	if s.tls == nil {
 		c, err := d.Dial("tcp", string(addr))
 		if err != nil {
 			return nil, err
 		}
-		return s.track(c, "")
+		return s.track(c, "", outbound)
 	}
 	c, err := tls.DialWithDialer(d, "tcp", string(addr), s.clientTLS(string(addr)))
 	if err != nil {
 		return nil, err
 	}
 	peer, _ := NodeIdentity(c.ConnectionState().PeerCertificates[0]) // verified in the handshake
-	t, err := s.track(c, peer)
+	t, err := s.track(c, peer, outbound)
 	if err == nil {
-		t.(*trackedConn).outbound = true
+		t.(*trackedConn).dialedTLS = true
 	}
 	return t, err
 }
@@ -517,9 +437,9 @@ type trackedConn struct {
 	// inbound is set on accepted connections until their first read, which
 	// may be a founder's hello instead of Raft (see bootstrap.go).
 	inbound bool
-	// outbound: dialed over TLS; its reads tell whether the peer admits
+	// dialedTLS: dialed over TLS; its reads tell whether the peer admits
 	// this node (removed.go).
-	outbound bool
+	dialedTLS bool
 }
 
 func (c *trackedConn) ready() error { return c.member() }
@@ -543,7 +463,7 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
-	if c.outbound {
+	if c.dialedTLS {
 		c.s.noteOutbound(c.peer, n, err)
 	}
 	if n > 0 {
@@ -554,7 +474,9 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 	if c.inbound && n > 0 {
 		c.inbound = false
 		if b[0] == helloMagic {
-			answerHello(c.Conn, b[1:n], c.peer, &c.s.hello, c.s.self)
+			if c.s.helloAllowed(c.Conn) {
+				answerHello(c.Conn, b[1:n], c.peer, &c.s.hello, c.s.self)
+			}
 			c.Close()
 			return 0, io.EOF // Raft's reader ends quietly at EOF
 		}
@@ -571,7 +493,12 @@ func (c *trackedConn) Write(b []byte) (int, error) {
 
 func (c *trackedConn) Close() error {
 	c.s.mu.Lock()
-	delete(c.s.conns, c.Conn)
+	if kind, ok := c.s.conns[c.Conn]; ok {
+		delete(c.s.conns, c.Conn)
+		if kind != outbound {
+			c.s.gate.inbound[kind]--
+		}
+	}
 	c.s.mu.Unlock()
 	return c.Conn.Close()
 }

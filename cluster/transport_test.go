@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -514,60 +513,6 @@ func TestJoiningNodeAdmitsOnlyItsPeers(t *testing.T) {
 		&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}, Term: 1000000}, &resp)
 	if err == nil {
 		t.Fatalf("a node certificate that is not among the joining node's peers was answered (term %d)", resp.Term)
-	}
-}
-
-// TestRaftPortBoundsHandshakes: connections that open the Raft port and
-// never finish a handshake cost no Raft buffers and are cut within the
-// handshake timeout; past the bounds they are closed at once, and a
-// member still gets through.
-func TestRaftPortBoundsHandshakes(t *testing.T) {
-	ca := testcerts.NewCA(t, "cluster CA")
-	nodes, peers := tlsCluster(t, ca, 3)
-	var idle []net.Conn
-	defer func() {
-		for _, c := range idle {
-			c.Close()
-		}
-	}()
-	for range maxHandshakesPerIP + 20 {
-		c, err := net.Dial("tcp", peers[0].RaftAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle = append(idle, c)
-	}
-	// Past this IP's share, connections are closed at once; the others
-	// wait in their handshake (well inside its timeout here).
-	closed, waiting := 0, 0
-	at := time.Now().Add(handshakeTimeout / 4) // one deadline: well before any handshake's
-	for _, c := range idle[maxHandshakesPerIP:] {
-		c.SetReadDeadline(at)
-		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			closed++
-		}
-	}
-	for _, c := range idle[:maxHandshakesPerIP] {
-		c.SetReadDeadline(time.Now().Add(handshakeTimeout / 20))
-		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-			waiting++
-		}
-	}
-	if closed != 20 || waiting != maxHandshakesPerIP {
-		t.Errorf("past the per-address share: %d of 20 closed at once (want all); within it: %d of %d waiting in their handshake (want all)", closed, waiting, maxHandshakesPerIP)
-	}
-	// The ones in a handshake are cut within its timeout.
-	start := time.Now()
-	for _, c := range idle[:maxHandshakesPerIP] {
-		c.SetReadDeadline(time.Now().Add(3 * handshakeTimeout))
-		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("an idle connection was kept %v, past the handshake timeout %v", time.Since(start), handshakeTimeout)
-		}
-	}
-	// The cluster still works: a member's appends go through.
-	l := waitLeading(t, nodes)
-	if err := l.apply(command{Op: opJoined, Members: []string{l.cfg.NodeID}}); err != nil {
-		t.Fatalf("a write after the flood: %v", err)
 	}
 }
 
