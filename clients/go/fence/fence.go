@@ -81,11 +81,10 @@ type StaleError struct {
 }
 
 func (e *StaleError) Error() string {
-	msg := fmt.Sprintf("fence: lock %q: stale fencing token %d", e.Lock, e.Token)
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+	if e.Err != nil { // the resource's message says it all
+		return fmt.Sprintf("fence: lock %q: %v", e.Lock, e.Err)
 	}
-	return msg
+	return fmt.Sprintf("fence: lock %q: stale fencing token %d", e.Lock, e.Token)
 }
 
 // Unwrap gives ErrStale and the resource's error.

@@ -111,7 +111,7 @@ func withMark(path, name string, token uint64, then func() error) error {
 		case seenName != name:
 			return fmt.Errorf("fence: %s is fenced by lock %q, not %q", path, seenName, name)
 		case token < seen:
-			return &StaleError{Lock: name, Token: token, Err: fmt.Errorf("%s: token %d was seen", side, seen)}
+			return &StaleError{Lock: name, Token: token, Err: fmt.Errorf("stale fencing token %d: %s has seen token %d", token, side, seen)}
 		case token == seen:
 			line = "" // nothing to record
 		}

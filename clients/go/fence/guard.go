@@ -175,7 +175,7 @@ func (s *MemoryStore) Enter(ctx context.Context, lock string, token uint64) (fun
 	s.mu.Unlock()
 	if token < seen {
 		release()
-		return nil, &StaleError{Lock: lock, Token: token, Err: fmt.Errorf("token %d was seen", seen)}
+		return nil, &StaleError{Lock: lock, Token: token, Err: fmt.Errorf("stale fencing token %d: token %d was seen", token, seen)}
 	}
 	return release, nil
 }
