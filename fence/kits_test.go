@@ -193,7 +193,9 @@ const (
 	redisData = "{fenced/counter}:data"
 )
 
-func (k *redisKit) do(ctx context.Context, args ...any) (any, error) { return k.rdb.Do(ctx, args...).Result() }
+func (k *redisKit) do(ctx context.Context, args ...any) (any, error) {
+	return k.rdb.Do(ctx, args...).Result()
+}
 
 func (k *redisKit) begin(ctx context.Context, h fence.Holder) (int, error) {
 	if k.fenced {

@@ -36,7 +36,7 @@ func TestRedisFence(t *testing.T) {
 		{"m:top", 1<<64 - 2, false},
 		{"m:top", 1<<64 - 1, false},
 		{"m:top", 1<<64 - 2, true},
-		{"m:top", 9, true},       // fewer digits: padded, not compared as text
+		{"m:top", 9, true},        // fewer digits: padded, not compared as text
 		{"m:b", 1<<63 + 1, false}, // marks are apart
 	} {
 		err := fence.Redis(ctx, do, c.mark, fence.Static("jobs", c.token))
