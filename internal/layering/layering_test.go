@@ -23,6 +23,7 @@ const (
 var allowed = map[string][]string{
 	"clients/go/wire":         {},
 	"clients/go":              {"clients/go/wire"}, // the client, package baton: a module of its own
+	"clients/go/fence":        {},                  // the fencing kits' client halves: the user's drivers, not ours
 	"locktable":               {},
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
@@ -37,8 +38,12 @@ var allowed = map[string][]string{
 	"internal/clusterharness": {}, // the same: only tests
 	"internal/clienttest":     {}, // the same: the client against the server
 	"internal/proctest":       {}, // child processes for tests: the standard library and goleak
-	"internal/layering":       {},
-	"internal/doccheck":       {}, // the docs' checks: Markdown only
+	"internal/resourcetest":   {}, // PostgreSQL and Redis for the fencing kits' tests
+	// An HTTP service behind the fencing middleware, for the other-language clients' suites.
+	"internal/resourcetest/cmd/fencedcounter": {"clients/go/fence"},
+	"fence":             {}, // the kits' resource-side files; only tests, with real drivers
+	"internal/layering": {},
+	"internal/doccheck": {}, // the docs' checks: Markdown only
 	// Only tests: they run the other-language clients' suites.
 	"clients": {},
 	// The fault proxy as a process, for those suites.
@@ -48,7 +53,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true}
 	stdOrSys = map[string]bool{"clients/go": true}
 )
 

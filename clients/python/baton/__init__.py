@@ -43,7 +43,9 @@ from .errors import (
     Overloaded,
     ProtocolError,
     ServerError,
+    SharedClaim,
     Shutdown,
+    StaleToken,
     Unauthorized,
     Unconfirmed,
     VersionError,
@@ -80,6 +82,8 @@ __all__ = [
     "VersionError",
     "Unauthorized",
     "LimitMismatch",
+    "StaleToken",
+    "SharedClaim",
 ]
 
 
