@@ -15,7 +15,7 @@ import (
 // token exactly as the server granted it (JSON.parse of the number would
 // round it to a token never granted), its epoch and grant, in the table,
 // on the lock's page (one holder and several) and in the history. At the
-// first epoch whose tokens pass 2^63 (2^23+1) and at the last (2^24-1).
+// epoch 2^23+1 (its tokens are past 2^63) and at the last one (2^24-1).
 func TestBrowserTokensKeepEveryBit(t *testing.T) {
 	for _, epoch := range []uint64{1<<23 + 1, 1<<24 - 1} {
 		t.Run(fmt.Sprint("epoch ", epoch), func(t *testing.T) {

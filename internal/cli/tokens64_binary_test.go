@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// TestBinaryTokensKeepEveryBit: at the first epoch whose tokens pass 2^63
-// (2^23+1, so far past 2^53) and at the last one (2^24-1), the token of a
+// TestBinaryTokensKeepEveryBit: at epoch 2^23+1 (tokens past 2^63, so far
+// past 2^53) and at the last one (2^24-1), the token of a
 // grant is the same to the last digit in every place it leaves the server
 // as text: BATON_TOKEN, GET /v1/locks (token and token_str), baton locks,
 // baton watch and baton watch -json, the fence check (its neighbours are
