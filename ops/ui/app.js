@@ -31,10 +31,11 @@ function local(sess, now = Date.now()) {
 }
 
 // tokenOf is a holder's token as a decimal string (undefined for a
-// waiter): token_str, exact, and never the number token, which
-// JSON.parse rounds past 2^53.
+// waiter): token_str, exact. The number token, which JSON.parse rounds
+// past 2^53, only from a server too old to send token_str.
 function tokenOf(sess) {
-  return typeof sess.token_str === "string" ? sess.token_str : undefined;
+  if (typeof sess.token_str === "string") return sess.token_str;
+  return typeof sess.token === "number" ? String(sess.token) : undefined;
 }
 
 // A lock as the page keeps it: holders in grant order (several when its
@@ -399,7 +400,7 @@ function sortValue(l, key, now) {
   const h = l.holders[0];
   switch (key) {
     case "owner": return h ? h.owner : "";
-    case "token": return h ? BigInt(h.token) : -1n; // compared as integers, exactly
+    case "token": return h && h.token ? BigInt(h.token) : -1n; // compared as integers, exactly
     case "held": return h ? now - h.sinceAt : -1;
     case "fresh": return h ? Math.max(...l.holders.map((x) => staleness(x, now))) : -1; // the most silent holder
     case "slots": return l.holders.length / (l.limit || 1);
