@@ -2,10 +2,10 @@
 # CI checks of the Go client's module, clients/go (called by .ci/run): it is
 # a module of its own so that a program that imports it gets nothing of the
 # server. Its go vet, for Linux and macOS; then a throwaway module that
-# imports it (through a replace to this tree) must build, and list in
-# `go list -m all` nothing but itself, the client and at most
-# golang.org/x/sys. The client's tests run in the README's test command
-# (clients/clients_test.go: TestGoClient).
+# imports it and its fencing kits (clients/go/fence), through a replace to
+# this tree, must build, and list in `go list -m all` nothing but itself,
+# the client and at most golang.org/x/sys. The client's tests run in the
+# README's test command (clients/clients_test.go: TestGoClient).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -38,6 +38,7 @@ import (
 	"time"
 
 	baton "$client"
+	"$client/fence"
 	"$client/wire"
 )
 
@@ -49,7 +50,8 @@ func main() {
 	}
 	err = c.Do(context.Background(), "jobs/nightly", func(ctx context.Context, l *baton.Lock) error {
 		fmt.Println("holding", l.Name(), "with token", l.Token())
-		return nil
+		_, err := fence.HeaderValue(l) // the fencing kits bring no driver either
+		return err
 	})
 	var we *wire.Error
 	if errors.As(err, &we) {

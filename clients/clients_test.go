@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batonlock/baton/internal/resourcetest"
 )
 
 // build builds the command pkg into a temporary directory.
@@ -46,6 +48,21 @@ func need(t *testing.T, tool string) string {
 func firstLine(out []byte) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(line)
+}
+
+// fenceEnv starts what the suites' fencing kit tests write to: a
+// PostgreSQL and a Redis server, and an HTTP service behind the Go
+// middleware; their addresses go to the suite in its environment.
+func fenceEnv(t *testing.T) []string {
+	t.Helper()
+	pg := resourcetest.StartPostgres(t)
+	rs := resourcetest.StartRedis(t)
+	return []string{
+		"BATON_TEST_POSTGRES=" + pg.Addr(), "BATON_TEST_POSTGRES_USER=" + pg.User, "BATON_TEST_POSTGRES_DB=" + pg.Database,
+		"BATON_TEST_POSTGRES_URL=" + pg.DSN(),
+		"BATON_TEST_REDIS=" + rs.Addr,
+		"BATON_FENCEDCOUNTER_BIN=" + build(t, "github.com/batonlock/baton/internal/resourcetest/cmd/fencedcounter"),
+	}
 }
 
 // TestGoClient runs the Go client's own tests (go test ./... in go/, with
@@ -84,6 +101,7 @@ func TestPythonClient(t *testing.T) {
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-v")
 	cmd.Dir = "python"
 	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "BATON_FAULTPROXY_BIN="+proxy, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(cmd.Env, fenceEnv(t)...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("python3 -m unittest (clients/python):\n%s", out)
 	if err != nil {
@@ -117,6 +135,7 @@ func TestTypeScriptClient(t *testing.T) {
 	cmd := exec.Command(npm, "test")
 	cmd.Dir = "typescript"
 	cmd.Env = append(os.Environ(), "BATON_BIN="+bin, "BATON_FAULTPROXY_BIN="+proxy)
+	cmd.Env = append(cmd.Env, fenceEnv(t)...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("npm test (clients/typescript):\n%s", out)
 	if err != nil {

@@ -14,14 +14,18 @@ import (
 // The JSON shapes of OPS.md, field for field and in its order.
 type (
 	sessionJSON struct {
-		ID       string  `json:"id"`
-		Remote   string  `json:"remote"`
-		Owner    string  `json:"owner"`
-		LeaseMS  int64   `json:"lease_ms"`
-		Shared   bool    `json:"shared"`          // protocol v2: a shared claim
-		Token    *uint64 `json:"token,omitempty"` // holder only
-		SinceMS  int64   `json:"since_ms"`
-		SilentMS int64   `json:"silent_ms"`
+		ID      string  `json:"id"`
+		Remote  string  `json:"remote"`
+		Owner   string  `json:"owner"`
+		LeaseMS int64   `json:"lease_ms"`
+		Shared  bool    `json:"shared"`          // protocol v2: a shared claim
+		Token   *uint64 `json:"token,omitempty"` // holder only
+		// TokenStr is Token in decimal: exact in every JSON parser, where
+		// Token is exact only in those that keep 64-bit integers (a
+		// JavaScript or jq reader rounds it past 2^53).
+		TokenStr string `json:"token_str,omitempty"`
+		SinceMS  int64  `json:"since_ms"`
+		SilentMS int64  `json:"silent_ms"`
 	}
 	lockJSON struct {
 		Name    string        `json:"name"`
@@ -86,6 +90,7 @@ func toSession(v server.SessionView, holder bool) sessionJSON {
 	if holder {
 		tok := v.Token
 		s.Token = &tok
+		s.TokenStr = strconv.FormatUint(tok, 10)
 	}
 	return s
 }

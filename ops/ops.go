@@ -404,6 +404,8 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		methods, serve = methodsGet, func() { h.listLocks(w, r) }
 	case len(segs) == 2 && segs[0] == "locks" && segs[1] != "":
 		methods, serve = methodsGet, func() { h.getLock(w, segs[1]) }
+	case len(segs) == 3 && segs[0] == "locks" && segs[1] != "" && segs[2] == "fence":
+		methods, serve = methodsGet, func() { h.fence(w, r, segs[1]) }
 	case len(segs) == 3 && segs[0] == "locks" && segs[1] != "" && segs[2] == "release":
 		methods, serve = methodsPost, func() { h.release(w, r, segs[1]) }
 	case len(segs) == 3 && segs[0] == "sessions" && segs[1] != "" && segs[2] == "kick":

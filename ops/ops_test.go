@@ -96,7 +96,7 @@ func TestRoutes(t *testing.T) {
 
 var (
 	sessionKeys = []string{"id", "lease_ms", "owner", "remote", "shared", "silent_ms", "since_ms"}
-	holderKeys  = []string{"id", "lease_ms", "owner", "remote", "shared", "silent_ms", "since_ms", "token"}
+	holderKeys  = []string{"id", "lease_ms", "owner", "remote", "shared", "silent_ms", "since_ms", "token", "token_str"}
 )
 
 // checkSession checks one SESSION object: exact keys and values.
@@ -124,6 +124,7 @@ func checkSession(t *testing.T, what string, got any, want server.SessionView, i
 	}
 	if isHolder {
 		wantVals["token"] = json.Number(fmt.Sprint(want.Token))
+		wantVals["token_str"] = fmt.Sprint(want.Token)
 	}
 	for k, w := range wantVals {
 		if m[k] != w {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,7 +267,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		l, err := c.await(ctx, s, lastErr)
 		if l != nil {
 			logAt(set.logger, slog.LevelDebug, "baton: lock acquired",
-				slog.String("lock", name), slog.String("addr", s.addr), slog.Uint64("token", l.token))
+				slog.String("lock", name), slog.String("addr", s.addr), slog.String("token", strconv.FormatUint(l.token, 10)))
 		}
 		if l != nil || err != nil {
 			return l, err

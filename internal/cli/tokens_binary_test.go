@@ -17,6 +17,14 @@ import (
 // extra flags follow the others.
 func startServeBinary(t *testing.T, dataDir string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
+	cmd, sl := startServeBinaryLine(t, dataDir, extra...)
+	return cmd, sl.Addr
+}
+
+// startServeBinaryLine is startServeBinary with the whole "baton serving"
+// line (both addresses and the epoch).
+func startServeBinaryLine(t *testing.T, dataDir string, extra ...string) (*exec.Cmd, servingLine) {
+	t.Helper()
 	cmd := batonCmd(t, append([]string{"serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0",
 		"-shutdown-linger=0s", "-data-dir=" + dataDir, "-log-format=json"}, extra...)...)
 	pr, pw, err := os.Pipe()
@@ -54,7 +62,7 @@ func startServeBinary(t *testing.T, dataDir string, extra ...string) (*exec.Cmd,
 			return "", false
 		}
 	}
-	return cmd, waitServing(t, next).Addr
+	return cmd, waitServing(t, next)
 }
 
 // grantToken acquires a fresh lock name on addr and returns its token.

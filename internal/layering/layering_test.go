@@ -23,6 +23,7 @@ const (
 var allowed = map[string][]string{
 	"clients/go/wire":         {},
 	"clients/go":              {"clients/go/wire"}, // the client, package baton: a module of its own
+	"clients/go/fence":        {},                  // the fencing kits' client halves: the user's drivers, not ours
 	"locktable":               {},
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
@@ -40,6 +41,10 @@ var allowed = map[string][]string{
 	"internal/layering":       {},
 	"internal/doccheck":       {}, // the docs' checks: Markdown only
 	"internal/licensing":      {}, // only tests: the licence in every package file
+	"internal/resourcetest":   {}, // PostgreSQL and Redis for the fencing kits' tests
+	// An HTTP service behind the fencing middleware, for the other-language clients' suites.
+	"internal/resourcetest/cmd/fencedcounter": {"clients/go/fence"},
+	"fence": {}, // the kits' resource-side files; only tests, with real drivers
 	// Only tests: they run the other-language clients' suites.
 	"clients": {},
 	// The fault proxy as a process, for those suites.
@@ -49,7 +54,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true}
 	stdOrSys = map[string]bool{"clients/go": true}
 )
 

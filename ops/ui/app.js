@@ -27,8 +27,16 @@ const state = {
 function local(sess, now = Date.now()) {
   return {
     id: sess.id, owner: sess.owner, remote: sess.remote, lease: sess.lease_ms, shared: !!sess.shared,
-    token: sess.token, sinceAt: now - (sess.since_ms || 0), seenAt: now - (sess.silent_ms || 0),
+    token: tokenOf(sess), sinceAt: now - (sess.since_ms || 0), seenAt: now - (sess.silent_ms || 0),
   };
+}
+
+// tokenOf is a holder's token as a decimal string (undefined for a
+// waiter): token_str, exact. The number token, which JSON.parse rounds
+// past 2^53, only from a server too old to send token_str.
+function tokenOf(sess) {
+  if (typeof sess.token_str === "string") return sess.token_str;
+  return typeof sess.token === "number" ? String(sess.token) : undefined;
 }
 
 // A lock as the page keeps it: holders in grant order (several when its
@@ -125,7 +133,7 @@ function recordHistory(l, ev) {
   l.history.unshift({ at: ev.at, type: ev.type, session: s });
   if (l.history.length > HISTORY_PER_LOCK) l.history.length = HISTORY_PER_LOCK;
   if (ev.type === "granted" && s.since_ms > 0) pushBounded(l.waits, s.since_ms);
-  if (EXIT_TYPES.includes(ev.type) && s.token) pushBounded(l.holds, s.since_ms);
+  if (EXIT_TYPES.includes(ev.type) && tokenOf(s)) pushBounded(l.holds, s.since_ms);
 }
 
 function pushBounded(a, v) {
@@ -409,7 +417,7 @@ function sortValue(l, key, now) {
   const h = l.holders[0];
   switch (key) {
     case "owner": return h ? h.owner : "";
-    case "token": return h ? h.token : -1;
+    case "token": return h && h.token ? BigInt(h.token) : -1n; // compared as integers, exactly
     case "held": return h ? now - h.sinceAt : -1;
     case "fresh": return h ? Math.max(...l.holders.map((x) => staleness(x, now))) : -1; // the most silent holder
     case "slots": return l.holders.length / (l.limit || 1);
@@ -549,9 +557,9 @@ function renderLock(name) {
     el("span", { class: "tag " + e.type, text: e.type.replace("_", " ") }), " ",
     el("span", { text: `${new Date(e.at).toLocaleTimeString()} · ${e.session.owner || "(no owner)"} · session ${e.session.id}` +
       (e.session.shared ? " · shared" : "") +
-      (e.session.token ? ` · token ${e.session.token}` : "") +
+      (tokenOf(e.session) ? ` · token ${tokenOf(e.session)}` : "") +
       (e.type === "granted" && e.session.since_ms ? ` · waited ${fmtDur(e.session.since_ms)}` : "") +
-      (EXIT_TYPES.includes(e.type) && e.session.token ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));
+      (EXIT_TYPES.includes(e.type) && tokenOf(e.session) ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));
   $("hold-chart").replaceChildren(barChart(l.holds, fmtDur, "No holder has ended in the recent history.", null,
     { x: "holders that ended, oldest → newest", y: "held for" }));
   $("wait-chart").replaceChildren(barChart(l.waits, fmtDur, "No waiter was promoted in the recent history.", null,
@@ -615,12 +623,12 @@ function releaseAllButton(l) {
     onclick: () => forceRelease(l.name, l) }, n > 1 ? `Force-release all ${n}…` : "Force-release…");
 }
 
-// tokenParts splits a token into its epoch and its grant within the epoch;
-// null when the number is past what a JavaScript number holds exactly.
+// tokenParts splits a token (a decimal string) into its epoch and its
+// grant within the epoch, as BigInts, so every bit is kept.
 function tokenParts(token) {
-  if (typeof token !== "number" || !Number.isSafeInteger(token)) return null;
-  const epoch = Math.floor(token / 2 ** 40);
-  return { epoch, grant: token - epoch * 2 ** 40 };
+  if (typeof token !== "string" || !/^[0-9]{1,20}$/.test(token)) return null;
+  const t = BigInt(token);
+  return { epoch: t >> 40n, grant: t & (2n ** 40n - 1n) };
 }
 
 // serverFrom reads the server's own facts from a scrape answered at date.

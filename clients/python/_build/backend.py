@@ -173,6 +173,11 @@ def _files() -> Iterator[Tuple[str, str]]:
     for name in sorted(os.listdir(base)):
         if name.endswith(".py") or name == "py.typed":
             yield f"{PACKAGE}/{name}", os.path.join(base, name)
+    # The fencing kits' resource-side files, which baton.fence loads.
+    scripts = os.path.join(base, "fence_scripts")
+    for name in sorted(os.listdir(scripts)):
+        if name.endswith((".sql", ".lua")):
+            yield f"{PACKAGE}/fence_scripts/{name}", os.path.join(scripts, name)
 
 
 def _record_line(arc: str, data: bytes) -> str:

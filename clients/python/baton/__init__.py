@@ -43,9 +43,11 @@ from .errors import (
     Overloaded,
     ProtocolError,
     ServerError,
+    SharedClaim,
     Shutdown,
     TLSError,
     TLSRefused,
+    StaleToken,
     Unauthorized,
     Unconfirmed,
     VersionError,
@@ -89,6 +91,8 @@ __all__ = [
     "VersionError",
     "Unauthorized",
     "LimitMismatch",
+    "StaleToken",
+    "SharedClaim",
 ]
 
 

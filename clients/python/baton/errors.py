@@ -27,6 +27,8 @@ __all__ = [
     "TLSError",
     "TLSRefused",
     "is_retryable",
+    "StaleToken",
+    "SharedClaim",
     "error_for_code",
 ]
 
@@ -48,6 +50,25 @@ class LockLost(Error):
         super().__init__(f"lock {name!r} lost: {cause}")
         self.name = name
         self.cause = cause
+
+
+class StaleToken(Error):
+    """The guarded resource has seen a higher fencing token for the lock
+    (``baton.fence``): this holder lost the lock, nothing was written, and
+    the work must stop. ``lock`` and ``token`` say which; ``__cause__`` is
+    the resource's own error, when it raised one."""
+
+    def __init__(self, lock: str, token: int, message: str) -> None:
+        super().__init__(f"fence: lock {lock!r}: {message}")
+        self.lock = lock
+        self.token = token
+
+
+class SharedClaim(Error, ValueError):
+    """A shared claim with a limit above 1 given to a ``baton.fence`` kit:
+    its holders' tokens are all current, and a mark per name would refuse
+    the live ones granted earlier. Fence per record instead
+    (docs/fencing.md)."""
 
 
 class AlreadyHeld(Error):

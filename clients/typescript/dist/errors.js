@@ -1,7 +1,7 @@
 "use strict";
 /** Baton's errors: one root, loss, and one class per wire error code. */
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.AcquireTimeoutError = exports.TLSError = exports.LimitMismatchError = exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.BatonError = void 0;
+exports.AcquireTimeoutError = exports.TLSError = exports.LimitMismatchError = exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.SharedClaim = exports.StaleToken = exports.BatonError = void 0;
 exports.codeName = codeName;
 exports.errorForCode = errorForCode;
 exports.isRetryable = isRetryable;
@@ -28,6 +28,33 @@ class BatonError extends Error {
     name = "BatonError";
 }
 exports.BatonError = BatonError;
+/**
+ * The guarded resource has seen a higher fencing token for the lock (a
+ * fencing kit's refusal): this holder lost the lock, nothing was written,
+ * and the work must stop. `cause` is the resource's own error.
+ */
+class StaleToken extends BatonError {
+    name = "StaleToken";
+    /** The lock's name. */
+    lock;
+    /** The refused token. */
+    token;
+    constructor(lock, token, message, options) {
+        super(`fence: lock ${JSON.stringify(lock)}: ${message}`, options);
+        this.lock = lock;
+        this.token = token;
+    }
+}
+exports.StaleToken = StaleToken;
+/**
+ * A shared claim with a limit above 1 given to a fencing kit: its holders'
+ * tokens are all current, and a mark per name would refuse the live ones
+ * granted earlier. Fence per record instead (docs/fencing.md).
+ */
+class SharedClaim extends BatonError {
+    name = "SharedClaim";
+}
+exports.SharedClaim = SharedClaim;
 /**
  * Ownership ended while the lock was held, for a reason other than release;
  * the guarded work must stop. `reason` is the error that ended it

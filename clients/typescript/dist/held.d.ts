@@ -25,6 +25,16 @@ export declare class Held {
     readonly limit: number;
     /** @internal */
     constructor(session: Session, claim?: Claim);
+    /**
+     * The lock as JSON (JSON.stringify cannot write a bigint): the token as a
+     * decimal string, which every JSON reader keeps exactly.
+     */
+    toJSON(): {
+        name: string;
+        token: string;
+        shared: boolean;
+        limit: number;
+    };
     /** True once ownership has ended by a loss; reads the clock, as check() does. */
     get lost(): boolean;
     /**

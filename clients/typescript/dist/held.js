@@ -35,6 +35,13 @@ class Held {
         this.shared = claim?.shared ?? false;
         this.limit = claim?.limit ?? 1;
     }
+    /**
+     * The lock as JSON (JSON.stringify cannot write a bigint): the token as a
+     * decimal string, which every JSON reader keeps exactly.
+     */
+    toJSON() {
+        return { name: this.name, token: this.token.toString(), shared: this.shared, limit: this.limit };
+    }
     /** True once ownership has ended by a loss; reads the clock, as check() does. */
     get lost() {
         this.session.expireIfLate();

@@ -29,3 +29,5 @@ export { HeldMany } from "./many.js";
 export { Leadership } from "./election.js";
 export type { Logger } from "./log.js";
 export * from "./errors.js";
+export { fencePostgres, installPostgres, fenceRedis, fencedRedisSet, fenceHeaders, fencedFetch, fenceToken, FENCE_HEADER, POSTGRES_SQL, REDIS_FENCE_LUA, REDIS_FENCED_SET_LUA, } from "./fence.js";
+export type { Fenceable, PgQueryable, RedisSend } from "./fence.js";

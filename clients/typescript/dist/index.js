@@ -14,7 +14,7 @@ var __exportStar = (this && this.__exportStar) || function(m, exports) {
     for (var p in m) if (p !== "default" && !Object.prototype.hasOwnProperty.call(exports, p)) __createBinding(exports, m, p);
 };
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Leadership = exports.HeldMany = exports.Held = exports.OpsError = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = exports.Client = void 0;
+exports.REDIS_FENCED_SET_LUA = exports.REDIS_FENCE_LUA = exports.POSTGRES_SQL = exports.FENCE_HEADER = exports.fenceToken = exports.fencedFetch = exports.fenceHeaders = exports.fencedRedisSet = exports.fenceRedis = exports.installPostgres = exports.fencePostgres = exports.Leadership = exports.HeldMany = exports.Held = exports.OpsError = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = exports.Client = void 0;
 /**
  * Baton's TypeScript client for Node.js: named locks where the TCP
  * connection is the claim. Closing it is the release; heartbeats keep the
@@ -51,3 +51,15 @@ Object.defineProperty(exports, "HeldMany", { enumerable: true, get: function () 
 var election_js_1 = require("./election.js");
 Object.defineProperty(exports, "Leadership", { enumerable: true, get: function () { return election_js_1.Leadership; } });
 __exportStar(require("./errors.js"), exports);
+var fence_js_1 = require("./fence.js");
+Object.defineProperty(exports, "fencePostgres", { enumerable: true, get: function () { return fence_js_1.fencePostgres; } });
+Object.defineProperty(exports, "installPostgres", { enumerable: true, get: function () { return fence_js_1.installPostgres; } });
+Object.defineProperty(exports, "fenceRedis", { enumerable: true, get: function () { return fence_js_1.fenceRedis; } });
+Object.defineProperty(exports, "fencedRedisSet", { enumerable: true, get: function () { return fence_js_1.fencedRedisSet; } });
+Object.defineProperty(exports, "fenceHeaders", { enumerable: true, get: function () { return fence_js_1.fenceHeaders; } });
+Object.defineProperty(exports, "fencedFetch", { enumerable: true, get: function () { return fence_js_1.fencedFetch; } });
+Object.defineProperty(exports, "fenceToken", { enumerable: true, get: function () { return fence_js_1.fenceToken; } });
+Object.defineProperty(exports, "FENCE_HEADER", { enumerable: true, get: function () { return fence_js_1.FENCE_HEADER; } });
+Object.defineProperty(exports, "POSTGRES_SQL", { enumerable: true, get: function () { return fence_js_1.POSTGRES_SQL; } });
+Object.defineProperty(exports, "REDIS_FENCE_LUA", { enumerable: true, get: function () { return fence_js_1.REDIS_FENCE_LUA; } });
+Object.defineProperty(exports, "REDIS_FENCED_SET_LUA", { enumerable: true, get: function () { return fence_js_1.REDIS_FENCED_SET_LUA; } });

@@ -26,6 +26,33 @@ export class BatonError extends Error {
 }
 
 /**
+ * The guarded resource has seen a higher fencing token for the lock (a
+ * fencing kit's refusal): this holder lost the lock, nothing was written,
+ * and the work must stop. `cause` is the resource's own error.
+ */
+export class StaleToken extends BatonError {
+  override name = "StaleToken";
+  /** The lock's name. */
+  readonly lock: string;
+  /** The refused token. */
+  readonly token: bigint;
+  constructor(lock: string, token: bigint, message: string, options?: { cause?: unknown }) {
+    super(`fence: lock ${JSON.stringify(lock)}: ${message}`, options);
+    this.lock = lock;
+    this.token = token;
+  }
+}
+
+/**
+ * A shared claim with a limit above 1 given to a fencing kit: its holders'
+ * tokens are all current, and a mark per name would refuse the live ones
+ * granted earlier. Fence per record instead (docs/fencing.md).
+ */
+export class SharedClaim extends BatonError {
+  override name = "SharedClaim";
+}
+
+/**
  * Ownership ended while the lock was held, for a reason other than release;
  * the guarded work must stop. `reason` is the error that ended it
  * (`Unconfirmed`, `ForceReleasedError`, `LeaseExpiredError`,

@@ -33,6 +33,13 @@ export class Held {
     this.shared = claim?.shared ?? false;
     this.limit = claim?.limit ?? 1;
   }
+  /**
+   * The lock as JSON (JSON.stringify cannot write a bigint): the token as a
+   * decimal string, which every JSON reader keeps exactly.
+   */
+  toJSON(): { name: string; token: string; shared: boolean; limit: number } {
+    return { name: this.name, token: this.token.toString(), shared: this.shared, limit: this.limit };
+  }
   /** True once ownership has ended by a loss; reads the clock, as check() does. */
   get lost(): boolean {
     this.session.expireIfLate();
