@@ -57,6 +57,22 @@ func TestSuspendAnswers(t *testing.T) {
 	}
 }
 
+// TestSuspendControl: on a clock that stops during a suspend, as Go's
+// monotonic clock does, the holder asked right after a suspend past its
+// deadline believes it holds: the harm TestSuspendAnswers rules out, seen
+// here so that the scenario is known to show it.
+func TestSuspendControl(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, pn := newPipeClient(t, []string{"pipe:1"}, WithLease(10*time.Second))
+		pn.clock.stops = true
+		l, _ := holdLock(t, c, pn, 7)
+		pn.clock.suspend(30 * time.Second)
+		if err := l.Err(); err != nil {
+			t.Fatalf("Err() after a suspend the clock did not count = %v, want nil: the scenario no longer shows the harm", err)
+		}
+	})
+}
+
 // TestSuspendShortensValidUntil: a suspend shorter than the time left
 // takes its length off ValidUntil, which is on time.Now's clock.
 func TestSuspendShortensValidUntil(t *testing.T) {

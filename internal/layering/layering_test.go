@@ -28,9 +28,9 @@ var allowed = map[string][]string{
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
-	"server":                  {"clients/go/wire", "locktable", "internal/tokenstore"},
-	"ops":                     {"server", "clients/go/wire", "locktable", "internal/tokenstore"},
-	"cluster":                 {"server", "clients/go/wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
+	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
+	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
 	"internal/cli":            {"*"},
 	"cmd/baton":               {"*"},
 	"internal/batontest":      {"*"},
