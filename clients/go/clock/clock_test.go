@@ -73,7 +73,7 @@ func TestWallCheckedJitterDoesNotAddUp(t *testing.T) {
 	var got time.Duration
 	for i := range 1_000_000 {
 		mono := time.Duration(i) * time.Microsecond
-		jitter := time.Duration(i%7-3) * (tolerance / 4)
+		jitter := time.Duration(i%7-3) * (tolerance / 8) // a range of 0.75 × tolerance
 		got = c.advance(mono+jitter, mono)
 	}
 	if want := 999_999 * time.Microsecond; got != want {
