@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,6 +23,14 @@ func suspendedServer(t *testing.T, stops bool, mutate ...func(*server.Config)) (
 	clk := &batontest.SuspendClock{Stops: stops}
 	ts := batontest.StartServer(t, append([]func(*server.Config){func(c *server.Config) { c.Now = clk.Now }}, mutate...)...)
 	return ts, clk
+}
+
+// got says what a read brought: a frame, or nothing and why.
+func got(f batontest.Frame, err error) string {
+	if err != nil {
+		return fmt.Sprintf("no frame (%v)", err)
+	}
+	return f.String()
 }
 
 // TestSuspendExpiresOnFirstLook: a holder silent for its lease because the
@@ -52,10 +61,10 @@ func TestSuspendExpiresOnFirstLook(t *testing.T) {
 			// A second is far less than the 5 s the reaper's timer still
 			// counts: only the look can have ended it.
 			if f, err := h.TryReadFrame(time.Second); err != nil || f.Type != wire.TypeError || f.Err.Code != wire.CodeLeaseExpired {
-				t.Fatalf("the holder, after a suspend of %v past its lease of %v, then %s: got %v (%v), want ERROR LEASE_EXPIRED at once", lease+time.Second, lease, look, f, err)
+				t.Fatalf("the holder, after a suspend of %v past its lease of %v, then %s: got %s, want ERROR LEASE_EXPIRED at once", lease+time.Second, lease, look, got(f, err))
 			}
 			if f, err := w.TryReadFrame(time.Second); err != nil || f.Type != wire.TypeAcquired || !f.Push || f.Token <= tok {
-				t.Fatalf("the waiter: got %v (%v), want the push ACQUIRED PUSH=1 with a token above %d at once", f, err, tok)
+				t.Fatalf("the waiter: got %s, want the push ACQUIRED PUSH=1 with a token above %d at once", got(f, err), tok)
 			}
 		})
 	}
@@ -74,18 +83,31 @@ func TestSuspendControl(t *testing.T) {
 	expectHolds(t, h, tok)
 }
 
-// TestSuspendEndsCrashGrace: the crash-recovery grace counts a suspend of
-// the server's machine too (the clients of the crashed run lived through
-// it): the first look after it grants.
-func TestSuspendEndsCrashGrace(t *testing.T) {
+// TestSuspendEndsGrace: the crash-recovery grace of a standalone server and
+// the failover grace of a cluster's new leader count a suspend of the
+// server's machine too (the clients of the crashed run, or of the old
+// leader, lived through it): the first look after it grants.
+func TestSuspendEndsGrace(t *testing.T) {
 	t.Parallel()
 	const grace = 10 * time.Second
-	ts, clk := suspendedServer(t, false, func(c *server.Config) { c.NoGrantFor = grace })
-	w := queue(t, ts, "jobs", longLease, 1) // its lease outlasts the suspend
-	clk.Suspend(grace)
-	w.Heartbeat()
-	expectWaiting(t, w, 1) // the reply: its place when it asked
-	if f, err := w.TryReadFrame(time.Second); err != nil || f.Type != wire.TypeAcquired || !f.Push {
-		t.Fatalf("after a suspend as long as the grace of %v: got %v (%v), want the push ACQUIRED PUSH=1 at once", grace, f, err)
+	for _, kind := range []string{"crash-recovery grace", "failover grace"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var ts *batontest.Server
+			var clk *batontest.SuspendClock
+			if kind == "crash-recovery grace" {
+				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.NoGrantFor = grace })
+			} else {
+				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.Replicated = true })
+				ts.Srv.BeginTerm(grace)
+			}
+			w := queue(t, ts, "jobs", longLease, 1) // its lease outlasts the suspend
+			clk.Suspend(grace)
+			w.Heartbeat()
+			expectWaiting(t, w, 1) // the reply: its place when it asked
+			if f, err := w.TryReadFrame(time.Second); err != nil || f.Type != wire.TypeAcquired || !f.Push {
+				t.Fatalf("after a suspend as long as the %s of %v: got %s, want the push ACQUIRED PUSH=1 at once", kind, grace, got(f, err))
+			}
+		})
 	}
 }
