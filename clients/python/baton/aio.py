@@ -114,7 +114,7 @@ class AioSession(SessionBase, asyncio.Protocol):
             self._timer = None
         if self.core.state == ENDED:
             return
-        self._timer = self._loop.call_later(max(self.core.wake_at() - self.clock(), 0), self._tick)
+        self._timer = self._loop.call_later(self.core.wait(self.clock()), self._tick)
 
     def _tick(self) -> None:
         self._timer = None

@@ -115,6 +115,13 @@ class Core:
             return min(self.deadline, self.hold_until)
         return self.deadline
 
+    def wait(self, now: float) -> float:
+        """How long the driver may wait before it looks at the clock again:
+        until wake_at, and never more than a quarter lease, so that a wait
+        that a suspend of the machine made late (it counts the monotonic
+        clock) is seen a quarter lease after the resume at most."""
+        return min(max(self.wake_at() - now, 0.0), self.sched.lease / 4)
+
     def wake_at(self) -> float:
         """When the driver must look at the clock again."""
         times = [self.deadline]

@@ -178,7 +178,7 @@ class Session(SessionBase):
                 beat = end is None and core.beat_due(now)
                 if beat:
                     core.sent_beat(now)
-                wake, deadline = core.wake_at(), core.deadline
+                wait, deadline = core.wait(now), core.deadline
             if end is not None:
                 self._end(end)
                 return
@@ -193,7 +193,7 @@ class Session(SessionBase):
             pending_tls = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
             if not pending_tls:
                 try:
-                    ready, _, _ = select.select([self.sock], [], [], max(wake - now, 0))
+                    ready, _, _ = select.select([self.sock], [], [], wait)
                 except (OSError, ValueError):
                     ready = [self.sock]  # closed under us: recv says how
                 if not ready:

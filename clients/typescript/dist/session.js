@@ -195,7 +195,9 @@ class Session {
         for (const t of [this.nextBeat, this.missAt, this.holdUntil])
             if (t !== undefined && t < at)
                 at = t;
-        this.timer = setTimeout(() => this.tick(), Math.max(at - this.opts.clock(), 0));
+        // Never more than a quarter lease: the timer counts the monotonic clock,
+        // and a suspend of the machine makes it late; the tick reads the clock.
+        this.timer = setTimeout(() => this.tick(), Math.min(Math.max(at - this.opts.clock(), 0), this.sched.leaseMs / 4));
     }
     tick() {
         if (this.state === "ended")
