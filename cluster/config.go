@@ -63,6 +63,12 @@ type Config struct {
 	// warnings and errors (with component=raft; a failing peer's repeated
 	// errors summed up); nil means slog.Default().
 	Logger *slog.Logger
+	// Now reads the clock of the leader lease, the failover grace and the
+	// handoff; Hooks gives it to the server, whose leases and MayServe
+	// questions are then on it too. Nil is clock.Now, which counts a
+	// suspend of the machine: a leader whose host slept past its lease
+	// must wake up knowing it is not valid.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the timers of `baton serve`, tuned for locks on a

@@ -78,7 +78,7 @@ func (n *Node) resetHealth(leading bool) {
 	n.health.state = map[raft.ServerID]healthState{}
 	n.health.snapshot = nil
 	n.health.leading = leading
-	n.health.started = time.Now()
+	n.health.started = n.now()
 	n.health.mu.Unlock()
 }
 
@@ -91,7 +91,7 @@ func (n *Node) lookAtHealth() {
 	if r == nil {
 		return
 	}
-	now := time.Now()
+	now := n.now() // the clock of the lease's contact times
 	last := r.LastIndex()
 	servers := r.GetConfiguration().Configuration().Servers
 	w := &n.health

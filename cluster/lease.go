@@ -29,8 +29,14 @@ import (
 // with it still valid and serves until the timer runs, while a newer leader
 // may already exist. This one is checked on every grant and confirmation
 // against the clock, so a paused leader fails closed the moment it wakes.
+// The clock counts a suspend of the machine (package clock): the
+// monotonic clock stops during one, and a leader whose host slept past its
+// lease would otherwise wake up finding it valid. The argument above also
+// assumes that this clock and the new leader's run at about the same rate
+// (docs/operations.md gives the bound).
 type leaderLease struct {
-	base    time.Time // the monotonic origin of every stored time
+	now     func() time.Time // the clock (Config.Now): it counts a suspend
+	base    time.Time        // the origin of every stored time, a reading of now
 	timeout time.Duration
 	self    raft.ServerID
 	// config gives the current configuration (set once Raft runs).
@@ -49,18 +55,18 @@ type leaderLease struct {
 	until atomic.Int64
 }
 
-func newLeaderLease(self raft.ServerID, timeout time.Duration) *leaderLease {
-	return &leaderLease{base: time.Now(), timeout: timeout, self: self, acked: map[raft.ServerID]int64{}, lastLog: map[raft.ServerID]uint64{},
+func newLeaderLease(self raft.ServerID, timeout time.Duration, now func() time.Time) *leaderLease {
+	return &leaderLease{now: now, base: now(), timeout: timeout, self: self, acked: map[raft.ServerID]int64{}, lastLog: map[raft.ServerID]uint64{},
 		contact: map[raft.ServerID]int64{}, failing: map[raft.ServerID]int64{}, failures: map[raft.ServerID]uint64{}}
 }
 
 // setConfig gives the lease the current configuration's source.
 func (l *leaderLease) setConfig(f func() raft.Configuration) { l.config.Store(&f) }
 
-// since is t as ns since base (monotonic).
+// since is t, a reading of now, as ns since base.
 func (l *leaderLease) since(t time.Time) int64 { return int64(t.Sub(l.base)) }
 
-// valid reports whether the lease holds at now.
+// valid reports whether the lease holds at now, a reading of l.now.
 func (l *leaderLease) valid(now time.Time) bool {
 	if leaderLeaseOff() {
 		return true
@@ -76,7 +82,7 @@ func (l *leaderLease) remaining(now time.Time) time.Duration {
 // ack records that peer acknowledged a send made at sent (ns since base),
 // with lastLog its last log index, and moves the lease on.
 func (l *leaderLease) ack(peer raft.ServerID, sent int64, lastLog uint64) {
-	now := l.since(time.Now())
+	now := l.since(l.now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lastLog[peer] = max(l.lastLog[peer], lastLog)
@@ -91,7 +97,7 @@ func (l *leaderLease) ack(peer raft.ServerID, sent int64, lastLog uint64) {
 
 // failed records a request to peer that got no reply.
 func (l *leaderLease) failed(peer raft.ServerID) {
-	now := l.since(time.Now())
+	now := l.since(l.now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failing[peer] == 0 {
@@ -175,7 +181,7 @@ type leaseTransport struct {
 }
 
 func (t *leaseTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	sent := t.lease.since(time.Now())
+	sent := t.lease.since(t.lease.now())
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	switch {
 	case err != nil:

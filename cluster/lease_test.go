@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/batonlock/baton/clients/go/clock"
 )
 
 // voters is a configuration of voters ids (and nonvoters non).
@@ -27,7 +29,7 @@ func TestLeaderLeaseQuorum(t *testing.T) {
 	ms := func(n int) int64 { return int64(time.Duration(n) * time.Millisecond) }
 	at := func(l *leaderLease, n int) time.Time { return l.base.Add(time.Duration(n) * time.Millisecond) }
 
-	l := newLeaderLease("n1", timeout)
+	l := newLeaderLease("n1", timeout, clock.Now)
 	l.setConfig(voters([]string{"n1", "n2", "n3", "n4", "n5"}, "n6"))
 	if l.valid(at(l, 0)) {
 		t.Fatal("valid before any acknowledgement")
@@ -53,7 +55,7 @@ func TestLeaderLeaseQuorum(t *testing.T) {
 		t.Fatalf("remaining at 1150 ms: %v, want 50ms", got)
 	}
 
-	one := newLeaderLease("n1", timeout)
+	one := newLeaderLease("n1", timeout, clock.Now)
 	one.setConfig(voters([]string{"n1"}))
 	one.ack("n1", 1, 0) // any recompute
 	if !one.valid(at(one, 1e6)) {
@@ -80,7 +82,7 @@ func (s *slowTransport) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, arg
 // acknowledgement at all.
 func TestLeaseAnchoredAtSend(t *testing.T) {
 	const timeout, delay = 200 * time.Millisecond, 150 * time.Millisecond
-	l := newLeaderLease("n1", timeout)
+	l := newLeaderLease("n1", timeout, clock.Now)
 	l.setConfig(voters([]string{"n1", "n2", "n3"}))
 	inner := &slowTransport{delay: delay, term: 5}
 	lt := &leaseTransport{Transport: inner, lease: l}
@@ -88,7 +90,7 @@ func TestLeaseAnchoredAtSend(t *testing.T) {
 	if err := lt.AppendEntries("n2", "n2", &raft.AppendEntriesRequest{Term: 5}, &resp); err != nil {
 		t.Fatal(err)
 	}
-	arrived := time.Now()
+	arrived := l.now()
 	if !l.holdsLog("n2", 7) || l.holdsLog("n2", 8) {
 		t.Fatal("the peer's last log index was not recorded from its reply")
 	}
@@ -97,11 +99,11 @@ func TestLeaseAnchoredAtSend(t *testing.T) {
 	if l.valid(arrived.Add(timeout - delay + 20*time.Millisecond)) {
 		t.Fatalf("lease valid %v after the reply arrived: it counts from the reply, not from the send", timeout-delay+20*time.Millisecond)
 	}
-	stale := newLeaderLease("n1", timeout)
+	stale := newLeaderLease("n1", timeout, clock.Now)
 	stale.setConfig(voters([]string{"n1", "n2", "n3"}))
 	lt = &leaseTransport{Transport: &slowTransport{term: 6}, lease: stale}
 	lt.AppendEntries("n2", "n2", &raft.AppendEntriesRequest{Term: 5}, &resp)
-	if stale.valid(time.Now()) {
+	if stale.valid(stale.now()) {
 		t.Fatal("a reply from a later term acknowledged the send")
 	}
 }

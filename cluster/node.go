@@ -32,12 +32,13 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/batonlock/baton/clients/go/clock"
 	"github.com/batonlock/baton/server"
 )
 
 // Server is what the leader loop drives (*server.Server implements it).
 type Server interface {
-	BeginTerm(noGrantBefore time.Time)
+	BeginTerm(grace time.Duration)
 	EndTerm(reason server.EndReason, msg string) (holders int, allClosed <-chan struct{})
 	MaxLease() time.Duration
 	GraceRemaining() time.Duration
@@ -65,6 +66,9 @@ type Node struct {
 	tok       tokens
 	lease     *leaderLease
 	health    healthWatch
+	// now reads the clock of the leader lease, the grace and the handoff
+	// (Config.Now), and the server's (see Hooks).
+	now func() time.Time
 
 	srv Server
 	// leading is true between a committed epoch (BeginTerm) and the end of
@@ -189,9 +193,13 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	// an old leader (see graceOf), so the grace still covers every
 	// confirmation it makes, and a loaded machine's stall shorter than that
 	// does not end a term.
-	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout)
+	now := cfg.Now
+	if now == nil {
+		now = clock.Now
+	}
+	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout, now)
 	n := &Node{
-		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease,
+		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
 		termLost:  make(chan struct{}, 1),
 		handovers: make(chan chan error),
 		raftUp:    make(chan struct{}),
@@ -322,9 +330,12 @@ func (n *Node) Start(srv Server) {
 }
 
 // Hooks sets what a replicated server needs of this node in cfg: tokens,
-// the lease bound, the leader lease and the leader's address.
+// the lease bound, the leader lease and the leader's address, and the
+// clock, so that the instants the server asks MayServe about are on the
+// leader lease's.
 func (n *Node) Hooks(cfg *server.Config) {
 	cfg.Replicated = true
+	cfg.Now = n.now
 	cfg.NextToken = n.NextToken
 	cfg.NoteLease = n.NoteLease
 	cfg.TryNoteLease = n.TryNoteLease
@@ -593,8 +604,8 @@ func (n *Node) begin(res epochResult) {
 	// the epoch's commit needed a quorum, and heartbeats follow within a
 	// few milliseconds. (If it does not, the first grant or confirmation
 	// fails closed, and the next epoch waits the crash grace.)
-	deadline := time.Now().Add(2 * n.cfg.HeartbeatTimeout)
-	for !n.lease.valid(time.Now()) && time.Now().Before(deadline) {
+	deadline := n.now().Add(2 * n.cfg.HeartbeatTimeout)
+	for !n.lease.valid(n.now()) && n.now().Before(deadline) {
 		time.Sleep(n.cfg.HeartbeatTimeout / 20)
 	}
 	n.tok.setEpoch(res.Epoch)
@@ -611,7 +622,7 @@ func (n *Node) begin(res epochResult) {
 	// leading first: a session admitted by BeginTerm must find NoteLease
 	// willing.
 	n.leading.Store(true)
-	n.srv.BeginTerm(time.Now().Add(grace))
+	n.srv.BeginTerm(grace)
 	n.leaderChanges.Add(1)
 	n.resetHealth(true)
 	n.lookAtHealth()
@@ -749,7 +760,7 @@ func (n *Node) handover() error {
 		return nil
 	}
 	epoch := n.epoch.Load()
-	graceEnds := time.Now().Add(n.srv.GraceRemaining())
+	graceEnds := n.now().Add(n.srv.GraceRemaining())
 	n.raiseMu.Lock()
 	n.leading.Store(false)
 	holders, closed := n.srv.EndTerm(server.ReasonShutdown, "leader handing over")
@@ -760,7 +771,7 @@ func (n *Node) handover() error {
 		allClosed = true
 	case <-time.After(n.cfg.HandoverDrain):
 	}
-	handoff := max(time.Until(graceEnds), 0)
+	handoff := max(graceEnds.Sub(n.now()), 0)
 	if !allClosed {
 		handoff = max(handoff, n.bound())
 	}

@@ -54,7 +54,7 @@ func (s *Server) lockInSteps(name string) (LockView, bool) {
 	var after locktable.SessionID
 	for skip := 0; ; {
 		s.mu.Lock()
-		page, more := s.table.HolderPage(time.Now(), name, after, skip, snapshotStep)
+		page, more := s.table.HolderPage(s.now(), name, after, skip, snapshotStep)
 		for _, h := range page {
 			if seen != nil && seen[h.ID] {
 				continue
@@ -79,7 +79,7 @@ func (s *Server) lockInSteps(name string) (LockView, bool) {
 	after = 0
 	for skip := 0; ; {
 		s.mu.Lock()
-		li, more, ok := s.table.LockPage(time.Now(), name, after, skip, snapshotStep)
+		li, more, ok := s.table.LockPage(s.now(), name, after, skip, snapshotStep)
 		if !ok {
 			s.mu.Unlock()
 			if skip == 0 && len(holders) == 0 {
@@ -161,7 +161,7 @@ func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 	for more := true; more; {
 		var fx effects
 		s.mu.Lock()
-		now := time.Now()
+		now := s.now()
 		s.mayServeLocked(now) // the release promotes: fail closed first if need be
 		if through == 0 {
 			var ok bool
@@ -246,7 +246,7 @@ func (s *Server) endSessionIf(id string, allow func(lock string) error, end func
 	defer s.deliver(&fx) // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.now()
 	s.mayServeLocked(now) // the end may promote: fail closed first if need be
 	if allow != nil {
 		in, ok := s.table.Session(now, locktable.SessionID(n))

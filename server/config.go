@@ -26,11 +26,21 @@ type Config struct {
 	// NextToken returns fencing tokens: each greater than every earlier one,
 	// across restarts, never 0 (see internal/tokenstore). Required.
 	NextToken func() uint64
-	// NoGrantBefore starts the server in a crash-recovery grace period: no
-	// lock is granted before it; every ACQUIRE queues (a NOWAIT one gets
-	// ERROR OVERLOADED), and at NoGrantBefore the head of every queue is
-	// granted and pushed ACQUIRED. The zero time means no grace period.
-	NoGrantBefore time.Time
+	// NoGrantFor starts the server in a crash-recovery grace period of
+	// this length from New: no lock is granted before it ends; every
+	// ACQUIRE queues (a NOWAIT one gets ERROR OVERLOADED), and at its end
+	// the head of every queue is granted and pushed ACQUIRED. Measured on
+	// Now's clock. Zero means no grace period; must not be negative.
+	NoGrantFor time.Duration
+	// Now reads the clock of every deadline that guards a lock: the
+	// sessions' leases, the grace periods, the instants MayServe is asked
+	// about. Nil is clock.Now, which counts a suspend of the machine
+	// (CLOCK_BOOTTIME on Linux): Go's monotonic clock stops during one, and
+	// a server that slept past its sessions' leases would confirm them when
+	// it wakes. Its readings are compared only with each other, never with
+	// time.Now. A cluster node sets it to its own (cluster.Node.Hooks), the
+	// clock of its leader lease.
+	Now func() time.Time
 	// NoteLease, if not nil, is called with the lease of every ACQUIRE
 	// before it enters the table, outside the server's mutex; an error
 	// refuses the session with ERROR OVERLOADED. It is how the longest lease
@@ -160,6 +170,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("send-buffer (%d) must not be negative", c.SendBuffer)
 	case c.MaxLease < 0:
 		return fmt.Errorf("max-lease (%v) must not be negative", c.MaxLease)
+	case c.NoGrantFor < 0:
+		return fmt.Errorf("no-grant-for (%v) must not be negative", c.NoGrantFor)
 	case c.ReserveFDs < 0:
 		return fmt.Errorf("reserve-fds (%d) must not be negative", c.ReserveFDs)
 	case c.MetricsLockNames < 0:

@@ -182,7 +182,7 @@ func (s *Server) subscribe(req SubscribeRequest) (SubscribeResult, []record) {
 		slices.Reverse(history)
 	}
 	if req.Snapshot || res.Resync {
-		now := time.Now()
+		now := s.now()
 		if req.Lock != "" {
 			if li, ok := s.table.Lock(now, req.Lock); ok {
 				res.Locks = []LockView{s.lockViewLocked(li)}
@@ -262,9 +262,11 @@ func (l *eventLog) wakeLocked() {
 // must be held.
 func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) + 1 }
 
-// eventLocked records what happened to session in of lock at now. mu must be held.
-func (s *Server) eventLocked(now time.Time, typ string, in locktable.Info) {
-	r := record{at: now, typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
+// eventLocked records what happened to session in of lock, at the wall
+// clock's time: the event's time is for people, not the table's clock (a
+// reading of Server.now). mu must be held.
+func (s *Server) eventLocked(typ string, in locktable.Info) {
+	r := record{at: time.Now(), typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
 		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared}
 	if c := s.sessions[in.ID]; c != nil {
 		r.remote = c.remote
@@ -274,7 +276,7 @@ func (s *Server) eventLocked(now time.Time, typ string, in locktable.Info) {
 
 // exitEventLocked records a session's exit from the table. mu must be held,
 // and the session must still be in s.sessions (for its remote address).
-func (s *Server) exitEventLocked(now time.Time, e locktable.Exit) {
+func (s *Server) exitEventLocked(e locktable.Exit) {
 	var typ string
 	switch e.Cause {
 	case locktable.CauseReleased:
@@ -291,7 +293,7 @@ func (s *Server) exitEventLocked(now time.Time, e locktable.Exit) {
 	default:
 		return
 	}
-	s.eventLocked(now, typ, e.Session)
+	s.eventLocked(typ, e.Session)
 }
 
 // grantEventLocked records the promotion g. At a grant the time held is
@@ -300,6 +302,6 @@ func (s *Server) exitEventLocked(now time.Time, e locktable.Exit) {
 func (s *Server) grantEventLocked(now time.Time, g locktable.Grant) {
 	if in, ok := s.table.Session(now, g.ID); ok {
 		in.Since = g.Waited
-		s.eventLocked(now, EventGranted, in)
+		s.eventLocked(EventGranted, in)
 	}
 }

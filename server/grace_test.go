@@ -19,11 +19,10 @@ func TestCrashGrace(t *testing.T) {
 	t.Parallel()
 	const grace = 300 * time.Millisecond
 	start := time.Now()
-	until := start.Add(grace)
 	var mu sync.Mutex
 	var noted []time.Duration
 	ts := batontest.StartServer(t, func(c *server.Config) {
-		c.NoGrantBefore = until
+		c.NoGrantFor = grace
 		c.NoteLease = func(d time.Duration) error {
 			mu.Lock()
 			defer mu.Unlock()

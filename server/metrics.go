@@ -158,8 +158,8 @@ func (m *metrics) claimGrant(shared bool) {
 }
 
 // registerGrace adds the gauge of the crash-recovery grace period ending at
-// until (zero: none).
-func (m *metrics) registerGrace(reg *prometheus.Registry, until time.Time) {
+// until (zero: none), a reading of now.
+func (m *metrics) registerGrace(reg *prometheus.Registry, until time.Time, now func() time.Time) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_grace_remaining_seconds",
 		Help: "Time left in the crash-recovery grace period, during which no lock is granted; 0 outside it.",
@@ -167,7 +167,7 @@ func (m *metrics) registerGrace(reg *prometheus.Registry, until time.Time) {
 		if until.IsZero() {
 			return 0
 		}
-		return max(time.Until(until).Seconds(), 0)
+		return max(until.Sub(now()).Seconds(), 0)
 	}))
 }
 

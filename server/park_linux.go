@@ -630,7 +630,7 @@ func (c *session) closeInShard(err error) bool {
 		return false
 	}
 	fx := effects{flush: c.endFlush[:0], self: c}
-	s.endOneLocked(time.Now(), c, reason, "", &fx) // no ERROR: nothing for c
+	s.endOneLocked(s.now(), c, reason, "", &fx) // no ERROR: nothing for c
 	s.mu.Unlock()
 	s.deliver(&fx)
 	c.park.shard.forget(c)
@@ -734,7 +734,7 @@ func (c *session) writeNow() bool {
 		return false
 	}
 	if !pushAt.IsZero() {
-		c.srv.m.handoverTime.Observe(time.Since(pushAt).Seconds())
+		c.srv.m.handoverTime.Observe(c.srv.now().Sub(pushAt).Seconds())
 	}
 	c.spare = buf[:0]
 	return len(c.out) == 0 && !c.finish

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/clock"
 	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/locktable"
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,11 @@ type Server struct {
 	reg    *prometheus.Registry
 	m      *metrics
 	linger time.Duration // how long a connection drains after its ERROR
+	// now reads the clock of the table, the grace periods and MayServe
+	// (Config.Now). Every instant given to the table is a reading of it;
+	// the I/O deadlines of the connections, which guard no lock, are on
+	// time.Now's clock, and the two never meet.
+	now func() time.Time
 
 	closing atomic.Bool // set at the start of Shutdown
 	// serving is false while a replicated node does not lead (term.go);
@@ -113,6 +119,14 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	now := cfg.Now
+	if now == nil {
+		now = clock.Now
+	}
+	var noGrantBefore time.Time
+	if cfg.NoGrantFor > 0 {
+		noGrantBefore = now().Add(cfg.NoGrantFor)
+	}
 	reg := prometheus.NewRegistry()
 	s := &Server{
 		cfg:         cfg,
@@ -120,7 +134,8 @@ func New(cfg Config) (*Server, error) {
 		reg:         reg,
 		m:           newMetrics(reg, cfg.MetricsLockNames),
 		linger:      min(cfg.IOTimeout, time.Second),
-		table:       newTable(cfg, cfg.NoGrantBefore),
+		now:         now,
+		table:       newTable(cfg, noGrantBefore),
 		moving:      make(map[string]handover),
 		sessions:    make(map[locktable.SessionID]*session),
 		conns:       make(map[*session]struct{}),
@@ -131,16 +146,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.serving.Store(!cfg.Replicated)
-	s.m.registerGrace(reg, cfg.NoGrantBefore)
+	s.m.registerGrace(reg, noGrantBefore, now)
 	if cfg.MetricsLockNames > 0 {
 		reg.MustRegister(newSlotsCollector(s))
 	}
 	s.sec.init(cfg)
 	s.fds.init(cfg.ReserveFDs)
-	if !cfg.NoGrantBefore.IsZero() {
+	if cfg.NoGrantFor > 0 {
 		log.Info("crash recovery: no grants until the grace period ends",
-			"until", cfg.NoGrantBefore.UTC().Format(time.RFC3339Nano),
-			"grace", time.Until(cfg.NoGrantBefore).Round(time.Millisecond).String())
+			"until", time.Now().Add(cfg.NoGrantFor).UTC().Format(time.RFC3339Nano),
+			"grace", cfg.NoGrantFor.Round(time.Millisecond).String())
 	}
 	return s, nil
 }
@@ -153,7 +168,7 @@ func New(cfg Config) (*Server, error) {
 const bulkStep = 256
 
 // newTable is an empty lock table for cfg that grants nothing before
-// noGrantBefore.
+// noGrantBefore, a reading of the server's clock (zero: no grace).
 func newTable(cfg Config, noGrantBefore time.Time) *locktable.Table {
 	return locktable.New(locktable.Config{
 		MaxSessions:       cfg.MaxSessions,
@@ -366,7 +381,7 @@ func (s *Server) stop() {
 			wake()
 		}
 	}
-	now := time.Now()
+	now := s.now()
 	// closing is set, so no waiter is pushed ACQUIRED on its way out.
 	var all []*session
 	for c := range s.conns {
@@ -408,7 +423,7 @@ func (s *Server) reap() {
 	for {
 		var fx effects
 		s.mu.Lock()
-		now := time.Now()
+		now := s.now()
 		s.mayServeLocked(now) // an expiry may promote, and the grace's end grants
 		s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
 		if s.table.Moving() {
@@ -428,7 +443,11 @@ func (s *Server) reap() {
 		}
 
 		if ok {
-			wait := time.Until(next)
+			// The timer counts the monotonic clock, which stops during a
+			// suspend: it can fire late, never early. What is overdue after
+			// a suspend ends at the first look, whoever looks (a frame of
+			// the session, an ACQUIRE, this loop).
+			wait := next.Sub(s.now())
 			if wait <= timerSlack {
 				// Closer than a timer's resolution: sleep the rest with a
 				// precise clock, then expire.
@@ -637,7 +656,7 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		for _, g := range e.Promoted {
 			s.promoteLocked(now, g, h, fx)
 		}
-		s.exitEventLocked(now, e)
+		s.exitEventLocked(e)
 		for _, g := range e.Promoted {
 			s.grantEventLocked(now, g)
 		}

@@ -68,7 +68,7 @@ type session struct {
 	flushing bool        // a goroutine is writing; it will pick up what is queued
 	finish   bool        // after out is written: half-close, then drain and close
 	dead     bool        // a write failed or the connection is closed
-	pushAt   time.Time   // when the queued push's handover began, for the histogram
+	pushAt   time.Time   // when the queued push's handover began (a reading of srv.now), for the histogram
 	// lingerUntil is the read deadline halfClose set, zero before it; drain
 	// restores it (see there).
 	lingerUntil time.Time
@@ -140,7 +140,7 @@ func (c *session) end(reason EndReason, msg string) {
 	if !c.closing.Load() {
 		s.mu.Lock()
 		fx := effects{flush: c.endFlush[:0], self: c}
-		s.endOneLocked(time.Now(), c, reason, msg, &fx)
+		s.endOneLocked(s.now(), c, reason, msg, &fx)
 		s.mu.Unlock()
 		// Pushes to promoted waiters first: they are the handover.
 		s.deliver(&fx)
@@ -303,10 +303,11 @@ func (c *session) yield() bool {
 // whether the session goes on: false if the server ended it meanwhile, or
 // ends it now, its ERROR queued either way. A frame that came after the
 // lease ran out, before the reaper looked, ends the session now, not at
-// the reaper's next turn.
+// the reaper's next turn; so does any frame for every other session
+// overdue (after a suspend of the machine, the reaper's timer is late).
 func (c *session) heartbeat() (live bool) {
 	s := c.srv
-	now := time.Now()
+	now := s.now() // a suspend since the last frame counts as silence
 	s.mu.Lock()
 	if c.ended {
 		s.mu.Unlock()
@@ -321,6 +322,12 @@ func (c *session) heartbeat() (live bool) {
 	var fx effects
 	if st, ok := s.table.Seen(now, c.id); ok {
 		c.queueState(st)
+		// Others overdue: the reaper's timer counts the monotonic clock and
+		// is late by a suspend of the machine; they end at this look, as
+		// at an ACQUIRE's.
+		if next, ok := s.table.NextDeadline(); ok && !next.After(now) {
+			s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
+		}
 	} else {
 		s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
 	}
@@ -337,7 +344,7 @@ func (c *session) heartbeat() (live bool) {
 // round: the caller then hands the ACQUIRE to a reader goroutine.
 func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg string, ok, wouldWait bool) {
 	s := c.srv
-	now := time.Now()
+	now := s.now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
 	if reason, msg, ok := c.authorize(req.Name); !ok { // access rules (security.go)
 		return reason, msg, false, false
@@ -412,8 +419,9 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		if s.cfg.Replicated {
 			return ReasonBusy, fmt.Sprintf("failover grace: no lock is granted for %v more", max(until.Sub(now), 0).Round(time.Millisecond)), false, false
 		}
+		left := max(until.Sub(now), 0)
 		return ReasonOverloaded, fmt.Sprintf("crash-recovery grace period: no lock is granted for %v more (until %s); retry after it",
-			max(until.Sub(now), 0).Round(time.Millisecond), until.UTC().Format(time.RFC3339Nano)), false, false
+			left.Round(time.Millisecond), time.Now().Add(left).UTC().Format(time.RFC3339Nano)), false, false
 	case locktable.RefusedWaiters:
 		s.m.refusedWaiters.Inc()
 		return ReasonOverloaded, fmt.Sprintf("lock %q has the limit of %d waiters", req.Name, s.cfg.MaxWaitersPerLock), false, false
@@ -434,7 +442,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		if st.Held {
 			typ = EventGranted
 		}
-		s.eventLocked(now, typ, in)
+		s.eventLocked(typ, in)
 	}
 	c.queueState(st)
 	s.wakeReaperLocked(now.Add(lease))
@@ -669,7 +677,7 @@ func (c *session) flush() {
 		c.conn.SetWriteDeadline(time.Now().Add(c.srv.cfg.IOTimeout))
 		_, err := c.conn.Write(buf)
 		if err == nil && !pushAt.IsZero() {
-			c.srv.m.handoverTime.Observe(time.Since(pushAt).Seconds())
+			c.srv.m.handoverTime.Observe(c.srv.now().Sub(pushAt).Seconds())
 		}
 
 		c.wmu.Lock()
@@ -711,7 +719,7 @@ func (c *session) writeFailed(err error) {
 	// session ended for this reason rather than record it as closed.
 	var fx effects
 	s.mu.Lock()
-	s.endOneLocked(time.Now(), c, reason, "", &fx)
+	s.endOneLocked(s.now(), c, reason, "", &fx)
 	s.mu.Unlock()
 	s.deliver(&fx)
 	c.conn.Close()

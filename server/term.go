@@ -10,14 +10,18 @@ import (
 var ErrNotLeader = errors.New("this node is not the leader")
 
 // BeginTerm makes a replicated server serve sessions, with a fresh lock
-// table that grants nothing before noGrantBefore (the failover grace; the
-// zero time for none). Tokens come from Config.NextToken, which the caller
+// table that grants nothing for grace (the failover grace, on the server's
+// clock; 0 for none). Tokens come from Config.NextToken, which the caller
 // has moved to the new epoch before this call.
-func (s *Server) BeginTerm(noGrantBefore time.Time) {
+func (s *Server) BeginTerm(grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
 		return
+	}
+	var noGrantBefore time.Time
+	if grace > 0 {
+		noGrantBefore = s.now().Add(grace)
 	}
 	// EndTerm left the table empty; a new one carries the new grace.
 	s.table = newTable(s.cfg, noGrantBefore)
@@ -41,7 +45,7 @@ func (s *Server) BeginTerm(noGrantBefore time.Time) {
 // never closes it.
 func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <-chan struct{}) {
 	s.mu.Lock()
-	gone := s.endTermLocked(time.Now(), reason, msg, true)
+	gone := s.endTermLocked(s.now(), reason, msg, true)
 	s.mu.Unlock()
 	done := make(chan struct{})
 	if len(gone) == 0 {
@@ -123,7 +127,7 @@ func (s *Server) MaxLease() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var m time.Duration
-	now := time.Now()
+	now := s.now()
 	for id := range s.sessions {
 		if in, ok := s.table.Session(now, id); ok && in.Lease > m {
 			m = in.Lease
@@ -141,7 +145,7 @@ func (s *Server) GraceRemaining() time.Duration {
 	if !ok {
 		return 0
 	}
-	return max(time.Until(until), 0)
+	return max(until.Sub(s.now()), 0)
 }
 
 func (s *Server) leaderHint() string {

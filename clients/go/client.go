@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/clock"
 	"github.com/batonlock/baton/clients/go/wire"
 )
 
@@ -34,6 +35,9 @@ type Client struct {
 	// dial opens a connection: conn carries the protocol, raw is what to
 	// close. Tests replace it.
 	dial func(ctx context.Context, addr string, set *settings) (conn, raw net.Conn, err error)
+	// now reads the clock of every lock's deadline: clock.Now, which
+	// counts a suspend of the machine. Tests replace it.
+	now func() time.Time
 }
 
 // New returns a client for the servers at addrs (host:port each), tried in
@@ -48,7 +52,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			return nil, &opError{op: "baton.New", err: badRequest("%v", err)}
 		}
 	}
-	c := &Client{addrs: append([]string(nil), addrs...), set: defaultSettings(), dial: dialTCP}
+	c := &Client{addrs: append([]string(nil), addrs...), set: defaultSettings(), dial: dialTCP, now: clock.Now}
 	c.set.apply(opts)
 	if err := c.set.check(); err != nil {
 		return nil, &opError{op: "baton.New", err: err}
@@ -151,6 +155,7 @@ func (c *Client) acquireWith(ctx context.Context, name string, parent context.Co
 		maxHold: set.maxHold,
 		log:     set.logger,
 		onLost:  onLost,
+		now:     c.now,
 	})
 	if err != nil {
 		c.unclaim(name, set.shared)

@@ -101,9 +101,9 @@
 // the holder learns nothing until it runs again. Then whatever a goroutine
 // has to set (the context's Done channel, contexts derived from it) is set
 // only once that goroutine runs, which can be after the work's next step.
-// Lock.Err does not wait for it: it compares the monotonic clock with the
-// lock's deadline (0.8 × lease after the send of the last request the
-// server answered) and reports the loss at once. So does the Err of the
+// Lock.Err does not wait for it: it compares the clock with the lock's
+// deadline (0.8 × lease after the send of the last request the server
+// answered) and reports the loss at once. So does the Err of the
 // context the client hands out (Lock.Context, the ctx of Do), and
 // context.Cause of it. Ask one of them right before each step that touches
 // the guarded resource.
@@ -112,10 +112,20 @@
 // after its check and before its write, or a loss the server has decided
 // but not yet told (a force-release in flight). Only the guarded resource
 // can close it: pass it Lock.Token and have it refuse tokens lower than the
-// highest it has seen. The clock's own limit: on Linux, Go's monotonic
-// clock does not advance while the whole machine sleeps (suspend); after a
-// resume from suspend, the check can pass until the lock's goroutine sees
-// the connection fail.
+// highest it has seen.
+//
+// The clock is one that counts a suspend of the whole machine (a laptop's
+// lid, a virtual machine paused or restored from a snapshot):
+// CLOCK_BOOTTIME on Linux (package clock). Go's monotonic clock, which
+// time.Now carries, stops during a suspend, so a deadline measured on it
+// would still be ahead after a resume while the server has moved the lock.
+// The lock's goroutine wakes on timers that count the monotonic clock and
+// are late by the suspend; every answer it gives (to a reply, a push, a
+// question) reads the clock first, and it sees the loss at its next wake,
+// a quarter lease after the resume at most. Where Go has no clock that
+// counts a suspend (macOS, Windows, the BSDs), the client counts the wall
+// clock's jumps ahead of the monotonic one as suspends: a step of the
+// wall clock forward then ends a lock early, never late.
 //
 // # The heartbeat schedule
 //

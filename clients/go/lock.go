@@ -50,8 +50,11 @@ func (l *Lock) Token() uint64 { return l.token }
 // It reads the clock: once the server has confirmed nothing for 0.8 ×
 // lease since the send of the last request it answered (or the maximum
 // hold has passed), Err reports the loss at once, even if the process has
-// just woken from a pause (GC, SIGSTOP, a blocked thread) and the lock's
-// own goroutines have not run yet. Asked again, it gives the same answer.
+// just woken from a pause (GC, SIGSTOP, a blocked thread) or the machine
+// from a suspend, and the lock's own goroutines have not run yet. Asked
+// again, it gives the same answer. The clock is package clock's, which
+// counts a suspend (CLOCK_BOOTTIME on Linux): Go's monotonic clock, and
+// the timers that count it, stop while the machine sleeps.
 // It cannot see a loss that the server has not yet decided and the client
 // not yet heard of, such as a force-release in flight: the fencing token
 // covers that window.
@@ -61,9 +64,11 @@ func (l *Lock) Err() error { return context.Cause(l.s.ctx) }
 // away (force-release, server shutdown, a broken connection): the client's
 // deadline, 0.8 × lease after the send of the last request the server
 // answered, or the end of the maximum hold if sooner. Heartbeats move it
-// on. It reads the monotonic clock; compare it with time.Now, or use
-// time.Until, to decide whether a step fits. It is the zero Time once the
-// lock has ended.
+// on. It is on time.Now's clock, as the time left when it is asked:
+// compare it with time.Now, or use time.Until, to decide whether a step
+// fits, and ask again for the next step (after a suspend of the machine,
+// an answer given before it is too late by the suspend's length; Err is
+// right at once). It is the zero Time once the lock has ended.
 func (l *Lock) ValidUntil() time.Time {
 	if l.Err() != nil {
 		return time.Time{}

@@ -22,6 +22,9 @@ type pipeNet struct {
 	t      *testing.T
 	peers  chan *peer
 	unread bool // peers do not read: the test reads p.conn itself
+	// clock is the client's: the bubble's fake time plus the suspends the
+	// test makes.
+	clock *suspendClock
 
 	mu    sync.Mutex
 	dials []string        // addresses dialled, in order
@@ -34,8 +37,9 @@ func newPipeClient(t *testing.T, addrs []string, opts ...Option) (*Client, *pipe
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	pn := &pipeNet{t: t, peers: make(chan *peer, 16), down: map[string]bool{}}
+	pn := &pipeNet{t: t, peers: make(chan *peer, 16), down: map[string]bool{}, clock: &suspendClock{}}
 	c.dial = pn.dial
+	c.now = pn.clock.now
 	return c, pn
 }
 

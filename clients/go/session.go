@@ -23,6 +23,12 @@ import (
 // keeps the schedule and the deadline, and decides why the session ended,
 // unless a question about the lock finds the clock past the deadline
 // first (checkClock).
+//
+// Every time the deadline and the maximum hold are measured on is a
+// reading of now (package clock: it counts a suspend of the machine). The
+// timers that wake run count Go's monotonic clock, which does not: after
+// a suspend they fire late, so nothing that confirms the lock trusts one.
+// A frame, a question and every wake of run read the clock first.
 type session struct {
 	conn    net.Conn // the protocol's byte stream (TLS or TCP)
 	raw     net.Conn // what to close: the TCP connection under conn
@@ -36,6 +42,7 @@ type session struct {
 	maxHold time.Duration
 	log     *slog.Logger
 	onLost  func(error)
+	now     func() time.Time // the clock of the deadlines (see above)
 
 	// ctx is the Lock's context; cancel is called by record, before the
 	// connection is closed, so the work stops first.
@@ -51,7 +58,7 @@ type session struct {
 	// base and deadline publish run's deadline to the reader and to every
 	// question about the lock: a push read at or after base+deadline
 	// confirms nothing (see run), and a Lock asked after it is lost.
-	base     time.Time
+	base     time.Time    // a reading of now
 	deadline atomic.Int64 // nanoseconds after base
 	// holdUntil is the end of the maximum hold (WithMaxHold), in
 	// nanoseconds after base; 0 while not granted or without one. Set
@@ -83,7 +90,7 @@ type session struct {
 	replied  bool      // the server answered at least once
 	position uint32    // the last WAITING position
 	err      error     // why the session ended; written once, by record
-	endedAt  time.Time // when: just before the Lock's context was cancelled
+	endedAt  time.Time // when (a reading of now): just before the Lock's context was cancelled
 }
 
 // sessionConfig is what a session needs besides its connection.
@@ -98,6 +105,7 @@ type sessionConfig struct {
 	// onLost, if not nil, is called with the error when a granted lock is
 	// lost, by whichever goroutine records the loss (a LockSet's cancel).
 	onLost func(error)
+	now    func() time.Time // the Client's clock
 }
 
 type eventKind uint8
@@ -114,7 +122,7 @@ const (
 // event is one frame, or the end of the stream, as read.
 type event struct {
 	kind     eventKind
-	at       time.Time // when it was read: the end of a round trip
+	at       time.Time // when it was read (a reading of now): the end of a round trip
 	token    uint64
 	position uint32
 	err      error
@@ -137,9 +145,10 @@ func startSession(parent context.Context, conn, raw net.Conn, addr, name string,
 		maxHold:  cfg.maxHold,
 		log:      cfg.log,
 		onLost:   cfg.onLost,
+		now:      cfg.now,
 		cancel:   cancel,
 		events:   make(chan event, 4),
-		base:     time.Now(),
+		base:     cfg.now(),
 		granted:  make(chan uint64, 1),
 		lapsed:   make(chan struct{}),
 		closing:  make(chan struct{}),
@@ -177,33 +186,45 @@ func (c *lockContext) Done() <-chan struct{} {
 }
 
 // checkClock ends the session if the clock is past its deadline or its
-// maximum hold, whichever comes first. It reads the monotonic clock and
-// needs no other goroutine: a process that wakes from a pause learns of
-// the loss from the first question it asks.
+// maximum hold, whichever comes first. It reads the clock and needs no
+// other goroutine: a process that wakes from a pause or a suspend learns
+// of the loss from the first question it asks.
 func (s *session) checkClock() {
 	if s.ctx.Context.Err() != nil {
 		return // ended already (or the parent of the context did)
 	}
-	now := time.Since(s.base)
+	if err := s.overdue(s.since()); err != nil {
+		s.lapse(err)
+	}
+}
+
+// since is the clock's reading as time since base.
+func (s *session) since() time.Duration { return s.now().Sub(s.base) }
+
+// overdue is the end of the session by the clock at now (since base): the
+// maximum hold or the deadline, whichever came first; nil before both.
+func (s *session) overdue(now time.Duration) error {
 	confirmed := time.Duration(s.deadline.Load())
 	hold := time.Duration(s.holdUntil.Load())
 	switch {
 	case hold > 0 && now >= hold && hold <= confirmed:
-		s.lapse(s.maxHoldReached())
+		return s.maxHoldReached()
 	case now >= confirmed:
-		s.lapse(s.unconfirmed())
+		return s.unconfirmed()
 	}
+	return nil
 }
 
 // validUntil is the time up to which the lock is held unless it is taken
 // away (force-release, shutdown, a broken connection): the deadline, or
-// the end of the maximum hold if that comes first.
+// the end of the maximum hold if that comes first. It is given on the
+// caller's clock, time.Now's, as the time left now from time.Now().
 func (s *session) validUntil() time.Time {
 	until := time.Duration(s.deadline.Load())
 	if hold := time.Duration(s.holdUntil.Load()); hold > 0 {
 		until = min(until, hold)
 	}
-	return s.base.Add(until)
+	return time.Now().Add(until - s.since())
 }
 
 // lapse records the end of the session's time from outside run, and tells
@@ -291,7 +312,7 @@ func (s *session) readFrame(r *bufio.Reader, buf *[wire.MaxFrame]byte, first boo
 	if _, err := io.ReadFull(r, p); err != nil {
 		return event{kind: evBroken, err: err}
 	}
-	at := time.Now()
+	at := s.now()
 	switch h.Type {
 	case wire.TypeWaiting:
 		pos, err := wire.DecodeWaiting(p)
@@ -362,7 +383,7 @@ func (s *session) run(acquire []byte) {
 	defer s.finish()
 	timeout := s.sched.timeout()
 
-	sentAt := time.Now() // the write of the request in flight, or of the last one
+	sentAt := s.now() // the write of the request in flight, or of the last one
 	deadlineAt := sentAt.Add(timeout)
 	s.deadline.Store(int64(deadlineAt.Sub(s.base)))
 	pending := true
@@ -373,17 +394,19 @@ func (s *session) run(acquire []byte) {
 	answer := time.NewTimer(answerBound(timeout))
 	defer answer.Stop()
 	// beat times the next heartbeat after a reply; while a request is
-	// pending, and only with a logger, it times the report of a miss.
+	// pending, a look at the clock every lease/4 (the first reports the
+	// miss, with a logger), so that run sees a suspend past the deadline
+	// a quarter lease after the resume at most.
 	beat := time.NewTimer(time.Hour)
 	beat.Stop()
 	defer beat.Stop()
+	missed := false                  // the pending request's miss was reported
 	hold := time.NewTimer(time.Hour) // armed at the grant, with a maximum hold
 	hold.Stop()
 	defer hold.Stop()
 	sent := func() {
-		if s.log != nil {
-			beat.Reset(s.sched.base())
-		}
+		missed = false
+		beat.Reset(s.sched.base())
 	}
 
 	if err := s.write(acquire, deadlineAt); err != nil {
@@ -419,11 +442,25 @@ func (s *session) run(acquire []byte) {
 			return
 
 		case <-beat.C:
+			// The timer counts the monotonic clock: after a suspend it
+			// fires late, past the deadline that the clock says.
+			now := s.now()
+			if err := s.overdue(now.Sub(s.base)); err != nil {
+				if s.unanswered() {
+					err = s.noAnswer(sentAt)
+				}
+				s.end(err)
+				return
+			}
 			if pending {
-				s.logMiss(time.Since(sentAt), time.Until(deadlineAt))
+				if !missed && s.log != nil {
+					s.logMiss(now.Sub(sentAt), deadlineAt.Sub(now))
+				}
+				missed = true
+				beat.Reset(s.sched.base())
 				continue
 			}
-			sentAt, pending = time.Now(), true
+			sentAt, pending = now, true
 			if err := s.write(s.beat, deadlineAt); err != nil {
 				s.end(err)
 				return
@@ -470,7 +507,7 @@ func (s *session) run(acquire []byte) {
 			s.sched.observe(ev.at.Sub(sentAt))
 			deadlineAt = sentAt.Add(timeout)
 			s.deadline.Store(int64(deadlineAt.Sub(s.base)))
-			now := time.Now()
+			now := s.now()
 			deadline.Reset(deadlineAt.Sub(now))
 			beat.Reset(ev.at.Add(s.sched.interval()).Sub(now))
 			switch {
@@ -497,7 +534,7 @@ func (s *session) grant(token uint64, at time.Time, hold *time.Timer) {
 	s.held, s.token = true, token
 	s.sendGrant(token, at)
 	if until := s.holdUntil.Load(); until > 0 {
-		hold.Reset(time.Until(s.base.Add(time.Duration(until))))
+		hold.Reset(time.Duration(until) - s.since())
 	}
 }
 
@@ -512,17 +549,19 @@ func (s *session) sendGrant(token uint64, at time.Time) {
 	}
 }
 
-// write writes one request; the deadline is the session's, so a write stuck
-// behind a frozen link ends as a lost confirmation, not later.
+// write writes one request; the deadline is the session's (a reading of
+// now), so a write stuck behind a frozen link ends as a lost confirmation,
+// not later.
 func (s *session) write(b []byte, deadlineAt time.Time) error {
-	s.conn.SetWriteDeadline(deadlineAt)
+	// The connection's deadline is on time.Now's clock.
+	s.conn.SetWriteDeadline(time.Now().Add(deadlineAt.Sub(s.now())))
 	if _, err := s.conn.Write(b); err != nil {
 		select {
 		case <-s.closing:
 			return ErrReleased
 		default:
 		}
-		if !time.Now().Before(deadlineAt) {
+		if !s.now().Before(deadlineAt) {
 			return s.unconfirmed()
 		}
 		return brokenConn(s.addr, err)
@@ -547,7 +586,7 @@ func (s *session) unanswered() bool { return !s.replied && !s.grantSent.Load() }
 // noAnswer is the end of a session whose ACQUIRE, written at sentAt, got
 // no answer.
 func (s *session) noAnswer(sentAt time.Time) error {
-	e := &noAnswerError{addr: s.addr, waited: time.Since(sentAt)}
+	e := &noAnswerError{addr: s.addr, waited: s.now().Sub(sentAt)}
 	if timeout := s.sched.timeout(); answerBound(timeout) == timeout {
 		e.unconfirmed = s.unconfirmed()
 	}
@@ -580,7 +619,7 @@ func (s *session) record(err error) (first bool) {
 		if lost {
 			err = &lostError{name: s.name, cause: err}
 		}
-		s.err, s.endedAt = err, time.Now()
+		s.err, s.endedAt = err, s.now()
 		s.cancel(err)
 		if lost && s.onLost != nil {
 			s.onLost(err)

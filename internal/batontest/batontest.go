@@ -1,5 +1,6 @@
 // Package batontest holds test helpers: a real server on 127.0.0.1:0, a raw
-// wire client, and Eventually. It is imported only by tests.
+// wire client, Eventually, and a clock that suspends. It is imported only
+// by tests.
 package batontest
 
 import (
@@ -8,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/clients/go/clock"
 	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/internal/tokenstore"
 	"github.com/batonlock/baton/server"
@@ -258,3 +261,26 @@ func NewConn(t testing.TB, nc net.Conn) *Conn {
 	t.Cleanup(func() { nc.Close() })
 	return &Conn{t: t, Conn: nc}
 }
+
+// SuspendClock is a server's clock (server.Config.Now, cluster.Config.Now)
+// for tests that suspend the machine, as far as the server can tell:
+// package clock's reading, plus the suspends the test makes, which Go's
+// monotonic clock and timers do not see (CLOCK_BOOTTIME against
+// CLOCK_MONOTONIC across a real suspend on Linux).
+type SuspendClock struct {
+	// Stops makes it a clock that stops during a suspend, as the
+	// monotonic clock does: a test's control, which must see the harm.
+	Stops bool
+	slept atomic.Int64 // the suspends so far
+}
+
+// Now is the clock's reading.
+func (c *SuspendClock) Now() time.Time {
+	if c.Stops {
+		return clock.Now()
+	}
+	return clock.Now().Add(time.Duration(c.slept.Load()))
+}
+
+// Suspend makes the machine sleep for d: the clock moves d on at once.
+func (c *SuspendClock) Suspend(d time.Duration) { c.slept.Add(int64(d)) }

@@ -405,11 +405,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		}
 		cfg.NextToken = store.Next
 		cfg.NoteLease = store.NoteLease
-		// Counted from now, not from the crash: later is only safer.
+		// Counted from the server's start, not from the crash: later is
+		// only safer.
 		grace = min(store.Grace(), o.crashGraceMax)
-		if grace > 0 {
-			cfg.NoGrantBefore = time.Now().Add(grace)
-		}
+		cfg.NoGrantFor = grace
 	}
 	closeNode := func() {
 		if node != nil {

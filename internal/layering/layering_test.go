@@ -1,9 +1,9 @@
 // Package layering checks that imports run one way (STYLE.md): the codec,
-// the lock table and the token store use only the standard library; the
-// client uses only the codec, and both are the client's own module, which
-// the server's packages import and never the reverse; the server never
-// reaches up to ops, the CLI or the client; test helpers stay out of
-// production code.
+// the clock, the lock table and the token store use only the standard
+// library; the client uses only the codec and the clock, and all three are
+// the client's own module, which the server's packages import and never
+// the reverse; the server never reaches up to ops, the CLI or the client;
+// test helpers stay out of production code.
 package layering
 
 import (
@@ -22,15 +22,16 @@ const (
 // depend on, directly or not. Third-party modules are checked separately.
 var allowed = map[string][]string{
 	"clients/go/wire":         {},
-	"clients/go":              {"clients/go/wire"}, // the client, package baton: a module of its own
-	"clients/go/fence":        {},                  // the fencing kits' client halves: the user's drivers, not ours
+	"clients/go/clock":        {},                                      // the clock of every lease deadline, the server's too
+	"clients/go":              {"clients/go/wire", "clients/go/clock"}, // the client, package baton: a module of its own
+	"clients/go/fence":        {},                                      // the fencing kits' client halves: the user's drivers, not ours
 	"locktable":               {},
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
-	"server":                  {"clients/go/wire", "locktable", "internal/tokenstore"},
-	"ops":                     {"server", "clients/go/wire", "locktable", "internal/tokenstore"},
-	"cluster":                 {"server", "clients/go/wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
+	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
+	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
 	"internal/cli":            {"*"},
 	"cmd/baton":               {"*"},
 	"internal/batontest":      {"*"},
@@ -54,7 +55,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true}
 	stdOrSys = map[string]bool{"clients/go": true}
 )
 

@@ -55,7 +55,10 @@ type Store struct {
 	lease   time.Duration // the bound in leaseFile
 	grace   time.Duration // see Grace; set by Open
 	// graceEnds is Open's time plus grace: until then, clients of the
-	// crashed run may still believe in their locks (see MarkClean).
+	// crashed run may still believe in their locks (see MarkClean). It is
+	// on time.Now's monotonic clock, which stops during a suspend of the
+	// machine: a suspend makes MarkClean count less of the grace as
+	// passed, so it only makes it more careful.
 	graceEnds time.Time
 }
 

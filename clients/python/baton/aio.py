@@ -14,10 +14,10 @@ import logging
 import socket
 import ssl
 import struct
-import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from . import wire
+from .clock import Clock
 from .core import ENDED, HELD, Attempts, SessionBase, tls_failure
 from .errors import ConnectionBroken, MaxHoldReached, TLSRefused
 
@@ -41,8 +41,9 @@ class AioSession(SessionBase, asyncio.Protocol):
         max_hold: Optional[float],
         on_waiting: Optional[Callable[[int], None]],
         log: logging.Logger,
+        clock: Clock,
     ) -> None:
-        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log)
+        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log, clock)
         self._loop = loop
         self._acquire = acquire
         self._reset = reset
@@ -52,7 +53,7 @@ class AioSession(SessionBase, asyncio.Protocol):
         self.closed: "asyncio.Future[None]" = loop.create_future()  # the socket is closed
 
     def valid_until(self) -> float:
-        return self.core.valid_until()
+        return self.monotonic_until(self.core.valid_until())
 
     def on_loss(self, f: Callable[[], None]) -> None:
         if self.cause is None:
@@ -72,14 +73,14 @@ class AioSession(SessionBase, asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.core.sent_acquire(time.monotonic())
+        self.core.sent_acquire(self.clock())
         transport.write(self._acquire)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
         if self.core.state == ENDED:
             return
-        events, end = self.core.receive(data, time.monotonic())
+        events, end = self.core.receive(data, self.clock())
         for kind, value in events:
             if kind == "granted":
                 self._settle()
@@ -113,14 +114,14 @@ class AioSession(SessionBase, asyncio.Protocol):
             self._timer = None
         if self.core.state == ENDED:
             return
-        self._timer = self._loop.call_later(max(self.core.wake_at() - time.monotonic(), 0), self._tick)
+        self._timer = self._loop.call_later(self.core.wait(self.clock()), self._tick)
 
     def _tick(self) -> None:
         self._timer = None
         core = self.core
         if core.state == ENDED:
             return
-        now = time.monotonic()
+        now = self.clock()  # a timer that fired late (a suspend) ends here
         end = core.overdue(now)
         if end is not None:
             self._end(end)
@@ -137,7 +138,7 @@ class AioSession(SessionBase, asyncio.Protocol):
         """Ends a held lock whose deadline has passed: the clock decides, not
         whether the loop has run the session's timer since."""
         if self.core.state == HELD:
-            err = self.core.overdue(time.monotonic())
+            err = self.core.overdue(self.clock())
             if err is not None:
                 self._end(err)
 
@@ -227,7 +228,7 @@ async def acquire(
         for i in at.order():
             def make(i: int = i) -> AioSession:
                 return AioSession(loop, client._addrs[i], name, client._lease_ms, frame,
-                                  not client._normal_close, max_hold, on_waiting, client._log)
+                                  not client._normal_close, max_hold, on_waiting, client._log, client._clock)
             try:
                 s = await _dial(client, i, at, make)
                 at.connected(i)

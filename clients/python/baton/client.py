@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import aio, wire
+from . import aio, clock, wire
 from .ops import Leader, OpsAPI
 from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, LostEvent, tls_failure
 from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LimitMismatch, LockLost
@@ -144,15 +144,22 @@ class _HeldBase:
         """The ``time.monotonic()`` from which the lock must be taken as lost
         even if no reply has said so: the send time of the latest request
         the server confirmed plus 0.8 x lease (or the ``max_hold`` limit if
-        that comes first). It moves on with every confirmed heartbeat."""
+        that comes first). It moves on with every confirmed heartbeat.
+
+        The deadline is measured on a clock that counts a suspend of the
+        machine (CLOCK_BOOTTIME on Linux), which ``time.monotonic()`` does
+        not; this is the time left when asked, from ``time.monotonic()``
+        then. Ask again for each step: after a suspend, an answer given
+        before it is late by the suspend's length (``check()`` is right at
+        once)."""
         return self._s.valid_until()
 
     def check(self) -> None:
         """Raises LockLost (its ``.cause`` says why) once ownership has ended.
 
         It reads the clock itself: past ``valid_until`` it ends the claim and
-        raises, even if the process has just woken from a pause and no
-        thread of the client has run yet. Call it right before each step
+        raises, even if the process has just woken from a pause, or the
+        machine from a suspend, and no thread of the client has run yet. Call it right before each step
         that touches the guarded resource; ``lost`` and the cancellation of
         an ``alock`` block are set by the client in the background and can
         come late after a pause."""
@@ -413,6 +420,9 @@ class Client:
         self._backoff = (float(backoff[0]), float(backoff[1]))
         self._retries = retries
         self._ops = OpsAPI(list(ops_addrs or []), admin_token, ssl_context)
+        # The clock of every lock's deadline (clock.py): it counts a
+        # suspend of the machine. Tests replace it.
+        self._clock: clock.Clock = clock.default()
 
     def _attempts(self, name: str, timeout: Optional[float]) -> Attempts:
         return Attempts(self._addrs, self._last, name, timeout, self._log,
@@ -671,7 +681,7 @@ class Client:
                 time.sleep(at.no_address())
                 continue
             s = Session(sock, self._addrs[at.idx], name, self._lease_ms, frame, reset=not self._normal_close,
-                        max_hold=max_hold, on_waiting=on_waiting, log=self._log)
+                        max_hold=max_hold, on_waiting=on_waiting, log=self._log, clock=self._clock)
             s.start()
             try:
                 with s.cond:

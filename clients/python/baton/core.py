@@ -1,10 +1,11 @@
 """One session's protocol, with no I/O and no clock of its own (internal).
 
 Both drivers, the thread of session.py and the asyncio protocol of aio.py,
-feed it the bytes they read and the monotonic time, and act on what it
-answers, so the rules of PROTOCOL.md live in one place. The acquire loop's
-choices after a failed attempt (reconnect where, after how long) are here
-too, for the same reason.
+feed it the bytes they read and the time on the client's clock (clock.py:
+it counts a suspend of the machine), and act on what it answers, so the
+rules of PROTOCOL.md live in one place. The acquire loop's choices after a
+failed attempt (reconnect where, after how long) are here too, for the
+same reason.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from . import wire
+from .clock import Clock
 from .errors import (
     ConnectionBroken,
     Error,
@@ -110,10 +112,17 @@ class Core:
         self.miss_at = now + self.sched.lease / 4
 
     def valid_until(self) -> float:
-        """The monotonic time from which the lock must be taken as lost."""
+        """The time on the clock from which the lock must be taken as lost."""
         if self.hold_until is not None:
             return min(self.deadline, self.hold_until)
         return self.deadline
+
+    def wait(self, now: float) -> float:
+        """How long the driver may wait before it looks at the clock again:
+        until wake_at, and never more than a quarter lease, so that a wait
+        that a suspend of the machine made late (it counts the monotonic
+        clock) is seen a quarter lease after the resume at most."""
+        return min(max(self.wake_at() - now, 0.0), self.sched.lease / 4)
 
     def wake_at(self) -> float:
         """When the driver must look at the clock again."""
@@ -364,12 +373,20 @@ class LostEvent(threading.Event):
 
 
 class SessionBase:
-    """What both drivers of a session share: the Core, why the session
-    ended, the callbacks, and the log lines they write the same way."""
+    """What both drivers of a session share: the Core, its clock, why the
+    session ended, the callbacks, and the log lines they write the same way.
+
+    Every time given to the Core is a reading of ``clock``, which counts a
+    suspend of the machine. The drivers' waits (select, socket timeouts,
+    the event loop's timers) count the monotonic clock, which does not:
+    after a suspend they end late, so the drivers read the clock whenever
+    they wake and never take a wait's end for the deadline."""
 
     def __init__(self, name: str, addr: str, lease_ms: int, max_hold: Optional[float],
-                 on_waiting: Optional[Callable[[int], None]], log: Optional[logging.Logger]) -> None:
+                 on_waiting: Optional[Callable[[int], None]], log: Optional[logging.Logger],
+                 clock: Clock) -> None:
         self.core = Core(name, addr, lease_ms / 1000.0, max_hold)
+        self.clock = clock
         self.name = name
         self.addr = addr
         self._on_waiting = on_waiting
@@ -383,6 +400,11 @@ class SessionBase:
 
     def expire_if_late(self) -> None:
         raise NotImplementedError
+
+    def monotonic_until(self, until: float) -> float:
+        """``until``, a reading of the clock, as a ``time.monotonic()``
+        time: the time left now, from now."""
+        return time.monotonic() + (until - self.clock())
 
     @property
     def state(self) -> str:

@@ -9,10 +9,10 @@ import socket
 import ssl
 import struct
 import threading
-import time
 from typing import Callable, Optional
 
 from . import wire
+from .clock import Clock, default
 from .core import ENDED, HELD, WAITING, SessionBase
 from .errors import ConnectionBroken, MaxHoldReached, TLSRefused
 
@@ -37,8 +37,9 @@ class Session(SessionBase):
         max_hold: Optional[float] = None,
         on_waiting: Optional[Callable[[int], None]] = None,
         log: Optional[logging.Logger] = None,
+        clock: Optional[Clock] = None,
     ) -> None:
-        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log)
+        super().__init__(name, addr, lease_ms, max_hold, on_waiting, log, clock or default())
         self.sock = sock
         self._reset = reset  # close() resets the connection (see there)
         self._acquire = acquire
@@ -47,7 +48,7 @@ class Session(SessionBase):
 
     def valid_until(self) -> float:
         with self.cond:
-            return self.core.valid_until()
+            return self.monotonic_until(self.core.valid_until())
 
     def start(self) -> None:
         self._thread.start()
@@ -88,7 +89,7 @@ class Session(SessionBase):
         with self.cond:
             if self.core.state != HELD:
                 return
-            err = self.core.overdue(time.monotonic())
+            err = self.core.overdue(self.clock())
         if err is not None:
             self._end(err)
 
@@ -151,7 +152,7 @@ class Session(SessionBase):
 
     def _send(self, b: bytes, deadline: float) -> Optional[BaseException]:
         try:
-            self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            self.sock.settimeout(max(deadline - self.clock(), 0.001))
             self.sock.sendall(b)
             return None
         except socket.timeout:
@@ -162,7 +163,7 @@ class Session(SessionBase):
     def _loop(self) -> None:
         core = self.core
         with self.cond:
-            core.sent_acquire(time.monotonic())
+            core.sent_acquire(self.clock())
         err = self._send(self._acquire, core.deadline)
         if err is not None:
             self._end(err)
@@ -171,13 +172,13 @@ class Session(SessionBase):
             with self.cond:
                 if core.state == ENDED:
                     return
-                now = time.monotonic()
+                now = self.clock()  # a wait that ended late (a suspend) ends here
                 end = core.overdue(now)
                 miss = core.miss_due(now)
                 beat = end is None and core.beat_due(now)
                 if beat:
                     core.sent_beat(now)
-                wake, deadline = core.wake_at(), core.deadline
+                wait, deadline = core.wait(now), core.deadline
             if end is not None:
                 self._end(end)
                 return
@@ -192,13 +193,13 @@ class Session(SessionBase):
             pending_tls = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
             if not pending_tls:
                 try:
-                    ready, _, _ = select.select([self.sock], [], [], max(wake - now, 0))
+                    ready, _, _ = select.select([self.sock], [], [], wait)
                 except (OSError, ValueError):
                     ready = [self.sock]  # closed under us: recv says how
                 if not ready:
                     continue
             try:
-                self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                self.sock.settimeout(max(deadline - self.clock(), 0.001))
                 data = self.sock.recv(4096)
             except (socket.timeout, ssl.SSLWantReadError):
                 continue  # part of a TLS record; the deadline check decides
@@ -213,7 +214,7 @@ class Session(SessionBase):
             except (OSError, ValueError) as e:
                 self._end(ConnectionBroken(f"read from {self.addr}: {e}"))
                 return
-            at = time.monotonic()
+            at = self.clock()
             if not data:
                 self._end(ConnectionBroken(f"connection to {self.addr} closed by the server"))
                 return

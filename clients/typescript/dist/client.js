@@ -38,6 +38,7 @@ exports.Client = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = export
 const net = __importStar(require("node:net"));
 const os = __importStar(require("node:os"));
 const tls = __importStar(require("node:tls"));
+const clock_js_1 = require("./clock.js");
 const election_js_1 = require("./election.js");
 const errors_js_1 = require("./errors.js");
 const held_js_1 = require("./held.js");
@@ -147,6 +148,8 @@ class Client {
     /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
     #inUse = new Map();
     #last = 0;
+    /** The clock of every lock's deadline (clock.ts): it counts a suspend of the machine. */
+    #clock = new clock_js_1.WallChecked().now;
     constructor(addrs, opts = {}) {
         const list = typeof addrs === "string" ? addrs.split(",").map((a) => a.trim()).filter(Boolean) : [...addrs];
         if (list.length === 0)
@@ -377,6 +380,7 @@ class Client {
                 onWaiting: waitingOf(opts),
                 unref: opts.unref ?? this.#unref,
                 log,
+                clock: this.#clock,
             });
             await new Promise((resolve) => {
                 if (s.state !== "waiting")

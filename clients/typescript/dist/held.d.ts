@@ -6,7 +6,8 @@ import type { Claim } from "./wire.js";
  *
  * Ask `check()` (or `lost`) right before each step that touches the guarded
  * resource: both read the clock themselves, so a process that wakes past
- * the deadline (a blocked event loop, a GC pause, SIGSTOP) is told at once.
+ * the deadline (a blocked event loop, a GC pause, SIGSTOP, a suspend of the
+ * machine) is told at once.
  * `signal` is aborted by the client's timers and socket events, which a
  * blocked loop runs late: pass it to fetch, streams and timers so they stop,
  * but do not take its silence for ownership.
@@ -42,6 +43,12 @@ export declare class Held {
      * no reply has said so: the send time of the latest request the server
      * confirmed plus 0.8 × lease (or the maxHoldMs limit if that comes first).
      * It moves on with every confirmed heartbeat.
+     *
+     * The deadline is measured on a clock that counts a suspend of the
+     * machine, which `performance.now()` does not: this is the time left when
+     * asked, from `performance.now()` then. Ask again for each step: after a
+     * suspend, an answer given before it is late by the suspend's length
+     * (`check()` is right at once).
      */
     get validUntil(): number;
     /**

@@ -1,5 +1,6 @@
 /** One session: one connection, one claim on one lock (internal). */
 import type { Socket } from "node:net";
+import type { Clock } from "./clock.js";
 import { BatonError } from "./errors.js";
 import type { Logger } from "./log.js";
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
@@ -34,6 +35,8 @@ export interface SessionOptions {
     /** Once held, the socket and the timer do not keep the process alive. */
     unref?: boolean;
     log: Required<Logger>;
+    /** The clock of the deadlines (clock.ts): it counts a suspend of the machine. */
+    clock: Clock;
 }
 /**
  * The session's socket 'data' handler is its permanent reader, so a
@@ -42,6 +45,11 @@ export interface SessionOptions {
  * the deadline (0.8 × lease from the send of the last request the server
  * answered) and the hold limit. A blocked event loop runs no timer, so
  * `expireIfLate` lets any question about the lock read the clock itself.
+ *
+ * Every time kept here is a reading of `opts.clock`, which counts a suspend
+ * of the machine; the timer counts the monotonic clock, which does not, and
+ * after a suspend fires late: the tick reads the clock, and never takes
+ * the timer's firing for the deadline.
  */
 export declare class Session {
     private readonly sock;
@@ -77,7 +85,7 @@ export declare class Session {
     constructor(sock: Socket, raw: Socket, addr: string, name: string, leaseMs: number, acquire: Buffer, opts: SessionOptions);
     /** Calls f at every change of state (held, ended). */
     onChange(f: () => void): () => void;
-    /** The performance.now() from which the lock must be taken as lost. */
+    /** The performance.now() from which the lock must be taken as lost: the time left now, from now. */
     validUntil(): number;
     /** Ends a held lock whose deadline has passed: the clock decides, not whether a timer has run. */
     expireIfLate(): void;

@@ -78,6 +78,11 @@ exports.Schedule = Schedule;
  * the deadline (0.8 × lease from the send of the last request the server
  * answered) and the hold limit. A blocked event loop runs no timer, so
  * `expireIfLate` lets any question about the lock read the clock itself.
+ *
+ * Every time kept here is a reading of `opts.clock`, which counts a suspend
+ * of the machine; the timer counts the monotonic clock, which does not, and
+ * after a suspend fires late: the tick reads the clock, and never takes
+ * the timer's firing for the deadline.
  */
 class Session {
     sock;
@@ -129,7 +134,7 @@ class Session {
             }
         });
         sock.on("close", () => this.end(new errors_js_1.ConnectionBroken(`connection to ${addr} closed by the server`)));
-        this.sentAt = node_perf_hooks_1.performance.now();
+        this.sentAt = opts.clock();
         this.deadline = this.sentAt + this.sched.timeout;
         this.arm();
         sock.write(acquire);
@@ -141,15 +146,16 @@ class Session {
             this.listeners = this.listeners.filter((g) => g !== f);
         };
     }
-    /** The performance.now() from which the lock must be taken as lost. */
+    /** The performance.now() from which the lock must be taken as lost: the time left now, from now. */
     validUntil() {
-        return this.holdUntil === undefined ? this.deadline : Math.min(this.deadline, this.holdUntil);
+        const until = this.holdUntil === undefined ? this.deadline : Math.min(this.deadline, this.holdUntil);
+        return node_perf_hooks_1.performance.now() + (until - this.opts.clock());
     }
     /** Ends a held lock whose deadline has passed: the clock decides, not whether a timer has run. */
     expireIfLate() {
         if (this.state !== "held")
             return;
-        const late = this.overdue(node_perf_hooks_1.performance.now());
+        const late = this.overdue(this.opts.clock());
         if (late)
             this.end(late);
     }
@@ -189,14 +195,16 @@ class Session {
         for (const t of [this.nextBeat, this.missAt, this.holdUntil])
             if (t !== undefined && t < at)
                 at = t;
-        this.timer = setTimeout(() => this.tick(), Math.max(at - node_perf_hooks_1.performance.now(), 0));
+        // Never more than a quarter lease: the timer counts the monotonic clock,
+        // and a suspend of the machine makes it late; the tick reads the clock.
+        this.timer = setTimeout(() => this.tick(), Math.min(Math.max(at - this.opts.clock(), 0), this.sched.leaseMs / 4));
         if (this.opts.unref && this.state === "held")
             this.timer.unref();
     }
     tick() {
         if (this.state === "ended")
             return;
-        const now = node_perf_hooks_1.performance.now();
+        const now = this.opts.clock(); // a timer late by a suspend ends the claim here
         const late = this.overdue(now);
         if (late)
             return this.end(late);
@@ -245,7 +253,7 @@ class Session {
         this.notify();
     }
     onData(d) {
-        const at = node_perf_hooks_1.performance.now();
+        const at = this.opts.clock();
         this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
         const { frames, rest, error } = wire.split(this.buf);
         this.buf = rest;

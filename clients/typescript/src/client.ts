@@ -3,6 +3,7 @@
 import * as net from "node:net";
 import * as os from "node:os";
 import * as tls from "node:tls";
+import { WallChecked, type Clock } from "./clock.js";
 import { Leadership } from "./election.js";
 import {
   AcquireTimeoutError,
@@ -275,6 +276,8 @@ export class Client {
   /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
   readonly #inUse = new Map<string, { exclusive: number; shared: number; limit: number }>();
   #last = 0;
+  /** The clock of every lock's deadline (clock.ts): it counts a suspend of the machine. */
+  readonly #clock: Clock = new WallChecked().now;
 
   constructor(addrs: string[] | string, opts: ClientOptions = {}) {
     const list = typeof addrs === "string" ? addrs.split(",").map((a) => a.trim()).filter(Boolean) : [...addrs];
@@ -496,6 +499,7 @@ export class Client {
         onWaiting: waitingOf(opts),
         unref: opts.unref ?? this.#unref,
         log,
+        clock: this.#clock,
       });
       await new Promise<void>((resolve) => {
         if (s.state !== "waiting") return resolve();

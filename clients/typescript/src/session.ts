@@ -2,6 +2,7 @@
 
 import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
+import type { Clock } from "./clock.js";
 import { BatonError, ConnectionBroken, LockLost, MaxHoldReached, Unconfirmed, UnauthorizedError, errorForCode } from "./errors.js";
 import type { Logger } from "./log.js";
 import * as wire from "./wire.js";
@@ -50,6 +51,8 @@ export interface SessionOptions {
   /** Once held, the socket and the timer do not keep the process alive. */
   unref?: boolean;
   log: Required<Logger>;
+  /** The clock of the deadlines (clock.ts): it counts a suspend of the machine. */
+  clock: Clock;
 }
 
 /**
@@ -59,6 +62,11 @@ export interface SessionOptions {
  * the deadline (0.8 × lease from the send of the last request the server
  * answered) and the hold limit. A blocked event loop runs no timer, so
  * `expireIfLate` lets any question about the lock read the clock itself.
+ *
+ * Every time kept here is a reading of `opts.clock`, which counts a suspend
+ * of the machine; the timer counts the monotonic clock, which does not, and
+ * after a suspend fires late: the tick reads the clock, and never takes
+ * the timer's firing for the deadline.
  */
 export class Session {
   state: State = "waiting";
@@ -108,7 +116,7 @@ export class Session {
       }
     });
     sock.on("close", () => this.end(new ConnectionBroken(`connection to ${addr} closed by the server`)));
-    this.sentAt = performance.now();
+    this.sentAt = opts.clock();
     this.deadline = this.sentAt + this.sched.timeout;
     this.arm();
     sock.write(acquire);
@@ -122,15 +130,16 @@ export class Session {
     };
   }
 
-  /** The performance.now() from which the lock must be taken as lost. */
+  /** The performance.now() from which the lock must be taken as lost: the time left now, from now. */
   validUntil(): number {
-    return this.holdUntil === undefined ? this.deadline : Math.min(this.deadline, this.holdUntil);
+    const until = this.holdUntil === undefined ? this.deadline : Math.min(this.deadline, this.holdUntil);
+    return performance.now() + (until - this.opts.clock());
   }
 
   /** Ends a held lock whose deadline has passed: the clock decides, not whether a timer has run. */
   expireIfLate(): void {
     if (this.state !== "held") return;
-    const late = this.overdue(performance.now());
+    const late = this.overdue(this.opts.clock());
     if (late) this.end(late);
   }
 
@@ -166,13 +175,15 @@ export class Session {
     if (this.state === "ended") return;
     let at = this.deadline;
     for (const t of [this.nextBeat, this.missAt, this.holdUntil]) if (t !== undefined && t < at) at = t;
-    this.timer = setTimeout(() => this.tick(), Math.max(at - performance.now(), 0));
+    // Never more than a quarter lease: the timer counts the monotonic clock,
+    // and a suspend of the machine makes it late; the tick reads the clock.
+    this.timer = setTimeout(() => this.tick(), Math.min(Math.max(at - this.opts.clock(), 0), this.sched.leaseMs / 4));
     if (this.opts.unref && this.state === "held") this.timer.unref();
   }
 
   private tick(): void {
     if (this.state === "ended") return;
-    const now = performance.now();
+    const now = this.opts.clock(); // a timer late by a suspend ends the claim here
     const late = this.overdue(now);
     if (late) return this.end(late);
     if (this.missAt !== undefined && now >= this.missAt) {
@@ -222,7 +233,7 @@ export class Session {
   }
 
   private onData(d: Buffer): void {
-    const at = performance.now();
+    const at = this.opts.clock();
     this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
     const { frames, rest, error } = wire.split(this.buf);
     this.buf = rest;
