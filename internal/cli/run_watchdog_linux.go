@@ -18,7 +18,8 @@ package cli
 // parent-death signal takes the command with it.
 //
 // The lifeline also carries the lock's deadline: baton run writes a line
-// "until NS" (CLOCK_MONOTONIC nanoseconds, the clock both processes read)
+// "until NS" (CLOCK_BOOTTIME nanoseconds, the clock both processes read,
+// which counts a suspend of the machine as the lock's deadline does)
 // each time a confirmed heartbeat moves it. If the deadline passes before
 // a later one comes, baton run is not running (kill -STOP, a stopped
 // debugger, a machine too busy to schedule it) and cannot stop the command
@@ -128,7 +129,7 @@ func RunWatchdog(args []string) int {
 		}
 	}()
 	cut := make(chan struct{})
-	deadlines := make(chan time.Duration, 1) // how long from now each new deadline is
+	deadlines := make(chan int64, 1) // each new deadline, CLOCK_BOOTTIME nanoseconds
 	go func() {
 		readLifeline(lifeline, deadlines) // EOF: baton run closed it, or died
 		close(cut)
@@ -139,11 +140,18 @@ func RunWatchdog(args []string) int {
 	killed, terminated := false, false
 	deadline := time.NewTimer(time.Hour)
 	deadline.Stop()
+	var until int64 // the lock's deadline; 0 before the first
 	for {
 		select {
-		case d := <-deadlines:
-			deadline.Reset(d)
+		case until = <-deadlines:
+			deadline.Reset(untilWait(until))
 		case <-deadline.C:
+			if left := until - bootNow(); left > 0 {
+				// The timer counts the monotonic clock, which stops while
+				// the machine is suspended: look again at the boot clock.
+				deadline.Reset(untilWait(until))
+				continue
+			}
 			if !terminated && !killed && code < 0 {
 				// baton run did not move the deadline in time: it is
 				// stopped or starved, and the lock is lost by now.
@@ -196,30 +204,39 @@ func RunWatchdog(args []string) int {
 	}
 }
 
+// deadlineRecheck bounds each wait for the deadline: a timer runs on the
+// monotonic clock, which stops while the machine is suspended, so the
+// watchdog looks at the boot clock at least this often.
+const deadlineRecheck = 250 * time.Millisecond
+
+// untilWait is how long to wait before looking at deadline until again.
+func untilWait(until int64) time.Duration {
+	return min(max(time.Duration(until-bootNow()), 0), deadlineRecheck)
+}
+
 // readLifeline reads baton run's deadline lines from the lifeline until
-// EOF, sending on out how long from now each deadline is. A deadline
-// already past is sent as 0.
-func readLifeline(lifeline io.Reader, out chan time.Duration) {
+// EOF, sending each deadline on out.
+func readLifeline(lifeline io.Reader, out chan int64) {
 	sc := bufio.NewScanner(lifeline)
 	for sc.Scan() {
 		var ns int64
 		if !scan(sc.Text()+"\n", "until %d\n", &ns) {
 			continue
 		}
-		d := max(time.Duration(ns-monotonicNow()), 0)
 		select { // the newest replaces one not yet taken
 		case <-out:
 		default:
 		}
-		out <- d
+		out <- ns
 	}
 }
 
-// monotonicNow is CLOCK_MONOTONIC in nanoseconds: the clock that baton
-// run and the watchdog both read, and that Go's monotonic time follows.
-func monotonicNow() int64 {
+// bootNow is CLOCK_BOOTTIME in nanoseconds: the clock that baton run and
+// the watchdog both read; like the lock's own deadline (clients/go/clock)
+// it keeps counting while the machine is suspended.
+func bootNow() int64 {
 	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
 	return ts.Nano()
 }
 
@@ -228,7 +245,7 @@ func monotonicNow() int64 {
 // the remaining time: a pause between the two makes the deadline sent
 // earlier, never later.
 func writeDeadline(lifeline *os.File, validUntil time.Time) error {
-	now := monotonicNow()
+	now := bootNow()
 	left := time.Until(validUntil)
 	_, err := fmt.Fprintf(lifeline, "until %d\n", now+int64(max(left, 0)))
 	return err
