@@ -50,11 +50,14 @@ type version3Vectors struct {
 		Key        string `json:"key"`
 		ClusterID  string `json:"cluster_id"`
 		Role       string `json:"role"`
+		Generation uint32 `json:"generation"`
 		Name       string `json:"name"`
 		Shared     bool   `json:"shared"`
 		Limit      uint16 `json:"limit"`
 		LeaseMs    uint32 `json:"lease_ms"`
 		ID         string `json:"id"`
+		ClientSPKI string `json:"client_spki"`
+		ClientKey  string `json:"client_key"`
 		Message    string `json:"message"`
 		Credential string `json:"credential"`
 	} `json:"credentials"`
@@ -73,7 +76,7 @@ type version3Vectors struct {
 // The version 3 layout (docs/protocol.md section 14).
 const (
 	v3FlagNoWait, v3FlagShared, v3FlagResume, v3FlagHeld = 0x01, 0x02, 0x04, 0x08
-	v3Fixed, v3ResumeBlock, v3CredentialSize             = 9, 24, 16
+	v3Fixed, v3ResumeBlock, v3CredentialSize             = 9, 30, 16
 	v3AcquiredCredential, v3WaitingTicket                = 0x02, 0x01
 )
 
@@ -83,6 +86,8 @@ type v3Acquire struct {
 	lease         uint32
 	limit         uint16
 	resumeID      uint64
+	generation    uint32
+	attempt       uint16
 	credential    []byte
 	name, owner   string
 	refusal, fail string // the code a server answers, if any
@@ -110,7 +115,9 @@ func parseV3Acquire(p []byte) v3Acquire {
 			return a
 		}
 		a.resumeID = binary.BigEndian.Uint64(p[8:16])
-		a.credential = p[16:32]
+		a.generation = binary.BigEndian.Uint32(p[16:20])
+		a.attempt = binary.BigEndian.Uint16(p[20:22])
+		a.credential = p[22:38]
 	}
 	nameLen := int(p[fixed-1])
 	if len(p) < fixed+nameLen {
@@ -120,7 +127,8 @@ func parseV3Acquire(p []byte) v3Acquire {
 	a.name, a.owner = string(p[fixed:fixed+nameLen]), string(p[fixed+nameLen:])
 	resume, held := a.flags&v3FlagResume != 0, a.flags&v3FlagHeld != 0
 	switch {
-	case a.flags&0xF0 != 0, held && !resume, resume && a.flags&v3FlagNoWait != 0, resume && a.resumeID == 0,
+	case a.flags&0xF0 != 0, held && !resume, resume && a.flags&v3FlagNoWait != 0,
+		resume && (a.resumeID == 0 || a.generation == 0 || a.attempt == 0),
 		a.lease == 0, a.limit == 0, a.limit > 1 && a.flags&v3FlagShared == 0:
 		a.refusal = "BAD_REQUEST"
 	case wire.CheckName(a.name) != nil, wire.CheckOwner(a.owner) != nil:
@@ -130,10 +138,11 @@ func parseV3Acquire(p []byte) v3Acquire {
 }
 
 // v3Credential computes a credential as the spec says, and the message.
-func v3Credential(key []byte, clusterID string, role byte, name string, shared bool, limit uint16, lease uint32, id uint64) (cred, msg []byte) {
+func v3Credential(key []byte, clusterID string, role byte, gen uint32, name string, shared bool, limit uint16, lease uint32, id uint64, clientKey []byte) (cred, msg []byte) {
 	msg = append(msg, "baton v3 claim"...)
 	msg = append(msg, role, byte(len(clusterID)))
 	msg = append(msg, clusterID...)
+	msg = binary.BigEndian.AppendUint32(msg, gen)
 	s := byte(0)
 	if shared {
 		s = 1
@@ -142,6 +151,8 @@ func v3Credential(key []byte, clusterID string, role byte, name string, shared b
 	msg = binary.BigEndian.AppendUint16(msg, limit)
 	msg = binary.BigEndian.AppendUint32(msg, lease)
 	msg = binary.BigEndian.AppendUint64(msg, id)
+	msg = append(msg, byte(len(clientKey)))
+	msg = append(msg, clientKey...)
 	msg = append(msg, byte(len(name)))
 	msg = append(msg, name...)
 	m := hmac.New(sha256.New, key)
@@ -215,35 +226,37 @@ func TestVersion3VectorsFollowTheSpec(t *testing.T) {
 				continue
 			}
 			if r != nil && (decimal(t, f.What, r["id"]) != a.resumeID || r["credential"] != hex.EncodeToString(a.credential) ||
-				r["held"] != (a.flags&v3FlagHeld != 0)) {
+				r["held"] != (a.flags&v3FlagHeld != 0) || r["generation"] != float64(a.generation) || r["attempt"] != float64(a.attempt)) {
 				t.Errorf("%s: resume block id %d credential %x held %v, want %v", f.What, a.resumeID, a.credential, a.flags&v3FlagHeld != 0, r)
 			}
 		case "ACQUIRED":
-			withCred := len(p) == 25 && p[0]&v3AcquiredCredential != 0
+			withCred := len(p) == 29 && p[0]&v3AcquiredCredential != 0
 			if h.Type != wire.TypeAcquired || !(withCred || len(p) == 9 && p[0]&v3AcquiredCredential == 0) {
-				t.Errorf("%s: ACQUIRED payload of %d bytes, flags 0x%02x: want 25 with CREDENTIAL or 9 without", f.What, len(p), p[0])
+				t.Errorf("%s: ACQUIRED payload of %d bytes, flags 0x%02x: want 29 with CREDENTIAL or 9 without", f.What, len(p), p[0])
 				continue
 			}
-			cred := ""
+			cred, gen := "", uint32(0)
 			if withCred {
-				cred = hex.EncodeToString(p[9:25])
+				gen, cred = binary.BigEndian.Uint32(p[9:13]), hex.EncodeToString(p[13:29])
 			}
 			tok := binary.BigEndian.Uint64(p[1:9])
-			if tok == 0 || tok != decimal(t, f.What, f.Fields["token"]) || (p[0]&wire.FlagPush != 0) != f.Fields["push"] || cred != f.Fields["credential"] {
+			if tok == 0 || tok != decimal(t, f.What, f.Fields["token"]) || (p[0]&wire.FlagPush != 0) != f.Fields["push"] ||
+				cred != f.Fields["credential"] || float64(gen) != f.Fields["generation"] {
 				t.Errorf("%s: token %d push %v credential %q, want %v", f.What, tok, p[0]&wire.FlagPush != 0, cred, f.Fields)
 			}
 		case "WAITING":
-			withTicket := len(p) == 29 && p[0]&v3WaitingTicket != 0
+			withTicket := len(p) == 33 && p[0]&v3WaitingTicket != 0
 			if h.Type != wire.TypeWaiting || !(withTicket || len(p) == 5 && p[0] == 0) {
-				t.Errorf("%s: WAITING payload of %d bytes, flags 0x%02x: want 29 with TICKET or 5 without", f.What, len(p), p[0])
+				t.Errorf("%s: WAITING payload of %d bytes, flags 0x%02x: want 33 with TICKET or 5 without", f.What, len(p), p[0])
 				continue
 			}
-			ticket, cred := uint64(0), ""
+			ticket, gen, cred := uint64(0), uint32(0), ""
 			if withTicket {
-				ticket, cred = binary.BigEndian.Uint64(p[5:13]), hex.EncodeToString(p[13:29])
+				ticket, gen, cred = binary.BigEndian.Uint64(p[5:13]), binary.BigEndian.Uint32(p[13:17]), hex.EncodeToString(p[17:33])
 			}
 			pos := binary.BigEndian.Uint32(p[1:5])
-			if float64(pos) != f.Fields["position"] || ticket != decimal(t, f.What, f.Fields["ticket"]) || cred != f.Fields["credential"] {
+			if float64(pos) != f.Fields["position"] || ticket != decimal(t, f.What, f.Fields["ticket"]) || cred != f.Fields["credential"] ||
+				float64(gen) != f.Fields["generation"] {
 				t.Errorf("%s: position %d ticket %d credential %q, want %v", f.What, pos, ticket, cred, f.Fields)
 			}
 		case "ERROR":
@@ -290,7 +303,13 @@ func TestVersion3VectorsFollowTheSpec(t *testing.T) {
 			t.Errorf("%s: role %q, want H or W", c.What, c.Role)
 			continue
 		}
-		cred, msg := v3Credential(unhex(t, c.Key), c.ClusterID, c.Role[0], c.Name, c.Shared, c.Limit, c.LeaseMs, decimal(t, c.What, c.ID))
+		clientKey := unhex(t, c.ClientKey)
+		if c.ClientSPKI != "" {
+			if sum := sha256.Sum256(unhex(t, c.ClientSPKI)); !bytes.Equal(sum[:], clientKey) {
+				t.Errorf("%s: client_key %x is not SHA-256 of client_spki (%x)", c.What, clientKey, sum)
+			}
+		}
+		cred, msg := v3Credential(unhex(t, c.Key), c.ClusterID, c.Role[0], c.Generation, c.Name, c.Shared, c.Limit, c.LeaseMs, decimal(t, c.What, c.ID), clientKey)
 		if hex.EncodeToString(msg) != c.Message {
 			t.Errorf("%s: message %x, the file says %s", c.What, msg, c.Message)
 		}
@@ -307,12 +326,6 @@ func TestVersion3VectorsFollowTheSpec(t *testing.T) {
 	for _, s := range v.Scenarios {
 		sizes := map[string]int{}
 		for i, st := range s.Steps {
-			for name, span := range st.Save {
-				if len(span) != 2 || span[0] < 0 || span[1] <= 0 || 2*(span[0]+span[1]) > len(st.Expect) {
-					t.Errorf("%s, step %d: save %s %v outside the expected frame", s.What, i, name, span)
-				}
-				sizes[name] = span[1]
-			}
 			for _, frame := range []string{st.Send, st.Expect} {
 				if frame == "" {
 					continue
@@ -330,10 +343,22 @@ func TestVersion3VectorsFollowTheSpec(t *testing.T) {
 					t.Errorf("%s, step %d: frame %s: length does not match its payload (%v)", s.What, i, frame, err)
 					continue
 				}
+				if frame == st.Expect {
+					for name, span := range st.Save {
+						if len(span) != 2 || span[0] < 0 || span[1] <= 0 || span[0]+span[1] > len(b) {
+							t.Errorf("%s, step %d: save %s %v outside the expected frame", s.What, i, name, span)
+						}
+					}
+				}
 				if frame == st.Send && b[0] == byte(wire.TypeAcquire) && b[3] == 3 {
 					if a := parseV3Acquire(b[3:]); a.refusal != "" && !bytes.Contains([]byte(frame), []byte("{")) {
 						t.Errorf("%s, step %d: ACQUIRE refused by the spec's checks: %s", s.What, i, a.refusal)
 					}
+				}
+			}
+			for name, span := range st.Save {
+				if len(span) == 2 {
+					sizes[name] = span[1]
 				}
 			}
 		}
