@@ -2,11 +2,9 @@ package wire_test
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"regexp"
 	"strconv"
@@ -16,11 +14,8 @@ import (
 	"github.com/batonlock/baton/clients/go/wire"
 )
 
-// version3Vectors is the version_3 section of testdata/vectors.json.
-// Until the codec speaks version 3, TestVersion3VectorsFollowTheSpec reads
-// it with the layout of docs/protocol.md section 14 written out here, so
-// that the file is checked by a second reading of the spec, independent
-// of whatever produced it.
+// version3Vectors is the version_3 section of testdata/vectors.json
+// (docs/protocol.md, section 14).
 type version3Vectors struct {
 	Frames []struct {
 		What   string         `json:"what"`
@@ -35,10 +30,16 @@ type version3Vectors struct {
 		First bool   `json:"first"`
 	} `json:"bad_frames"`
 	BadAcquire []struct {
-		What   string         `json:"what"`
-		Hex    string         `json:"hex"`
-		Error  string         `json:"error"`
-		Resume map[string]any `json:"resume"`
+		What    string         `json:"what"`
+		Name    string         `json:"name"`
+		LeaseMs uint32         `json:"lease_ms"`
+		Owner   string         `json:"owner"`
+		Shared  bool           `json:"shared"`
+		Limit   uint16         `json:"limit"`
+		NoWait  bool           `json:"nowait"`
+		Resume  map[string]any `json:"resume"`
+		Error   string         `json:"error"`
+		Hex     string         `json:"hex"`
 	} `json:"bad_acquire"`
 	ErrorCodes []struct {
 		Code  int    `json:"code"`
@@ -64,100 +65,16 @@ type version3Vectors struct {
 	Scenarios []struct {
 		What  string `json:"what"`
 		Steps []struct {
-			Conn        int              `json:"conn"`
-			Send        string           `json:"send"`
-			Expect      string           `json:"expect"`
-			Save        map[string][]int `json:"save"`
-			ExpectError string           `json:"expect_error"`
+			Conn          *int             `json:"conn"`
+			Send          string           `json:"send"`
+			Expect        string           `json:"expect"`
+			Save          map[string][]int `json:"save"`
+			ExpectError   string           `json:"expect_error"`
+			ExpectClosed  bool             `json:"expect_closed"`
+			Close         bool             `json:"close"`
+			NewGeneration bool             `json:"new_generation"`
 		} `json:"steps"`
 	} `json:"scenarios"`
-}
-
-// The version 3 layout (docs/protocol.md section 14).
-const (
-	v3FlagNoWait, v3FlagShared, v3FlagResume, v3FlagHeld = 0x01, 0x02, 0x04, 0x08
-	v3Fixed, v3ResumeBlock, v3CredentialSize             = 9, 30, 16
-	v3AcquiredCredential, v3WaitingTicket                = 0x02, 0x01
-)
-
-// v3Acquire is a version 3 ACQUIRE payload as the spec lays it out.
-type v3Acquire struct {
-	flags         uint8
-	lease         uint32
-	limit         uint16
-	resumeID      uint64
-	generation    uint32
-	attempt       uint16
-	credential    []byte
-	name, owner   string
-	refusal, fail string // the code a server answers, if any
-}
-
-// parseV3Acquire reads p by the spec's table, and names the code of the
-// first check that refuses it (the checks a decoder makes; the credential
-// and the claim's state are the server's).
-func parseV3Acquire(p []byte) v3Acquire {
-	var a v3Acquire
-	if len(p) == 0 || p[0] != 3 {
-		a.refusal = "VERSION"
-		return a
-	}
-	if len(p) < v3Fixed {
-		a.refusal = "PROTOCOL"
-		return a
-	}
-	a.flags, a.lease, a.limit = p[1], binary.BigEndian.Uint32(p[2:6]), binary.BigEndian.Uint16(p[6:8])
-	fixed := v3Fixed
-	if a.flags&v3FlagResume != 0 {
-		fixed += v3ResumeBlock
-		if len(p) < fixed {
-			a.refusal = "PROTOCOL"
-			return a
-		}
-		a.resumeID = binary.BigEndian.Uint64(p[8:16])
-		a.generation = binary.BigEndian.Uint32(p[16:20])
-		a.attempt = binary.BigEndian.Uint16(p[20:22])
-		a.credential = p[22:38]
-	}
-	nameLen := int(p[fixed-1])
-	if len(p) < fixed+nameLen {
-		a.refusal = "PROTOCOL"
-		return a
-	}
-	a.name, a.owner = string(p[fixed:fixed+nameLen]), string(p[fixed+nameLen:])
-	resume, held := a.flags&v3FlagResume != 0, a.flags&v3FlagHeld != 0
-	switch {
-	case a.flags&0xF0 != 0, held && !resume, resume && a.flags&v3FlagNoWait != 0,
-		resume && (a.resumeID == 0 || a.generation == 0 || a.attempt == 0),
-		a.lease == 0, a.limit == 0, a.limit > 1 && a.flags&v3FlagShared == 0:
-		a.refusal = "BAD_REQUEST"
-	case wire.CheckName(a.name) != nil, wire.CheckOwner(a.owner) != nil:
-		a.refusal = "BAD_REQUEST"
-	}
-	return a
-}
-
-// v3Credential computes a credential as the spec says, and the message.
-func v3Credential(key []byte, clusterID string, role byte, gen uint32, name string, shared bool, limit uint16, lease uint32, id uint64, clientKey []byte) (cred, msg []byte) {
-	msg = append(msg, "baton v3 claim"...)
-	msg = append(msg, role, byte(len(clusterID)))
-	msg = append(msg, clusterID...)
-	msg = binary.BigEndian.AppendUint32(msg, gen)
-	s := byte(0)
-	if shared {
-		s = 1
-	}
-	msg = append(msg, s)
-	msg = binary.BigEndian.AppendUint16(msg, limit)
-	msg = binary.BigEndian.AppendUint32(msg, lease)
-	msg = binary.BigEndian.AppendUint64(msg, id)
-	msg = append(msg, byte(len(clientKey)))
-	msg = append(msg, clientKey...)
-	msg = append(msg, byte(len(name)))
-	msg = append(msg, name...)
-	m := hmac.New(sha256.New, key)
-	m.Write(msg)
-	return m.Sum(nil)[:v3CredentialSize], msg
 }
 
 func loadVersion3(t *testing.T) version3Vectors {
@@ -172,9 +89,9 @@ func loadVersion3(t *testing.T) version3Vectors {
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatalf("testdata/vectors.json: %v", err)
 	}
-	if len(v.V3.Frames) < 10 || len(v.V3.BadFrames) == 0 || len(v.V3.Credentials) < 3 || len(v.V3.Scenarios) == 0 {
-		t.Fatalf("version_3: %d frames, %d bad frames, %d credentials, %d scenarios: want the vectors of docs/protocol.md section 14",
-			len(v.V3.Frames), len(v.V3.BadFrames), len(v.V3.Credentials), len(v.V3.Scenarios))
+	if len(v.V3.Frames) < 15 || len(v.V3.BadFrames) < 15 || len(v.V3.BadAcquire) < 5 || len(v.V3.Credentials) < 8 || len(v.V3.Scenarios) < 10 {
+		t.Fatalf("version_3: %d frames, %d bad frames, %d bad acquires, %d credentials, %d scenarios: want the vectors of docs/protocol.md section 14",
+			len(v.V3.Frames), len(v.V3.BadFrames), len(v.V3.BadAcquire), len(v.V3.Credentials), len(v.V3.Scenarios))
 	}
 	return v.V3
 }
@@ -189,143 +106,247 @@ func decimal(t *testing.T, what string, v any) uint64 {
 	return n
 }
 
-// TestVersion3VectorsFollowTheSpec reads every frame of the version_3
-// section by the layout of docs/protocol.md section 14 and checks it
-// against its fields; each credential against HMAC-SHA256 over the
-// message the spec defines; each refusal against the spec's checks; and
-// each scenario's frames for lengths that agree with their payloads once
-// the saved values are put in.
-func TestVersion3VectorsFollowTheSpec(t *testing.T) {
+func number(v any) uint64 {
+	f, _ := v.(float64)
+	return uint64(f)
+}
+
+func credentialOf(t *testing.T, what, h string) wire.Credential {
+	t.Helper()
+	var c wire.Credential
+	if b := unhex(t, h); len(b) != len(c) {
+		t.Fatalf("%s: credential of %d bytes", what, len(b))
+	} else {
+		copy(c[:], b)
+	}
+	return c
+}
+
+// resumeOf is the Resume a vector's "resume" object describes, and whether
+// it says HELD.
+func resumeOf(t *testing.T, what string, r map[string]any) (wire.Resume, bool) {
+	t.Helper()
+	res := wire.Resume{
+		ID:         decimal(t, what, r["id"]),
+		Generation: uint32(number(r["generation"])),
+		Attempt:    uint16(number(r["attempt"])),
+		Credential: credentialOf(t, what, r["credential"].(string)),
+	}
+	held, _ := r["held"].(bool)
+	return res, held
+}
+
+func codeName(err error) string {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		return ""
+	}
+	return we.Code.String()
+}
+
+// TestVersion3Vectors decodes every frame of the version_3 section with
+// the codec, to its fields, and encodes the fields back to the same bytes;
+// checks each refusal, credential and error code; and decodes every frame
+// of every conversation, once its saved values are filled in.
+func TestVersion3Vectors(t *testing.T) {
 	v := loadVersion3(t)
 	for _, f := range v.Frames {
-		b := unhex(t, f.Hex)
-		h, p, n, err := wire.Split(b)
-		if err != nil || n != len(b) {
-			t.Errorf("%s: Split: n %d of %d, err %v: want one whole frame", f.What, n, len(b), err)
+		want := unhex(t, f.Hex)
+		h, p, n, err := wire.Split(want)
+		if err != nil || n != len(want) {
+			t.Errorf("%s: Split: n %d of %d, err %v: want one whole frame", f.What, n, len(want), err)
 			continue
 		}
+		var got []byte
 		switch f.Type {
 		case "ACQUIRE":
-			a := parseV3Acquire(p)
-			if h.Type != wire.TypeAcquire || a.refusal != "" {
-				t.Errorf("%s: refused with %s", f.What, a.refusal)
+			a, err := wire.DecodeAcquireUpTo(p, wire.Version3)
+			if err != nil || h.Type != wire.TypeAcquire {
+				t.Errorf("%s: DecodeAcquireUpTo: %v (type %v)", f.What, err, h.Type)
 				continue
 			}
-			got := map[string]any{
-				"version": float64(3), "nowait": a.flags&v3FlagNoWait != 0, "shared": a.flags&v3FlagShared != 0,
-				"lease_ms": float64(a.lease), "limit": float64(a.limit), "name": a.name, "owner": a.owner,
-			}
-			for k, want := range got {
-				if f.Fields[k] != want {
-					t.Errorf("%s: %s = %v, want %v", f.What, k, want, f.Fields[k])
-				}
+			if a.Version != 3 || a.NoWait() != f.Fields["nowait"] || a.Shared() != f.Fields["shared"] ||
+				uint64(a.LeaseMs) != number(f.Fields["lease_ms"]) || uint64(a.Limit) != number(f.Fields["limit"]) ||
+				a.Name != f.Fields["name"] || a.Owner != f.Fields["owner"] {
+				t.Errorf("%s: decoded %+v, want %v", f.What, a, f.Fields)
 			}
 			r, _ := f.Fields["resume"].(map[string]any)
-			if (r != nil) != (a.flags&v3FlagResume != 0) {
-				t.Errorf("%s: resume fields %v with flags 0x%02x", f.What, r, a.flags)
-				continue
+			if (r != nil) != a.Resuming() {
+				t.Errorf("%s: resume fields %v, Resuming() %v", f.What, r, a.Resuming())
 			}
-			if r != nil && (decimal(t, f.What, r["id"]) != a.resumeID || r["credential"] != hex.EncodeToString(a.credential) ||
-				r["held"] != (a.flags&v3FlagHeld != 0) || r["generation"] != float64(a.generation) || r["attempt"] != float64(a.attempt)) {
-				t.Errorf("%s: resume block id %d credential %x held %v, want %v", f.What, a.resumeID, a.credential, a.flags&v3FlagHeld != 0, r)
+			if r != nil {
+				res, held := resumeOf(t, f.What, r)
+				if a.Resume != res || a.Held() != held {
+					t.Errorf("%s: resume %+v held %v, want %+v held %v", f.What, a.Resume, a.Held(), res, held)
+				}
+			}
+			// A server of versions 1 and 2 refuses it by its version.
+			if _, err := wire.DecodeAcquire(p); codeName(err) != "VERSION" {
+				t.Errorf("%s: DecodeAcquire: %v, want VERSION", f.What, err)
+			}
+			if got, err = wire.AppendAcquire(nil, a); err != nil {
+				t.Errorf("%s: AppendAcquire: %v", f.What, err)
 			}
 		case "ACQUIRED":
-			withCred := len(p) == 29 && p[0]&v3AcquiredCredential != 0
-			if h.Type != wire.TypeAcquired || !(withCred || len(p) == 9 && p[0]&v3AcquiredCredential == 0) {
-				t.Errorf("%s: ACQUIRED payload of %d bytes, flags 0x%02x: want 29 with CREDENTIAL or 9 without", f.What, len(p), p[0])
+			a, err := wire.DecodeAcquiredV3(p)
+			cred, _ := f.Fields["credential"].(string)
+			if err != nil || h.Type != wire.TypeAcquired || a.Push != f.Fields["push"] || a.Token != decimal(t, f.What, f.Fields["token"]) ||
+				a.WithCredential != (cred != "") || uint64(a.Generation) != number(f.Fields["generation"]) {
+				t.Errorf("%s: DecodeAcquiredV3: %+v, %v, want %v", f.What, a, err, f.Fields)
 				continue
 			}
-			cred, gen := "", uint32(0)
-			if withCred {
-				gen, cred = binary.BigEndian.Uint32(p[9:13]), hex.EncodeToString(p[13:29])
+			if cred != "" && a.Credential != credentialOf(t, f.What, cred) {
+				t.Errorf("%s: the credential differs from %s", f.What, cred)
 			}
-			tok := binary.BigEndian.Uint64(p[1:9])
-			if tok == 0 || tok != decimal(t, f.What, f.Fields["token"]) || (p[0]&wire.FlagPush != 0) != f.Fields["push"] ||
-				cred != f.Fields["credential"] || float64(gen) != f.Fields["generation"] {
-				t.Errorf("%s: token %d push %v credential %q, want %v", f.What, tok, p[0]&wire.FlagPush != 0, cred, f.Fields)
+			// The version 1 decoder takes the 9-byte form, and only it.
+			if _, _, err := wire.DecodeAcquired(p); (err == nil) == a.WithCredential {
+				t.Errorf("%s: DecodeAcquired: %v with a credential %v", f.What, err, a.WithCredential)
 			}
+			got = wire.AppendAcquiredV3(nil, a)
 		case "WAITING":
-			withTicket := len(p) == 33 && p[0]&v3WaitingTicket != 0
-			if h.Type != wire.TypeWaiting || !(withTicket || len(p) == 5 && p[0] == 0) {
-				t.Errorf("%s: WAITING payload of %d bytes, flags 0x%02x: want 33 with TICKET or 5 without", f.What, len(p), p[0])
+			w, err := wire.DecodeWaitingV3(p)
+			cred, _ := f.Fields["credential"].(string)
+			if err != nil || h.Type != wire.TypeWaiting || uint64(w.Position) != number(f.Fields["position"]) ||
+				w.Ticket != decimal(t, f.What, f.Fields["ticket"]) || w.WithTicket != (cred != "") || uint64(w.Generation) != number(f.Fields["generation"]) {
+				t.Errorf("%s: DecodeWaitingV3: %+v, %v, want %v", f.What, w, err, f.Fields)
 				continue
 			}
-			ticket, gen, cred := uint64(0), uint32(0), ""
-			if withTicket {
-				ticket, gen, cred = binary.BigEndian.Uint64(p[5:13]), binary.BigEndian.Uint32(p[13:17]), hex.EncodeToString(p[17:33])
+			if cred != "" && w.Credential != credentialOf(t, f.What, cred) {
+				t.Errorf("%s: the credential differs from %s", f.What, cred)
 			}
-			pos := binary.BigEndian.Uint32(p[1:5])
-			if float64(pos) != f.Fields["position"] || ticket != decimal(t, f.What, f.Fields["ticket"]) || cred != f.Fields["credential"] ||
-				float64(gen) != f.Fields["generation"] {
-				t.Errorf("%s: position %d ticket %d credential %q, want %v", f.What, pos, ticket, cred, f.Fields)
+			if _, err := wire.DecodeWaiting(p); (err == nil) == w.WithTicket {
+				t.Errorf("%s: DecodeWaiting: %v with a ticket %v", f.What, err, w.WithTicket)
 			}
+			got = wire.AppendWaitingV3(nil, w)
 		case "ERROR":
 			e, err := wire.DecodeError(p)
-			if err != nil || float64(e.Code) != f.Fields["code"] || e.Msg != f.Fields["message"] {
-				t.Errorf("%s: %v %v, want %v", f.What, e, err, f.Fields)
+			if err != nil || uint64(e.Code) != number(f.Fields["code"]) || e.Code.String() != f.Fields["code_name"] || e.Msg != f.Fields["message"] {
+				t.Errorf("%s: DecodeError: %v %v, want %v", f.What, e, err, f.Fields)
+				continue
 			}
+			got = wire.AppendError(nil, e.Code, e.Msg)
 		default:
 			t.Errorf("%s: unknown type %q", f.What, f.Type)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: encoded % x, want % x", f.What, got, want)
 		}
 	}
 
 	for _, bf := range v.BadFrames {
-		_, p, _, err := wire.Split(unhex(t, bf.Hex))
-		if err != nil {
-			t.Errorf("%s: %v", bf.What, err)
+		h, p, _, err := wire.Split(unhex(t, bf.Hex))
+		if err != nil || h.Type != wire.TypeAcquire {
+			t.Errorf("%s: Split: %v %v", bf.What, h.Type, err)
 			continue
 		}
-		a := parseV3Acquire(p)
-		want := bf.Error
-		if !bf.First {
-			want = "" // well formed: refused only for coming second
-		}
-		if a.refusal != want {
-			t.Errorf("%s: the spec's checks answer %q, the file says %q (first %v)", bf.What, a.refusal, bf.Error, bf.First)
+		_, err = wire.DecodeAcquireUpTo(p, wire.Version3)
+		switch {
+		case bf.First && codeName(err) != bf.Error:
+			t.Errorf("%s: DecodeAcquireUpTo: %v, want %s", bf.What, err, bf.Error)
+		case !bf.First && err != nil: // well formed: refused only for coming second
+			t.Errorf("%s: DecodeAcquireUpTo: %v, want a valid ACQUIRE", bf.What, err)
 		}
 	}
 	for _, ba := range v.BadAcquire {
-		_, p, _, err := wire.Split(unhex(t, ba.Hex))
-		if a := parseV3Acquire(p); err != nil || a.refusal != ba.Error {
-			t.Errorf("%s: the spec's checks answer %q (%v), the file says %q", ba.What, a.refusal, err, ba.Error)
+		a := wire.Acquire{Version: 3, LeaseMs: ba.LeaseMs, Limit: ba.Limit, Name: ba.Name, Owner: ba.Owner}
+		if ba.Shared {
+			a.Flags |= wire.FlagShared
+		}
+		if ba.NoWait {
+			a.Flags |= wire.FlagNoWait
+		}
+		if ba.Resume != nil {
+			var held bool
+			a.Resume, held = resumeOf(t, ba.What, ba.Resume)
+			a.Flags |= wire.FlagResume
+			if held {
+				a.Flags |= wire.FlagHeld
+			}
+		}
+		if _, err := wire.AppendAcquire(nil, a); codeName(err) != ba.Error {
+			t.Errorf("%s: AppendAcquire: %v, want %s", ba.What, err, ba.Error)
+		}
+		if ba.Hex != "" {
+			_, p, _, _ := wire.Split(unhex(t, ba.Hex))
+			if _, err := wire.DecodeAcquireUpTo(p, wire.Version3); codeName(err) != ba.Error {
+				t.Errorf("%s: DecodeAcquireUpTo: %v, want %s", ba.What, err, ba.Error)
+			}
 		}
 	}
 
 	classes := map[string]wire.Class{"server": wire.ClassServer, "session": wire.ClassSession, "client": wire.ClassClient}
 	for _, c := range v.ErrorCodes {
-		if wire.Code(c.Code).Class() != classes[c.Class] {
-			t.Errorf("code 0x%02x %s: its range gives class %v, the file says %s", c.Code, c.Name, wire.Code(c.Code).Class(), c.Class)
+		if code := wire.Code(c.Code); code.String() != c.Name || code.Class() != classes[c.Class] {
+			t.Errorf("code 0x%02x: %s %v, want %s %s", c.Code, code, code.Class(), c.Name, c.Class)
 		}
 	}
 
 	for _, c := range v.Credentials {
-		if len(c.Role) != 1 || (c.Role != "H" && c.Role != "W") {
-			t.Errorf("%s: role %q, want H or W", c.What, c.Role)
+		if len(c.Role) != 1 {
+			t.Errorf("%s: role %q", c.What, c.Role)
 			continue
 		}
-		clientKey := unhex(t, c.ClientKey)
+		claim := wire.Claim{Role: wire.Role(c.Role[0]), ClusterID: c.ClusterID, Generation: c.Generation, Shared: c.Shared,
+			Limit: c.Limit, LeaseMs: c.LeaseMs, ID: decimal(t, c.What, c.ID), ClientKey: unhex(t, c.ClientKey), Name: c.Name}
 		if c.ClientSPKI != "" {
-			if sum := sha256.Sum256(unhex(t, c.ClientSPKI)); !bytes.Equal(sum[:], clientKey) {
-				t.Errorf("%s: client_key %x is not SHA-256 of client_spki (%x)", c.What, clientKey, sum)
+			if sum := wire.ClientKeyHash(unhex(t, c.ClientSPKI)); !bytes.Equal(sum[:], claim.ClientKey) {
+				t.Errorf("%s: ClientKeyHash(client_spki) %x, the file says %s", c.What, sum, c.ClientKey)
 			}
 		}
-		cred, msg := v3Credential(unhex(t, c.Key), c.ClusterID, c.Role[0], c.Generation, c.Name, c.Shared, c.Limit, c.LeaseMs, decimal(t, c.What, c.ID), clientKey)
-		if hex.EncodeToString(msg) != c.Message {
+		if msg := wire.AppendCredentialMessage(nil, claim); hex.EncodeToString(msg) != c.Message {
 			t.Errorf("%s: message %x, the file says %s", c.What, msg, c.Message)
 		}
-		if hex.EncodeToString(cred) != c.Credential {
-			t.Errorf("%s: credential %x, the file says %s", c.What, cred, c.Credential)
+		m, err := wire.NewMinter(unhex(t, c.Key))
+		if err != nil {
+			t.Fatalf("%s: %v", c.What, err)
+		}
+		want := credentialOf(t, c.What, c.Credential)
+		if got := m.Credential(claim); got != want || !m.Verify(claim, want) {
+			t.Errorf("%s: credential % x, the file says %s", c.What, got[:], c.Credential)
+		}
+		bad := want
+		bad[15] ^= 1
+		if m.Verify(claim, bad) {
+			t.Errorf("%s: a credential with one bit changed verifies", c.What)
 		}
 	}
-	// The frames' credentials are the first two vectors'.
-	if !strings.Contains(v.Frames[2].Hex, v.Credentials[0].Credential) || !strings.Contains(v.Frames[3].Hex, v.Credentials[1].Credential) {
-		t.Errorf("the resume frames do not carry the credentials of the first two credential vectors")
+	// The frames carry the credentials of the vectors they name.
+	for i, ci := range map[int]int{2: 0, 3: 1, 5: 0, 8: 4, 9: 1} {
+		if !strings.Contains(v.Frames[i].Hex, v.Credentials[ci].Credential) {
+			t.Errorf("frame %q does not carry the credential of %q", v.Frames[i].What, v.Credentials[ci].What)
+		}
 	}
 
+	checkScenarios(t, v)
+}
+
+// checkScenarios decodes every frame of every conversation, with each
+// saved value (and each '.') filled in with non-zero bytes of the saved
+// size: what a client sends is a valid ACQUIRE or HEARTBEAT, and what it
+// expects a valid frame of its session's version; every save lies inside
+// the frame it reads, and every value is saved before it is used.
+func checkScenarios(t *testing.T, v version3Vectors) {
 	placeholder := regexp.MustCompile(`\{([a-z0-9_]+)\}`)
 	for _, s := range v.Scenarios {
 		sizes := map[string]int{}
+		generations := 0
 		for i, st := range s.Steps {
+			where := s.What + ", step " + strconv.Itoa(i)
+			actions := 0
+			for _, set := range []bool{st.Send != "", st.Expect != "", st.ExpectError != "", st.ExpectClosed, st.Close, st.NewGeneration} {
+				if set {
+					actions++
+				}
+			}
+			if actions != 1 || (st.Conn == nil) != st.NewGeneration || len(st.Save) > 0 && st.Expect == "" {
+				t.Errorf("%s: a step must do one thing, on a connection unless it is new_generation", where)
+				continue
+			}
+			if st.NewGeneration {
+				generations++
+				continue
+			}
 			for _, frame := range []string{st.Send, st.Expect} {
 				if frame == "" {
 					continue
@@ -333,26 +354,36 @@ func TestVersion3VectorsFollowTheSpec(t *testing.T) {
 				filled := placeholder.ReplaceAllStringFunc(frame, func(m string) string {
 					n, ok := sizes[m[1:len(m)-1]]
 					if !ok {
-						t.Errorf("%s, step %d: %s used before it is saved", s.What, i, m)
+						t.Errorf("%s: %s used before it is saved", where, m)
 					}
-					return strings.Repeat("00", n)
+					return strings.Repeat("01", n)
 				})
-				filled = strings.ReplaceAll(filled, ".", "0")
-				b, err := hex.DecodeString(filled)
-				if err != nil || len(b) < wire.HeaderSize || int(binary.BigEndian.Uint16(b[1:3])) != len(b)-wire.HeaderSize {
-					t.Errorf("%s, step %d: frame %s: length does not match its payload (%v)", s.What, i, frame, err)
+				b := unhex(t, strings.ReplaceAll(filled, ".", "1"))
+				h, p, n, err := wire.Split(b)
+				if err != nil || n != len(b) {
+					t.Errorf("%s: frame %s: Split n %d of %d, %v", where, frame, n, len(b), err)
 					continue
+				}
+				switch {
+				case frame == st.Send && h.Type == wire.TypeAcquire:
+					_, err = wire.DecodeAcquireUpTo(p, wire.Version3)
+				case frame == st.Send && h.Type == wire.TypeHeartbeat:
+					err = wire.CheckHeartbeat(p)
+				case frame == st.Expect && h.Type == wire.TypeAcquired:
+					_, err = wire.DecodeAcquiredV3(p)
+				case frame == st.Expect && h.Type == wire.TypeWaiting:
+					_, err = wire.DecodeWaitingV3(p)
+				default:
+					t.Errorf("%s: frame %s of type %v", where, frame, h.Type)
+				}
+				if err != nil {
+					t.Errorf("%s: frame %s: %v", where, frame, err)
 				}
 				if frame == st.Expect {
 					for name, span := range st.Save {
-						if len(span) != 2 || span[0] < 0 || span[1] <= 0 || span[0]+span[1] > len(b) {
-							t.Errorf("%s, step %d: save %s %v outside the expected frame", s.What, i, name, span)
+						if len(span) != 2 || span[0] < wire.HeaderSize || span[1] <= 0 || span[0]+span[1] > len(b) {
+							t.Errorf("%s: save %s %v outside the payload of the frame read", where, name, span)
 						}
-					}
-				}
-				if frame == st.Send && b[0] == byte(wire.TypeAcquire) && b[3] == 3 {
-					if a := parseV3Acquire(b[3:]); a.refusal != "" && !bytes.Contains([]byte(frame), []byte("{")) {
-						t.Errorf("%s, step %d: ACQUIRE refused by the spec's checks: %s", s.What, i, a.refusal)
 					}
 				}
 			}
@@ -361,6 +392,9 @@ func TestVersion3VectorsFollowTheSpec(t *testing.T) {
 					sizes[name] = span[1]
 				}
 			}
+		}
+		if strings.Contains(s.What, "generation") && generations == 0 {
+			t.Errorf("%s: no new_generation step", s.What)
 		}
 	}
 }
