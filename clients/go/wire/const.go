@@ -1,17 +1,22 @@
-// Package wire holds the bytes of Baton's protocol, versions 1 and 2: frame
-// types, error codes, limits, and the encoders and decoders of every frame.
-// It does no I/O of its own; the server and the client read and write the
-// bytes.
+// Package wire holds the bytes of Baton's protocol, versions 1, 2 and 3:
+// frame types, error codes, limits, the encoders and decoders of every
+// frame, and the credential a version 3 claim is resumed with. It does no
+// I/O of its own; the server and the client read and write the bytes.
 package wire
 
 // Protocol versions. The version byte of an ACQUIRE picks its layout; the
-// frames after it are the same in both.
+// frames after it are those of version 1, except that a version 3 session's
+// ACQUIRED and WAITING may carry a credential.
 const (
 	// Version1 claims are exclusive: one holder at a time.
 	Version1 = 1
 	// Version2 adds the SHARED flag and a limit, for semaphores and
 	// read/write locks.
 	Version2 = 2
+	// Version3 adds resume: a claim whose connection the server side ended
+	// is carried to a new connection by its client, with the credential the
+	// server gave it (docs/protocol.md, section 14).
+	Version3 = 3
 	// Version is what a client that needs only a mutex sends: version 1,
 	// which every server speaks.
 	Version = Version1
@@ -36,8 +41,17 @@ const (
 	// acquireFixed is the fixed part of a version 1 ACQUIRE payload:
 	// version, flags, lease_ms u32, name_len.
 	acquireFixed = 7
-	// acquireFixedV2 is that of version 2, where limit u16 follows lease_ms.
+	// acquireFixedV2 is that of version 2, where limit u16 follows lease_ms,
+	// and of a version 3 ACQUIRE without RESUME.
 	acquireFixedV2 = 9
+	// acquireFixedResume is that of a version 3 ACQUIRE with RESUME: the
+	// resume block (resume_id u64, generation u32, attempt u16, credential)
+	// sits between limit and name_len.
+	acquireFixedResume = acquireFixedV2 + resumeBlockSize
+	resumeBlockSize    = 8 + 4 + 2 + CredentialSize
+	// MaxAcquire is the longest ACQUIRE payload: a version 3 resume with a
+	// name and an owner of 255 bytes each.
+	MaxAcquire = acquireFixedResume + MaxName + MaxOwner
 )
 
 // Type is a frame's type byte.
@@ -72,11 +86,24 @@ func (t Type) String() string {
 const (
 	// FlagNoWait in ACQUIRE: answer ERROR BUSY instead of queueing.
 	FlagNoWait uint8 = 0x01
-	// FlagShared in a version 2 ACQUIRE: a shared claim, which holds the
-	// name together with other shared claims, up to the limit.
+	// FlagShared in a version 2 or 3 ACQUIRE: a shared claim, which holds
+	// the name together with other shared claims, up to the limit.
 	FlagShared uint8 = 0x02
+	// FlagResume in a version 3 ACQUIRE: the frame continues a claim, and
+	// the resume block follows the limit.
+	FlagResume uint8 = 0x04
+	// FlagHeld in a version 3 ACQUIRE with FlagResume: the resumed claim
+	// holds the name (the resume's ID is its token); clear, it waits (the
+	// ID is its ticket).
+	FlagHeld uint8 = 0x08
 	// FlagPush in ACQUIRED: the waiter was promoted; the frame is not a reply.
 	FlagPush uint8 = 0x01
+	// FlagCredential in a version 3 session's ACQUIRED: the frame carries
+	// the claim's generation and credential (29 bytes, not 9).
+	FlagCredential uint8 = 0x02
+	// FlagTicket in a version 3 session's WAITING: the frame carries the
+	// waiter's ticket, generation and credential (33 bytes, not 5).
+	FlagTicket uint8 = 0x01
 )
 
 // Code is an ERROR frame's code. Its range is its class.
@@ -101,6 +128,19 @@ const (
 	// CodeLimitMismatch (version 2): a shared claim's limit differs from the
 	// one in force for the name; the message is that limit in decimal.
 	CodeLimitMismatch Code = 0x24
+	// CodeResumeRefused (version 3): the claim a resume names cannot be
+	// continued here; it is lost.
+	CodeResumeRefused Code = 0x14
+	// CodeSuperseded (version 3): after a crash, a resumed claim with a
+	// higher token that cannot hold beside this one won.
+	CodeSuperseded Code = 0x15
+	// CodeMoved (version 3): the claim of this connection was resumed on a
+	// connection with a higher attempt number, or this resume's attempt
+	// number is not above the claim's.
+	CodeMoved Code = 0x16
+	// CodeBadCredential (version 3): a resume's credential is not the one
+	// the server computes for the claim it names.
+	CodeBadCredential Code = 0x25
 )
 
 var codeNames = map[Code]string{
@@ -116,6 +156,10 @@ var codeNames = map[Code]string{
 	CodeVersion:       "VERSION",
 	CodeUnauthorized:  "UNAUTHORIZED",
 	CodeLimitMismatch: "LIMIT_MISMATCH",
+	CodeResumeRefused: "RESUME_REFUSED",
+	CodeSuperseded:    "SUPERSEDED",
+	CodeMoved:         "MOVED",
+	CodeBadCredential: "BAD_CREDENTIAL",
 }
 
 // String gives the spec's name of the code, or "0xNN" for an unknown one.

@@ -81,22 +81,62 @@ func AppendFrame(dst []byte, t Type, payload []byte) []byte {
 
 // Acquire is the payload of an ACQUIRE frame.
 type Acquire struct {
-	Version uint8  // Version1 or Version2
-	Flags   uint8  // FlagNoWait, and FlagShared in version 2
+	Version uint8 // Version1, Version2 or Version3
+	// Flags: FlagNoWait; FlagShared in versions 2 and 3; FlagResume and
+	// FlagHeld in version 3.
+	Flags   uint8
 	LeaseMs uint32 // 1 .. 4294967295
 	// Limit is how many shared claims may hold the name at once, 1 ..
-	// MaxLimit, and 1 in an exclusive claim. Version 2 only: 0 in version 1,
-	// which has no such field.
+	// MaxLimit, and 1 in an exclusive claim. Versions 2 and 3 only: 0 in
+	// version 1, which has no such field.
 	Limit uint16
-	Name  string // 1 .. 255 bytes, see CheckName
-	Owner string // 0 .. 255 bytes, see CheckOwner
+	// Resume is the claim a version 3 ACQUIRE with FlagResume continues;
+	// the zero Resume otherwise.
+	Resume Resume
+	Name   string // 1 .. 255 bytes, see CheckName
+	Owner  string // 0 .. 255 bytes, see CheckOwner
+}
+
+// Resume is the resume block of a version 3 ACQUIRE: what the client kept
+// of the claim it continues. It prints its credential redacted.
+type Resume struct {
+	// ID is the claim's token (FlagHeld) or its ticket; never 0.
+	ID uint64
+	// Generation is the generation of Credential; never 0.
+	Generation uint32
+	// Attempt is this resume's number, higher than every earlier resume
+	// of the claim; never 0. It is not under the credential.
+	Attempt    uint16
+	Credential Credential
 }
 
 // NoWait reports whether the NOWAIT flag is set.
 func (a Acquire) NoWait() bool { return a.Flags&FlagNoWait != 0 }
 
-// Shared reports whether this is a shared claim (version 2, SHARED set).
-func (a Acquire) Shared() bool { return a.Version == Version2 && a.Flags&FlagShared != 0 }
+// Shared reports whether this is a shared claim (version 2 or 3, SHARED set).
+func (a Acquire) Shared() bool {
+	return (a.Version == Version2 || a.Version == Version3) && a.Flags&FlagShared != 0
+}
+
+// Resuming reports whether this ACQUIRE continues a claim (version 3,
+// RESUME set).
+func (a Acquire) Resuming() bool { return a.Version == Version3 && a.Flags&FlagResume != 0 }
+
+// Held reports whether the claim it continues holds the name (RESUME and
+// HELD set): Resume.ID is then a token, else a ticket.
+func (a Acquire) Held() bool { return a.Resuming() && a.Flags&FlagHeld != 0 }
+
+// fixedSize is the size of the payload before the name: 7 in version 1, 9
+// in versions 2 and 3, and 39 for a version 3 resume.
+func (a Acquire) fixedSize() int {
+	switch {
+	case a.Resuming():
+		return acquireFixedResume
+	case a.Version == Version1:
+		return acquireFixed
+	}
+	return acquireFixedV2
+}
 
 // AppendAcquire appends an ACQUIRE frame to dst after checking every field as
 // the server would, so a client learns of its mistake before dialling.
@@ -104,56 +144,82 @@ func AppendAcquire(dst []byte, a Acquire) ([]byte, error) {
 	if err := a.check(); err != nil {
 		return dst, err
 	}
-	fixed := acquireFixed
-	if a.Version == Version2 {
-		fixed = acquireFixedV2
-	}
-	n := fixed + len(a.Name) + len(a.Owner)
+	n := a.fixedSize() + len(a.Name) + len(a.Owner)
 	dst = append(dst, byte(TypeAcquire), byte(n>>8), byte(n), a.Version, a.Flags)
 	dst = binary.BigEndian.AppendUint32(dst, a.LeaseMs)
-	if a.Version == Version2 {
+	if a.Version != Version1 {
 		dst = binary.BigEndian.AppendUint16(dst, a.Limit)
+	}
+	if a.Resuming() {
+		dst = binary.BigEndian.AppendUint64(dst, a.Resume.ID)
+		dst = binary.BigEndian.AppendUint32(dst, a.Resume.Generation)
+		dst = binary.BigEndian.AppendUint16(dst, a.Resume.Attempt)
+		dst = append(dst, a.Resume.Credential[:]...)
 	}
 	dst = append(dst, byte(len(a.Name)))
 	dst = append(dst, a.Name...)
 	return append(dst, a.Owner...), nil
 }
 
-// DecodeAcquire parses and checks an ACQUIRE payload of version 1 or 2. The
-// error is an *Error: VERSION for any other version, PROTOCOL when the
-// payload is cut short, BAD_REQUEST for unknown flags, a zero lease, a bad
-// limit, or a bad name or owner.
+// DecodeAcquire parses and checks an ACQUIRE payload of version 1 or 2:
+// what a server that does not speak version 3 accepts. The error is an
+// *Error: VERSION for any other version, PROTOCOL when the payload is cut
+// short, BAD_REQUEST for unknown flags, a zero lease, a bad limit, or a bad
+// name or owner.
 //
 // The version is checked first, as soon as its byte is there, so that a
 // client of another version learns that rather than of a layout it did not use.
-func DecodeAcquire(p []byte) (Acquire, error) {
+func DecodeAcquire(p []byte) (Acquire, error) { return DecodeAcquireUpTo(p, Version2) }
+
+// DecodeAcquireUpTo parses and checks an ACQUIRE payload of any version
+// from 1 to newest (Version2 or Version3), in the order of
+// docs/protocol.md: the version, the length rules (for version 3, the
+// fixed part that the RESUME bit alone decides), then the fields. Errors
+// are those of DecodeAcquire, and BAD_REQUEST for a resume block with a
+// zero id, generation or attempt, HELD without RESUME, or NOWAIT with
+// RESUME.
+func DecodeAcquireUpTo(p []byte, newest uint8) (Acquire, error) {
 	if len(p) == 0 {
 		return Acquire{}, errorf(CodeProtocol, "empty ACQUIRE payload")
 	}
+	newest = min(newest, Version3)
+	v := p[0]
+	if v < Version1 || v > newest {
+		return Acquire{}, versionError(v, newest)
+	}
 	fixed := acquireFixed
-	switch p[0] {
-	case Version1:
-	case Version2:
+	if v != Version1 {
 		fixed = acquireFixedV2
-	default:
-		return Acquire{}, versionError(p[0])
 	}
 	if len(p) < fixed {
-		return Acquire{}, errorf(CodeProtocol, "version %d ACQUIRE payload of %d bytes is shorter than %d", p[0], len(p), fixed)
+		return Acquire{}, errorf(CodeProtocol, "version %d ACQUIRE payload of %d bytes is shorter than %d", v, len(p), fixed)
+	}
+	resume := v == Version3 && p[1]&FlagResume != 0
+	if resume {
+		fixed = acquireFixedResume
+		if len(p) < fixed {
+			return Acquire{}, errorf(CodeProtocol, "version 3 ACQUIRE with RESUME: payload of %d bytes is shorter than %d", len(p), fixed)
+		}
 	}
 	nameLen := int(p[fixed-1])
 	if len(p) < fixed+nameLen {
-		return Acquire{}, errorf(CodeProtocol, "version %d ACQUIRE payload of %d bytes is shorter than %d + name_len %d", p[0], len(p), fixed, nameLen)
+		return Acquire{}, errorf(CodeProtocol, "version %d ACQUIRE payload of %d bytes is shorter than %d + name_len %d", v, len(p), fixed, nameLen)
 	}
 	a := Acquire{
-		Version: p[0],
+		Version: v,
 		Flags:   p[1],
 		LeaseMs: binary.BigEndian.Uint32(p[2:6]),
 		Name:    string(p[fixed : fixed+nameLen]),
 		Owner:   string(p[fixed+nameLen:]),
 	}
-	if a.Version == Version2 {
+	if v != Version1 {
 		a.Limit = binary.BigEndian.Uint16(p[6:8])
+	}
+	if resume {
+		a.Resume.ID = binary.BigEndian.Uint64(p[8:16])
+		a.Resume.Generation = binary.BigEndian.Uint32(p[16:20])
+		a.Resume.Attempt = binary.BigEndian.Uint16(p[20:22])
+		copy(a.Resume.Credential[:], p[22:acquireFixedResume-1])
 	}
 	if err := a.check(); err != nil {
 		return Acquire{}, err
@@ -161,8 +227,11 @@ func DecodeAcquire(p []byte) (Acquire, error) {
 	return a, nil
 }
 
-func versionError(v uint8) *Error {
-	return errorf(CodeVersion, "protocol version %d is not supported, want %d or %d", v, Version1, Version2)
+func versionError(v, newest uint8) *Error {
+	if newest == Version2 {
+		return errorf(CodeVersion, "protocol version %d is not supported, want %d or %d", v, Version1, Version2)
+	}
+	return errorf(CodeVersion, "protocol version %d is not supported, want %d to %d", v, Version1, newest)
 }
 
 func (a Acquire) check() error {
@@ -174,21 +243,42 @@ func (a Acquire) check() error {
 		}
 	case Version2:
 		known |= FlagShared
+	case Version3:
+		known |= FlagShared | FlagResume | FlagHeld
 	default:
-		return versionError(a.Version)
+		return versionError(a.Version, Version3)
 	}
 	if a.Flags&^known != 0 {
 		return errorf(CodeBadRequest, "unknown ACQUIRE flags 0x%02x", a.Flags&^known)
 	}
+	resume := a.Flags&FlagResume != 0
+	switch {
+	case a.Flags&FlagHeld != 0 && !resume:
+		return errorf(CodeBadRequest, "HELD without RESUME: only a resume holds before it is answered")
+	case resume && a.Flags&FlagNoWait != 0:
+		return errorf(CodeBadRequest, "NOWAIT with RESUME: a resume continues a claim, it never tries for one")
+	case !resume && a.Resume != (Resume{}):
+		return errorf(CodeBadRequest, "a resume block without the RESUME flag")
+	}
 	if a.LeaseMs == 0 {
 		return errorf(CodeBadRequest, "lease 0ms must be at least 1ms")
 	}
-	if a.Version == Version2 {
+	if a.Version != Version1 {
 		switch {
 		case a.Limit == 0:
 			return errorf(CodeBadRequest, "limit 0 must be at least 1")
 		case a.Limit > 1 && a.Flags&FlagShared == 0:
 			return errorf(CodeBadRequest, "limit %d without SHARED: an exclusive claim's limit must be 1", a.Limit)
+		}
+	}
+	if resume {
+		switch {
+		case a.Resume.ID == 0:
+			return errorf(CodeBadRequest, "resume of id 0: a token or a ticket is never 0")
+		case a.Resume.Generation == 0:
+			return errorf(CodeBadRequest, "resume of generation 0: generations start at 1")
+		case a.Resume.Attempt == 0:
+			return errorf(CodeBadRequest, "resume attempt 0: attempts start at 1")
 		}
 	}
 	if err := CheckName(a.Name); err != nil {

@@ -425,7 +425,10 @@ func TestAppendAcquireChecks(t *testing.T) {
 		want wire.Code
 	}{
 		{"version 0", func(a *wire.Acquire) { a.Version = 0 }, wire.CodeVersion},
-		{"version 3", func(a *wire.Acquire) { a.Version = 3 }, wire.CodeVersion},
+		{"version 4", func(a *wire.Acquire) { a.Version = 4 }, wire.CodeVersion},
+		{"version 3 with no limit", func(a *wire.Acquire) { a.Version = 3 }, wire.CodeBadRequest},
+		{"a resume block in version 1", func(a *wire.Acquire) { a.Resume.ID = 1 }, wire.CodeBadRequest},
+		{"RESUME in version 2", func(a *wire.Acquire) { a.Version, a.Limit, a.Flags = 2, 1, wire.FlagResume }, wire.CodeBadRequest},
 		{"unknown flag", func(a *wire.Acquire) { a.Flags = 0x04 }, wire.CodeBadRequest},
 		{"SHARED in version 1", func(a *wire.Acquire) { a.Flags = wire.FlagShared }, wire.CodeBadRequest},
 		{"a limit in version 1", func(a *wire.Acquire) { a.Limit = 3 }, wire.CodeBadRequest},
@@ -684,6 +687,10 @@ func TestCodeClass(t *testing.T) {
 		wire.CodeVersion:       wire.ClassClient,
 		wire.CodeUnauthorized:  wire.ClassClient,
 		wire.CodeLimitMismatch: wire.ClassClient,
+		wire.CodeResumeRefused: wire.ClassSession,
+		wire.CodeSuperseded:    wire.ClassSession,
+		wire.CodeMoved:         wire.ClassSession,
+		wire.CodeBadCredential: wire.ClassClient,
 	}
 	for c, want := range named {
 		if got := c.Class(); got != want {
@@ -707,6 +714,10 @@ func TestStrings(t *testing.T) {
 		{wire.CodeVersion.String(), "VERSION"},
 		{wire.CodeUnauthorized.String(), "UNAUTHORIZED"},
 		{wire.CodeLimitMismatch.String(), "LIMIT_MISMATCH"},
+		{wire.CodeResumeRefused.String(), "RESUME_REFUSED"},
+		{wire.CodeSuperseded.String(), "SUPERSEDED"},
+		{wire.CodeMoved.String(), "MOVED"},
+		{wire.CodeBadCredential.String(), "BAD_CREDENTIAL"},
 		{wire.Code(0x00).String(), "0x00"},
 		{wire.CodeNotLeader.String(), "NOT_LEADER"},
 		{wire.Code(0x04).String(), "0x04"},
