@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -292,6 +293,28 @@ func readAdminToken(file string) (string, error) {
 	return tok, nil
 }
 
+// minAdminTokenLen is the fewest characters the server's admin token may
+// have: 32 random characters (openssl rand -hex 16 and longer) cannot be
+// guessed through the ops API, a short word can.
+const minAdminTokenLen = 32
+
+// readServerToken reads the server's admin token from file (see
+// readAdminToken) and refuses one shorter than minAdminTokenLen.
+// perm is the file's permission bits, for the warning (once the logger
+// exists) when users other than its owner may read or write it.
+func readServerToken(file string) (tok string, perm os.FileMode, err error) {
+	if tok, err = readAdminToken(file); err != nil {
+		return "", 0, err
+	}
+	if n := utf8.RuneCountInString(tok); n < minAdminTokenLen {
+		return "", 0, fmt.Errorf("admin-token-file %s holds a token of %d characters; it must have at least %d (make one with: openssl rand -hex 32)", file, n, minAdminTokenLen)
+	}
+	if fi, err := os.Stat(file); err == nil {
+		perm = fi.Mode().Perm()
+	}
+	return tok, perm, nil
+}
+
 func newLogger(s *sys, format, level string) *slog.Logger {
 	var lv slog.Level
 	// The choice flag has already refused anything else.
@@ -353,10 +376,13 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	const name = "serve"
 	// Start-up failures are plain lines like the usage errors, whatever the
 	// log format: nothing has started, and a person is likely reading.
-	var token string
+	var (
+		token     string
+		tokenPerm os.FileMode
+	)
 	if o.adminTokenFile != "" {
 		var err error
-		if token, err = readAdminToken(o.adminTokenFile); err != nil {
+		if token, tokenPerm, err = readServerToken(o.adminTokenFile); err != nil {
 			return nil, failure(s, name, err.Error())
 		}
 	}
@@ -365,6 +391,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, err.Error())
 	}
 	logger := newLogger(s, o.logFormat, o.logLevel)
+	if tokenPerm&0o077 != 0 {
+		logger.Warn("admin-token-file can be read or written by users other than its owner, and whoever reads it can release any lock: chmod 600 it",
+			"file", o.adminTokenFile, "mode", fmt.Sprintf("%#o", tokenPerm))
+	}
 	// Both listeners are bound before the data directory is touched: a port
 	// in use must leave nothing behind, and opening the token store spends
 	// an epoch (and may start a crash grace) that a failed start would waste;
