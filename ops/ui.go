@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/batonlock/baton/internal/hidden"
 )
 
 // The dashboard's files, served at / and /ui/.
@@ -35,6 +37,11 @@ const (
 	// maxUISessions bounds the login sessions kept in memory.
 	maxUISessions = 10000
 )
+
+// hiddenScript is the module that gives the page the characters it must
+// show escaped: made from the rule the operator commands use
+// (internal/hidden), so that both show a name alike.
+const hiddenScript = "ui/hidden.js"
 
 // contentSecurityPolicy allows the dashboard only its own files and API.
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
@@ -180,6 +187,9 @@ func (h *handler) serveUI(w http.ResponseWriter, r *http.Request, p string) {
 		name = path.Clean(strings.TrimPrefix(p, "/"))
 	}
 	data, err := fs.ReadFile(uiFiles, name)
+	if name == hiddenScript {
+		data, err = []byte(hidden.Script()), nil
+	}
 	if err != nil || !strings.HasPrefix(name, "ui/") {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
 		return

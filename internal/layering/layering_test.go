@@ -27,8 +27,9 @@ var allowed = map[string][]string{
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
+	"internal/hidden":         {}, // the one rule of hidden characters, for the CLI and the dashboard
 	"server":                  {"clients/go/wire", "locktable", "internal/tokenstore"},
-	"ops":                     {"server", "clients/go/wire", "locktable", "internal/tokenstore"},
+	"ops":                     {"server", "clients/go/wire", "locktable", "internal/tokenstore", "internal/hidden"},
 	"cluster":                 {"server", "clients/go/wire", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
 	"internal/cli":            {"*"},
 	"cmd/baton":               {"*"},
@@ -48,7 +49,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/hidden": true}
 	stdOrSys = map[string]bool{"clients/go": true}
 )
 
