@@ -62,22 +62,26 @@ func (s *Server) admit(conn net.Conn) net.Conn {
 	return conn
 }
 
-// authorize checks the access rules for an ACQUIRE of lock name, before
-// the table is touched.
-func (c *session) authorize(name string) (EndReason, string, bool) {
+// authorize checks the access rules for an ACQUIRE of lock name with a
+// claim of kind k, before the table is touched.
+func (c *session) authorize(name string, k Kind) (EndReason, string, bool) {
 	s := c.srv
 	acl := s.sec.acl.Load()
 	if acl == nil {
 		return 0, "", true
 	}
 	ids := connIdentities(c.conn)
-	if acl.MayAcquire(ids, name) {
+	if acl.MayClaim(ids, name, k) {
 		return 0, "", true
 	}
 	s.m.aclRefusals.Inc()
 	who := identityText(ids)
-	s.sec.refusals.Warn(s.log, "acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
-	return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
+	if !acl.MayAcquire(ids, name) {
+		s.sec.refusals.Warn(s.log, "acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
+		return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
+	}
+	s.sec.refusals.Warn(s.log, "acquire refused by the access rules: not this kind of claim", "lock", name, "kind", k.String(), "identities", ids, "remote", c.remote)
+	return ReasonUnauthorized, fmt.Sprintf("client %s may not take %s on lock %q (the access rules' kinds)", who, k, name), false
 }
 
 // Refused requests are logged at most refusalBurst at once, and

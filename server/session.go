@@ -339,7 +339,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	s := c.srv
 	now := time.Now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
-	if reason, msg, ok := c.authorize(req.Name); !ok { // access rules (security.go)
+	if reason, msg, ok := c.authorize(req.Name, Kind{Shared: req.Shared(), Limit: int(req.Limit)}); !ok { // access rules (security.go)
 		return reason, msg, false, false
 	}
 	if s.cfg.MaxLease > 0 && lease > s.cfg.MaxLease {
