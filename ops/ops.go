@@ -312,7 +312,8 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	// A stream outlives its request: a logout must end it too.
 	still := func() bool { return true }
 	if cookie != nil {
-		still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+		caller := callerKey(r)
+		still = func() bool { _, ok := h.ui.get(cookieID, time.Now(), caller); return ok }
 	}
 	if len(segs) >= 1 && segs[0] == "cluster" {
 		h.serveCluster(w, r, p, segs, func() bool { return h.toLeaderAs(w, r, cookie != nil, still) })
