@@ -160,7 +160,6 @@ func callerKey(r *http.Request) string {
 	return strings.Join(callerIdentities(r), "\x00")
 }
 
-
 // cookieSession is the live login session r's cookie names, if any.
 func (h *handler) cookieSession(r *http.Request) (id string, s uiSession, ok bool) {
 	c, err := r.Cookie(cookieName)
