@@ -226,6 +226,20 @@ func (a *ACL) MayAdmin(ids []string, name string) bool {
 	return a.allows(ids, name, func(r *aclRule) []string { return r.Admin })
 }
 
+// HasAdminGrant reports whether some rule grants admin actions, on any
+// prefix, to a client with identities ids.
+func (a *ACL) HasAdminGrant(ids []string) bool {
+	if len(ids) == 0 {
+		return false
+	}
+	for i := range a.rules {
+		if r := &a.rules[i]; len(r.Admin) > 0 && r.appliesTo(ids) {
+			return true
+		}
+	}
+	return false
+}
+
 // HasAdmin reports whether some rule grants admin actions.
 func (a *ACL) HasAdmin() bool {
 	for _, r := range a.rules {
