@@ -203,11 +203,12 @@ type handler struct {
 
 // The reasons of baton_ops_refusals_total.
 const (
-	refusedToken      = "token"         // no or a wrong admin token (401)
-	refusedClientCert = "client_cert"   // no verified client certificate (401)
-	refusedRules      = "access_rules"  // the access rules' admin grant (403)
-	refusedForgery    = "forgery"       // a cross-site or rebound browser request (403)
-	refusedStreams    = "event_streams" // a stream past the caller's or the server's limit (429, 503)
+	refusedToken      = "token"              // no or a wrong admin token (401)
+	refusedClientCert = "client_cert"        // no verified client certificate (401)
+	refusedRules      = "access_rules"       // the access rules' admin grant (403)
+	refusedForgery    = "forgery"            // a cross-site or rebound browser request (403)
+	refusedStreams    = "event_streams"      // a stream past the caller's or the server's limit (429, 503)
+	refusedConnsPerIP = "connections_per_ip" // a connection past its address's cap, closed at once (listener.go)
 )
 
 func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter {
@@ -224,7 +225,7 @@ func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter
 		}
 	}
 	out := make(map[string]prometheus.Counter)
-	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams} {
+	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams, refusedConnsPerIP} {
 		out[r] = vec.WithLabelValues(r)
 	}
 	return out
@@ -319,6 +320,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		writeError(w, http.StatusUnauthorized, "a verified client certificate is required")
 		return
 	}
+	trust(r.Context()) // its connection leaves its address's cap (listener.go)
 	segs, ok := splitPath(strings.TrimPrefix(p, "/v1/"))
 	if !ok {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad percent-encoding in path %s", p))

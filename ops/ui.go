@@ -330,6 +330,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d dashboard sessions are open: try later", maxUISessions))
 		return
 	}
+	trust(r.Context())
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: id, Path: "/", MaxAge: int(uiSessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,

@@ -38,6 +38,11 @@ const (
 	opsWriteTimeout      = 30 * time.Second // /v1/locks of a large table
 	opsIdleTimeout       = 5 * time.Second
 	opsMaxHeaderBytes    = 64 << 10
+	// defaultOpsConnsPerIP is -ops-max-conns-per-ip's default: an eighth
+	// of -ops-max-conns's, far more than the probes, scrapers and tools of
+	// one host hold without a credential (the connections of callers with
+	// one do not count).
+	defaultOpsConnsPerIP = 32
 	// opsConnsShare is the largest share of the process's descriptors that
 	// ops connections may hold (-ops-max-conns is lowered to it): the rest
 	// are the lock sessions'.
@@ -66,6 +71,7 @@ type serveOptions struct {
 	tcpFastOpen    bool
 	metricsLocks   int
 	opsMaxConns    int
+	opsMaxConnsIP  int
 	reserveFDs     int
 	crashGraceMax  time.Duration
 	maxLease       modeDuration
@@ -147,7 +153,8 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
 	fs.IntVar(&o.metricsLocks, "metrics-lock-names", def.MetricsLockNames, "how many lock `names` get series of their own in /metrics (0: none; later names share lock=\"_other\"; /metrics is open)")
-	fs.IntVar(&o.opsMaxConns, "ops-max-conns", 256, "most open connections of the ops listener; more wait to be accepted (lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.opsMaxConns, "ops-max-conns", 256, "most open connections of the ops listener; more wait to be accepted, or take the place of the longest idle one (lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.opsMaxConnsIP, "ops-max-conns-per-ip", defaultOpsConnsPerIP, "most ops connections from one IP address that have made no authenticated request; past it the address's longest idle one gives way, or the new one is closed (0: no cap)")
 	fs.IntVar(&o.reserveFDs, "reserve-fds", def.ReserveFDs, "file descriptors the protocol listener keeps in reserve, so that sessions are admitted when something else holds every other one")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(&o.maxLease, "max-lease", "longest lease a session may ask for; longer ones get ERROR BAD_REQUEST (0: no limit; default none standalone, "+
@@ -176,6 +183,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.opsMaxConns <= 0 {
 		return fmt.Errorf("ops-max-conns (%d) must be positive", o.opsMaxConns)
+	}
+	if o.opsMaxConnsIP < 0 {
+		return fmt.Errorf("ops-max-conns-per-ip (%d) must not be negative", o.opsMaxConnsIP)
 	}
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
@@ -499,6 +509,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 			MaxHeaderBytes:    opsMaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 			ConnContext:       ops.ConnContext,
+			ConnState:         ops.ConnState,
 		},
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
@@ -508,12 +519,14 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		logger.Warn("ops-max-conns lowered to a quarter of the open-file limit, so that idle ops connections cannot take the lock sessions' descriptors",
 			"ops_max_conns", opsConns, "asked", o.opsMaxConns, "open_file_limit", server.FileLimit())
 	}
-	// Past the cap, connections wait in the kernel's backlog, holding no
+	// Past the cap, the longest idle connection gives way to a new one;
+	// when none is idle, new ones wait in the kernel's backlog, holding no
 	// descriptor of the process, until an open one closes.
 	// A lock client that dialled the ops port is told where the lock
 	// protocol is, at once, instead of waiting for an HTTP request line.
 	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsConns))) }()
+	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger}
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsLimits))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
