@@ -115,6 +115,12 @@ type Config struct {
 	// MaxConnsPerIP caps the open connections from one source IP address;
 	// more are closed at once. 0 means no cap.
 	MaxConnsPerIP int
+	// MaxConnsPerIdentity caps the open connections of one client
+	// identity under mutual TLS: of the certificates that prove the same
+	// identities (see Identities), whichever hosts they are used from. A
+	// connection past it gets ERROR OVERLOADED after its handshake. 0
+	// means no cap.
+	MaxConnsPerIdentity int
 	// ReserveFDs is how many file descriptors the protocol listener holds
 	// in reserve: when the process has no descriptor free (EMFILE), an
 	// accept gives up a spare and is served at once, whoever holds the rest
@@ -141,6 +147,12 @@ func DefaultConfig() Config {
 		ParkAfter:         50 * time.Millisecond,
 		SendBuffer:        16 << 10,
 		ReserveFDs:        32,
+		// Far above the sessions one host (or a NAT gateway, or a tenant's
+		// fleet sharing one certificate) holds or waits with at once, far
+		// below what a server's descriptors allow (baton serve lowers both
+		// to a quarter of the open-file limit).
+		MaxConnsPerIP:       1024,
+		MaxConnsPerIdentity: 4096,
 	}
 }
 
@@ -166,6 +178,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("metrics-lock-names (%d) must not be negative", c.MetricsLockNames)
 	case c.MaxConnsPerIP < 0:
 		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
+	case c.MaxConnsPerIdentity < 0:
+		return fmt.Errorf("max-conns-per-identity (%d) must not be negative", c.MaxConnsPerIdentity)
 	case c.TCPFastOpen && !fastOpenSupported:
 		return fmt.Errorf("tcp-fastopen is supported on Linux only")
 	case c.NextToken == nil:

@@ -243,6 +243,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.fds.spend(err) { // out of descriptors: a spare for this one
 				continue
 			}
+			// None left but the server's own: refused at the door, if the
+			// listener can be asked without waiting (else, and when none
+			// waits, the backoff).
+			if tl, ok := ln.(*net.TCPListener); ok && outOfFDs(err) {
+				if refused, _ := s.refuseAtDoor(func() bool { return refuseTCP(tl) }); refused {
+					continue
+				}
+			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
 			select {
@@ -261,6 +269,19 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.accept(conn)
 		}
 	}
+}
+
+// refuseTCP accepts a connection waiting on tl and closes it at once;
+// false if none came within a millisecond.
+func refuseTCP(tl *net.TCPListener) bool {
+	tl.SetDeadline(time.Now().Add(time.Millisecond))
+	c, err := tl.Accept()
+	tl.SetDeadline(time.Time{})
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // startPollerLocked starts the idle poller, unless parking is off. Without

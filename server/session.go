@@ -352,7 +352,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		var err error
 		switch {
 		case mayWait:
-			err = s.cfg.NoteLease(lease)
+			err = s.noteLease(lease) // with the server's own descriptors if none is free (fdreserve.go)
 		case s.cfg.TryNoteLease != nil:
 			var done bool
 			if done, err = s.cfg.TryNoteLease(lease); !done {

@@ -222,7 +222,8 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.ParkIdle = o.parkIdle
 	cfg.SendBuffer = o.sendBuffer
 	cfg.TCPFastOpen = o.tcpFastOpen
-	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
+	cfg.MaxConnsPerIP = connCapLimit(o.sec.maxConnsPerIP, server.FileLimit())
+	cfg.MaxConnsPerIdentity = connCapLimit(o.sec.maxConnsPerIdentity, server.FileLimit())
 	cfg.MetricsLockNames = o.metricsLocks
 	cfg.ReserveFDs = o.reserveFDs
 	cfg.MaxLease = o.maxLease.value(0)
@@ -256,6 +257,17 @@ func serverInfo(bound, advertised string) prometheus.Gauge {
 // twice the leader lease), so an unbounded lease would let any client
 // freeze failover for as long as it likes.
 const clusterMaxLease = time.Minute
+
+// connCapLimit is a cap of protocol connections (per address, per
+// client identity): want, but no more than a quarter of the open-file
+// limit (0: unknown), so that one address or one client never holds every
+// descriptor. 0 (no cap) stays 0, and a negative value for Validate.
+func connCapLimit(want, fileLimit int) int {
+	if want <= 0 {
+		return want
+	}
+	return opsConnLimit(want, fileLimit)
+}
 
 // opsConnLimit is the cap of open ops connections: want, but no more than
 // a quarter of the open-file limit (0: unknown).
@@ -514,6 +526,15 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
 	}
+	for _, c := range []struct {
+		flag       string
+		asked, got int
+	}{{"max-conns-per-ip", o.sec.maxConnsPerIP, cfg.MaxConnsPerIP}, {"max-conns-per-identity", o.sec.maxConnsPerIdentity, cfg.MaxConnsPerIdentity}} {
+		if c.got < c.asked {
+			logger.Warn(c.flag+" lowered to a quarter of the open-file limit, so that one client cannot hold every descriptor",
+				strings.ReplaceAll(c.flag, "-", "_"), c.got, "asked", c.asked, "open_file_limit", server.FileLimit())
+		}
+	}
 	opsConns := opsConnLimit(o.opsMaxConns, server.FileLimit())
 	if opsConns < o.opsMaxConns {
 		logger.Warn("ops-max-conns lowered to a quarter of the open-file limit, so that idle ops connections cannot take the lock sessions' descriptors",
@@ -542,7 +563,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	} else {
 		attrs = append(attrs, "epoch", store.Epoch(), "crash_grace", grace.String())
 	}
-	attrs = append(attrs, "admin_token", token != "")
+	attrs = append(attrs, "admin_token", token != "", "max_conns_per_ip", cfg.MaxConnsPerIP)
+	if cfg.TLS != nil && o.sec.tlsClientCA != "" {
+		attrs = append(attrs, "max_conns_per_identity", cfg.MaxConnsPerIdentity)
+	}
 	logger.Info("baton serving", append(attrs, sec.logAttrs()...)...)
 	return r, exitOK
 }

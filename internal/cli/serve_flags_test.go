@@ -30,6 +30,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"negative send-buffer", []string{"-send-buffer=-1"}, nil, "send-buffer (-1) must not be negative"},
 		{"zero ops-max-conns", []string{"-ops-max-conns=0"}, nil, "ops-max-conns (0) must be positive"},
 		{"negative ops-max-conns-per-ip", []string{"-ops-max-conns-per-ip=-1"}, nil, "ops-max-conns-per-ip (-1) must not be negative"},
+		{"negative max-conns-per-identity", []string{"-max-conns-per-identity=-1"}, nil, "max-conns-per-identity (-1) must not be negative"},
 		{"negative reserve-fds", []string{"-reserve-fds=-1"}, nil, "reserve-fds (-1) must not be negative"},
 		{"negative metrics-lock-names", []string{"-metrics-lock-names=-1"}, nil, "metrics-lock-names (-1) must not be negative"},
 		{"bad park-idle", []string{"-park-idle=maybe"}, nil, `invalid boolean value "maybe" for -park-idle`},
@@ -87,6 +88,7 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
 		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
 		opsMaxConns: 256, opsMaxConnsIP: 32, reserveFDs: 32,
+		sec: securityOptions{maxConnsPerIP: 1024, maxConnsPerIdentity: 4096},
 		cl: clusterOptions{heartbeatTimeout: 200 * time.Millisecond, electionTimeout: 200 * time.Millisecond,
 			leaderLeaseTimeout: 200 * time.Millisecond, handoverDrain: time.Second},
 	}
@@ -156,6 +158,9 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			if want.cl == (clusterOptions{}) { // the cases that set *o whole leave the cluster defaults
 				want.cl = defaults.cl
 			}
+			if want.sec == (securityOptions{}) { // and the security defaults
+				want.sec = defaults.sec
+			}
 			if got != want {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
@@ -165,6 +170,16 @@ func TestServeFlagsAndEnv(t *testing.T) {
 
 // TestOpsConnLimit: ops connections may hold a quarter of the process's
 // descriptors at most, whatever -ops-max-conns asks.
+func TestConnCapLimit(t *testing.T) {
+	for _, tt := range []struct{ want, fileLimit, got int }{
+		{1024, 2048, 512}, {1024, 1 << 20, 1024}, {0, 2048, 0}, {4096, 0, 4096},
+	} {
+		if got := connCapLimit(tt.want, tt.fileLimit); got != tt.got {
+			t.Errorf("connCapLimit(%d, %d) = %d, want %d", tt.want, tt.fileLimit, got, tt.got)
+		}
+	}
+}
+
 func TestOpsConnLimit(t *testing.T) {
 	for _, tt := range []struct{ want, fileLimit, got int }{
 		{256, 1024, 256}, {256, 0, 256}, {1000, 1024, 256}, {5000, 1 << 20, 5000}, {10, 2, 1},
