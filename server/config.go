@@ -65,8 +65,9 @@ type Config struct {
 	// accept, takes its ACQUIRE, answers its heartbeats, and serves its
 	// close (the handover's push included), reading and writing without
 	// waiting. A parked session costs no goroutine stack, about two thirds
-	// of its memory, and a claim costs no goroutine start. Whatever the
-	// poller does not do itself (a frame in pieces, frames back to back, a
+	// of its memory, and a claim costs no goroutine start; pipelined
+	// heartbeats are read a turn at a time, at the poller's pace. Whatever
+	// the poller does not do itself (a frame begun and not continued, a
 	// write the socket cannot take at once, an ERROR to deliver) costs one
 	// goroutine start: the session's reader, which parks it again when it
 	// is idle. False keeps one reader goroutine per session for its whole

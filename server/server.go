@@ -36,6 +36,7 @@ import (
 	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/locktable"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // pendingSlack is how many connections beyond MaxSessions may be open
@@ -102,6 +103,9 @@ type Server struct {
 	fds fdReserve
 
 	events eventLog // history and subscribers of the event stream (events.go); guarded by mu
+	// pipelining is the budget of turns of the readers of sessions that
+	// pipeline and cannot park (see session.yield).
+	pipelining *rate.Limiter
 }
 
 // New returns a server with cfg, after checking it.
@@ -128,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 		acceptCheck: time.Second,
 		reaperWake:  make(chan struct{}, 1),
 		done:        make(chan struct{}),
+		pipelining:  rate.NewLimiter(pipelineTurns, framesPerTurn),
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.serving.Store(!cfg.Replicated)
@@ -144,6 +149,24 @@ func New(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// moreTurn is how many of the sessions that pipeline (sh.more) an idle
+// poller's shard reads in a turn, and morePace how often it takes such a
+// turn (park_linux.go). A lone heartbeat that comes meanwhile waits for
+// at most moreTurn reads; and pipelining sessions, however many, keep a
+// shard busy for at most moreTurn reads (of some microseconds each) every
+// morePace, so that the process stays idle enough for the system to run
+// it at once when a heartbeat comes.
+const (
+	moreTurn = 16
+	morePace = time.Millisecond
+)
+
+// pipelineTurns is how many turns of framesPerTurn frames the readers of
+// pipelining sessions that cannot park (TLS) take in a second, together:
+// about what the idle poller's shards give the sessions they read at
+// their pace (moreTurn a morePace each), and a small share of a CPU.
+const pipelineTurns = rate.Limit(2 * moreTurn * int(time.Second/morePace) / framesPerTurn)
 
 // bulkStep is how many sessions one hold of the server's mutex ends or
 // grants at most (a force-release of a name, a queue that moves, the
