@@ -3,8 +3,8 @@ package cli
 import (
 	"bufio"
 	"crypto/tls"
-	"encoding/binary"
 	"crypto/x509"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -79,8 +79,8 @@ func testPipeliningBeside(t *testing.T, offset, burst int, useTLS bool) {
 		floods, holders = 200, 100
 	}
 	const (
-		lease = 250 * time.Millisecond
-		window          = 3 * time.Second
+		lease  = 250 * time.Millisecond
+		window = 3 * time.Second
 		// The longest an answer may take: a holder confirmed at most every
 		// quarter lease plus this stays confirmed (0.8 x lease).
 		maxAnswer = lease*8/10 - lease/4
