@@ -1,12 +1,16 @@
 package ops_test
 
 import (
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/batonlock/baton/internal/hidden"
 	"github.com/batonlock/baton/ops"
 )
 
@@ -65,5 +69,48 @@ func TestBrowserShowsBidiControls(t *testing.T) {
 	if got := p.eval(`document.querySelector('tr[data-holder-of="gpu/pool"]').textContent`); !strings.Contains(got, `eve\u2067@gpu-2`) || strings.ContainsAny(got, "\u2067") {
 		t.Fatalf("the list's row of the second holder %q: want the owner escaped", got)
 	}
+	p.expectNoConsoleErrors()
+}
+
+// TestBrowserShowsInvisibleCharacters: names that look the same. Each of
+// the invisible and format characters a review found shown raw (zero-width
+// ones, the word joiner, the BOM, the soft hyphen, the grapheme joiner, a
+// Hangul filler, a tag, a variation selector), and a space that is not
+// U+0020, is shown escaped in the table, on the lock's page and in its
+// dialog, each in a marked box, exactly as the operator commands print it
+// (one rule: internal/hidden).
+func TestBrowserShowsInvisibleCharacters(t *testing.T) {
+	ts, hs := startEvents(t, ops.Config{}, nil)
+	const name = "jobs/\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u3164\U000E0041\ufe0fx"
+	const owner = "ci\u00a0runner\u200b-1"
+	holdWith(t, ts.Addr, name, owner)
+	p := openBrowser(t)
+	p.do("open the dashboard", chromedp.Navigate(hs.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#locks-table")))
+	row := `document.querySelector('tr[data-lock="` + strings.ReplaceAll(name, `"`, `\"`) + `"]')`
+	p.waitJS(`!!`+row, 5*time.Second, "the lock's row")
+	text := p.eval(row + `.textContent`)
+	if i := strings.IndexFunc(text, hidden.Rune); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(text[i:])
+		t.Errorf("row text %q holds U+%04X raw", text, r)
+	}
+	for _, want := range []string{hidden.Escape(name), hidden.Escape(owner),
+		`jobs/\u200B\u200C\u200D\u2060\uFEFF\u00AD\u034F\u3164\U000E0041\uFE0Fx`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("row text %q: want %q, as the operator commands print it", text, want)
+		}
+	}
+	if n, want := p.eval(`String(`+row+`.querySelectorAll(".esc").length)`), "12"; n != want {
+		t.Errorf("%s escapes marked in the row, want %s (one per hidden character)", n, want)
+	}
+	p.do("open the lock's page", chromedp.Navigate(hs.URL+"/#/lock/"+url.PathEscape(name)))
+	p.waitJS(`document.getElementById("lock-title").textContent === `+strconv.Quote(hidden.Escape(name)), 3*time.Second, "the escaped title")
+	p.do("open the force-release dialog", chromedp.Click(chromedp.CSS("#force-release")), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")))
+	for _, id := range []string{"confirm-title", "confirm-text"} {
+		got := p.eval(`document.getElementById("` + id + `").textContent`)
+		if hidden.Has(got) {
+			t.Errorf("#%s %q holds a hidden character raw", id, got)
+		}
+	}
+	p.do("cancel", chromedp.Click(chromedp.CSS(`#confirm button[value="cancel"]`)))
 	p.expectNoConsoleErrors()
 }

@@ -150,12 +150,14 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		req.Snapshot, req.History = false, 0
 	}
 
-	if !h.streams.enter() {
+	caller, who := streamCaller(r)
+	if status, msg := h.streams.enter(caller, who, h.mayAdminSome(r)); status != 0 {
+		h.refuse(refusedStreams, "ops: event stream refused", "reason", msg, "client", r.RemoteAddr)
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d event streams are open, the most this server serves: try later", h.streams.max))
+		writeError(w, status, msg)
 		return
 	}
-	defer h.streams.leave()
+	defer h.streams.leave(caller)
 	boundSendBuffer(r.Context())
 
 	res := h.events.Subscribe(req)
@@ -335,14 +337,19 @@ func (h *handler) sendSSE(rc *http.ResponseController, w http.ResponseWriter, r 
 	return err == nil
 }
 
-// streamLimits bounds the event streams: how many are open, and how long
-// a write to one may wait.
+// streamLimits bounds the event streams: how many are open, how many one
+// caller may have open, and how long a write to one may wait. The last
+// adminRoom places are kept for callers that may take admin actions, so
+// that readers cannot take every stream from the operators. In a cluster
+// every stream is served by the leader (a follower passes it on with its
+// caller), so the limits are the cluster's.
 type streamLimits struct {
-	max          int
-	writeTimeout time.Duration
-	mu           sync.Mutex
-	open         int
-	gauge        prometheus.Gauge // nil when unpublished
+	max, perCaller, adminRoom int
+	writeTimeout              time.Duration
+	mu                        sync.Mutex
+	open                      int
+	byCaller                  map[string]int
+	gauge                     prometheus.Gauge // nil when unpublished
 }
 
 func (l *streamLimits) register(reg prometheus.Registerer) {
@@ -354,27 +361,57 @@ func (l *streamLimits) register(reg prometheus.Registerer) {
 	}
 }
 
-// enter takes a place for a stream, false if all are taken.
-func (l *streamLimits) enter() bool {
+// enter takes a place for a stream of caller (who names it for people),
+// an admin caller or not. When it may not, it returns the status of the
+// refusal (429 for the caller's own limit, 503 when the server's are full)
+// and why.
+func (l *streamLimits) enter(caller, who string, admin bool) (status int, msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open >= l.max {
-		return false
+	switch {
+	case l.open >= l.max:
+		return http.StatusServiceUnavailable, fmt.Sprintf("%d event streams are open, the most this server serves: try later", l.max)
+	case !admin && l.open >= l.max-l.adminRoom:
+		return http.StatusServiceUnavailable, fmt.Sprintf("%d event streams are open: the last %d of %d are kept for callers with an admin grant; try later",
+			l.open, l.adminRoom, l.max)
+	case l.byCaller[caller] >= l.perCaller:
+		return http.StatusTooManyRequests, fmt.Sprintf("%s has %d event streams open, the most one caller may", who, l.byCaller[caller])
 	}
+	if l.byCaller == nil {
+		l.byCaller = make(map[string]int)
+	}
+	l.byCaller[caller]++
 	l.open++
 	if l.gauge != nil {
 		l.gauge.Set(float64(l.open))
 	}
-	return true
+	return 0, ""
 }
 
-func (l *streamLimits) leave() {
+func (l *streamLimits) leave(caller string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.byCaller[caller]--; l.byCaller[caller] <= 0 {
+		delete(l.byCaller, caller)
+	}
 	l.open--
 	if l.gauge != nil {
 		l.gauge.Set(float64(l.open))
 	}
+}
+
+// streamCaller names r's caller for the limit of streams per caller: the
+// identities of its verified client certificate, else its IP address (a
+// follower passes its caller's on over TLS); and the same for people.
+func streamCaller(r *http.Request) (key, who string) {
+	if ids := callerIdentities(r); len(ids) > 0 {
+		return "id:" + strings.Join(ids, "\x00"), "client identity " + strings.Join(quoteAll(ids), ", ")
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host, "address " + host
 }
 
 // connKey is the context key of the connection a request came on.

@@ -24,7 +24,7 @@ func startBoundedEvents(t *testing.T, cfg ops.Config) (*batontest.Server, *httpt
 	cfg.Backend, cfg.Registerer = ts.Srv, reg
 	hs := httptest.NewUnstartedServer(ops.NewHandler(cfg))
 	hs.Config.ConnContext = ops.ConnContext
-	hs.Listener = ops.LimitListener(hs.Listener, 16)
+	hs.Listener = ops.LimitListener(hs.Listener, ops.ListenerLimits{Conns: 16})
 	hs.Start()
 	t.Cleanup(hs.Close)
 	return ts, hs, reg

@@ -1,39 +1,185 @@
 package ops
 
 import (
+	"context"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batonlock/baton/server"
 )
 
-// LimitListener caps the open connections of the ops listener at n: past
-// it, Accept waits until one closes, and new connections wait in the
-// kernel's backlog, holding no descriptor of the process. It is
-// golang.org/x/net/netutil's LimitListener, with one difference that the
-// event stream needs: its connections give the one they wrap (NetConn), so
-// that a stream can bound its socket's send buffer (ConnContext).
-func LimitListener(l net.Listener, n int) net.Listener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+// ListenerLimits are the bounds of the ops listener's connections (see
+// LimitListener).
+type ListenerLimits struct {
+	// Conns is the most open connections. Past it, the longest idle
+	// keep-alive connection is closed to make room for a new one (one
+	// that has made no authenticated request first); when none is idle,
+	// the new connection waits until one closes, and the ones after it
+	// wait in the kernel's backlog, holding no descriptor of the process.
+	// Must be positive.
+	Conns int
+	// ConnsPerIP is the most connections from one IP address that have
+	// made no authenticated request (see Trust); past it, the address's
+	// longest idle one is closed for a new one, and when none is idle the
+	// new one is closed at once. Zero means no cap.
+	ConnsPerIP int
+	// Registerer receives the refusals (baton_ops_refusals_total, reason
+	// connections_per_ip); nil keeps them unpublished.
+	Registerer prometheus.Registerer
+	// Logger receives a warn line for refused connections, rate-limited;
+	// nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// LimitListener bounds the connections of the ops listener by lim. A
+// keep-alive connection that waits for its next request holds nothing a
+// new caller needs: when the listener is full, or an address is at its
+// cap, the longest idle one gives way. So idle connections, however many
+// and from wherever, never keep a probe, a scraper or an operator out, and
+// one address's connections that are not idle (requests in progress, or
+// headers still to come, within the server's header timeout) take at most
+// ConnsPerIP places. Its connections give the one they wrap (NetConn), so
+// that a stream can bound its socket's send buffer (ConnContext); the
+// http.Server must report their states with ConnState.
+func LimitListener(l net.Listener, lim ListenerLimits) net.Listener {
+	log := lim.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &limitListener{Listener: l, lim: lim, sem: make(chan struct{}, lim.Conns), done: make(chan struct{}), becameIdle: make(chan struct{}, 1),
+		conns: make(map[*limitConn]struct{}), untrusted: make(map[netip.Addr]int),
+		refused: newRefusalCounters(lim.Registerer)[refusedConnsPerIP], log: log, refusals: server.NewRefusalLog()}
 }
 
 type limitListener struct {
 	net.Listener
-	sem       chan struct{}
+	lim       ListenerLimits
+	sem       chan struct{} // a place for each connection served
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: a waiting Accept gives up
+	// becameIdle wakes an Accept that waits for a place: a connection went
+	// idle, and may give way.
+	becameIdle chan struct{}
+	refused    prometheus.Counter
+	log        *slog.Logger
+	refusals   *server.RefusalLog
+
+	mu sync.Mutex
+	// conns are the open connections Accept returned or is placing.
+	conns map[*limitConn]struct{}
+	// untrusted counts, per address, the open connections that have made
+	// no authenticated request.
+	untrusted map[netip.Addr]int
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		lc := l.admit(c)
+		if lc == nil {
+			continue // refused: the address is at its cap
+		}
+		if !l.place(lc) {
+			return nil, net.ErrClosed
+		}
+		l.mu.Lock()
+		lc.placed = true
+		l.mu.Unlock()
+		return lc, nil
+	}
+}
+
+// place takes a place for lc: at once if one is free, else the place of
+// the longest idle connection, as soon as there is one (the others may be
+// busy now and idle later), or of one that closes. False, with lc closed,
+// if the listener is closed meanwhile.
+func (l *limitListener) place(lc *limitConn) bool {
 	select {
 	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+		return true
+	default:
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+	for {
+		l.mu.Lock()
+		v := l.idlestLocked(func(*limitConn) bool { return true })
+		l.mu.Unlock()
+		if v != nil {
+			v.Close() // gives its place back
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return true
+		case <-l.becameIdle:
+		case <-l.done:
+			lc.Close()
+			return false
+		}
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+// admit counts c against its address, making room by closing the
+// address's longest idle connection if it is at its cap; nil, with c
+// closed, when there is none.
+func (l *limitListener) admit(c net.Conn) *limitConn {
+	lc := &limitConn{Conn: c, l: l}
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		lc.addr = ap.Addr().Unmap()
+	}
+	var victim *limitConn
+	l.mu.Lock()
+	if max := l.lim.ConnsPerIP; max > 0 && lc.addr.IsValid() && l.untrusted[lc.addr] >= max {
+		victim = l.idlestLocked(func(v *limitConn) bool { return !v.trusted && v.addr == lc.addr })
+		if victim == nil {
+			n := l.untrusted[lc.addr]
+			l.mu.Unlock()
+			l.refused.Inc()
+			l.refusals.Warn(l.log, "ops: connection refused: its address has as many connections open as it may, none of them idle",
+				"client", c.RemoteAddr().String(), "open", n, "ops_max_conns_per_ip", max)
+			c.Close()
+			return nil
+		}
+	}
+	l.conns[lc] = struct{}{}
+	if lc.addr.IsValid() {
+		l.untrusted[lc.addr]++
+	}
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+	return lc
+}
+
+// idlestLocked returns the connection that has been idle longest among
+// those that may give way (placed, waiting for their next request) and
+// that which accepts, preferring one that has made no authenticated
+// request; nil if none. l.mu must be held.
+func (l *limitListener) idlestLocked(which func(*limitConn) bool) *limitConn {
+	var best *limitConn
+	var since int64
+	for c := range l.conns {
+		idle := c.idleSince.Load()
+		if !c.placed || idle == 0 || !which(c) {
+			continue
+		}
+		if best == nil || (best.trusted && !c.trusted) || (best.trusted == c.trusted && idle < since) {
+			best, since = c, idle
+		}
+	}
+	if best != nil && !best.idleSince.CompareAndSwap(since, 0) {
+		return nil // a request began on it just now: it is no longer idle
+	}
+	return best
 }
 
 func (l *limitListener) Close() error {
@@ -45,15 +191,106 @@ func (l *limitListener) Close() error {
 // limitConn gives its place back at its first Close.
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l    *limitListener
+	addr netip.Addr // invalid when the peer is not an IP address
+	once sync.Once
+
+	// idleSince is when it went idle between requests (unix nanoseconds),
+	// 0 while it is not: from the first byte of a request (Read) until
+	// the server has answered it (ConnState).
+	idleSince atomic.Int64
+
+	// Guarded by l.mu.
+	placed  bool // it holds a place of l.sem
+	trusted bool // it made an authenticated request (trust)
+}
+
+// Read marks the connection busy as soon as a request's first bytes come:
+// the server reports it active only once the request's headers are whole.
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.idleSince.Load() != 0 {
+		c.idleSince.Store(0)
+	}
+	return n, err
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		l := c.l
+		l.mu.Lock()
+		delete(l.conns, c)
+		if !c.trusted && c.addr.IsValid() {
+			if l.untrusted[c.addr]--; l.untrusted[c.addr] <= 0 {
+				delete(l.untrusted, c.addr)
+			}
+		}
+		placed := c.placed
+		l.mu.Unlock()
+		if placed {
+			<-l.sem
+		}
+	})
 	return err
 }
 
 // NetConn is the connection c wraps.
 func (c *limitConn) NetConn() net.Conn { return c.Conn }
+
+// limitConnOf is the listener's connection under c (through TLS), or nil.
+func limitConnOf(c net.Conn) *limitConn {
+	for c != nil {
+		if lc, ok := c.(*limitConn); ok {
+			return lc
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = w.NetConn()
+	}
+	return nil
+}
+
+// ConnState is the http.Server.ConnState of the ops listener: it tells
+// LimitListener which connections are idle between requests, and may
+// give way to new ones.
+func ConnState(c net.Conn, st http.ConnState) {
+	lc := limitConnOf(c)
+	if lc == nil {
+		return
+	}
+	if st == http.StateIdle {
+		lc.idleSince.Store(time.Now().UnixNano())
+		select {
+		case lc.l.becameIdle <- struct{}{}:
+		default:
+		}
+	} else {
+		lc.idleSince.Store(0)
+	}
+}
+
+// trust takes the connection of a request that proved who sends it (the
+// admin token, a dashboard login, a member's forward channel) out of its
+// address's cap (ListenerLimits.ConnsPerIP).
+func trust(ctx context.Context) {
+	c, _ := ctx.Value(connKey{}).(net.Conn)
+	lc := limitConnOf(c)
+	if lc == nil {
+		return
+	}
+	l := lc.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lc.trusted {
+		return
+	}
+	lc.trusted = true
+	if lc.addr.IsValid() {
+		if l.untrusted[lc.addr]--; l.untrusted[lc.addr] <= 0 {
+			delete(l.untrusted, lc.addr)
+		}
+	}
+}

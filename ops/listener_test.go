@@ -1,58 +1,170 @@
 package ops_test
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/ops"
 )
 
-// TestLimitListener: past the cap, a connection is not accepted (its
-// request waits in the backlog) until an open one closes; then it is
-// served.
-func TestLimitListener(t *testing.T) {
+// limitedServer serves the ops API behind LimitListener with lim, as
+// baton serve does (ConnContext, ConnState), and returns its address.
+func limitedServer(t *testing.T, lim ops.ListenerLimits, cfg ops.Config) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: ops.NewHandler(ops.Config{Backend: newFake()}), IdleTimeout: time.Minute}
+	if cfg.Backend == nil {
+		cfg.Backend = newFake()
+	}
+	hs := &http.Server{Handler: ops.NewHandler(cfg), IdleTimeout: time.Minute, ReadHeaderTimeout: time.Minute,
+		ConnContext: ops.ConnContext, ConnState: ops.ConnState}
 	done := make(chan struct{})
-	go func() { defer close(done); hs.Serve(ops.LimitListener(ln, 2)) }()
+	go func() { defer close(done); hs.Serve(ops.LimitListener(ln, lim)) }()
 	t.Cleanup(func() { hs.Close(); <-done })
+	return ln.Addr().String()
+}
 
-	// request sends GET /healthz on a new connection and reads the
-	// answer's first bytes, within d.
-	request := func(d time.Duration) (net.Conn, error) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-		c.SetReadDeadline(time.Now().Add(d))
-		var b [12]byte
-		_, err = io.ReadFull(c, b[:])
-		return c, err
-	}
-	first, err := request(5 * time.Second)
+// opsConn is a raw HTTP/1.1 connection to the ops listener.
+type opsConn struct {
+	t *testing.T
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialOps(t *testing.T, addr string) *opsConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		t.Fatalf("first connection: %v", err)
+		t.Fatal(err)
 	}
-	if _, err := request(5 * time.Second); err != nil {
-		t.Fatalf("second connection: %v", err)
+	t.Cleanup(func() { c.Close() })
+	return &opsConn{t: t, Conn: c, r: bufio.NewReader(c)}
+}
+
+// begin sends a request's first line, and not the end of its headers: the
+// connection is busy, not idle.
+func (c *opsConn) begin(path string) {
+	io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+}
+
+// finish ends the headers begun and reads the answer's status within d:
+// 0 if none came (not served, or closed).
+func (c *opsConn) finish(extra string, d time.Duration) int {
+	io.WriteString(c, extra+"\r\n")
+	c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return 0
 	}
-	// Both stay open (keep-alive): a third is not served.
-	third, err := request(300 * time.Millisecond)
-	if err == nil {
-		t.Fatal("a third connection was served past the cap of 2")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (c *opsConn) get(path string, d time.Duration) int {
+	c.begin(path)
+	return c.finish("", d)
+}
+
+// TestLimitListener: past the cap, a connection whose request is under
+// way keeps its place, and a new one waits (not served) until one closes
+// or goes idle; an idle keep-alive connection gives way to a new one.
+func TestLimitListener(t *testing.T) {
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 2}, ops.Config{})
+	first, second := dialOps(t, addr), dialOps(t, addr)
+	first.begin("/healthz") // busy: their headers are not complete
+	second.begin("/healthz")
+	third := dialOps(t, addr)
+	if code := third.get("/healthz", 300*time.Millisecond); code != 0 {
+		t.Fatalf("a third connection was served (%d) past the cap of 2 busy ones", code)
 	}
 	first.Close()
 	third.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var b [12]byte
-	if _, err := io.ReadFull(third, b[:]); err != nil || string(b[:9]) != "HTTP/1.1 " {
-		t.Fatalf("third connection once the first closed: %q, %v", b, err)
+	if resp, err := http.ReadResponse(third.r, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("third connection once the first closed: %v, %v", resp, err)
 	}
+	// third idles (keep-alive) once answered, second is still busy: a
+	// fourth takes third's place.
+	fourth := dialOps(t, addr)
+	if code := fourth.get("/healthz", 5*time.Second); code != 200 {
+		t.Fatalf("a new connection beside a busy one and an idle one: %d, want 200", code)
+	}
+	if code := third.get("/healthz", time.Second); code != 0 {
+		t.Fatalf("the idle connection still served (%d), want it closed for the new one", code)
+	}
+	if code := second.finish("", 5*time.Second); code != 200 {
+		t.Fatalf("the busy connection: %d, want 200", code)
+	}
+}
+
+// TestLimitListenerPerIP: an address holds at most ConnsPerIP connections
+// that made no authenticated request; past it, the address's idle one
+// gives way to a new one, and without an idle one the new one is closed at
+// once and counted. A connection that made an authenticated request no
+// longer counts.
+func TestLimitListenerPerIP(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 16, ConnsPerIP: 2, Registerer: reg}, ops.Config{AdminToken: "tok", Registerer: reg})
+	refused := func() float64 {
+		return testutil.ToFloat64(mustVec(t, reg).WithLabelValues("connections_per_ip"))
+	}
+	a, b := dialOps(t, addr), dialOps(t, addr)
+	a.begin("/healthz")
+	b.begin("/healthz")
+	if code := dialOps(t, addr).get("/healthz", 5*time.Second); code != 0 {
+		t.Fatalf("a third busy connection of one address: %d, want closed", code)
+	}
+	if n := refused(); n != 1 {
+		t.Fatalf("baton_ops_refusals_total{reason=connections_per_ip} = %v, want 1", n)
+	}
+	if a.finish("", 5*time.Second) != 200 {
+		t.Fatal("a not served")
+	}
+	// a goes idle just after its answer: then it gives way.
+	var d *opsConn
+	batontest.Eventually(t, 5*time.Second, func() bool {
+		d = dialOps(t, addr)
+		return d.get("/healthz", 5*time.Second) == 200
+	}, "a new connection beside the address's idle one is not served")
+	if code := a.get("/healthz", time.Second); code != 0 {
+		t.Fatalf("the idle connection still served (%d), want it closed for the new one", code)
+	}
+	// An authenticated request takes its connection out of the cap.
+	if code := d.get("/v1/locks", 5*time.Second); code != 401 {
+		t.Fatalf("GET /v1/locks without the token: %d, want 401", code)
+	}
+	d.begin("/v1/locks")
+	if code := d.finish("Authorization: Bearer tok\r\n", 5*time.Second); code != 200 {
+		t.Fatalf("GET /v1/locks with the token: %d, want 200", code)
+	}
+	d.begin("/healthz") // busy, as b: only b counts
+	e := dialOps(t, addr)
+	e.begin("/healthz")
+	if code := e.finish("", 5*time.Second); code != 200 {
+		t.Fatalf("a connection beside a busy untrusted one and a busy trusted one: %d, want 200", code)
+	}
+}
+
+func mustVec(t *testing.T, reg *prometheus.Registry) *prometheus.CounterVec {
+	t.Helper()
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_ops_refusals_total",
+		Help: "Requests to the ops API refused for who sent them, by reason; their log lines are rate-limited, these count them all.",
+	}, []string{"reason"})
+	err := reg.Register(vec)
+	are, ok := err.(prometheus.AlreadyRegisteredError)
+	if !ok {
+		t.Fatalf("baton_ops_refusals_total is not registered: %v", err)
+	}
+	return are.ExistingCollector.(*prometheus.CounterVec)
 }

@@ -112,8 +112,14 @@ type Config struct {
 	// open event streams); nil keeps them unpublished.
 	Registerer prometheus.Registerer
 	// MaxEventStreams caps the open GET /v1/events streams; one more is
-	// answered 503. Zero means DefaultMaxEventStreams.
+	// answered 503. Its last eighth is kept for callers that may take
+	// admin actions (see streamLimits). Zero means DefaultMaxEventStreams.
 	MaxEventStreams int
+	// MaxEventStreamsPerCaller caps the open streams of one caller: the
+	// identities of its verified client certificate, or its address
+	// without one; one more is answered 429. Zero means
+	// DefaultMaxEventStreamsPerCaller.
+	MaxEventStreamsPerCaller int
 	// EventWriteTimeout bounds one write to an event stream: a subscriber
 	// that stops reading is cut once its bounded buffer is full and a write
 	// has waited this long. Zero means DefaultEventWriteTimeout.
@@ -122,8 +128,11 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxEventStreams   = 128
-	DefaultEventWriteTimeout = 10 * time.Second
+	DefaultMaxEventStreams = 128
+	// DefaultMaxEventStreamsPerCaller is a quarter of the default
+	// MaxEventStreams: a dashboard tab or a baton watch holds one.
+	DefaultMaxEventStreamsPerCaller = 32
+	DefaultEventWriteTimeout        = 10 * time.Second
 )
 
 // NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
@@ -155,6 +164,11 @@ func NewHandler(cfg Config) http.Handler {
 	if h.streams.max <= 0 {
 		h.streams.max = DefaultMaxEventStreams
 	}
+	h.streams.perCaller = cfg.MaxEventStreamsPerCaller
+	if h.streams.perCaller <= 0 {
+		h.streams.perCaller = DefaultMaxEventStreamsPerCaller
+	}
+	h.streams.adminRoom = h.streams.max / 8
 	h.streams.writeTimeout = cfg.EventWriteTimeout
 	if h.streams.writeTimeout <= 0 {
 		h.streams.writeTimeout = DefaultEventWriteTimeout
@@ -213,10 +227,12 @@ type handler struct {
 
 // The reasons of baton_ops_refusals_total.
 const (
-	refusedToken      = "token"        // no or a wrong admin token (401)
-	refusedClientCert = "client_cert"  // no verified client certificate (401)
-	refusedRules      = "access_rules" // the access rules' admin grant (403)
-	refusedForgery    = "forgery"      // a cross-site or rebound browser request (403)
+	refusedToken      = "token"              // no or a wrong admin token (401)
+	refusedClientCert = "client_cert"        // no verified client certificate (401)
+	refusedRules      = "access_rules"       // the access rules' admin grant (403)
+	refusedForgery    = "forgery"            // a cross-site or rebound browser request (403)
+	refusedStreams    = "event_streams"      // a stream past the caller's or the server's limit (429, 503)
+	refusedConnsPerIP = "connections_per_ip" // a connection past its address's cap, closed at once (listener.go)
 )
 
 func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter {
@@ -233,7 +249,7 @@ func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter
 		}
 	}
 	out := make(map[string]prometheus.Counter)
-	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery} {
+	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams, refusedConnsPerIP} {
 		out[r] = vec.WithLabelValues(r)
 	}
 	return out
@@ -367,6 +383,7 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 		writeError(w, http.StatusUnauthorized, "a verified client certificate is required")
 		return
 	}
+	trust(r.Context()) // its connection leaves its address's cap (listener.go)
 	segs, ok := splitPath(strings.TrimPrefix(p, "/v1/"))
 	if !ok {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad percent-encoding in path %s", p))
@@ -375,7 +392,8 @@ func (h *handler) serveV1(w http.ResponseWriter, r *http.Request, p string) {
 	// A stream outlives its request: a logout must end it too.
 	still := func() bool { return true }
 	if cookie != nil {
-		still = func() bool { _, ok := h.ui.get(cookieID, time.Now()); return ok }
+		caller := callerKey(r)
+		still = func() bool { _, ok := h.ui.get(cookieID, time.Now(), caller); return ok }
 	}
 	if len(segs) >= 1 && segs[0] == "cluster" {
 		h.serveCluster(w, r, p, segs, func() bool { return h.toLeaderAs(w, r, cookie != nil, still) })
@@ -727,6 +745,18 @@ func (h *handler) adminCheck(r *http.Request, action, name string) *adminRefusal
 	}
 	return &adminRefusal{action: action, lock: name, ids: ids,
 		msg: fmt.Sprintf("client %s may not %s lock %q", who, action, name)}
+}
+
+// mayAdminSome reports whether r's caller may take some admin action:
+// every caller when no access rules judge admin actions (the token, with
+// a certificate where one is required, is then all it takes), else one
+// whose identities some rule grants "admin".
+func (h *handler) mayAdminSome(r *http.Request) bool {
+	if h.acl == nil {
+		return true
+	}
+	acl := h.acl()
+	return acl == nil || acl.HasAdminGrant(callerIdentities(r))
 }
 
 // refuseAdmin answers 403 for refusal, and logs it.

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/batonlock/baton/internal/hidden"
 )
 
 // The dashboard's files, served at / and /ui/.
@@ -34,7 +36,17 @@ const (
 	uiSessionTTL = 12 * time.Hour
 	// maxUISessions bounds the login sessions kept in memory.
 	maxUISessions = 10000
+	// maxUISessionsPerIdentity bounds the login sessions of one caller (the
+	// identities of its client certificate; all callers without one are
+	// one): its next login ends its oldest session, so that one caller can
+	// neither fill maxUISessions nor lock itself out.
+	maxUISessionsPerIdentity = 16
 )
+
+// hiddenScript is the module that gives the page the characters it must
+// show escaped: made from the rule the operator commands use
+// (internal/hidden), so that both show a name alike.
+const hiddenScript = "ui/hidden.js"
 
 // contentSecurityPolicy allows the dashboard only its own files and API.
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
@@ -44,6 +56,9 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 type uiSession struct {
 	csrf    string
 	expires time.Time
+	// caller is who logged in (callerKey): the session is honoured only for
+	// requests with the same certificate identities.
+	caller string
 }
 
 // uiSessions are the dashboard logins, by the digest of their cookie's id
@@ -51,6 +66,8 @@ type uiSession struct {
 type uiSessions struct {
 	mu sync.Mutex
 	m  map[[sha256.Size]byte]uiSession
+	// byCaller lists each caller's sessions, oldest first.
+	byCaller map[string][][sha256.Size]byte
 }
 
 func randomID() string {
@@ -59,16 +76,23 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (u *uiSessions) create(now time.Time) (id string, s uiSession, ok bool) {
+// create logs caller in, ending its oldest session if it has
+// maxUISessionsPerIdentity already; ok is false when maxUISessions are
+// open (after the expired ones are dropped).
+func (u *uiSessions) create(now time.Time, caller string) (id string, s uiSession, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {
 		u.m = make(map[[sha256.Size]byte]uiSession)
+		u.byCaller = make(map[string][][sha256.Size]byte)
+	}
+	if mine := u.byCaller[caller]; len(mine) >= maxUISessionsPerIdentity {
+		u.removeLocked(mine[0])
 	}
 	if len(u.m) >= maxUISessions {
 		for k, v := range u.m {
 			if now.After(v.expires) {
-				delete(u.m, k)
+				u.removeLocked(k)
 			}
 		}
 		if len(u.m) >= maxUISessions {
@@ -76,27 +100,64 @@ func (u *uiSessions) create(now time.Time) (id string, s uiSession, ok bool) {
 		}
 	}
 	id = randomID()
-	s = uiSession{csrf: randomID(), expires: now.Add(uiSessionTTL)}
-	u.m[sha256.Sum256([]byte(id))] = s
+	s = uiSession{csrf: randomID(), expires: now.Add(uiSessionTTL), caller: caller}
+	k := sha256.Sum256([]byte(id))
+	u.m[k] = s
+	u.byCaller[caller] = append(u.byCaller[caller], k)
 	return id, s, true
 }
 
-func (u *uiSessions) get(id string, now time.Time) (uiSession, bool) {
+// get returns the live session that id names, if caller is the one who
+// opened it.
+func (u *uiSessions) get(id string, now time.Time, caller string) (uiSession, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	k := sha256.Sum256([]byte(id))
 	s, ok := u.m[k]
-	if ok && now.After(s.expires) {
-		delete(u.m, k)
+	if !ok {
 		return uiSession{}, false
 	}
-	return s, ok
+	if now.After(s.expires) {
+		u.removeLocked(k)
+		return uiSession{}, false
+	}
+	if s.caller != caller {
+		return uiSession{}, false
+	}
+	return s, true
 }
 
 func (u *uiSessions) remove(id string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	delete(u.m, sha256.Sum256([]byte(id)))
+	u.removeLocked(sha256.Sum256([]byte(id)))
+}
+
+// removeLocked ends session k. u.mu must be held.
+func (u *uiSessions) removeLocked(k [sha256.Size]byte) {
+	s, ok := u.m[k]
+	if !ok {
+		return
+	}
+	delete(u.m, k)
+	mine := u.byCaller[s.caller]
+	for i := range mine {
+		if mine[i] == k {
+			mine = append(mine[:i], mine[i+1:]...)
+			break
+		}
+	}
+	if len(mine) == 0 {
+		delete(u.byCaller, s.caller)
+	} else {
+		u.byCaller[s.caller] = mine
+	}
+}
+
+// callerKey names r's caller for its dashboard sessions: the identities
+// of its verified client certificate, "" without one.
+func callerKey(r *http.Request) string {
+	return strings.Join(callerIdentities(r), "\x00")
 }
 
 // cookieSession is the live login session r's cookie names, if any.
@@ -105,7 +166,7 @@ func (h *handler) cookieSession(r *http.Request) (id string, s uiSession, ok boo
 	if err != nil || c.Value == "" {
 		return "", uiSession{}, false
 	}
-	s, ok = h.ui.get(c.Value, time.Now())
+	s, ok = h.ui.get(c.Value, time.Now(), callerKey(r))
 	return c.Value, s, ok
 }
 
@@ -180,6 +241,9 @@ func (h *handler) serveUI(w http.ResponseWriter, r *http.Request, p string) {
 		name = path.Clean(strings.TrimPrefix(p, "/"))
 	}
 	data, err := fs.ReadFile(uiFiles, name)
+	if name == hiddenScript {
+		data, err = []byte(hidden.Script()), nil
+	}
 	if err != nil || !strings.HasPrefix(name, "ui/") {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s", p))
 		return
@@ -235,6 +299,14 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "this server has no admin token: the dashboard needs no login")
 		return
 	}
+	// The token alone opens nothing where /v1/ needs a certificate too (a
+	// session it opened would be of no use, and would fill the sessions),
+	// and without a certificate the login says nothing of the token.
+	if h.requireCert && callerIdentities(r) == nil {
+		h.refuse(refusedClientCert, "ops: dashboard login without a verified client certificate", "client", r.RemoteAddr)
+		writeError(w, http.StatusUnauthorized, "a verified client certificate is required")
+		return
+	}
 	var in struct {
 		Token string `json:"token"`
 	}
@@ -253,16 +325,17 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "wrong admin token")
 		return
 	}
-	id, s, ok := h.ui.create(time.Now())
+	id, s, ok := h.ui.create(time.Now(), callerKey(r))
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d dashboard sessions are open: try later", maxUISessions))
 		return
 	}
+	trust(r.Context())
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: id, Path: "/", MaxAge: int(uiSessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
-	h.log.Info("ops: dashboard login", "client", r.RemoteAddr)
+	h.log.Info("ops: dashboard login", "identities", callerIdentities(r), "client", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, uiSessionJSON{AuthRequired: true, LoggedIn: true, CSRF: s.csrf})
 }
 

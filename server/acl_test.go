@@ -165,6 +165,11 @@ func TestParseACL(t *testing.T) {
 		{`{"rules": [{"clients": ["a"]}]}`, `rule 1 grants nothing`},
 		{`{"rules": [{"clients": ["a"], "locks": ["` + strings.Repeat("x", 256) + `"]}]}`, "longer than any lock name"},
 		{`{"rules": []} {}`, "text after the JSON rules object"},
+		{`{"rules": [{"clients": ["a"], "admin": ["b"], "kinds": ["shared"]}]}`, `rule 1 gives "kinds" but no "locks"`},
+		{`{"rules": [{"clients": ["a"], "locks": ["b"], "kinds": []}]}`, `rule 1 has an empty "kinds"`},
+		{`{"rules": [{"clients": ["a"], "locks": ["b"], "kinds": ["reader"]}]}`, `rule 1: unknown kind "reader"`},
+		{`{"rules": [{"clients": ["a"], "locks": ["b"], "kinds": ["limit:0"]}]}`, `rule 1: kind "limit:0": the limit must be * or 1 to 65535`},
+		{`{"rules": [{"clients": ["a"], "locks": ["b"], "kinds": ["limit:65536"]}]}`, `kind "limit:65536"`},
 	} {
 		_, err := server.ParseACL([]byte(tt.text))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -182,5 +187,49 @@ func TestParseACL(t *testing.T) {
 	os.WriteFile(file, []byte(`{"rules": [{"clients": ["a"]}]}`), 0o600)
 	if _, err := server.LoadACL(file); err == nil || !strings.Contains(err.Error(), file+": rule 1") {
 		t.Errorf("LoadACL of a bad file: %v, want an error naming the file and the rule", err)
+	}
+}
+
+// TestACLKinds: a rule's "kinds" name the claims its "locks" allow, each
+// rule for its own prefixes; a rule without them allows every kind.
+func TestACLKinds(t *testing.T) {
+	t.Parallel()
+	a := mustACL(t, `{"rules": [
+	  {"clients": ["reader"], "locks": ["conf/"], "kinds": ["shared"]},
+	  {"clients": ["gpu"], "locks": ["gpu/"], "kinds": ["limit:4", "exclusive"]},
+	  {"clients": ["pool"], "locks": ["pool/"], "kinds": ["limit:*"]},
+	  {"clients": ["writer"], "locks": ["conf/"], "kinds": ["exclusive"]},
+	  {"clients": ["writer"], "locks": ["jobs/"]}
+	]}`)
+	excl := server.Kind{}
+	reader := server.Kind{Shared: true, Limit: wire.MaxLimit}
+	slot := func(n int) server.Kind { return server.Kind{Shared: true, Limit: n} }
+	for _, tt := range []struct {
+		who, lock string
+		k         server.Kind
+		allow     bool
+	}{
+		{"reader", "conf/db", reader, true},
+		{"reader", "conf/db", excl, false},
+		{"reader", "conf/db", slot(1), false}, // the review's silent waiter with limit 1
+		{"reader", "jobs/x", reader, false},
+		{"gpu", "gpu/a", slot(4), true},
+		{"gpu", "gpu/a", slot(5), false},
+		{"gpu", "gpu/a", excl, true},
+		{"gpu", "gpu/a", reader, false},
+		{"pool", "pool/x", slot(1), true},
+		{"pool", "pool/x", reader, true},
+		{"pool", "pool/x", excl, false},
+		{"writer", "conf/db", excl, true},
+		{"writer", "conf/db", reader, false},
+		{"writer", "jobs/x", slot(7), true}, // no kinds: every kind, as before
+		{"writer", "jobs/x", excl, true},
+	} {
+		if got := a.MayClaim([]string{tt.who}, tt.lock, tt.k); got != tt.allow {
+			t.Errorf("MayClaim(%s, %q, %v) = %v, want %v", tt.who, tt.lock, tt.k, got, tt.allow)
+		}
+	}
+	if !a.MayAcquire([]string{"reader"}, "conf/db") {
+		t.Error("MayAcquire(reader, conf/db) = false, want true: some kind is allowed")
 	}
 }

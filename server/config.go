@@ -75,8 +75,9 @@ type Config struct {
 	// accept, takes its ACQUIRE, answers its heartbeats, and serves its
 	// close (the handover's push included), reading and writing without
 	// waiting. A parked session costs no goroutine stack, about two thirds
-	// of its memory, and a claim costs no goroutine start. Whatever the
-	// poller does not do itself (a frame in pieces, frames back to back, a
+	// of its memory, and a claim costs no goroutine start; pipelined
+	// heartbeats are read a turn at a time, at the poller's pace. Whatever
+	// the poller does not do itself (a frame begun and not continued, a
 	// write the socket cannot take at once, an ERROR to deliver) costs one
 	// goroutine start: the session's reader, which parks it again when it
 	// is idle. False keeps one reader goroutine per session for its whole
@@ -125,6 +126,12 @@ type Config struct {
 	// MaxConnsPerIP caps the open connections from one source IP address;
 	// more are closed at once. 0 means no cap.
 	MaxConnsPerIP int
+	// MaxConnsPerIdentity caps the open connections of one client
+	// identity under mutual TLS: of the certificates that prove the same
+	// identities (see Identities), whichever hosts they are used from. A
+	// connection past it gets ERROR OVERLOADED after its handshake. 0
+	// means no cap.
+	MaxConnsPerIdentity int
 	// ReserveFDs is how many file descriptors the protocol listener holds
 	// in reserve: when the process has no descriptor free (EMFILE), an
 	// accept gives up a spare and is served at once, whoever holds the rest
@@ -151,6 +158,12 @@ func DefaultConfig() Config {
 		ParkAfter:         50 * time.Millisecond,
 		SendBuffer:        16 << 10,
 		ReserveFDs:        32,
+		// Far above the sessions one host (or a NAT gateway, or a tenant's
+		// fleet sharing one certificate) holds or waits with at once, far
+		// below what a server's descriptors allow (baton serve lowers both
+		// to a quarter of the open-file limit).
+		MaxConnsPerIP:       1024,
+		MaxConnsPerIdentity: 4096,
 	}
 }
 
@@ -178,6 +191,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("metrics-lock-names (%d) must not be negative", c.MetricsLockNames)
 	case c.MaxConnsPerIP < 0:
 		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
+	case c.MaxConnsPerIdentity < 0:
+		return fmt.Errorf("max-conns-per-identity (%d) must not be negative", c.MaxConnsPerIdentity)
 	case c.TCPFastOpen && !fastOpenSupported:
 		return fmt.Errorf("tcp-fastopen is supported on Linux only")
 	case c.NextToken == nil:

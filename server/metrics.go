@@ -42,6 +42,8 @@ type metrics struct {
 	refusedWaiters prometheus.Counter
 	refusedConns   prometheus.Counter
 	refusedPerAddr prometheus.Counter
+	refusedPerID   prometheus.Counter
+	refusedFDs     prometheus.Counter
 	aclRefusals    prometheus.Counter
 	ended          map[EndReason]prometheus.Counter
 }
@@ -107,6 +109,8 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 		refusedWaiters: refusals.WithLabelValues("waiters"),
 		refusedConns:   refusals.WithLabelValues("connections"),
 		refusedPerAddr: refusals.WithLabelValues("connections_per_ip"),
+		refusedPerID:   refusals.WithLabelValues("connections_per_identity"),
+		refusedFDs:     refusals.WithLabelValues("descriptors"),
 		aclRefusals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_acl_refusals_total", Help: "ACQUIREs refused by the access rules (-acl-file) with ERROR UNAUTHORIZED.",
 		}),

@@ -135,7 +135,7 @@ func TestMetrics(t *testing.T) {
 	// Every label value of a family exists from the start.
 	for name, n := range map[string]int{
 		"baton_sessions": 2, "baton_grants_total": 2, "baton_lease_expiries_total": 2,
-		"baton_protocol_errors_total": 5, "baton_limit_refusals_total": 4,
+		"baton_protocol_errors_total": 5, "baton_limit_refusals_total": 6,
 	} {
 		got, err := testutil.GatherAndCount(reg, name)
 		if err != nil || got != n {

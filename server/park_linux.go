@@ -22,12 +22,14 @@ import (
 // A connection parks at its accept (accepted with accept4 by the listener's
 // loop, so that Go's runtime poller never sees it unless a reader
 // goroutine waits on it: see sock_linux.go). Its shard takes the ACQUIRE,
-// when it came whole in one read (answerFirst); answers a lone HEARTBEAT;
-// and ends the session at the client's close or reset, writing the
-// handover's push to the next holder (closeInShard). The reply is written
-// without waiting, and the session stays parked. Anything else (a frame
-// in pieces, frames back to back, a lease NoteLease may have to wait for,
-// a refusal, a reply the socket cannot take at once) gets a new reader
+// when it came whole in one read (answerFirst); answers its HEARTBEATs,
+// pipelined ones too, a read of them a turn and at its pace (answerNext,
+// serveMore); and ends the session at the client's close or reset,
+// writing the handover's push to the next holder (closeInShard). The
+// reply is written without waiting, and the session stays parked.
+// Anything else (a frame begun and not continued, another frame after the
+// ACQUIRE, a lease NoteLease may have to wait for, a refusal, a reply the
+// socket cannot take at once) gets a new reader
 // goroutine, handed what was read; it parks the session again once idle,
 // after its first wait (Config.ParkAfter). The server starts a reader too
 // when it ends a parked session, which delivers the ERROR. An adopted
@@ -74,6 +76,16 @@ type pollShard struct {
 	// ACQUIRE whole, and larger than a HEARTBEAT, so that a read returning
 	// one alone has drained the socket (see watchEvents).
 	rbuf [firstReadSize]byte
+	// more are the sessions the shard serves that may have more frames
+	// unread (pipelined HEARTBEATs, see answerNext), oldest first: each is
+	// read once a turn, beside the sessions that epoll reports. Only the
+	// shard's goroutine touches it.
+	more []*session
+	turn []*session // serveMore's scratch
+	// moreAt is when the shard last took a turn of more.
+	moreAt time.Time
+	// quit is set by stop: the shard's goroutine returns at its next turn.
+	quit atomic.Bool
 
 	mu        sync.Mutex
 	parked    []*session // by file descriptor; nil where none is parked (see setParked)
@@ -439,15 +451,55 @@ func (p *idlePoller) run() {
 // one epoll_wait, not a second one that finds nothing (see watchEvents).
 func (sh *pollShard) run() {
 	ends, others := make([]*session, 0, shardEvents), make([]*session, 0, shardEvents)
-	err := sh.ep.Read(func(fd uintptr) bool {
-		for {
-			n := sh.collect(fd)
-			sh.serveEvents(n, ends, others)
-			if n < len(sh.events) {
-				return false // drained: wait for the next edge
-			}
+	var err error
+	for !sh.quit.Load() {
+		// With sessions that have more to read, the wait is bounded: they
+		// get their next turn morePace after the last, or with the next
+		// event.
+		// (A deadline already past would make the wait return at once,
+		// before it calls the function: then there is none, and the
+		// function takes the turn that is due.)
+		next := sh.moreAt.Add(morePace)
+		armed := len(sh.more) > 0 && time.Until(next) > 0
+		if armed {
+			sh.file.SetReadDeadline(next)
+		} else {
+			sh.file.SetReadDeadline(time.Time{})
 		}
-	})
+		err = sh.ep.Read(func(fd uintptr) bool {
+			for {
+				if sh.quit.Load() {
+					return true
+				}
+				n := sh.collect(fd)
+				sh.serveEvents(n, ends, others)
+				if n == len(sh.events) {
+					continue // more events may be ready
+				}
+				if len(sh.more) > 0 {
+					if time.Since(sh.moreAt) >= morePace {
+						sh.moreAt = time.Now()
+						sh.serveMore()
+						continue // what came meanwhile first
+					}
+					if !armed {
+						return true // out, to arm the wait's deadline
+					}
+				}
+				return false // wait for the next edge (or the deadline)
+			}
+		})
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		err = nil
+	}
+	// Sessions left with more to read are the server's to end (stop runs
+	// after every session has ended): their readers deliver it.
+	for _, c := range sh.more {
+		sh.handOff(c, c.resume)
+	}
+	sh.more = nil
 	if !sh.isStopping() {
 		sh.srv.log.Error("idle poller: waiting on epoll failed; parked sessions are now woken only when the server ends them", "err", err)
 	}
@@ -484,13 +536,43 @@ func (sh *pollShard) serveEvents(n int, ends, others []*session) {
 func (sh *pollShard) answerAll(woken []*session, ended bool) {
 	for i, c := range woken {
 		woken[i] = nil
-		switch c.answer(ended) {
-		case needReader:
-			sh.handOff(c, c.resume)
-		case needWriter:
-			sh.handOff(c, c.flushResume)
-		}
+		sh.after(c, c.answer(ended))
 	}
+}
+
+// after does what answer's result a says must be done for c.
+func (sh *pollShard) after(c *session, a int) {
+	switch a {
+	case needReader:
+		sh.handOff(c, c.resume)
+	case needWriter:
+		sh.handOff(c, c.flushResume)
+	case readAgain:
+		// Out of the epoll set while the shard reads it on its own: what
+		// its client sends meanwhile must not wake the shard (repark
+		// watches it again).
+		if c.park.registered {
+			sh.mu.Lock()
+			sh.deregisterLocked(c)
+			sh.mu.Unlock()
+		}
+		sh.more = append(sh.more, c)
+	}
+}
+
+// serveMore reads once each of the first moreTurn sessions that may have
+// more to read; those that still have go to the back of the line.
+func (sh *pollShard) serveMore() {
+	n := min(len(sh.more), moreTurn)
+	turn := append(sh.turn[:0], sh.more[:n]...)
+	rest := copy(sh.more, sh.more[n:])
+	clear(sh.more[rest:])
+	sh.more = sh.more[:rest]
+	for i, c := range turn {
+		turn[i] = nil
+		sh.after(c, c.answer(false))
+	}
+	sh.turn = turn[:0]
 }
 
 // watchEvents is how a shard watches a connection: edge-triggered, so an
@@ -508,6 +590,7 @@ const (
 	needReader        // c needs its reader goroutine
 	needWriter        // the same, and the reader must first write what is queued
 	parkAgain         // (answerFirst, answerNext) c may park again
+	readAgain         // (answerNext) c has more unread, maybe: its shard reads it again in its next turn
 )
 
 // answer handles what woke parked session c, on its shard's goroutine and
@@ -533,7 +616,7 @@ func (c *session) answer(ended bool) int {
 			a = c.answerFirst()
 		}
 		if a != parkAgain {
-			return a
+			return a // readAgain too: the close, if it came, is read after the frames
 		}
 		if !ended {
 			return c.park.shard.repark(c)
@@ -542,13 +625,33 @@ func (c *session) answer(ended bool) int {
 	}
 }
 
-// answerNext reads a started session's socket and answers a lone
-// HEARTBEAT, or ends the session at the client's close or reset.
+// pipelineRead is how much of a started session's socket its shard reads
+// in a turn: whole HEARTBEATs (42), and more than one, so that a read
+// that returns less has drained the socket (see watchEvents).
+const pipelineRead = firstReadSize / wire.HeaderSize * wire.HeaderSize
+
+// answerNext reads a started session's socket and answers the HEARTBEATs
+// it finds, or ends the session at the client's close or reset. Pipelined
+// HEARTBEATs (a client may send many without waiting) are answered here
+// too, a read of them a turn, in one hold of the server's mutex and one
+// write: a session whose read filled the buffer, or ended inside a frame,
+// is read again in a later turn of its shard (readAgain, serveMore), at
+// the shard's pace. So whatever one client sends, the others' heartbeats
+// wait for at most moreTurn reads, and a flood costs no goroutine and no
+// write per frame. A frame begun and not continued by the next turn goes
+// to a reader goroutine, which waits for the rest within io-timeout.
 func (c *session) answerNext() int {
-	buf := c.park.shard.rbuf[:]
-	n, err := c.tryRead(buf)
-	if err == errWouldBlock { // a stale readiness
-		return parkAgain
+	sh := c.park.shard
+	have := copy(sh.rbuf[:], c.extra) // a frame's first bytes, from the last turn
+	c.extra = c.extra[:0]
+	buf := sh.rbuf[:pipelineRead]
+	n, err := c.tryRead(buf[have:])
+	if err == errWouldBlock {
+		if have == 0 {
+			return parkAgain // a stale readiness
+		}
+		c.extra = append(c.extra, buf[:have]...)
+		return needReader
 	}
 	if err == io.EOF || err == unix.ECONNRESET {
 		if c.closeInShard(err) {
@@ -556,20 +659,40 @@ func (c *session) answerNext() int {
 		}
 	}
 	if err != nil {
+		c.extra = append(c.extra, buf[:have]...)
 		c.readErr = err
 		return needReader
 	}
-	if n != wire.HeaderSize || wire.Type(buf[0]) != wire.TypeHeartbeat || buf[1]|buf[2] != 0 {
-		c.extra = append(c.extra[:0], buf[:n]...) // nextHeader takes it first
+	total := have + n
+	whole := total / wire.HeaderSize * wire.HeaderSize
+	if !heartbeatsOnly(buf[:whole]) {
+		c.extra = append(c.extra, buf[:total]...) // nextHeader takes it first
 		return needReader
 	}
-	if !c.heartbeat() {
+	if whole > 0 && !c.heartbeats(whole/wire.HeaderSize) {
 		return needReader // the reader delivers the end
 	}
+	c.extra = append(c.extra, buf[whole:total]...)
 	if !c.writeNow() {
-		return needWriter
+		return needWriter // its reader then takes the frame begun first
+	}
+	if total == len(buf) || len(c.extra) > 0 {
+		return readAgain
 	}
 	return parkAgain
+}
+
+// heartbeatsOnly reports whether b is whole HEARTBEAT frames, or nothing.
+func heartbeatsOnly(b []byte) bool {
+	if len(b)%wire.HeaderSize != 0 {
+		return false
+	}
+	for i := 0; i < len(b); i += wire.HeaderSize {
+		if wire.Type(b[i]) != wire.TypeHeartbeat || b[i+1]|b[i+2] != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // answerFirst takes the ACQUIRE of an adopted session, when it came whole
@@ -659,6 +782,13 @@ func (sh *pollShard) repark(c *session) int {
 	}
 	if c.started {
 		sh.unlinkDueLocked(c)
+	}
+	if !c.park.registered { // it was read on the shard's own (readAgain)
+		ev := unix.EpollEvent{Events: watchEvents, Fd: c.rio.fd}
+		if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(c.rio.fd), &ev); err != nil {
+			return needReader
+		}
+		c.park.registered = true
 	}
 	c.park.parked = true
 	sh.setParked(c.rio.fd, c)
@@ -761,6 +891,7 @@ func (p *idlePoller) stop() {
 		}
 		sh.mu.Unlock()
 		if first {
+			sh.quit.Store(true) // a shard busy with more to read returns at its next turn
 			sh.file.Close()
 		}
 	}

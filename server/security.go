@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 type security struct {
 	acl     atomic.Pointer[ACL]
 	perAddr *addrLimiter // nil: no cap
+	perID   *idLimiter   // nil: no cap
 	// refusals limits the WARN lines of refused ACQUIREs; each is counted
 	// in a metric whether or not its line is written.
 	refusals *RefusalLog
@@ -32,6 +34,9 @@ func (sec *security) init(cfg Config) {
 	}
 	if cfg.MaxConnsPerIP > 0 {
 		sec.perAddr = &addrLimiter{max: cfg.MaxConnsPerIP, open: make(map[netip.Addr]int)}
+	}
+	if cfg.MaxConnsPerIdentity > 0 && cfg.TLS != nil {
+		sec.perID = &idLimiter{max: cfg.MaxConnsPerIdentity, open: make(map[string]int)}
 	}
 }
 
@@ -57,27 +62,112 @@ func (s *Server) admit(conn net.Conn) net.Conn {
 		conn = c
 	}
 	if s.cfg.TLS != nil {
+		if s.sec.perID != nil {
+			conn = &identityConn{Conn: conn} // counted after its handshake (admitIdentity)
+		}
 		conn = tls.Server(conn, s.cfg.TLS)
 	}
 	return conn
 }
 
-// authorize checks the access rules for an ACQUIRE of lock name, before
-// the table is touched.
-func (c *session) authorize(name string) (EndReason, string, bool) {
+// admitIdentity applies the cap of connections per client identity to a
+// session whose TLS handshake has verified its certificate: past it, the
+// session is refused with ERROR OVERLOADED. A certificate shared by many
+// hosts is one client, whichever addresses it comes from.
+func (c *session) admitIdentity() (EndReason, string, bool) {
+	s := c.srv
+	l := s.sec.perID
+	tc, ok := c.conn.(*tls.Conn)
+	if l == nil || !ok {
+		return 0, "", true
+	}
+	ic, ok := tc.NetConn().(*identityConn)
+	ids := connIdentities(c.conn)
+	if !ok || len(ids) == 0 {
+		return 0, "", true
+	}
+	key := strings.Join(ids, "\x00")
+	if ic.hold(l, key) {
+		return 0, "", true
+	}
+	s.m.refusedPerID.Inc()
+	s.sec.refusals.Warn(s.log, "session refused: its client identity has as many connections open as it may",
+		"identities", ids, "remote", c.remote, "max_conns_per_identity", l.max)
+	return ReasonOverloaded, fmt.Sprintf("client %s has %d connections open, the most one client identity may (max-conns-per-identity)", identityText(ids), l.max), false
+}
+
+// idLimiter counts open connections per client identity (the identities
+// of a verified certificate, joined).
+type idLimiter struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// identityConn is a TLS session's connection, under its tls.Conn: it is
+// counted against its client's identity once the handshake has proved it,
+// and gives its place back on its first Close.
+type identityConn struct {
+	net.Conn
+	mu     sync.Mutex
+	l      *idLimiter // set while it holds a place
+	key    string
+	closed bool
+}
+
+// hold takes a place of l for key, false if key has every place.
+func (c *identityConn) hold(l *idLimiter, key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return true // ends anyway: it takes nothing
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key] >= l.max {
+		return false
+	}
+	l.open[key]++
+	c.l, c.key = l, key
+	return true
+}
+
+func (c *identityConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	l, key := c.l, c.key
+	c.closed, c.l = true, nil
+	c.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		if l.open[key]--; l.open[key] <= 0 {
+			delete(l.open, key)
+		}
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// authorize checks the access rules for an ACQUIRE of lock name with a
+// claim of kind k, before the table is touched.
+func (c *session) authorize(name string, k Kind) (EndReason, string, bool) {
 	s := c.srv
 	acl := s.sec.acl.Load()
 	if acl == nil {
 		return 0, "", true
 	}
 	ids := connIdentities(c.conn)
-	if acl.MayAcquire(ids, name) {
+	if acl.MayClaim(ids, name, k) {
 		return 0, "", true
 	}
 	s.m.aclRefusals.Inc()
 	who := identityText(ids)
-	s.sec.refusals.Warn(s.log, "acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
-	return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
+	if !acl.MayAcquire(ids, name) {
+		s.sec.refusals.Warn(s.log, "acquire refused by the access rules", "lock", name, "identities", ids, "remote", c.remote)
+		return ReasonUnauthorized, fmt.Sprintf("client %s may not acquire lock %q", who, name), false
+	}
+	s.sec.refusals.Warn(s.log, "acquire refused by the access rules: not this kind of claim", "lock", name, "kind", k.String(), "identities", ids, "remote", c.remote)
+	return ReasonUnauthorized, fmt.Sprintf("client %s may not take %s on lock %q (the access rules' kinds)", who, k, name), false
 }
 
 // Refused requests are logged at most refusalBurst at once, and
@@ -140,7 +230,7 @@ func (l *addrLimiter) admit(conn net.Conn) (net.Conn, bool) {
 		return nil, false
 	}
 	l.open[addr]++
-	return &countedConn{Conn: conn, release: func() { l.release(addr) }}, true
+	return &countedConn{Conn: conn, l: l, addr: addr}, true
 }
 
 func (l *addrLimiter) release(addr netip.Addr) {
@@ -154,13 +244,14 @@ func (l *addrLimiter) release(addr netip.Addr) {
 // countedConn gives its place back to the addrLimiter on its first Close.
 type countedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	once sync.Once
+	l    *addrLimiter
+	addr netip.Addr
 }
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() { c.l.release(c.addr) })
 	return err
 }
 

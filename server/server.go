@@ -37,6 +37,7 @@ import (
 	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/locktable"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // pendingSlack is how many connections beyond MaxSessions may be open
@@ -108,6 +109,9 @@ type Server struct {
 	fds fdReserve
 
 	events eventLog // history and subscribers of the event stream (events.go); guarded by mu
+	// pipelining is the budget of turns of the readers of sessions that
+	// pipeline and cannot park (see session.yield).
+	pipelining *rate.Limiter
 }
 
 // New returns a server with cfg, after checking it.
@@ -143,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 		acceptCheck: time.Second,
 		reaperWake:  make(chan struct{}, 1),
 		done:        make(chan struct{}),
+		pipelining:  rate.NewLimiter(pipelineTurns, framesPerTurn),
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.serving.Store(!cfg.Replicated)
@@ -159,6 +164,24 @@ func New(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// moreTurn is how many of the sessions that pipeline (sh.more) an idle
+// poller's shard reads in a turn, and morePace how often it takes such a
+// turn (park_linux.go). A lone heartbeat that comes meanwhile waits for
+// at most moreTurn reads; and pipelining sessions, however many, keep a
+// shard busy for at most moreTurn reads (of some microseconds each) every
+// morePace, so that the process stays idle enough for the system to run
+// it at once when a heartbeat comes.
+const (
+	moreTurn = 16
+	morePace = time.Millisecond
+)
+
+// pipelineTurns is how many turns of framesPerTurn frames the readers of
+// pipelining sessions that cannot park (TLS) take in a second, together:
+// about what the idle poller's shards give the sessions they read at
+// their pace (moreTurn a morePace each), and a small share of a CPU.
+const pipelineTurns = rate.Limit(2 * moreTurn * int(time.Second/morePace) / framesPerTurn)
 
 // bulkStep is how many sessions one hold of the server's mutex ends or
 // grants at most (a force-release of a name, a queue that moves, the
@@ -261,6 +284,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.fds.spend(err) { // out of descriptors: a spare for this one
 				continue
 			}
+			// None left but the server's own: refused at the door, if the
+			// listener can be asked without waiting (else, and when none
+			// waits, the backoff).
+			if tl, ok := ln.(*net.TCPListener); ok && outOfFDs(err) {
+				if refused, _ := s.refuseAtDoor(func() bool { return refuseTCP(tl) }); refused {
+					continue
+				}
+			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
 			select {
@@ -279,6 +310,19 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.accept(conn)
 		}
 	}
+}
+
+// refuseTCP accepts a connection waiting on tl and closes it at once;
+// false if none came within a millisecond.
+func refuseTCP(tl *net.TCPListener) bool {
+	tl.SetDeadline(time.Now().Add(time.Millisecond))
+	c, err := tl.Accept()
+	tl.SetDeadline(time.Time{})
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // startPollerLocked starts the idle poller, unless parking is off. Without

@@ -249,12 +249,14 @@ const framesPerTurn = 16
 // serveLoop answers the frames after ACQUIRE until the session ends or
 // parks, in turns of framesPerTurn frames.
 func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
+	turnAt := time.Now()
 	for served := 0; ; served++ {
 		if served == framesPerTurn {
 			served = 0
-			if c.yield() {
+			if c.yield(time.Since(turnAt)) {
 				return 0, "", true
 			}
+			turnAt = time.Now()
 		}
 		h, parked, err := c.nextHeader()
 		if parked {
@@ -284,16 +286,27 @@ func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
 	}
 }
 
-// yield ends a turn of the session's reader (see framesPerTurn), and
-// reports whether the session parked: its reader must then return. A
-// session that can park does, with its unread frames in the socket: its
-// shard finds them at once, and serves it in its turn beside every other
-// session of the shard. One that cannot (TLS, -park-idle=false, frames
-// already read into extra) goes to the back of the run queue. Either way
-// it is read less often, never ended for it.
-func (c *session) yield() bool {
-	if c.raw != nil && len(c.extra) == 0 && c.readErr == nil && c.srv.poller.park(c) {
+// yield ends a turn of the session's reader (see framesPerTurn), which
+// took took, and reports whether the session parked: its reader must then
+// return. A session that can park does, with its unread frames in the
+// socket: its shard finds them at once, and reads them at its pace beside
+// every other session of the shard (answerNext). One that cannot (TLS,
+// -park-idle=false, frames already read into extra) goes to the back of
+// the run queue; and if its turn took less than morePace, it is
+// pipelining (no client that waits for each answer sends framesPerTurn
+// frames so fast), and its next turn waits for the server's budget of
+// such turns (pipelineTurns), shared by every such session: so that,
+// however many pipeline, the process is idle enough for the system to run
+// it at once when a heartbeat comes. Either way it is read less often,
+// never ended for it.
+func (c *session) yield(took time.Duration) bool {
+	s := c.srv
+	if c.raw != nil && len(c.extra) == 0 && c.readErr == nil && s.poller.park(c) {
 		return true
+	}
+	if took < morePace {
+		s.pipelining.Wait(s.stopCtx) // ends at once when the server stops
+		return false
 	}
 	runtime.Gosched()
 	return false
@@ -305,7 +318,12 @@ func (c *session) yield() bool {
 // lease ran out, before the reaper looked, ends the session now, not at
 // the reaper's next turn; so does any frame for every other session
 // overdue (after a suspend of the machine, the reaper's timer is late).
-func (c *session) heartbeat() (live bool) {
+func (c *session) heartbeat() (live bool) { return c.heartbeats(1) }
+
+// heartbeats is heartbeat for n HEARTBEATs read together (pipelined): they
+// are seen at one instant, in one hold of the server's mutex, and each
+// gets its reply.
+func (c *session) heartbeats(n int) (live bool) {
 	s := c.srv
 	now := s.now() // a suspend since the last frame counts as silence
 	s.mu.Lock()
@@ -321,7 +339,9 @@ func (c *session) heartbeat() (live bool) {
 	}
 	var fx effects
 	if st, ok := s.table.Seen(now, c.id); ok {
-		c.queueState(st)
+		for range n {
+			c.queueState(st)
+		}
 		// Others overdue: the reaper's timer counts the monotonic clock and
 		// is late by a suspend of the machine; they end at this look, as
 		// at an ACQUIRE's.
@@ -334,7 +354,7 @@ func (c *session) heartbeat() (live bool) {
 	live = !c.ended
 	s.mu.Unlock()
 	s.deliver(&fx)
-	s.m.heartbeats.Inc()
+	s.m.heartbeats.Add(float64(n))
 	return live
 }
 
@@ -346,7 +366,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	s := c.srv
 	now := s.now()
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
-	if reason, msg, ok := c.authorize(req.Name); !ok { // access rules (security.go)
+	if reason, msg, ok := c.authorize(req.Name, Kind{Shared: req.Shared(), Limit: int(req.Limit)}); !ok { // access rules (security.go)
 		return reason, msg, false, false
 	}
 	if s.cfg.MaxLease > 0 && lease > s.cfg.MaxLease {
@@ -359,7 +379,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		var err error
 		switch {
 		case mayWait:
-			err = s.cfg.NoteLease(lease)
+			err = s.noteLease(lease) // with the server's own descriptors if none is free (fdreserve.go)
 		case s.cfg.TryNoteLease != nil:
 			var done bool
 			if done, err = s.cfg.TryNoteLease(lease); !done {

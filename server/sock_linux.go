@@ -107,9 +107,12 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 				// The listener's descriptor is held only for the accept4:
 				// Shutdown closes ln with the server's mutex held, and the
 				// close waits for it.
-				if cerr := lraw.Control(func(fd uintptr) {
+				s.fds.gate.RLock() // not while the server's own spares are lent out (fdreserve.go)
+				cerr := lraw.Control(func(fd uintptr) {
 					nfd, sa, err = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-				}); cerr != nil {
+				})
+				s.fds.gate.RUnlock()
+				if cerr != nil {
 					lnErr = cerr
 					return true
 				}
@@ -124,6 +127,13 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 				case unix.EMFILE, unix.ENFILE:
 					if s.fds.spend(err) { // a spare for this one
 						continue
+					}
+					// None left but the server's own: refused at the door.
+					switch refused, lent := s.refuseAtDoor(func() bool { return refuseRaw(lraw) }); {
+					case refused:
+						continue
+					case lent:
+						return false // none waits: wait for the next connection
 					}
 					acceptErr = &net.OpError{Op: "accept", Net: "tcp", Addr: ln.Addr(), Err: os.NewSyscallError("accept4", err)}
 					return true
@@ -153,6 +163,19 @@ func (s *Server) serveRaw(ln net.Listener) (bool, error) {
 		}
 		// The deadline: the next accept looks at the listener.
 	}
+}
+
+// refuseRaw accepts a waiting connection of lraw and closes it at once;
+// false if none was waiting.
+func refuseRaw(lraw syscall.RawConn) bool {
+	refused := false
+	lraw.Control(func(fd uintptr) {
+		if nfd, _, err := unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC); err == nil {
+			unix.Close(nfd)
+			refused = true
+		}
+	})
+	return refused
 }
 
 // acceptSock takes connection fd, from address sa, as Serve's loop takes

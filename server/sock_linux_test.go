@@ -234,7 +234,11 @@ func testRawAccept(t *testing.T, ownListen bool) {
 	s.mu.Lock()
 	var sc *sockConn
 	for sess := range s.conns {
-		sc, _ = sess.conn.(*sockConn)
+		conn := sess.conn
+		if cc, ok := conn.(*countedConn); ok { // -max-conns-per-ip
+			conn = cc.Conn
+		}
+		sc, _ = conn.(*sockConn)
 	}
 	s.mu.Unlock()
 	if sc == nil {
@@ -353,18 +357,27 @@ func TestAcceptBurst(t *testing.T) {
 	}
 }
 
-// TestAcceptRetriesAfterEMFILE: with every descriptor of the process in
-// use, accept4 fails with EMFILE and leaves the connection in the backlog,
-// which announces nothing more: the loop retries after a backoff, and the
-// connection is served once a descriptor is free. The server runs in a
-// child process (this test again), whose descriptor limit it lowers.
-func TestAcceptRetriesAfterEMFILE(t *testing.T) {
-	if os.Getenv("BATON_TEST_EMFILE_CHILD") == "1" {
-		emfileChild(t)
+// TestAcceptRefusesAtTheDoorWhenFull: with every descriptor of the
+// process in use but the server's own spares, a new connection is refused
+// at the door at once (one of those spares is lent to accept and close
+// it), not left in the backlog; the server's own spares are never given
+// to a session; once descriptors are free, new connections are served.
+// The server runs in a child process (this test again), whose descriptor
+// limit it lowers.
+func TestAcceptRefusesAtTheDoorWhenFull(t *testing.T) {
+	if loop := os.Getenv("BATON_TEST_EMFILE_CHILD"); loop != "" {
+		emfileChild(t, loop == "raw")
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptRetriesAfterEMFILE$")
-	cmd.Env = append(os.Environ(), "BATON_TEST_EMFILE_CHILD=1")
+	// Both accept loops: accept4's own (sock_linux.go), and net's.
+	for _, loop := range []string{"raw", "net"} {
+		t.Run(loop, func(t *testing.T) { testRefusesAtTheDoor(t, loop) })
+	}
+}
+
+func testRefusesAtTheDoor(t *testing.T, loop string) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptRefusesAtTheDoorWhenFull$")
+	cmd.Env = append(os.Environ(), "BATON_TEST_EMFILE_CHILD="+loop)
 	stdin, _ := cmd.StdinPipe() // the child ends when it closes
 	stdout, _ := cmd.StdoutPipe()
 	// The child's logs go to a file, read when a check fails.
@@ -409,42 +422,50 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 	}
 	// The child has room for a few connections (emfileRoom, give or take
 	// what it had open besides): claim until one is not served.
-	var held, late []net.Conn
-	for i := 0; len(late) == 0; i++ {
+	var held []net.Conn
+	for i := 0; ; i++ {
 		if i == 20 {
 			t.Fatalf("20 connections served: the child never ran out of descriptors; %s", logs)
 		}
 		nc := acquire(fmt.Sprint("held-", i))
-		if err := granted(nc, time.Second); err != nil {
-			late = append(late, nc)
-		} else {
+		err := granted(nc, 5*time.Second)
+		if err == nil {
 			held = append(held, nc)
+			continue
 		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("connection %d with no descriptor free: not answered within 5 s (%v), want it refused at the door; %s", i, err, logs)
+		}
+		break // refused: closed unanswered
 	}
-	late = append(late, acquire("late"))
-	if err := granted(late[1], 300*time.Millisecond); err == nil {
+	if len(held) < emfileRoom-1 {
+		t.Fatalf("%d connections served, want %d or so: the server's own spares went to sessions? %s", len(held), emfileRoom, logs)
+	}
+	if err := granted(acquire("late"), 5*time.Second); err == nil {
 		t.Fatalf("a connection served with no descriptor free; %s", logs)
 	}
 	for _, nc := range held {
 		nc.Close()
 	}
-	for i, nc := range late {
-		if err := granted(nc, 10*time.Second); err != nil {
-			t.Fatalf("late connection %d not served once descriptors were free: %v; %s", i, err, logs)
+	for deadline := time.Now().Add(10 * time.Second); granted(acquire("after"), 5*time.Second) != nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection served once descriptors were free; %s", logs)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(logs.String(), "too many open files") {
-		t.Fatalf("no accept failure logged: %s", logs)
+	if !strings.Contains(logs.String(), "session refused at the door") {
+		t.Fatalf("no refusal logged: %s", logs)
 	}
 }
 
 // emfileRoom is how many connections the child of
-// TestAcceptRetriesAfterEMFILE has descriptors for.
+// TestAcceptRefusesAtTheDoorWhenFull has descriptors for.
 const emfileRoom = 3
 
-func emfileChild(t *testing.T) {
+func emfileChild(t *testing.T, raw bool) {
 	cfg := DefaultConfig()
-	cfg.ReserveFDs = 0 // the backoff path; the reserve has its own test
+	cfg.ParkIdle = raw // without the idle poller, net's accept
+	cfg.ReserveFDs = 0 // the server's own spares only; the listener's have their own test
 	var next atomic.Uint64
 	cfg.NextToken = func() uint64 { return next.Add(1) }
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -139,7 +139,7 @@ func (c *session) handshake() (EndReason, string, bool) {
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err == nil {
-		return 0, "", true
+		return c.admitIdentity() // the cap per client identity (security.go)
 	}
 	var rhe tls.RecordHeaderError
 	if errors.As(err, &rhe) && rhe.Conn != nil {

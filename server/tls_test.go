@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -418,4 +419,47 @@ func gaugeValue(ts *batontest.Server, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestMaxConnsPerIdentity: under mutual TLS, past the cap, a session of
+// the same certificate identities gets ERROR OVERLOADED after its
+// handshake, whatever its address; another identity is not counted with
+// it; a closed session frees its place.
+func TestMaxConnsPerIdentity(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ca")
+	s := startTLS(t, ca, []*testcerts.CA{ca}, func(c *server.Config) { c.MaxConnsPerIdentity = 2 })
+	shared, other := ca.Client(t, "shared"), ca.Client(t, "other")
+	claim := func(leaf *testcerts.Leaf, name string) (*batontest.Conn, batontest.Frame) {
+		c, err := dialTLS(t, s.ts.Addr, s.clientConfig(leaf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Acquire(name, 10*time.Second, false, "")
+		return c, c.ReadFrame(frameWait)
+	}
+	a, f := claim(shared, "id-a")
+	if f.Type != wire.TypeAcquired {
+		t.Fatalf("first session: %v", f)
+	}
+	if _, f := claim(shared, "id-b"); f.Type != wire.TypeAcquired {
+		t.Fatalf("second session: %v", f)
+	}
+	_, f = claim(shared, "id-c")
+	if f.Type != wire.TypeError || f.Err.Code != wire.CodeOverloaded ||
+		!strings.Contains(f.Err.Msg, `client identity "shared" has 2 connections open`) {
+		t.Fatalf("third session of one identity: %v, want ERROR OVERLOADED naming it", f)
+	}
+	if _, f := claim(other, "id-d"); f.Type != wire.TypeAcquired {
+		t.Fatalf("another identity's session: %v", f)
+	}
+	if got := counterValue(s.ts, "baton_limit_refusals_total", "limit", "connections_per_identity"); got != 1 {
+		t.Errorf("refusals for connections_per_identity: %v, want 1", got)
+	}
+	a.Conn.Close()
+	batontest.Eventually(t, frameWait, func() bool {
+		c, f := claim(shared, "id-e")
+		defer c.Conn.Close()
+		return f.Type == wire.TypeAcquired
+	}, "no session of the identity accepted after one of its two closed")
 }

@@ -35,7 +35,7 @@ func runAdmin(t *testing.T, token string, args ...string) (code int, stdout, std
 // that wants a token.
 func TestAdminCommands(t *testing.T) {
 	t.Parallel()
-	const token = "s3cret-token"
+	const token = "s3cret-token-of-32-characters-or-more"
 	const name = "jobs/nightly build"
 	srv := batontest.StartServer(t)
 	opsAddr := startOps(t, srv, token)

@@ -36,7 +36,7 @@ func TestBrowserDashboardOnFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	const token = "cluster-s3cret"
+	const token = "cluster-s3cret-token-of-32-chars-or-more"
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func newPKI(t *testing.T) *pki {
 		{"clients": ["worker", "team-b"], "locks": ["jobs/"]},
 		{"clients": ["operator"], "locks": [""], "admin": [""]}
 	]}`))
-	p.tokenText = "cli-s3cret-token"
+	p.tokenText = "cli-s3cret-token-of-32-characters-or-more"
 	p.token = filepath.Join(dir, "token")
 	testcerts.WriteFile(t, p.token, []byte(p.tokenText+"\n"))
 	return p

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,6 +38,11 @@ const (
 	opsWriteTimeout      = 30 * time.Second // /v1/locks of a large table
 	opsIdleTimeout       = 5 * time.Second
 	opsMaxHeaderBytes    = 64 << 10
+	// defaultOpsConnsPerIP is -ops-max-conns-per-ip's default: an eighth
+	// of -ops-max-conns's, far more than the probes, scrapers and tools of
+	// one host hold without a credential (the connections of callers with
+	// one do not count).
+	defaultOpsConnsPerIP = 32
 	// opsConnsShare is the largest share of the process's descriptors that
 	// ops connections may hold (-ops-max-conns is lowered to it): the rest
 	// are the lock sessions'.
@@ -65,6 +71,7 @@ type serveOptions struct {
 	tcpFastOpen    bool
 	metricsLocks   int
 	opsMaxConns    int
+	opsMaxConnsIP  int
 	reserveFDs     int
 	crashGraceMax  time.Duration
 	maxLease       modeDuration
@@ -146,7 +153,8 @@ func newServeFlags(o *serveOptions) *flag.FlagSet {
 	fs.IntVar(&o.sendBuffer, "send-buffer", def.SendBuffer, "kernel send buffer of each session's socket, in `bytes` (0: the system's default)")
 	fs.BoolVar(&o.tcpFastOpen, "tcp-fastopen", def.TCPFastOpen, "accept TCP Fast Open: a client's ACQUIRE may ride in its SYN (Linux; needs bit 2 of sysctl net.ipv4.tcp_fastopen)")
 	fs.IntVar(&o.metricsLocks, "metrics-lock-names", def.MetricsLockNames, "how many lock `names` get series of their own in /metrics (0: none; later names share lock=\"_other\"; /metrics is open)")
-	fs.IntVar(&o.opsMaxConns, "ops-max-conns", 256, "most open connections of the ops listener; more wait to be accepted (lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.opsMaxConns, "ops-max-conns", 256, "most open connections of the ops listener; more wait to be accepted, or take the place of the longest idle one (lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.opsMaxConnsIP, "ops-max-conns-per-ip", defaultOpsConnsPerIP, "most ops connections from one IP address that have made no authenticated request; past it the address's longest idle one gives way, or the new one is closed (0: no cap)")
 	fs.IntVar(&o.reserveFDs, "reserve-fds", def.ReserveFDs, "file descriptors the protocol listener keeps in reserve, so that sessions are admitted when something else holds every other one")
 	fs.DurationVar(&o.crashGraceMax, "crash-grace-max", time.Minute, "longest wait without grants after a crash (0: none; shorter is available sooner but less safe)")
 	fs.Var(&o.maxLease, "max-lease", "longest lease a session may ask for; longer ones get ERROR BAD_REQUEST (0: no limit; default none standalone, "+
@@ -175,6 +183,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.opsMaxConns <= 0 {
 		return fmt.Errorf("ops-max-conns (%d) must be positive", o.opsMaxConns)
+	}
+	if o.opsMaxConnsIP < 0 {
+		return fmt.Errorf("ops-max-conns-per-ip (%d) must not be negative", o.opsMaxConnsIP)
 	}
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
@@ -211,7 +222,8 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.ParkIdle = o.parkIdle
 	cfg.SendBuffer = o.sendBuffer
 	cfg.TCPFastOpen = o.tcpFastOpen
-	cfg.MaxConnsPerIP = o.sec.maxConnsPerIP
+	cfg.MaxConnsPerIP = connCapLimit(o.sec.maxConnsPerIP, server.FileLimit())
+	cfg.MaxConnsPerIdentity = connCapLimit(o.sec.maxConnsPerIdentity, server.FileLimit())
 	cfg.MetricsLockNames = o.metricsLocks
 	cfg.ReserveFDs = o.reserveFDs
 	cfg.MaxLease = o.maxLease.value(0)
@@ -245,6 +257,17 @@ func serverInfo(bound, advertised string) prometheus.Gauge {
 // twice the leader lease), so an unbounded lease would let any client
 // freeze failover for as long as it likes.
 const clusterMaxLease = time.Minute
+
+// connCapLimit is a cap of protocol connections (per address, per
+// client identity): want, but no more than a quarter of the open-file
+// limit (0: unknown), so that one address or one client never holds every
+// descriptor. 0 (no cap) stays 0, and a negative value for Validate.
+func connCapLimit(want, fileLimit int) int {
+	if want <= 0 {
+		return want
+	}
+	return opsConnLimit(want, fileLimit)
+}
 
 // opsConnLimit is the cap of open ops connections: want, but no more than
 // a quarter of the open-file limit (0: unknown).
@@ -290,6 +313,28 @@ func readAdminToken(file string) (string, error) {
 		return "", fmt.Errorf("admin-token-file %s is empty", file)
 	}
 	return tok, nil
+}
+
+// minAdminTokenLen is the fewest characters the server's admin token may
+// have: 32 random characters (openssl rand -hex 16 and longer) cannot be
+// guessed through the ops API, a short word can.
+const minAdminTokenLen = 32
+
+// readServerToken reads the server's admin token from file (see
+// readAdminToken) and refuses one shorter than minAdminTokenLen.
+// perm is the file's permission bits, for the warning (once the logger
+// exists) when users other than its owner may read or write it.
+func readServerToken(file string) (tok string, perm os.FileMode, err error) {
+	if tok, err = readAdminToken(file); err != nil {
+		return "", 0, err
+	}
+	if n := utf8.RuneCountInString(tok); n < minAdminTokenLen {
+		return "", 0, fmt.Errorf("admin-token-file %s holds a token of %d characters; it must have at least %d (make one with: openssl rand -hex 32)", file, n, minAdminTokenLen)
+	}
+	if fi, err := os.Stat(file); err == nil {
+		perm = fi.Mode().Perm()
+	}
+	return tok, perm, nil
 }
 
 func newLogger(s *sys, format, level string) *slog.Logger {
@@ -353,10 +398,13 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	const name = "serve"
 	// Start-up failures are plain lines like the usage errors, whatever the
 	// log format: nothing has started, and a person is likely reading.
-	var token string
+	var (
+		token     string
+		tokenPerm os.FileMode
+	)
 	if o.adminTokenFile != "" {
 		var err error
-		if token, err = readAdminToken(o.adminTokenFile); err != nil {
+		if token, tokenPerm, err = readServerToken(o.adminTokenFile); err != nil {
 			return nil, failure(s, name, err.Error())
 		}
 	}
@@ -365,6 +413,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		return nil, failure(s, name, err.Error())
 	}
 	logger := newLogger(s, o.logFormat, o.logLevel)
+	if tokenPerm&0o077 != 0 {
+		logger.Warn("admin-token-file can be read or written by users other than its owner, and whoever reads it can release any lock: chmod 600 it",
+			"file", o.adminTokenFile, "mode", fmt.Sprintf("%#o", tokenPerm))
+	}
 	// Both listeners are bound before the data directory is touched: a port
 	// in use must leave nothing behind, and opening the token store spends
 	// an epoch (and may start a crash grace) that a failed start would waste;
@@ -468,21 +520,33 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 			MaxHeaderBytes:    opsMaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 			ConnContext:       ops.ConnContext,
+			ConnState:         ops.ConnState,
 		},
 		serveErr: make(chan error, 1),
 		opsErr:   make(chan error, 1),
+	}
+	for _, c := range []struct {
+		flag       string
+		asked, got int
+	}{{"max-conns-per-ip", o.sec.maxConnsPerIP, cfg.MaxConnsPerIP}, {"max-conns-per-identity", o.sec.maxConnsPerIdentity, cfg.MaxConnsPerIdentity}} {
+		if c.got < c.asked {
+			logger.Warn(c.flag+" lowered to a quarter of the open-file limit, so that one client cannot hold every descriptor",
+				strings.ReplaceAll(c.flag, "-", "_"), c.got, "asked", c.asked, "open_file_limit", server.FileLimit())
+		}
 	}
 	opsConns := opsConnLimit(o.opsMaxConns, server.FileLimit())
 	if opsConns < o.opsMaxConns {
 		logger.Warn("ops-max-conns lowered to a quarter of the open-file limit, so that idle ops connections cannot take the lock sessions' descriptors",
 			"ops_max_conns", opsConns, "asked", o.opsMaxConns, "open_file_limit", server.FileLimit())
 	}
-	// Past the cap, connections wait in the kernel's backlog, holding no
+	// Past the cap, the longest idle connection gives way to a new one;
+	// when none is idle, new ones wait in the kernel's backlog, holding no
 	// descriptor of the process, until an open one closes.
 	// A lock client that dialled the ops port is told where the lock
 	// protocol is, at once, instead of waiting for an HTTP request line.
 	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsConns))) }()
+	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger}
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsLimits))) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
@@ -501,7 +565,10 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	} else {
 		attrs = append(attrs, "epoch", store.Epoch(), "crash_grace", grace.String())
 	}
-	attrs = append(attrs, "admin_token", token != "")
+	attrs = append(attrs, "admin_token", token != "", "max_conns_per_ip", cfg.MaxConnsPerIP)
+	if cfg.TLS != nil && o.sec.tlsClientCA != "" {
+		attrs = append(attrs, "max_conns_per_identity", cfg.MaxConnsPerIdentity)
+	}
 	logger.Info("baton serving", append(attrs, sec.logAttrs()...)...)
 	return r, exitOK
 }

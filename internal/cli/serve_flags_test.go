@@ -29,6 +29,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"negative linger", []string{"-shutdown-linger=-1s"}, nil, "shutdown-linger (-1s) must not be negative"},
 		{"negative send-buffer", []string{"-send-buffer=-1"}, nil, "send-buffer (-1) must not be negative"},
 		{"zero ops-max-conns", []string{"-ops-max-conns=0"}, nil, "ops-max-conns (0) must be positive"},
+		{"negative ops-max-conns-per-ip", []string{"-ops-max-conns-per-ip=-1"}, nil, "ops-max-conns-per-ip (-1) must not be negative"},
+		{"negative max-conns-per-identity", []string{"-max-conns-per-identity=-1"}, nil, "max-conns-per-identity (-1) must not be negative"},
 		{"negative reserve-fds", []string{"-reserve-fds=-1"}, nil, "reserve-fds (-1) must not be negative"},
 		{"negative metrics-lock-names", []string{"-metrics-lock-names=-1"}, nil, "metrics-lock-names (-1) must not be negative"},
 		{"bad park-idle", []string{"-park-idle=maybe"}, nil, `invalid boolean value "maybe" for -park-idle`},
@@ -85,7 +87,8 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		addr: "127.0.0.1:7070", opsAddr: "127.0.0.1:7071", ioTimeout: 5 * time.Second,
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
 		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
-		opsMaxConns: 256, reserveFDs: 32,
+		opsMaxConns: 256, opsMaxConnsIP: 32, reserveFDs: 32,
+		sec: securityOptions{maxConnsPerIP: 1024, maxConnsPerIdentity: 4096},
 		cl: clusterOptions{heartbeatTimeout: 200 * time.Millisecond, electionTimeout: 200 * time.Millisecond,
 			leaderLeaseTimeout: 200 * time.Millisecond, handoverDrain: time.Second},
 	}
@@ -100,13 +103,13 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			"-addr=127.0.0.2:1", "-ops-addr", "[::1]:2", "-io-timeout=1500ms", "-data-dir=/d",
 			"-admin-token-file=/t", "-shutdown-linger=0s", "-max-sessions=3", "-max-waiters=4",
 			"-log-format=JSON", "-log-level=debug", "-crash-grace-max=5s", "-park-idle=false", "-send-buffer=8192",
-			"-tcp-fastopen", "-metrics-lock-names=50", "-ops-max-conns=9", "-reserve-fds=3",
+			"-tcp-fastopen", "-metrics-lock-names=50", "-ops-max-conns=9", "-ops-max-conns-per-ip=5", "-reserve-fds=3",
 		}, nil, func(o *serveOptions) {
 			*o = serveOptions{
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
 				crashGraceMax: 5 * time.Second, logFormat: "json", logLevel: "debug", parkIdle: false, sendBuffer: 8192,
-				tcpFastOpen: true, metricsLocks: 50, opsMaxConns: 9, reserveFDs: 3,
+				tcpFastOpen: true, metricsLocks: 50, opsMaxConns: 9, opsMaxConnsIP: 5, reserveFDs: 3,
 			}
 		}},
 		{"every variable", nil, map[string]string{
@@ -120,7 +123,7 @@ func TestServeFlagsAndEnv(t *testing.T) {
 				addr: "127.0.0.2:1", opsAddr: "[::1]:2", ioTimeout: 1500 * time.Millisecond, dataDir: "/d",
 				adminTokenFile: "/t", shutdownLinger: 0, maxSessions: 3, maxWaiters: 4,
 				crashGraceMax: 0, logFormat: "json", logLevel: "warn", parkIdle: false, sendBuffer: 0,
-				tcpFastOpen: true, opsMaxConns: 256, reserveFDs: 32,
+				tcpFastOpen: true, opsMaxConns: 256, opsMaxConnsIP: 32, reserveFDs: 32,
 			}
 		}},
 		{"flag beats env", []string{"-io-timeout=2s", "-log-level", "error"},
@@ -155,6 +158,9 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			if want.cl == (clusterOptions{}) { // the cases that set *o whole leave the cluster defaults
 				want.cl = defaults.cl
 			}
+			if want.sec == (securityOptions{}) { // and the security defaults
+				want.sec = defaults.sec
+			}
 			if got != want {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
@@ -164,6 +170,16 @@ func TestServeFlagsAndEnv(t *testing.T) {
 
 // TestOpsConnLimit: ops connections may hold a quarter of the process's
 // descriptors at most, whatever -ops-max-conns asks.
+func TestConnCapLimit(t *testing.T) {
+	for _, tt := range []struct{ want, fileLimit, got int }{
+		{1024, 2048, 512}, {1024, 1 << 20, 1024}, {0, 2048, 0}, {4096, 0, 4096},
+	} {
+		if got := connCapLimit(tt.want, tt.fileLimit); got != tt.got {
+			t.Errorf("connCapLimit(%d, %d) = %d, want %d", tt.want, tt.fileLimit, got, tt.got)
+		}
+	}
+}
+
 func TestOpsConnLimit(t *testing.T) {
 	for _, tt := range []struct{ want, fileLimit, got int }{
 		{256, 1024, 256}, {256, 0, 256}, {1000, 1024, 256}, {5000, 1 << 20, 5000}, {10, 2, 1},

@@ -160,7 +160,7 @@ func TestServeEndToEnd(t *testing.T) {
 	pr, pw := io.Pipe()
 	dataDir := t.TempDir()
 	tokenFile := filepath.Join(t.TempDir(), "admin-token")
-	if err := os.WriteFile(tokenFile, []byte(" e2e-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(" e2e-token-of-32-characters-or-more\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"BATON_LOG_FORMAT": "json", "BATON_ADMIN_TOKEN_FILE": tokenFile}
@@ -240,7 +240,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer e2e-token")
+	req.Header.Set("Authorization", "Bearer e2e-token-of-32-characters-or-more")
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ type securityOptions struct {
 	tlsCert, tlsKey, tlsClientCA          string
 	opsTLSCert, opsTLSKey, opsTLSClientCA string
 	aclFile                               string
-	maxConnsPerIP                         int
+	maxConnsPerIP, maxConnsPerIdentity    int
 }
 
 func (o *securityOptions) register(fs *flag.FlagSet) {
@@ -34,7 +34,9 @@ func (o *securityOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.opsTLSKey, "ops-tls-key", "", "PEM `file` of the private key of -ops-tls-cert; default the -tls-key")
 	fs.StringVar(&o.opsTLSClientCA, "ops-tls-client-ca", "", "PEM `file` of the CAs whose client certificates /v1/ requires (probes and /metrics need none)")
 	fs.StringVar(&o.aclFile, "acl-file", "", "JSON `file` of access rules: which client identities may acquire which locks (needs -tls-client-ca)")
-	fs.IntVar(&o.maxConnsPerIP, "max-conns-per-ip", 0, "most open protocol connections from one IP address; 0 for no cap")
+	def := server.DefaultConfig()
+	fs.IntVar(&o.maxConnsPerIP, "max-conns-per-ip", def.MaxConnsPerIP, "most open protocol connections from one IP address; more are closed at once (0: no cap; lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.maxConnsPerIdentity, "max-conns-per-identity", def.MaxConnsPerIdentity, "most open protocol connections of one client identity under mutual TLS, from whatever addresses; more get ERROR OVERLOADED (0: no cap; lowered to a quarter of the open-file limit)")
 }
 
 // opsFiles are the certificate and key the ops listener serves, "" for
@@ -213,9 +215,6 @@ func (sec *security) logAttrs() []any {
 	attrs := []any{"tls", mode(sec.protoTLS, sec.o.tlsClientCA), "ops_tls", mode(sec.opsTLS, sec.o.opsTLSClientCA)}
 	if sec.acl != nil {
 		attrs = append(attrs, "acl_rules", sec.acl.Rules())
-	}
-	if sec.o.maxConnsPerIP > 0 {
-		attrs = append(attrs, "max_conns_per_ip", sec.o.maxConnsPerIP)
 	}
 	return attrs
 }

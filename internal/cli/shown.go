@@ -3,42 +3,17 @@ package cli
 import (
 	"fmt"
 	"strings"
-	"unicode"
+
+	"github.com/batonlock/baton/internal/hidden"
 )
 
-// hiddenRune reports a rune that a terminal would not show as itself:
-// controls (C0, DEL, C1), format characters (bidi overrides and
-// isolates, zero-width ones) and line or paragraph separators. The
-// protocol refuses only bytes below 0x20 and 0x7F, so names and owners
-// can carry the rest; printed raw, a right-to-left override in one
-// holder's owner could reorder its row's SESSION and TOKEN columns.
-func hiddenRune(r rune) bool {
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) || r == unicode.ReplacementChar
-}
-
-// shown is s with each hidden rune written as its escape (\u202e), the
-// way the dashboard shows them.
-func shown(s string) string {
-	if strings.IndexFunc(s, hiddenRune) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		writeShown(&b, r)
-	}
-	return b.String()
-}
-
-func writeShown(b *strings.Builder, r rune) {
-	switch {
-	case !hiddenRune(r):
-		b.WriteRune(r)
-	case r > 0xFFFF:
-		fmt.Fprintf(b, `\U%08x`, r)
-	default:
-		fmt.Fprintf(b, `\u%04x`, r)
-	}
-}
+// shown is s with each rune that a terminal would not show as itself
+// written as its escape (\u202E), by the rule the dashboard shows them by
+// (internal/hidden). The protocol refuses only bytes below 0x20 and 0x7F,
+// so names and owners can carry the rest; printed raw, a right-to-left
+// override in one holder's owner could reorder its row's SESSION and TOKEN
+// columns, and a zero-width space make two names look the same.
+func shown(s string) string { return hidden.Escape(s) }
 
 // shellQuote quotes s for a POSIX shell when it needs it, so that a
 // command printed for the user can be pasted as it is. A name with hidden
@@ -50,7 +25,7 @@ func shellQuote(s string) string {
 	}) < 0 {
 		return s
 	}
-	if strings.IndexFunc(s, hiddenRune) < 0 {
+	if !hidden.Has(s) {
 		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 	}
 	var b strings.Builder
@@ -61,7 +36,7 @@ func shellQuote(s string) string {
 			b.WriteByte('\\')
 			b.WriteRune(r)
 		default:
-			writeShown(&b, r)
+			hidden.WriteRune(&b, r)
 		}
 	}
 	b.WriteByte('\'')

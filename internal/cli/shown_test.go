@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/batonlock/baton/internal/hidden"
 )
 
 // TestShownEscapesHiddenRunes: names and owners reach the terminal with
@@ -12,10 +15,10 @@ func TestShownEscapesHiddenRunes(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"worker@host-1", "worker@host-1"},
 		{"évier/日本", "évier/日本"},
-		{"evil\u202egpj.exe", `evil\u202egpj.exe`},
-		{"c1\u009b31mRED\u0085nl", `c1\u009b31mRED\u0085nl`},
-		{"zero\u200bwidth\u2028line", `zero\u200bwidth\u2028line`},
-		{"tag\U000E0041", `tag\U000e0041`},
+		{"evil\u202egpj.exe", `evil\u202Egpj.exe`},
+		{"c1\u009b31mRED\u0085nl", `c1\u009B31mRED\u0085nl`},
+		{"zero\u200bwidth\u2028line", `zero\u200Bwidth\u2028line`},
+		{"tag\U000E0041", `tag\U000E0041`},
 	} {
 		if got := shown(tt.in); got != tt.want {
 			t.Errorf("shown(%q) = %q, want %q", tt.in, got, tt.want)
@@ -24,7 +27,7 @@ func TestShownEscapesHiddenRunes(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"jobs/nightly", "jobs/nightly"},
 		{"it's", `'it'\''s'`},
-		{"bidi\u202eX's\\", `$'bidi\u202eX\'s\\'`},
+		{"bidi\u202eX's\\", `$'bidi\u202EX\'s\\'`},
 	} {
 		if got := shellQuote(tt.in); got != tt.want {
 			t.Errorf("shellQuote(%q) = %q, want %q", tt.in, got, tt.want)
@@ -50,12 +53,42 @@ func TestPrintLocksShowsNoHiddenRunes(t *testing.T) {
 	var b strings.Builder
 	printLock(&b, locks[0])
 	out := b.String()
-	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && hiddenRune(r) }); i >= 0 {
+	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && hidden.Rune(r) }); i >= 0 {
 		t.Fatalf("baton locks printed a hidden rune raw at byte %d:\n%q", i, out)
 	}
-	for _, want := range []string{`bidi\u202eX`, `evil\u202egpj.exe`, `c1\u009b31m`, `w\u2067aiter`} {
+	for _, want := range []string{`bidi\u202EX`, `evil\u202Egpj.exe`, `c1\u009B31m`, `w\u2067aiter`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+// TestBinaryLocksShowsInvisibleCharacters: the real baton locks, against
+// the real server, prints a name and an owner made of look-alikes (the
+// zero-width characters, the BOM, the soft hyphen, the grapheme joiner, a
+// Hangul filler, a tag, a variation selector, a no-break space) with each
+// written as its escape, as the dashboard shows it, and none raw.
+func TestBinaryLocksShowsInvisibleCharacters(t *testing.T) {
+	t.Parallel()
+	const name = "jobs/\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u3164\U000E0041\ufe0fx"
+	const owner = "ci\u00a0runner\u200b-1"
+	cmd := batonCmd(t, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0", "-log-format=json")
+	l := startLogged(t, cmd)
+	sl := waitServing(t, l.next)
+	holdLock(t, sl.Addr, name, owner)
+	for _, args := range [][]string{{"locks"}, {"locks", name}} {
+		out, err := batonCmd(t, append(args, "-ops-addr", sl.OpsAddr)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("baton %s: %v\n%s", args[0], err, out)
+		}
+		if i := strings.IndexFunc(string(out), func(r rune) bool { return r != '\n' && hidden.Rune(r) }); i >= 0 {
+			r, _ := utf8.DecodeRune(out[i:])
+			t.Errorf("baton %q printed U+%04X raw:\n%q", args, r, out)
+		}
+		for _, want := range []string{`jobs/\u200B\u200C\u200D\u2060\uFEFF\u00AD\u034F\u3164\U000E0041\uFE0Fx`, `ci\u00A0runner\u200B-1`} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("baton %q: output lacks %s:\n%s", args, want, out)
+			}
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // holders names every session it took the lock from, in grant order.
 func TestReleaseOfSeveralHolders(t *testing.T) {
 	t.Parallel()
-	const token = "s3cret-token"
+	const token = "s3cret-token-of-32-characters-or-more"
 	srv := batontest.StartServer(t)
 	opsAddr := startOps(t, srv, token)
 	for _, owner := range []string{"r1", "r2"} {

@@ -48,7 +48,7 @@ type node struct {
 // newCluster makes an n-node cluster on nw; flags[i] are extra flags of
 // node i+1 (may be shorter than n). Nodes are not started.
 func newCluster(t *testing.T, nw *network, bin string, env []string, n int, flags ...[]string) *testCluster {
-	c := &testCluster{t: t, nw: nw, bin: bin, env: env, token: fmt.Sprintf("harness-%d", time.Now().UnixNano())}
+	c := &testCluster{t: t, nw: nw, bin: bin, env: env, token: fmt.Sprintf("harness-token-%032d", time.Now().UnixNano())}
 	c.tokenFile = filepath.Join(t.TempDir(), "admin-token")
 	if err := os.WriteFile(c.tokenFile, []byte(c.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -29,8 +29,9 @@ var allowed = map[string][]string{
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
+	"internal/hidden":         {}, // the one rule of hidden characters, for the CLI and the dashboard
 	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
-	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
+	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
 	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
 	"internal/cli":            {"*"},
 	"cmd/baton":               {"*"},
@@ -55,7 +56,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true}
 	stdOrSys = map[string]bool{"clients/go": true}
 )
 

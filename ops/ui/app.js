@@ -2,6 +2,7 @@
 // with the heartbeat freshness from a one-second poll of /v1/locks (events
 // carry no heartbeats) and the server's figures from /metrics.
 import { barChart, lineChart, parseMetrics, histogramQuantile } from "./charts.js";
+import { HIDDEN } from "./hidden.js";
 
 const $ = (id) => document.getElementById(id);
 const EXIT_TYPES = ["released", "expired", "force_released", "kicked", "left"];
@@ -297,30 +298,36 @@ function fmtDur(ms) {
   return `${Math.floor(m / 60)} h ${m % 60} m`;
 }
 
-// INVISIBLE matches what names and owner texts may hold but a page must not
-// render as such: the bidirectional controls (U+202E turns "gpj.exe"
-// around) and the C1 controls. They are shown escaped, as a terminal shows
-// a control character.
-const INVISIBLE = /[\u0080-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
+// HIDDEN (hidden.js, which the server makes from the rule of the operator
+// commands) matches what names and owner texts may hold but a page must
+// not render as such: controls, bidirectional overrides (U+202E turns
+// "gpj.exe" around), zero-width and other format characters, spaces other
+// than U+0020, variation selectors, Hangul fillers and the other
+// default-ignorable code points, private-use and unassigned ones. Each is
+// shown escaped, as the terminal commands show it, so that no name can
+// look like another or reorder what is around it.
+function escapeCode(c) {
+  const cp = c.codePointAt(0);
+  return cp > 0xffff ? "\\U" + cp.toString(16).toUpperCase().padStart(8, "0")
+    : "\\u" + cp.toString(16).toUpperCase().padStart(4, "0");
+}
 
-function escapeCode(c) { return "\\u" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0"); }
-
-// plain is text with every invisible character escaped, for attributes and
+// plain is text with every hidden character escaped, for attributes and
 // dialog texts.
-function plain(text) { return String(text).replace(INVISIBLE, escapeCode); }
+function plain(text) { return String(text).replace(HIDDEN, escapeCode); }
 
 // setText puts text in e, each invisible character as its escape in a
 // marked span, so that it cannot be taken for the same characters typed.
 function setText(e, text) {
   text = String(text);
-  if (text.search(INVISIBLE) < 0) { e.textContent = text; return; }
+  if (text.search(HIDDEN) < 0) { e.textContent = text; return; }
   const kids = [];
   let last = 0;
-  for (const m of text.matchAll(INVISIBLE)) {
+  for (const m of text.matchAll(HIDDEN)) {
     if (m.index > last) kids.push(text.slice(last, m.index));
     const esc = document.createElement("span");
     esc.className = "esc";
-    esc.title = "an invisible control character in the name, shown escaped";
+    esc.title = "a character that would not show as itself (invisible, a control or a look-alike space), shown escaped";
     esc.textContent = escapeCode(m[0]);
     kids.push(esc);
     last = m.index + m[0].length;

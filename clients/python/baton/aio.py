@@ -202,7 +202,7 @@ async def _dial(client: "Client", i: int, at: Attempts, make: Callable[[], AioSe
     r = at.remaining()
     t = client._dial_timeout if r is None else min(client._dial_timeout, max(r, 0.001))
     loop = asyncio.get_running_loop()
-    ctx = client._ssl
+    ctx = client._dial_ssl()
     _, proto = await asyncio.wait_for(
         loop.create_connection(make, host, port, ssl=ctx, server_hostname=host if ctx is not None else None), t)
     return proto

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, 
 from . import aio, clock, wire
 from .ops import Leader, OpsAPI
 from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, LostEvent, tls_failure
-from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LimitMismatch, LockLost
+from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, InsecureTLS, LimitMismatch, LockLost
 from .session import Session
 
 if TYPE_CHECKING:
@@ -335,6 +335,20 @@ class _AsyncLockContext:
         self._guard.exit(exc, held._loss())
 
 
+def _check_verifies(ctx: ssl.SSLContext) -> None:
+    """Raises InsecureTLS if ctx would let any server answer (see there)."""
+    if ctx.verify_mode == ssl.CERT_NONE:
+        raise InsecureTLS(
+            "ssl_context verifies no server certificate (verify_mode is CERT_NONE, as in a bare "
+            "ssl.SSLContext()): any server, or anyone on the path, could answer as the lock server; "
+            "build it with ssl.create_default_context(cafile=...), or pass insecure_tls=True to accept that")
+    if not ctx.check_hostname:
+        raise InsecureTLS(
+            "ssl_context does not check the server's name (check_hostname is False): any server "
+            "with a certificate of a trusted CA could answer as the lock server; "
+            "build it with ssl.create_default_context(cafile=...), or pass insecure_tls=True to accept that")
+
+
 class Client:
     """A Baton client for the servers at ``addrs`` (``host:port`` each).
 
@@ -342,7 +356,10 @@ class Client:
     lease of silence the server moves the lock; heartbeats keep it for as long
     as the work runs. ``owner`` tells operators who holds or waits (default
     ``hostname:pid``). ``ssl_context`` turns on TLS (with a client certificate
-    if it carries one). ``logger`` (default ``logging.getLogger("baton")``)
+    if it carries one); it must verify the server's certificate and name
+    (``ssl.create_default_context(cafile=...)`` does), or the Client raises
+    InsecureTLS, unless ``insecure_tls=True`` accepts a context that does
+    not. ``logger`` (default ``logging.getLogger("baton")``)
     is told of connections (DEBUG), redirects and reconnections (INFO),
     heartbeat replies a quarter lease late and losses (WARNING). Inputs the
     server would refuse raise BadRequest here, before any connection. Safe
@@ -395,7 +412,11 @@ class Client:
         retries: Optional[int] = None,
         ops_addrs: Optional[Sequence[str]] = None,
         admin_token: Optional[str] = None,
+        insecure_tls: bool = False,
     ) -> None:
+        self._insecure_tls = insecure_tls
+        if ssl_context is not None and not insecure_tls:
+            _check_verifies(ssl_context)
         if isinstance(addrs, str):
             addrs = [a.strip() for a in addrs.split(",") if a.strip()]
         if not addrs:
@@ -649,14 +670,22 @@ class Client:
         s.on_end(lambda: self._unclaim(name, kind))
         return AsyncHeld(s, kind)
 
+    def _dial_ssl(self) -> Optional[ssl.SSLContext]:
+        """The TLS context of a connection, checked again: a context changed
+        after the Client was made must verify the server too."""
+        if self._ssl is not None and not self._insecure_tls:
+            _check_verifies(self._ssl)
+        return self._ssl
+
     def _dial(self, i: int, remaining: Optional[float]) -> socket.socket:
         host, port = self._hosts[i]
         t = self._dial_timeout if remaining is None else min(self._dial_timeout, max(remaining, 0.001))
+        ctx = self._dial_ssl()
         sock = socket.create_connection((host, port), timeout=t)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._ssl is not None:
-                sock = self._ssl.wrap_socket(sock, server_hostname=host)
+            if ctx is not None:
+                sock = ctx.wrap_socket(sock, server_hostname=host)
         except BaseException:
             sock.close()
             raise

@@ -11,6 +11,7 @@ __all__ = [
     "MaxHoldReached",
     "Unconfirmed",
     "ConnectionBroken",
+    "InsecureTLS",
     "ServerError",
     "Shutdown",
     "Overloaded",
@@ -78,6 +79,15 @@ class AlreadyHeld(Error):
     connecting, unless ``queue_behind_self=True`` asks for exactly that. A
     ``nowait=True`` claim is not refused: it cannot wait, and the server
     answers Busy."""
+
+
+class InsecureTLS(Error, ValueError):
+    """The ``ssl_context`` given to a Client would not verify the server: its
+    ``verify_mode`` is ``CERT_NONE`` (a bare ``ssl.SSLContext()`` is one),
+    or its ``check_hostname`` is False. Any server, or anyone on the path,
+    could then answer as the lock server. Raised when the Client is made,
+    unless ``insecure_tls=True`` says that this is meant. Build the context
+    with ``ssl.create_default_context(cafile=...)`` instead."""
 
 
 class MaxHoldReached(Error):

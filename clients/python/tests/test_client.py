@@ -347,6 +347,72 @@ class TestTLS(unittest.TestCase):
         with self.assertRaises(baton.Unauthorized):
             baton.Client([addr], lease=2, ssl_context=bare).acquire("py/tls", timeout=5)
 
+        self.refuses_unverified_contexts(d, addr)
+
+    def refuses_unverified_contexts(self, d: str, addr: str) -> None:
+        """A context that would let any server answer (no verification, or
+        no check of the name) is refused before any connection, unless the
+        caller says insecure_tls=True; a verifying one still connects only
+        to the right server."""
+        import ssl
+        import warnings
+
+        cert, key = os.path.join(d, "client.crt"), os.path.join(d, "client.key")
+        other = tempfile.mkdtemp(prefix="baton-py-tls-other-")
+        make_certs(other)  # another CA, which the server's certificate does not chain to
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            bare = ssl.SSLContext()  # what the review passed: verifies nothing
+        bare.load_cert_chain(cert, key)
+        no_name = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
+        no_name.check_hostname = False
+        no_name.load_cert_chain(cert, key)
+        port = addr.rpartition(":")[2]
+        for what, ctx, at in (
+            ("a bare ssl.SSLContext()", bare, addr),
+            ("a context with verify_mode CERT_NONE", _unverified(cert, key), addr),
+            ("a context without check_hostname, to a server of another name", no_name, "localhost:" + port),
+        ):
+            with self.subTest(what):
+                try:
+                    held = baton.Client([at], lease=2, ssl_context=ctx).acquire("py/tls-insecure", timeout=5)
+                except (baton.Error, ValueError) as e:
+                    self.assertEqual(type(e).__name__, "InsecureTLS", f"{what}: {e!r}")
+                    self.assertIsInstance(e, ValueError)
+                    self.assertIn("insecure_tls=True", str(e))
+                else:
+                    held.release()
+                    self.fail(f"{what} connected to {at} and was granted token {held.token}; want InsecureTLS")
+        # Changed after the Client was made: refused at the connection.
+        later = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
+        later.load_cert_chain(cert, key)
+        c = baton.Client([addr], lease=2, ssl_context=later)
+        later.check_hostname = False
+        with self.assertRaises(baton.InsecureTLS):
+            c.acquire("py/tls-insecure", timeout=5)
+        # Said explicitly: the caller's choice, and it connects.
+        with baton.Client([addr], lease=2, ssl_context=bare, insecure_tls=True).lock("py/tls-insecure") as held:
+            self.assertGreater(held.token, 0)
+        # Verifying contexts keep refusing the wrong servers: another CA,
+        # another name.
+        for what, ca, at in (("another CA", os.path.join(other, "ca.crt"), addr),
+                             ("another name", os.path.join(d, "ca.crt"), "localhost:" + port)):
+            with self.subTest(what):
+                ctx = ssl.create_default_context(cafile=ca)
+                ctx.load_cert_chain(cert, key)
+                with self.assertRaises(baton.Error):
+                    baton.Client([at], lease=2, ssl_context=ctx).acquire("py/tls-insecure", timeout=5)
+
+
+def _unverified(cert: str, key: str) -> "ssl.SSLContext":
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
 
 _proxy_bin: "str | None" = None
 
