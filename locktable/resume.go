@@ -75,8 +75,9 @@ type Claim struct {
 // another limit leave (CauseLimitOverruled), as, for a holder, every
 // waiter whose limit differs from that of the holders kept.
 //
-// Otherwise, the claim ended here, was not listed, or the grace period is
-// over: RefusedResume.
+// Otherwise, the claim ended here (one that came back in this grace and
+// ended since is refused again; RefusedSuperseded if it lost a conflict),
+// was not listed, or the grace period is over: RefusedResume.
 func (t *Table) Resume(now time.Time, id SessionID, c Claim, dst []Exit) (State, Refusal, []Exit, error) {
 	if err := t.checkClaim(id, c); err != nil {
 		return State{}, NotRefused, dst, err
@@ -99,6 +100,9 @@ func (t *Table) Resume(now time.Time, id SessionID, c Claim, dst []Exit) (State,
 	}
 	if t.graceUntil.IsZero() || c.id() >= t.cfg.ResumeBelow {
 		return State{}, RefusedResume, dst, nil
+	}
+	if refusal, ok := t.ended[c.key()]; ok {
+		return State{}, refusal, dst, nil
 	}
 	s, refusal, dst := t.admit(now, id, c, false, now.Add(c.Lease), dst)
 	if refusal != NotRefused {
@@ -197,6 +201,29 @@ func (c Claim) id() uint64 {
 		return c.Token
 	}
 	return c.Ticket
+}
+
+// claimKey names a claim by its token, or (waiter) its ticket: two counters,
+// whose values may meet.
+type claimKey struct {
+	id     uint64
+	waiter bool
+}
+
+func (c Claim) key() claimKey { return claimKey{c.id(), c.Token == 0} }
+
+// bury notes that carried claim s ended in the grace period: a resume of it
+// (by its token, or its ticket) gets refusal.
+func (t *Table) bury(s *session, refusal Refusal) {
+	if t.ended == nil {
+		t.ended = make(map[claimKey]Refusal)
+	}
+	if s.token != 0 {
+		t.ended[claimKey{s.token, false}] = refusal
+	}
+	if s.ticket != 0 {
+		t.ended[claimKey{s.ticket, true}] = refusal
+	}
 }
 
 // find is the session of claim c in the table, by its token (a holder) or
@@ -415,6 +442,9 @@ func (t *Table) drop(now time.Time, s *session, cause Cause, dst []Exit) []Exit 
 	l := s.lock
 	exit := Exit{Session: t.info(now, s), Cause: cause, Lock: l.name}
 	t.forget(s)
+	if cause == CauseSuperseded && !t.graceUntil.IsZero() {
+		t.bury(s, RefusedSuperseded)
+	}
 	if s.held() {
 		l.removeHolder(s)
 	} else {

@@ -445,6 +445,11 @@ type Table struct {
 	// pendingLeases counts the pending claims per lease, for PendingClaims.
 	pendingLeases map[time.Duration]int
 	pending       int
+	// ended holds, during the grace period only, the claims carried in
+	// that have ended since, and the refusal each gets if it comes back:
+	// a claim that ended here never comes back (a replay, or a client that
+	// breaks the rules), and the loser of a conflict is told so again.
+	ended map[claimKey]Refusal
 }
 
 // New returns an empty table.
@@ -648,6 +653,7 @@ func (t *Table) expire(now time.Time, dst []Exit) []Exit {
 // endGrace ends the grace period and grants the heads of every queue.
 func (t *Table) endGrace(now time.Time, dst []Exit) []Exit {
 	t.graceUntil = time.Time{}
+	t.ended = nil // no claim is admitted any more
 	names := make([]string, 0, len(t.locks))
 	for name, l := range t.locks {
 		if l.head != nil { // holders, if any, came back during the grace
@@ -1037,6 +1043,9 @@ func (t *Table) forget(s *session) {
 	}
 	if s.pending {
 		t.unpend(s)
+	}
+	if s.carried && !t.graceUntil.IsZero() {
+		t.bury(s, RefusedResume)
 	}
 }
 
