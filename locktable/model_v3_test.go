@@ -33,6 +33,7 @@ import (
 //   - a claim moves only to a higher attempt, never while frozen or
 //     revoked, and a frozen claim is never confirmed;
 //   - a pending claim is never granted;
+//   - a conflict's loser leaves a holder of its name with a higher token;
 //   - a claim that comes back from an earlier term never enters beside a
 //     grant of this term on its name (it would be fenced out);
 //   - no two clients that keep the rules believe they hold one name
@@ -315,6 +316,7 @@ func (s *schedule) resume(c locktable.Claim, breaker bool, what string) (locktab
 	if old := s.m.find(c); old != nil {
 		before, known = s.tb.Session(s.now, old.id)
 	}
+	_, buried := s.m.tombs[tomb{max(c.Token, c.Ticket), c.Token == 0}] // a loss of this grace, told again
 	if breaker && c.Token != 0 {
 		s.breakers[c.Token] = true
 		for _, a := range s.away {
@@ -358,6 +360,19 @@ func (s *schedule) resume(c locktable.Claim, breaker bool, what string) (locktab
 	}
 	s.checkGrantPromises(exits[k:])
 	s.checkTablePromises()
+	// The higher tokens win: a loser leaves a holder with a higher token.
+	higher := func(name string, token uint64) bool {
+		li, _ := s.tb.Lock(s.now, name)
+		return slices.ContainsFunc(li.Holders, func(h locktable.Info) bool { return h.Token > token })
+	}
+	for _, e := range exits[k:] {
+		if e.Cause == locktable.CauseSuperseded && !higher(e.Session.Name, e.Session.Token) {
+			s.fatalf("promise broken: %d with token %x lost a conflict on %q to no higher token", e.Session.ID, e.Session.Token, e.Session.Name)
+		}
+	}
+	if ref == locktable.RefusedSuperseded && !buried && !higher(c.Name, c.Token) {
+		s.fatalf("promise broken: token %x refused as superseded on %q by no higher token", c.Token, c.Name)
+	}
 
 	w := newWant()
 	s.m.expireAll(s.now, w)
