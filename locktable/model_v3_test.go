@@ -313,7 +313,7 @@ func (s *schedule) resume(c locktable.Claim, breaker bool, what string) (locktab
 	// What the table says of the claim before, to hold it to its word.
 	var before locktable.Info
 	known := false
-	if old := s.m.find(c); old != nil {
+	if old := s.m.find(c); old != nil && !old.overdue(s.now) { // the call expires it first
 		before, known = s.tb.Session(s.now, old.id)
 	}
 	_, buried := s.m.tombs[tomb{max(c.Token, c.Ticket), c.Token == 0}] // a loss of this grace, told again
@@ -333,7 +333,7 @@ func (s *schedule) resume(c locktable.Claim, breaker bool, what string) (locktab
 	// grant (a pending waiter's) comes before the grants behind it.
 	k := slices.IndexFunc(exits, func(e locktable.Exit) bool {
 		switch e.Cause {
-		case locktable.CauseMoved, locktable.CauseSuperseded, locktable.CauseLimitOverruled, locktable.CauseOverloaded:
+		case locktable.CauseMoved, locktable.CauseSuperseded, locktable.CauseLimitOverruled, locktable.CauseOverloaded, locktable.CauseQueueMoved:
 			return true
 		}
 		return false
