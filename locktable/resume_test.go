@@ -778,3 +778,29 @@ func TestResumeStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestEndedInTheGraceStaysEnded: a claim that came back in the grace and
+// ended since (closed, expired, kicked, or lost a conflict) does not come
+// back again in the same grace: a replay, or a client past its rules.
+// The loser of a conflict is told so again, even once its winner left.
+func TestEndedInTheGraceStaysEnded(t *testing.T) {
+	tb, c := v3Table(t, locktable.Config{NoGrantBefore: t0.Add(time.Minute)})
+	r := req("a", time.Second)
+	resume(t, tb, c.now, 1, holderOf(r, of1(5)))
+	tb.Release(c.now, 1, nil)
+	again := holderOf(r, of1(5))
+	again.Attempt = 2
+	refusedResume(t, tb, c.now, 2, again, locktable.RefusedResume)
+
+	resume(t, tb, c.now, 3, waiterOf(req("b", time.Second), of1(9)))
+	wantExits(t, tb.Expire(c.advance(time.Second), nil), "3:expired")
+	refusedResume(t, tb, c.now, 4, waiterOf(req("b", time.Second), of1(9)), locktable.RefusedResume)
+
+	resume(t, tb, c.now, 5, holderOf(r, of1(6)))
+	_, exits := resume(t, tb, c.now, 6, holderOf(r, of1(7)))
+	wantExits(t, exits, "5:superseded")
+	tb.Release(c.now, 6, nil)
+	refusedResume(t, tb, c.now, 7, holderOf(r, of1(6)), locktable.RefusedSuperseded)
+	// A claim that never came back is admitted as ever.
+	resume(t, tb, c.now, 8, holderOf(r, of1(8)))
+}
