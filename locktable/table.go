@@ -385,11 +385,12 @@ func (l *lock) mayHold(shared bool, limit int) bool {
 	return !l.exclusivelyHeld() && l.holders < limit
 }
 
+// The fields are in an order that packs them: a session is made for
+// every claim.
 type session struct {
 	id       SessionID
 	lock     *lock
 	owner    string
-	shared   bool
 	lease    time.Duration
 	lastSeen time.Time
 	since    time.Time // ACQUIRE, or grant once held
@@ -397,13 +398,14 @@ type session struct {
 	token    uint64    // non-zero once held
 	limit    int       // a shared claim's limit
 	ticket   uint64    // the place it queued at; 0 if it never queued
-	attempt  uint32    // the resume attempt it is on
 	prev     *session
 	next     *session
 	heapIdx  int
+	attempt  uint32 // the resume attempt it is on
 	// The position cache of a waiter; see state.
 	posCache, posMid, posHead uint32
 	posValid                  bool
+	shared                    bool
 	// pending: listed by a planned handover, not back yet. carried: in the
 	// table without a grant of this table (pending, or resumed after a
 	// crash; a move keeps it). resumed: came back through Resume. frozen:
