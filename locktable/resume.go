@@ -78,6 +78,11 @@ type Claim struct {
 // Otherwise, the claim ended here (one that came back in this grace and
 // ended since is refused again; RefusedSuperseded if it lost a conflict),
 // was not listed, or the grace period is over: RefusedResume.
+//
+// The caller has checked the credential and the access rules, and refuses
+// first a claim whose end the cluster recorded (an operator's release or
+// kick, a conflict lost in an earlier term): a table that starts anew
+// cannot know of it.
 func (t *Table) Resume(now time.Time, id SessionID, c Claim, dst []Exit) (State, Refusal, []Exit, error) {
 	if err := t.checkClaim(id, c); err != nil {
 		return State{}, NotRefused, dst, err

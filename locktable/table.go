@@ -80,7 +80,9 @@ type Config struct {
 	// that is not in the table: one whose token (a holder's) or ticket (a
 	// waiter's) is below it. After a crash it is this term's epoch<<40, so
 	// claims of earlier terms may come back and none of this term (they
-	// ended here). 0 admits none: only moves.
+	// ended here); after a planned handover made inside its leader's own
+	// grace, that leader's epoch<<40 (its unlisted claims ended there).
+	// 0 admits none: only moves.
 	ResumeBelow uint64
 }
 
@@ -200,7 +202,8 @@ const (
 	// claims in (Resume, AddPending) let a queue move.
 	CauseQueueMoved
 	// CauseMoved: the claim went on on another session (Resume): nothing
-	// was released; the server ends this session's connection with MOVED.
+	// was released; the server ends this session's connection with MOVED
+	// (a pending claim, Session.Pending, has none).
 	CauseMoved
 	// CauseSuperseded: a holder that lost a conflict to holders with
 	// higher tokens (Resume, AddPending); the caller records its end before
@@ -495,7 +498,8 @@ func (t *Table) Locks() int { return len(t.locks) }
 // at the tail, unless req.NoWait or a limit refuses it. A refused session
 // is not entered, and sets nothing (not the name's limit). During the grace
 // period (Config.NoGrantBefore) every session queues, and a NoWait one is
-// refused with RefusedGrace.
+// refused with RefusedGrace. Pending claims (AddPending) count as the
+// others: a holder takes its slot, a waiter its place.
 //
 // Every overdue session is expired first, as Expire(now) would, so a dead
 // holder does not make a newcomer wait and dead sessions count against no
