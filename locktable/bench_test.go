@@ -115,3 +115,45 @@ func BenchmarkSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandoverTickets is BenchmarkHandover on a table of version 3:
+// every waiter gets a ticket, and tokens and tickets are indexed for the
+// resumes.
+func BenchmarkHandoverTickets(b *testing.B) {
+	const depth = 1000
+	tb, c := v3Table(b, locktable.Config{})
+	r := req("jobs", time.Hour)
+	for id := 1; id <= depth+1; id++ {
+		tb.Acquire(c.now, locktable.SessionID(id), r, nil)
+	}
+	holder, next := locktable.SessionID(1), locktable.SessionID(depth+2)
+	var dst []locktable.Exit
+	b.ReportAllocs()
+	for b.Loop() {
+		dst, _ = tb.Release(c.now, holder, dst[:0])
+		if len(dst) != 1 || len(dst[0].Promoted) == 0 {
+			b.Fatalf("got exits %s, want one promotion", exitIDs(dst))
+		}
+		holder = dst[0].Promoted[0].ID
+		tb.Acquire(c.now, next, r, nil)
+		next++
+	}
+}
+
+// BenchmarkAcquireReleaseTickets is BenchmarkAcquireRelease on a table of
+// version 3.
+func BenchmarkAcquireReleaseTickets(b *testing.B) {
+	tb, c := v3Table(b, locktable.Config{})
+	r := req("jobs", time.Second)
+	var dst []locktable.Exit
+	id := locktable.SessionID(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		id++
+		st, _, _, _ := tb.Acquire(c.now, id, r, dst[:0])
+		if !st.Held {
+			b.Fatal("not granted")
+		}
+		dst, _ = tb.Release(c.now, id, dst[:0])
+	}
+}

@@ -33,6 +33,33 @@ func (t *Table) CheckInvariants() error {
 		if s.held() != s.lock.holds(s) {
 			return fmt.Errorf("session %d: held() %v but the lock's holders say %v", id, s.held(), s.lock.holds(s))
 		}
+		if s.shared && s.limit != s.lock.limit {
+			return fmt.Errorf("session %d: shared with limit %d, the name's is %d", id, s.limit, s.lock.limit)
+		}
+		if s.pending && (!s.carried || s.resumed) {
+			return fmt.Errorf("session %d: pending, but carried %v, resumed %v", id, s.carried, s.resumed)
+		}
+		if s.revoked && !s.pending {
+			return fmt.Errorf("session %d: revoked but not pending", id)
+		}
+		if t.byToken == nil {
+			if s.ticket != 0 || s.carried || s.attempt != 0 {
+				return fmt.Errorf("session %d: a ticket %d, carried %v or attempt %d in a table without tickets", id, s.ticket, s.carried, s.attempt)
+			}
+			continue
+		}
+		if s.held() && t.byToken[s.token] != s {
+			return fmt.Errorf("session %d: token %d not indexed", id, s.token)
+		}
+		if s.ticket != 0 && t.byTicket[s.ticket] != s {
+			return fmt.Errorf("session %d: ticket %d not indexed", id, s.ticket)
+		}
+		if !s.held() && s.ticket == 0 {
+			return fmt.Errorf("session %d waits without a ticket", id)
+		}
+	}
+	if err := t.checkIndex(); err != nil {
+		return err
 	}
 	for name, l := range t.locks {
 		if l.name != name {
@@ -41,8 +68,12 @@ func (t *Table) CheckInvariants() error {
 		if l.first == nil && l.head == nil {
 			return fmt.Errorf("lock %q has neither holder nor waiters", name)
 		}
-		if l.first != nil && !t.graceUntil.IsZero() {
-			return fmt.Errorf("lock %q has holder %d during the grace period", name, l.first.id)
+		// During the grace period nothing is granted: every holder came
+		// back, or is pending.
+		for h := l.first; h != nil && !t.graceUntil.IsZero(); h = h.next {
+			if !h.carried {
+				return fmt.Errorf("lock %q has holder %d, granted during the grace period", name, h.id)
+			}
 		}
 		// The holders: linked both ways, counted, held, of this lock; at
 		// most one exclusive claim and then alone, or shared claims within
@@ -74,7 +105,7 @@ func (t *Table) CheckInvariants() error {
 		// Nobody waits behind a head that may hold (outside the grace
 		// period), unless the queue was left moving (Config.GrantStep);
 		// a queue left moving has such a head, and is listed for Promote.
-		mayMove := l.head != nil && t.graceUntil.IsZero() && l.mayHold(l.head.shared, l.limit)
+		mayMove := l.head != nil && t.graceUntil.IsZero() && l.mayGrant(l.head)
 		if mayMove != l.moving {
 			return fmt.Errorf("lock %q: head may hold %v, but left moving %v (holders %d, limit %d)", name, mayMove, l.moving, l.holders, l.limit)
 		}
@@ -106,6 +137,10 @@ func (t *Table) CheckInvariants() error {
 			if w.held() || w.lock != l || t.sessions[w.id] != w {
 				return fmt.Errorf("lock %q: waiter %d is held, of another lock, or not in the map", name, w.id)
 			}
+			// The queue is in ticket order (a table with tickets).
+			if prev != nil && w.ticket != 0 && w.ticket <= prev.ticket {
+				return fmt.Errorf("lock %q: waiter %d with ticket %d behind %d's %d", name, w.id, w.ticket, prev.id, prev.ticket)
+			}
 			prev = w
 		}
 		if l.tail != prev {
@@ -131,6 +166,40 @@ func (t *Table) CheckInvariants() error {
 	}
 	if listed < 0 {
 		return fmt.Errorf("%d locks are marked listed but missing from the list of moving queues", -listed)
+	}
+	return nil
+}
+
+// checkIndex checks the maps that find a claim, and the count of the
+// pending claims.
+func (t *Table) checkIndex() error {
+	if t.byToken == nil {
+		return nil
+	}
+	holders, tickets, pending := 0, 0, 0
+	leases := map[int64]int{}
+	for _, s := range t.sessions {
+		if s.held() {
+			holders++
+		}
+		if s.ticket != 0 {
+			tickets++
+		}
+		if s.pending {
+			pending++
+			leases[int64(s.lease)]++
+		}
+	}
+	if len(t.byToken) != holders || len(t.byTicket) != tickets {
+		return fmt.Errorf("index: %d tokens and %d tickets, want %d and %d", len(t.byToken), len(t.byTicket), holders, tickets)
+	}
+	if pending != t.pending || len(leases) != len(t.pendingLeases) {
+		return fmt.Errorf("pending: %d claims with %d leases, the counts say %d and %d", pending, len(leases), t.pending, len(t.pendingLeases))
+	}
+	for lease, n := range t.pendingLeases {
+		if leases[int64(lease)] != n {
+			return fmt.Errorf("pending: %d claims with lease %v, the count says %d", leases[int64(lease)], lease, n)
+		}
 	}
 	return nil
 }

@@ -25,7 +25,10 @@ import (
 // epoch) and, after a crash, a grace period as long as the longest lease
 // noted (the bound that tokenstore keeps); then the clients reconnect in a
 // random order. A quarter of the schedules make exclusive claims only:
-// version 1's mutex, which must behave as it always has.
+// version 1's mutex, which must behave as it always has. In three
+// schedules of four the table has tickets and the clients' claims go on
+// (version 3: model_v3_test.go); in the others it is the table of
+// versions 1 and 2.
 //
 // Besides agreeing with the model, the table is held to the promises of
 // the protocol on every step, checked on what the table itself says (its
@@ -58,6 +61,15 @@ type mSession struct {
 	arrived  time.Time // ACQUIRE
 	granted  time.Time
 	token    uint64 // 0 while waiting
+	// Version 3: its ticket (0 if it never queued, or no tickets), the
+	// resume attempt it is on, and: v3, its client may carry the claim on;
+	// breaker, its client broke the rules to bring it back; pending,
+	// carried (entered without a grant), resumed, frozen, revoked, as the
+	// table's.
+	ticket                                     uint64
+	attempt                                    uint32
+	v3, breaker                                bool
+	pending, carried, resumed, frozen, revoked bool
 }
 
 func (s *mSession) overdue(now time.Time) bool { return !s.lastSeen.Add(s.lease).After(now) }
@@ -80,6 +92,20 @@ type model struct {
 	// stop count as clean: the run's start plus the bound it kept from a
 	// crash (tokenstore.Store.MarkClean).
 	storeGraceEnds time.Time
+	// Version 3: the names' FreezeThrough marks, the table's
+	// Config.ResumeBelow, and claims of version 3 that ended, which a
+	// client that breaks the rules may bring back.
+	frozenThrough map[string]uint64
+	resumeBelow   uint64
+	ended         []locktable.Claim
+	// tombs are the claims carried in that ended in this grace, with the
+	// refusal each gets if it comes back (emptied when the grace ends).
+	tombs map[tomb]locktable.Refusal
+}
+
+type tomb struct {
+	id     uint64
+	waiter bool
 }
 
 // want is what the model expects of one table call: who leaves and why,
@@ -99,24 +125,33 @@ func newWant() *want {
 }
 
 type schedule struct {
-	t         *testing.T
-	seed      uint64
-	verbose   bool
-	rng       *rand.Rand
-	tb        *locktable.Table
-	m         *model
-	now       time.Time
-	nextID    locktable.SessionID
-	step      int
-	history   []entry
-	tok       uint64 // the last token handed out
-	exclusive bool   // this schedule makes exclusive claims only
-	limits    map[string]int
+	t       *testing.T
+	seed    uint64
+	verbose bool
+	rng     *rand.Rand
+	tb      *locktable.Table
+	m       *model
+	now     time.Time
+	nextID  locktable.SessionID
+	step    int
+	history []entry
+	// Tokens and tickets are epoch<<40 | sequence; a restart starts an
+	// epoch, as tokenstore.Open and a cluster's term do.
+	epoch, tokSeq, tktSeq uint64
+	exclusive             bool // this schedule makes exclusive claims only
+	v3                    bool // this schedule's table has tickets, and claims go on
+	limits                map[string]int
 	// lastToken is the last token granted per name, and globalToken the
 	// last of all, as the table's grants said (not the model).
 	lastToken   map[string]uint64
 	globalToken uint64
 	stats       scheduleStats
+	// Version 3: the clients away, the tokens of the claims brought back
+	// against the rules, the last grant of each name in this term.
+	away          []*away
+	breakers      map[uint64]bool
+	lastTermGrant map[string]uint64
+	v3stats       v3Stats
 }
 
 // logf notes a step for the history shown on failure; the line is only
@@ -166,8 +201,10 @@ func TestRandomSchedules(t *testing.T) {
 	base := rand.Uint64()
 	t.Logf("seeds %d .. %d", base, base+uint64(n)-1)
 	var total scheduleStats
+	var v3 v3Stats
 	for i := 0; i < n; i++ {
-		st := runSchedule(t, base+uint64(i), false)
+		st, st3 := runSchedule(t, base+uint64(i), false)
+		v3.add(st3)
 		total.steps += st.steps
 		total.restarts += st.restarts
 		total.graceRestarts += st.graceRestarts
@@ -184,6 +221,12 @@ func TestRandomSchedules(t *testing.T) {
 	if n >= 100 && (total.multiGrants == 0 || total.mismatches == 0 || total.fullSemaphores == 0 || total.graceGrants == 0) {
 		t.Errorf("the schedules never reached a case they exist for: %+v", total)
 	}
+	t.Logf("version 3: %+v", v3)
+	if n >= 100 && (v3.moves == 0 || v3.lateAttempts == 0 || v3.lostPushes == 0 || v3.admittedHolders == 0 || v3.admittedWaiters == 0 ||
+		v3.listed == 0 || v3.pendingBack == 0 || v3.revoked == 0 || v3.frozen == 0 || v3.superseded == 0 || v3.overruled == 0 ||
+		v3.overloaded == 0 || v3.breakers == 0) {
+		t.Errorf("the schedules never reached a case of version 3 they exist for: %+v", v3)
+	}
 }
 
 // scheduleStats counts what a schedule exercised.
@@ -195,7 +238,7 @@ type scheduleStats struct {
 
 var names = []string{"a", "b", "c"}
 
-func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
+func runSchedule(t *testing.T, seed uint64, verbose bool) (scheduleStats, v3Stats) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{
@@ -204,6 +247,8 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 		queue:         map[string][]locktable.SessionID{},
 		limit:         map[string]int{},
 		believedUntil: map[string]time.Time{},
+		frozenThrough: map[string]uint64{},
+		tombs:         map[tomb]locktable.Refusal{},
 	}
 	if rng.IntN(3) == 0 {
 		m.maxSessions = 3 + rng.IntN(6)
@@ -211,16 +256,28 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 	if rng.IntN(3) == 0 {
 		m.maxWaiters = 1 + rng.IntN(3)
 	}
-	s := &schedule{t: t, seed: seed, verbose: verbose, rng: rng, m: m, now: t0, nextID: 1,
-		exclusive: rng.IntN(4) == 0, limits: map[string]int{}, lastToken: map[string]uint64{}}
+	s := &schedule{t: t, seed: seed, verbose: verbose, rng: rng, m: m, now: t0, nextID: 1, epoch: 1,
+		exclusive: rng.IntN(4) == 0, limits: map[string]int{}, lastToken: map[string]uint64{},
+		breakers: map[uint64]bool{}, lastTermGrant: map[string]uint64{}}
 	for _, name := range names {
 		s.limits[name] = 1 + rng.IntN(5)
 	}
+	s.v3 = rng.IntN(4) != 0
 	s.tb = s.newTable(time.Time{})
-	s.logf("config: max sessions %d, max waiters %d, exclusive only %v, limits %v", m.maxSessions, m.maxWaiters, s.exclusive, s.limits)
+	s.logf("config: max sessions %d, max waiters %d, exclusive only %v, limits %v, version 3 %v", m.maxSessions, m.maxWaiters, s.exclusive, s.limits, s.v3)
 	steps := 100 + rng.IntN(200)
+	events := 100
+	if s.v3 {
+		events = 130
+	}
 	for s.step = 1; s.step <= steps; s.step++ {
-		switch r := rng.IntN(100); {
+		r := rng.IntN(events)
+		if s.v3 && !m.graceUntil.IsZero() && rng.IntN(3) == 0 {
+			// In a grace after a crash, claims come back: those of the
+			// clients away, and stale ones (the conflicts).
+			r = 108 + rng.IntN(14)
+		}
+		switch {
 		case r < 28:
 			s.acquire()
 		case r < 50:
@@ -239,35 +296,67 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) scheduleStats {
 			s.forceReleaseSession()
 		case r < 97:
 			s.kick()
-		default:
+		case r < 100:
 			s.restart()
+		case r < 108:
+			s.move()
+		case r < 117:
+			s.comeBack()
+		case r < 122:
+			s.stale()
+		case r < 126:
+			s.freeze()
+		default:
+			s.endFrozen()
 		}
 		s.check()
 	}
 	s.stats.steps = steps
-	return s.stats
+	return s.stats, s.v3stats
 }
 
 // newTable starts a table whose tokens continue from the last one, as a
 // restarted server's do from its token store, with grace until noGrant.
 func (s *schedule) newTable(noGrant time.Time) *locktable.Table {
-	return locktable.New(locktable.Config{
+	cfg := locktable.Config{
 		MaxSessions:       s.m.maxSessions,
 		MaxWaitersPerLock: s.m.maxWaiters,
-		NextToken:         func() uint64 { s.tok++; return s.tok },
+		NextToken:         func() uint64 { s.tokSeq++; return s.epoch<<40 | s.tokSeq },
 		NoGrantBefore:     noGrant,
-	})
+	}
+	if s.v3 {
+		cfg.NextTicket = func() uint64 { s.tktSeq++; return s.epoch<<40 | s.tktSeq }
+		cfg.ResumeBelow = s.m.resumeBelow
+	}
+	return locktable.New(cfg)
 }
 
 // pick returns a session id: mostly one in the table, sometimes one that
 // left or never was.
 func (s *schedule) pick() locktable.SessionID {
-	if len(s.m.sessions) == 0 || s.rng.IntN(10) == 0 {
-		return locktable.SessionID(1 + s.rng.IntN(int(s.nextID)))
-	}
+	return s.pickWhere(func(*mSession) bool { return true })
+}
+
+// pickConnected is as pick, but never a pending claim: it has no
+// connection to close or reset.
+func (s *schedule) pickConnected() locktable.SessionID {
+	return s.pickWhere(func(sess *mSession) bool { return !sess.pending })
+}
+
+func (s *schedule) pickWhere(ok func(*mSession) bool) locktable.SessionID {
 	ids := make([]locktable.SessionID, 0, len(s.m.sessions))
-	for id := range s.m.sessions {
-		ids = append(ids, id)
+	for id, sess := range s.m.sessions {
+		if ok(sess) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || s.rng.IntN(10) == 0 {
+		for {
+			id := locktable.SessionID(1 + s.rng.IntN(int(s.nextID)))
+			if sess := s.m.sessions[id]; sess == nil || ok(sess) {
+				return id
+			}
+		}
 	}
 	slices.Sort(ids)
 	return ids[s.rng.IntN(len(ids))]
@@ -315,6 +404,12 @@ func (m *model) exclusivelyHeld(name string) bool {
 	return len(h) > 0 && !m.sessions[h[0]].shared
 }
 
+// mayGrant reports whether waiter w may be granted name now: never while
+// pending or frozen.
+func (m *model) mayGrant(name string, w *mSession) bool {
+	return !w.pending && !w.frozen && m.mayHold(name, w.shared, w.limit)
+}
+
 // mayHold reports whether a claim may hold name by its holders alone.
 func (m *model) mayHold(name string, shared bool, limit int) bool {
 	if !shared {
@@ -339,21 +434,43 @@ func (m *model) sharedSessions(name string) int {
 func (m *model) remove(now time.Time, sess *mSession, cause locktable.Cause, move bool, w *want) {
 	name := sess.name
 	frees := sess.token != 0 || (len(m.queue[name]) > 0 && m.queue[name][0] == sess.id)
-	m.drop(sess)
+	m.drop(sess, cause)
 	w.exits[sess.id] = cause
 	if move && frees {
 		m.moveQueue(now, name, w)
 	}
+	if len(m.holders[name]) == 0 && len(m.queue[name]) == 0 {
+		delete(m.frozenThrough, name) // the table drops the lock, and its mark
+	}
 }
 
-// drop forgets sess.
-func (m *model) drop(sess *mSession) {
+// drop forgets sess, which leaves with cause. A claim of version 3 that
+// ends may yet be brought back, against the rules: it is noted; and one
+// carried in that ends in the grace is refused if it comes back in it.
+func (m *model) drop(sess *mSession, cause locktable.Cause) {
+	if sess.carried && !m.graceUntil.IsZero() {
+		refusal := locktable.RefusedResume
+		if cause == locktable.CauseSuperseded {
+			refusal = locktable.RefusedSuperseded
+		}
+		if sess.token != 0 {
+			m.tombs[tomb{sess.token, false}] = refusal
+		}
+		if sess.ticket != 0 {
+			m.tombs[tomb{sess.ticket, true}] = refusal
+		}
+	}
 	del := func(id locktable.SessionID) bool { return id == sess.id }
 	m.holders[sess.name] = slices.DeleteFunc(m.holders[sess.name], del)
 	m.queue[sess.name] = slices.DeleteFunc(m.queue[sess.name], del)
 	delete(m.sessions, sess.id)
 	if m.sharedSessions(sess.name) == 0 {
 		delete(m.limit, sess.name)
+	}
+	if sess.v3 && sess.token != ^uint64(0) {
+		if m.ended = append(m.ended, claimOf(sess)); len(m.ended) > 32 {
+			m.ended = m.ended[1:]
+		}
 	}
 }
 
@@ -365,11 +482,11 @@ func (m *model) moveQueue(now time.Time, name string, w *want) {
 	}
 	for len(m.queue[name]) > 0 {
 		head := m.sessions[m.queue[name][0]]
-		if !m.mayHold(name, head.shared, m.limit[name]) {
+		if !m.mayGrant(name, head) {
 			return
 		}
 		if head.overdue(now) {
-			m.drop(head)
+			m.drop(head, locktable.CauseExpired)
 			w.exits[head.id] = locktable.CauseExpired
 			continue
 		}
@@ -406,6 +523,7 @@ func (m *model) endGraceIfDue(now time.Time) []graceGrant {
 		return nil
 	}
 	m.graceUntil = time.Time{}
+	clear(m.tombs)
 	var out []graceGrant
 	for _, name := range m.names() {
 		w := newWant()
@@ -444,6 +562,9 @@ func (m *model) names() []string {
 func (s *schedule) checkGrantPromises(exits []locktable.Exit) {
 	for _, e := range exits {
 		for _, g := range e.Promoted {
+			if sess := s.m.sessions[g.ID]; sess != nil && sess.pending {
+				s.fatalf("promise broken: pending claim %d (its client away) granted %q", g.ID, g.Name)
+			}
 			s.checkGrant(g.ID, g.Name, g.Token)
 		}
 	}
@@ -469,13 +590,15 @@ func (s *schedule) checkGrant(id locktable.SessionID, name string, token uint64)
 	}
 	s.lastToken[name] = token
 	s.globalToken = token
+	s.lastTermGrant[name] = token
 }
 
 // checkTablePromises checks the table's state: the holders within the
 // rules, nobody overtaken, and no waiter behind a head that could hold.
 func (s *schedule) checkTablePromises() {
 	inGrace := !s.m.graceUntil.IsZero()
-	for _, li := range s.tb.Snapshot(s.now) {
+	snap := s.tb.Snapshot(s.now)
+	for _, li := range snap {
 		shared := 0
 		for _, h := range li.Holders {
 			if h.Shared {
@@ -488,9 +611,15 @@ func (s *schedule) checkTablePromises() {
 		if shared != len(li.Holders) && len(li.Holders) > 1 {
 			s.fatalf("promise broken: lock %q has an exclusive holder beside others: %+v", li.Name, li.Holders)
 		}
+		if s.v3 {
+			s.checkTicketOrder(li)
+		}
 		// Ids are given in arrival order: every holder arrived before
 		// every waiter, and the queue keeps arrival order.
 		for i, w := range li.Waiters {
+			if s.v3 {
+				break // claims that go on take new ids: tickets say the order
+			}
 			if i > 0 && w.ID < li.Waiters[i-1].ID {
 				s.fatalf("promise broken: lock %q: waiter %d queued behind %d, who came later", li.Name, w.ID, li.Waiters[i-1].ID)
 			}
@@ -505,9 +634,38 @@ func (s *schedule) checkTablePromises() {
 		}
 		head := li.Waiters[0]
 		exclusive := len(li.Holders) > 0 && !li.Holders[0].Shared
+		if head.Pending || head.Frozen {
+			continue // may not hold: its client is away, or it is being ended
+		}
 		if !head.Shared && len(li.Holders) == 0 || head.Shared && !exclusive && len(li.Holders) < li.Limit {
 			s.fatalf("promise broken: lock %q: waiter %d (shared %v) at the head could hold (holders %d, limit %d) but waits",
 				li.Name, head.ID, head.Shared, len(li.Holders), li.Limit)
+		}
+	}
+	if s.v3 {
+		s.checkBeliefs(snap)
+	}
+}
+
+// checkTicketOrder checks that no pending claim holds a token of this term
+// (none is granted), the queue of li in ticket order, and no holder
+// granted in this term (its ticket is of this epoch) ahead of a waiter
+// with an older ticket: a claim that came back to a place in front came
+// in the grace, before any grant.
+func (s *schedule) checkTicketOrder(li locktable.LockInfo) {
+	for _, h := range li.Holders {
+		if h.Pending && h.Token >= s.epoch<<40 {
+			s.fatalf("promise broken: lock %q: pending claim %d holds token %x of this term: it was granted", li.Name, h.ID, h.Token)
+		}
+	}
+	for i, w := range li.Waiters {
+		if w.Ticket == 0 || i > 0 && w.Ticket <= li.Waiters[i-1].Ticket {
+			s.fatalf("promise broken: lock %q: waiter %d with ticket %x queued behind %d with ticket %x", li.Name, w.ID, w.Ticket, li.Waiters[max(i-1, 0)].ID, li.Waiters[max(i-1, 0)].Ticket)
+		}
+	}
+	for _, h := range li.Holders {
+		if len(li.Waiters) > 0 && h.Ticket >= s.epoch<<40 && h.Ticket > li.Waiters[0].Ticket {
+			s.fatalf("promise broken: lock %q: holder %d with ticket %x overtook waiter %d with ticket %x", li.Name, h.ID, h.Ticket, li.Waiters[0].ID, li.Waiters[0].Ticket)
 		}
 	}
 }
@@ -530,12 +688,24 @@ func (s *schedule) checkExits(exits []locktable.Exit, w *want, graceGrants ...gr
 		s.checkPromoted(e.Promoted)
 	}
 	exits = exits[:cut]
-	if len(exits) != len(w.exits) {
-		s.fatalf("got exits %s, want %d: %v", exitIDs(exits), len(w.exits), w.exits)
-	}
 	got := map[string][]locktable.SessionID{}
 	left := map[locktable.SessionID]bool{}
-	for i, e := range exits {
+	if len(exits)-countCause(exits, locktable.CauseQueueMoved) != len(w.exits) {
+		s.fatalf("got exits %s, want %d: %v", exitIDs(exits), len(w.exits), w.exits)
+	}
+	i := -1
+	for _, e := range exits {
+		if e.Cause == locktable.CauseQueueMoved { // a queue that a claim carried in let move
+			if e.Session != (locktable.Info{}) {
+				s.fatalf("got exits %s: a queue_moved exit with a session", exitIDs(exits))
+			}
+			for _, g := range e.Promoted {
+				got[g.Name] = append(got[g.Name], g.ID)
+			}
+			s.checkPromoted(e.Promoted)
+			continue
+		}
+		i++
 		if left[e.Session.ID] {
 			s.fatalf("got exits %s: session %d left twice", exitIDs(exits), e.Session.ID)
 		}
@@ -691,7 +861,8 @@ func (s *schedule) acquireNew(r locktable.Request) {
 		}
 		return
 	}
-	sess := &mSession{id: id, name: r.Name, owner: r.Owner, shared: r.Shared, lease: r.Lease, lastSeen: s.now, arrived: s.now}
+	sess := &mSession{id: id, name: r.Name, owner: r.Owner, shared: r.Shared, lease: r.Lease, lastSeen: s.now, arrived: s.now,
+		v3: s.v3 && s.rng.IntN(4) != 0}
 	if r.Shared {
 		sess.limit = r.Limit
 		if !limited {
@@ -715,16 +886,34 @@ func (s *schedule) acquireNew(r locktable.Request) {
 	if st.Held || st.Position != len(m.queue[r.Name]) {
 		s.fatalf("acquire %d of %q, which it may not hold: got %+v, want waiting at %d", id, r.Name, st, len(m.queue[r.Name]))
 	}
+	if s.v3 {
+		// Every waiter gets the next ticket of NextTicket.
+		in, _ := s.tb.Session(s.now, id)
+		if want := s.epoch<<40 | s.tktSeq; in.Ticket != want {
+			s.fatalf("acquire %d queued with ticket %x, want the last of NextTicket %x", id, in.Ticket, want)
+		}
+		sess.ticket = in.Ticket
+	}
 }
 
 func (s *schedule) seen() {
 	id := s.pick()
 	s.logf("seen %d", id)
+	before, _ := s.tb.Session(s.now, id)
 	st, ok := s.tb.Seen(s.now, id)
+	if ok && (before.Frozen || before.Pending) {
+		s.fatalf("promise broken: Seen confirmed session %d, frozen %v, pending %v", id, before.Frozen, before.Pending)
+	}
 	sess := s.m.sessions[id]
-	if sess == nil || sess.overdue(s.now) {
-		if ok {
-			s.fatalf("seen %d: got %+v, true, want false (gone or overdue)", id, st)
+	if sess == nil || sess.overdue(s.now) || sess.pending {
+		if ok || st != (locktable.State{}) {
+			s.fatalf("seen %d: got %+v, %v, want the zero state, false (gone, overdue or pending)", id, st, ok)
+		}
+		return
+	}
+	if s.m.frozen(sess) {
+		if ok || st != (locktable.State{Frozen: true}) {
+			s.fatalf("seen of frozen %d: got %+v, %v, want frozen, false", id, st, ok)
 		}
 		return
 	}
@@ -745,13 +934,13 @@ func (s *schedule) checkState(sess *mSession, st locktable.State) {
 	}
 }
 
-func (s *schedule) release() { s.releaseID(s.pick(), "release") }
+func (s *schedule) release() { s.releaseID(s.pickConnected(), "release") }
 
 // reset is a connection reset followed by the client's reconnect: the
 // session leaves as by a close, and the client enters again as a new
 // session at the back of the queue.
 func (s *schedule) reset() {
-	id := s.pick()
+	id := s.pickConnected()
 	sess := s.m.sessions[id]
 	s.releaseID(id, "reset")
 	if sess != nil {
@@ -797,19 +986,34 @@ func (s *schedule) expire() {
 }
 
 // forceRelease takes a name from every holder it has, in steps of a few
-// holders: each ends, in grant order, and the queue moves for each.
+// holders: each ends, in token order, and the queue moves for each; a
+// pending holder is revoked instead, and one revoked already is skipped.
+// In a table of version 3 the holders are frozen first, as a server does
+// when it accepts the release.
 func (s *schedule) forceRelease() {
 	name := names[s.rng.IntN(len(names))]
 	step := 1 + s.rng.IntN(3)
 	s.logf("force-release %q in steps of %d", name, step)
-	holders := slices.Clone(s.m.holders[name])
+	var holders []locktable.SessionID // those it ends, or revokes
+	for _, id := range s.m.holders[name] {
+		if !s.m.sessions[id].revoked {
+			holders = append(holders, id)
+		}
+	}
 	through, ok := s.tb.NewestToken(name)
 	if len(holders) == 0 {
 		_, _, err := s.tb.ForceReleaseThrough(s.now, name, math.MaxUint64, step, nil)
-		if ok || !errors.Is(err, locktable.ErrNotHeld) {
-			s.fatalf("force-release of free %q: got newest token %v, %v, want none and ErrNotHeld", name, ok, err)
+		if ok != (len(s.m.holders[name]) > 0) || !errors.Is(err, locktable.ErrNotHeld) {
+			s.fatalf("force-release of %q with no holder to end: got newest token %v, %v, want ErrNotHeld", name, ok, err)
 		}
 		return
+	}
+	if s.v3 {
+		if err := s.tb.FreezeThrough(name, through); err != nil {
+			s.fatalf("freeze through %x of %q: %v", through, name, err)
+		}
+		s.m.frozenThrough[name] = max(s.m.frozenThrough[name], through)
+		s.checkTablePromises()
 	}
 	var exits []locktable.Exit
 	for more := true; more; {
@@ -819,7 +1023,7 @@ func (s *schedule) forceRelease() {
 		if err != nil {
 			s.fatalf("force-release %q: got %v, want no error", name, err)
 		}
-		if got := countCause(exits[n:], locktable.CauseForceReleased); got == 0 || got > step {
+		if got := countCause(exits[n:], locktable.CauseForceReleased) + countCause(exits[n:], locktable.CauseRevoked); got == 0 || got > step {
 			s.fatalf("force-release %q in steps of %d: a step ended %d holders", name, step, got)
 		}
 		for i := n; i < len(exits); i++ { // Promoted is valid until the next call
@@ -830,18 +1034,24 @@ func (s *schedule) forceRelease() {
 	}
 	w := newWant()
 	for _, id := range holders {
-		s.m.remove(s.now, s.m.sessions[id], locktable.CauseForceReleased, true, w)
+		if sess := s.m.sessions[id]; sess.pending {
+			sess.revoked = true
+			w.exits[id] = locktable.CauseRevoked
+			s.v3stats.revoked++
+		} else {
+			s.m.remove(s.now, sess, locktable.CauseForceReleased, true, w)
+		}
 	}
-	// The holders' exits, in grant order; the waiters expired on the way
+	// The holders' exits, in token order; the waiters expired on the way
 	// follow the exit whose move expired them.
 	var ended []locktable.SessionID
 	for _, e := range exits {
-		if e.Cause == locktable.CauseForceReleased {
+		if e.Cause == locktable.CauseForceReleased || e.Cause == locktable.CauseRevoked {
 			ended = append(ended, e.Session.ID)
 		}
 	}
 	if !slices.Equal(ended, holders) {
-		s.fatalf("force-release %q: got exits %s, want the holders %v, in grant order", name, exitIDs(exits), holders)
+		s.fatalf("force-release %q: got exits %s, want the holders %v, in token order", name, exitIDs(exits), holders)
 	}
 	s.checkExits(exits, w)
 }
@@ -856,22 +1066,21 @@ func countCause(exits []locktable.Exit, c locktable.Cause) int {
 	return n
 }
 
-// forceReleaseSession ends one holder, by its session.
+// forceReleaseSession ends one holder, by its session (revokes a pending
+// one).
 func (s *schedule) forceReleaseSession() {
-	s.endOne("force-release session", s.tb.ForceReleaseSession, locktable.ErrWaiter, func(sess *mSession) bool { return sess.token == 0 }, locktable.CauseForceReleased)
+	s.endOneID(s.pick(), "force-release session", s.tb.ForceReleaseSession, locktable.ErrWaiter, func(sess *mSession) bool { return sess.token == 0 }, locktable.CauseForceReleased)
 }
 
 // kick removes one waiter.
 func (s *schedule) kick() {
-	s.endOne("kick", s.tb.Kick, locktable.ErrHolder, func(sess *mSession) bool { return sess.token != 0 }, locktable.CauseKicked)
+	s.endOneID(s.pick(), "kick", s.tb.Kick, locktable.ErrHolder, func(sess *mSession) bool { return sess.token != 0 }, locktable.CauseKicked)
 }
 
-// endOne ends one session picked at random with end (a kick or a
-// force-release), which refuses a session of the other kind (wrong) with
-// wrongErr.
-func (s *schedule) endOne(what string, end func(time.Time, locktable.SessionID, []locktable.Exit) ([]locktable.Exit, error),
+// endOneID ends session id with end (a kick or a force-release), which
+// refuses a session of the other kind (wrong) with wrongErr.
+func (s *schedule) endOneID(id locktable.SessionID, what string, end func(time.Time, locktable.SessionID, []locktable.Exit) ([]locktable.Exit, error),
 	wrongErr error, wrong func(*mSession) bool, cause locktable.Cause) {
-	id := s.pick()
 	s.logf("%s %d", what, id)
 	exits, err := end(s.now, id, nil)
 	s.checkGrantPromises(exits)
@@ -895,7 +1104,16 @@ func (s *schedule) endOne(what string, end func(time.Time, locktable.SessionID, 
 	}
 	w := newWant()
 	w.promotedBy = id
-	s.m.remove(s.now, sess, cause, true, w)
+	switch {
+	case cause == locktable.CauseForceReleased && sess.pending && sess.revoked:
+		// Revoked already: nothing to do.
+	case cause == locktable.CauseForceReleased && sess.pending:
+		sess.revoked = true
+		w.exits[id] = locktable.CauseRevoked
+		s.v3stats.revoked++
+	default:
+		s.m.remove(s.now, sess, cause, true, w)
+	}
 	s.checkExits(exits, w)
 }
 
@@ -903,6 +1121,9 @@ func (s *schedule) endOne(what string, end func(time.Time, locktable.SessionID, 
 // one: after a clean stop (every session was told) at once, after a crash
 // with a grace period of the longest lease noted. Then the clients of the
 // old sessions reconnect, in a random order, each with its old request.
+// In a table of version 3, a claim that goes on is not a new one: after a
+// crash its client is away, to come back in the grace; after a clean stop
+// it is listed (pending) in the new table, and its client is away too.
 func (s *schedule) restart() {
 	m := s.m
 	crash := s.rng.IntN(2) == 0
@@ -938,7 +1159,32 @@ func (s *schedule) restart() {
 	if !noGrant.IsZero() {
 		s.stats.graceRestarts++
 	}
-	s.tok += 1 << 10 // a new epoch: the counter moves on
+	handingOver := s.epoch
+	s.epoch++ // a new epoch: the counters start again above every id before
+	s.tokSeq, s.tktSeq = 0, 0
+	var listed, rejoin []*mSession
+	for _, c := range clients {
+		switch {
+		case c.pending: // its client is away already
+			if !crash {
+				listed = append(listed, c)
+			}
+		case s.v3 && c.v3:
+			if !crash {
+				listed = append(listed, c)
+			}
+			if !c.breaker {
+				s.away = append(s.away, s.goAway(c))
+			}
+		case s.v3 && !crash && c.token != 0 && s.rng.IntN(4) == 0:
+			// A holder of version 1 or 2 not seen closing: listed, it
+			// believes until its deadline, and never comes back.
+			listed = append(listed, c)
+			s.away = append(s.away, &away{claim: claimOf(c), until: c.deadline(), believes: true})
+		default:
+			rejoin = append(rejoin, c)
+		}
+	}
 	what := "clean stop"
 	switch {
 	case crash:
@@ -946,19 +1192,60 @@ func (s *schedule) restart() {
 	case !clean:
 		what = "clean stop during the grace period"
 	}
-	s.logf("restart after a %s: grace %v; %d clients reconnect", what, max(noGrant.Sub(s.now), 0), len(clients))
+	s.logf("restart after a %s: grace %v; %d claims listed, %d clients away, %d clients reconnect", what, max(noGrant.Sub(s.now), 0), len(listed), len(s.away), len(rejoin))
 	m.sessions = map[locktable.SessionID]*mSession{}
 	m.holders = map[string][]locktable.SessionID{}
 	m.queue = map[string][]locktable.SessionID{}
 	m.limit = map[string]int{}
+	m.frozenThrough = map[string]uint64{}
+	clear(m.tombs)
 	m.graceUntil = noGrant
+	// After a crash the claims of every earlier term may come back; after
+	// a handover inside a grace, those of the terms before the one that
+	// handed over (its own unlisted claims ended there); else none.
+	switch {
+	case crash:
+		m.resumeBelow = s.epoch << 40
+	case !clean:
+		m.resumeBelow = handingOver << 40
+	default:
+		m.resumeBelow = 0
+	}
+	clear(s.lastTermGrant)
 	s.tb = s.newTable(noGrant)
-	for _, c := range clients {
+	s.list(listed)
+	// The listed leases go into the bound before the new run serves.
+	n, longest := s.tb.PendingClaims()
+	var want int
+	var wantLongest time.Duration
+	for _, sess := range m.sessions {
+		if sess.pending {
+			want++
+			wantLongest = max(wantLongest, sess.lease)
+		}
+	}
+	if n != want || longest != wantLongest {
+		s.fatalf("PendingClaims: got %d, %v, want %d, %v", n, longest, want, wantLongest)
+	}
+	m.maxLease = max(m.maxLease, longest)
+	for _, c := range rejoin {
 		if s.rng.IntN(8) == 0 {
 			continue // this client gave up
 		}
 		s.acquireNew(locktable.Request{Name: c.name, Owner: c.owner, Lease: c.lease, Shared: c.shared, Limit: c.limit})
 	}
+}
+
+// goAway is the client of c, away since a restart: it resumes its claim
+// before its deadline. A holder granted from the queue whose grant never
+// reached it resumes as the waiter it thinks it is, and believes nothing.
+func (s *schedule) goAway(c *mSession) *away {
+	a := &away{claim: claimOf(c), until: c.deadline(), believes: c.token != 0, resumes: true}
+	if c.token != 0 && c.ticket != 0 && s.rng.IntN(8) == 0 {
+		a.claim.Token, a.claim.Ticket, a.believes = 0, c.ticket, false
+		s.v3stats.lostPushes++
+	}
+	return a
 }
 
 // check compares the whole table with the model.
@@ -1045,15 +1332,21 @@ func (s *schedule) checkInfo(in locktable.Info) {
 		s.fatalf("table describes session %d, which the model does not have", in.ID)
 	}
 	want := locktable.Info{
-		ID:     sess.id,
-		Name:   sess.name,
-		Owner:  sess.owner,
-		Lease:  sess.lease,
-		Shared: sess.shared,
-		Held:   sess.token != 0,
-		Token:  sess.token,
-		Silent: s.now.Sub(sess.lastSeen),
-		Since:  s.now.Sub(sess.arrived),
+		ID:      sess.id,
+		Name:    sess.name,
+		Owner:   sess.owner,
+		Lease:   sess.lease,
+		Shared:  sess.shared,
+		Held:    sess.token != 0,
+		Token:   sess.token,
+		Silent:  max(s.now.Sub(sess.lastSeen), 0),
+		Since:   s.now.Sub(sess.arrived),
+		Ticket:  sess.ticket,
+		Attempt: sess.attempt,
+		Pending: sess.pending,
+		Resumed: sess.resumed,
+		Frozen:  s.m.frozen(sess),
+		Revoked: sess.revoked,
 	}
 	if sess.token != 0 {
 		want.Since = s.now.Sub(sess.granted)

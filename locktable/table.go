@@ -25,6 +25,16 @@
 // step leaves the table consistent: the limit is never exceeded, grants
 // keep queue order and rising tokens, and a claim that comes meanwhile
 // queues behind a moving queue, as behind any.
+//
+// Claims that continue (protocol version 3, resume.go): every waiter gets
+// a ticket (Config.NextTicket), and each queue is in ticket order, so a
+// waiter that comes back takes its old place; a holder that comes back
+// keeps its token, and each name's holders are in token order. A claim
+// moves from one session to another in one step (Resume), a planned
+// handover's list enters as pending claims that keep their slots and
+// places without a connection (AddPending), and a claim being ended can be
+// frozen first (Freeze). With Config.NextTicket nil none of this exists,
+// and the table is that of versions 1 and 2.
 package locktable
 
 import (
@@ -59,6 +69,21 @@ type Config struct {
 	// expires on the way counts as one); 0 means no bound. A queue that
 	// could move further is left moving (Moving), for Promote.
 	GrantStep int
+	// NextTicket returns the next ticket, a waiter's place. As NextToken:
+	// each call greater than every earlier one, never 0, and above every
+	// ticket carried in from an earlier term (epoch<<40 | sequence does
+	// it), so a new arrival's place is always the last. Nil gives no
+	// tickets: Resume and AddPending are refused, and the table is that of
+	// versions 1 and 2.
+	NextTicket func() uint64
+	// ResumeBelow lets Resume admit, during the grace period only, a claim
+	// that is not in the table: one whose token (a holder's) or ticket (a
+	// waiter's) is below it. After a crash it is this term's epoch<<40, so
+	// claims of earlier terms may come back and none of this term (they
+	// ended here); after a planned handover made inside its leader's own
+	// grace, that leader's epoch<<40 (its unlisted claims ended there).
+	// 0 admits none: only moves.
+	ResumeBelow uint64
 }
 
 // Request is what a session asks for in its ACQUIRE.
@@ -93,7 +118,30 @@ const (
 	// RefusedLimit: a shared claim whose Limit differs from the limit in
 	// force for the name (see Table.Limit). It is checked before every
 	// other refusal: it is the client's configuration, not a passing state.
+	// On a Resume: a waiter whose limit disagrees with the name's holders
+	// or carried waiters (the server answers RESUME_REFUSED).
 	RefusedLimit
+)
+
+// Refusals of a claim that goes on (Resume), numbered as a block of their
+// own.
+const (
+	// RefusedResume: Resume of a claim that is not in the table and may
+	// not come back (it ended here, is not listed, or the grace is over),
+	// or that differs from the one in the table (name, kind, limit, lease).
+	RefusedResume Refusal = iota + 16
+	// RefusedAttempt: Resume with an attempt number not above the one the
+	// claim is on: an older attempt, answered late (the server ends that
+	// connection with MOVED).
+	RefusedAttempt
+	// RefusedFrozen: Resume of a claim that is being ended (Freeze).
+	RefusedFrozen
+	// RefusedRevoked: Resume of a pending claim that an operator released
+	// (the server answers FORCE_RELEASED).
+	RefusedRevoked
+	// RefusedSuperseded: Resume of a holder that loses a conflict to
+	// holders with higher tokens (the server answers SUPERSEDED).
+	RefusedSuperseded
 )
 
 func (r Refusal) String() string {
@@ -110,6 +158,16 @@ func (r Refusal) String() string {
 		return "grace"
 	case RefusedLimit:
 		return "limit"
+	case RefusedResume:
+		return "resume"
+	case RefusedAttempt:
+		return "attempt"
+	case RefusedFrozen:
+		return "frozen"
+	case RefusedRevoked:
+		return "revoked"
+	case RefusedSuperseded:
+		return "superseded"
 	}
 	return fmt.Sprintf("refusal(%d)", uint8(r))
 }
@@ -119,6 +177,8 @@ type State struct {
 	Held     bool
 	Token    uint64 // holder only
 	Position int    // waiter only: 1 = next to be promoted
+	// Frozen: the claim is being ended (Freeze); Seen confirms nothing.
+	Frozen bool
 }
 
 // Cause says why a session left the table.
@@ -138,8 +198,28 @@ const (
 	// Config.NoGrantBefore ended and the head of a queue was granted.
 	CauseGraceEnded
 	// CauseQueueMoved: nobody left; Promote moved on a queue that an
-	// earlier call left moving (Config.GrantStep).
+	// earlier call left moving (Config.GrantStep), or a call that carried
+	// claims in (Resume, AddPending) let a queue move.
 	CauseQueueMoved
+	// CauseMoved: the claim went on on another session (Resume): nothing
+	// was released; the server ends this session's connection with MOVED
+	// (a pending claim, Session.Pending, has none).
+	CauseMoved
+	// CauseSuperseded: a holder that lost a conflict to holders with
+	// higher tokens (Resume, AddPending); the caller records its end before
+	// it answers the winner, and tells it SUPERSEDED.
+	CauseSuperseded
+	// CauseOverloaded: the waiter with the newest ticket, ended to make room
+	// in a full queue for a waiter that came back with an older one.
+	CauseOverloaded
+	// CauseLimitOverruled: a shared waiter whose limit differs from that of
+	// a claim that came back (which keeps the name's limit); the server
+	// ends it with OVERLOADED, so its next ACQUIRE learns the limit.
+	CauseLimitOverruled
+	// CauseRevoked: nobody left; an operator released a pending claim,
+	// which stays (Info.Revoked) with its slot until its time runs out,
+	// and then expires. Session is the claim as it is now.
+	CauseRevoked
 )
 
 func (c Cause) String() string {
@@ -156,6 +236,16 @@ func (c Cause) String() string {
 		return "grace_ended"
 	case CauseQueueMoved:
 		return "queue_moved"
+	case CauseMoved:
+		return "moved"
+	case CauseSuperseded:
+		return "superseded"
+	case CauseOverloaded:
+		return "overloaded"
+	case CauseLimitOverruled:
+		return "limit_overruled"
+	case CauseRevoked:
+		return "revoked"
 	}
 	return fmt.Sprintf("cause(%d)", uint8(c))
 }
@@ -164,7 +254,8 @@ func (c Cause) String() string {
 // exceptions are Causes CauseGraceEnded and CauseQueueMoved: no session
 // left (Session is the zero Info) and Promoted are the heads of a queue
 // granted at the end of the grace period, or by Promote, so that callers
-// handle every promotion in one place.
+// handle every promotion in one place; and CauseRevoked, whose session
+// stays.
 type Exit struct {
 	Session Info  // the session as it was when it left; zero for CauseGraceEnded and CauseQueueMoved
 	Cause   Cause // why it left
@@ -179,7 +270,7 @@ type Exit struct {
 	// behind an exclusive holder, or behind a waiter that left the head).
 	// It is the table's scratch: valid until the next call that changes the
 	// table (Acquire, Release, Expire, Promote, ForceReleaseThrough,
-	// ForceReleaseSession, Kick).
+	// ForceReleaseSession, Kick, Resume, AddPending).
 	Promoted []Grant
 }
 
@@ -204,6 +295,24 @@ type Info struct {
 	Position int           // waiter only
 	Since    time.Duration // how long it has held, or waited
 	Silent   time.Duration // now - lastSeenAt
+	// Ticket is the place the claim queued at: a waiter's, or the one a
+	// holder waited with; 0 if it never queued (or no Config.NextTicket).
+	// Its epoch (and a token's) says which term made the claim.
+	Ticket uint64
+	// Attempt is the resume attempt the claim is on; 0 on its first session.
+	Attempt uint32
+	// Pending: listed by a planned handover and not back yet; it has no
+	// connection, and is never granted. Its time runs out at lastSeenAt +
+	// Lease, so Lease - Silent is what it has left.
+	Pending bool
+	// Resumed: the claim came back through Resume, from another session
+	// or an earlier term (whose epoch its Token, or Ticket, carries).
+	Resumed bool
+	// Frozen: being ended (Freeze): confirmed no more, never moved.
+	Frozen bool
+	// Revoked: a pending claim an operator released: its slot is kept
+	// until its time runs out, and its resume is refused.
+	Revoked bool
 }
 
 // LockInfo describes a lock that has a holder or waiters.
@@ -228,6 +337,8 @@ var (
 	ErrWaiter         = errors.New("locktable: session waits for the lock")
 	ErrNotHeld        = errors.New("locktable: lock not held")
 	ErrDuplicate      = errors.New("locktable: session id already in use")
+	// ErrDuplicateClaim: AddPending of a token or ticket already in the table.
+	ErrDuplicateClaim = errors.New("locktable: claim already in the table")
 )
 
 type lock struct {
@@ -243,19 +354,30 @@ type lock struct {
 	// name's limit while it is positive.
 	shared int
 	limit  int
-	// Removals from the queue, counted for the position cache (see state):
-	// of the head, and from anywhere else but the tail.
-	headRemovals, middleRemovals uint32
+	// Changes of the queue, counted for the position cache (see state):
+	// removals of the head, and removals and insertions anywhere else but
+	// the tail.
+	headRemovals, middleChanges uint32
 	// moving: the queue stopped at Config.GrantStep grants with a head
 	// that may hold, and Promote moves it on. listed: the lock is in
 	// Table.moving (where it keeps its place if it stops moving and then
 	// is left moving again before Promote comes to it).
 	moving, listed bool
+	// frozenThrough freezes every holder whose token is at most it
+	// (FreezeThrough): a release of the name's holders of one instant.
+	frozenThrough uint64
 }
 
 // exclusivelyHeld reports whether an exclusive claim holds l (it is then
 // the only holder).
 func (l *lock) exclusivelyHeld() bool { return l.first != nil && !l.first.shared }
+
+// mayGrant reports whether waiter w may be granted l now by the holders
+// alone: a pending waiter never is (its client is away), nor a frozen one
+// (it is being ended); they stop the queue, as a waiter that may not hold.
+func (l *lock) mayGrant(w *session) bool {
+	return !w.pending && !w.frozen && l.mayHold(w.shared, l.limit)
+}
 
 // mayHold reports whether a claim, shared or not with limit, may hold l
 // now by the holders alone (the queue is the caller's business).
@@ -266,25 +388,41 @@ func (l *lock) mayHold(shared bool, limit int) bool {
 	return !l.exclusivelyHeld() && l.holders < limit
 }
 
+// The fields are in an order that packs them: a session is made for
+// every claim.
 type session struct {
 	id       SessionID
 	lock     *lock
 	owner    string
-	shared   bool
 	lease    time.Duration
 	lastSeen time.Time
 	since    time.Time // ACQUIRE, or grant once held
 	deadline time.Time // lastSeen + lease
 	token    uint64    // non-zero once held
+	limit    int       // a shared claim's limit
+	ticket   uint64    // the place it queued at; 0 if it never queued
 	prev     *session
 	next     *session
 	heapIdx  int
+	attempt  uint32 // the resume attempt it is on
 	// The position cache of a waiter; see state.
 	posCache, posMid, posHead uint32
 	posValid                  bool
+	shared                    bool
+	// pending: listed by a planned handover, not back yet. carried: in the
+	// table without a grant of this table (pending, or resumed after a
+	// crash; a move keeps it). resumed: came back through Resume. frozen:
+	// being ended. revoked: a pending claim an operator released.
+	pending, carried, resumed, frozen, revoked bool
 }
 
 func (s *session) held() bool { return s.token != 0 }
+
+// isFrozen reports whether s is being ended: frozen itself, or a holder of
+// a name released through its token (FreezeThrough).
+func (s *session) isFrozen() bool {
+	return s.frozen || s.token != 0 && s.token <= s.lock.frozenThrough
+}
 
 // Table is the lock table. The zero value is not usable; call New.
 type Table struct {
@@ -305,6 +443,18 @@ type Table struct {
 	// they were left; an entry whose lock has since stopped moving (or left
 	// the table) is skipped.
 	moving []*lock
+	// byToken and byTicket find a claim that a resume names: every holder
+	// by its token, every session with a ticket by it. Nil without
+	// Config.NextTicket.
+	byToken, byTicket map[uint64]*session
+	// pendingLeases counts the pending claims per lease, for PendingClaims.
+	pendingLeases map[time.Duration]int
+	pending       int
+	// ended holds, during the grace period only, the claims carried in
+	// that have ended since, and the refusal each gets if it comes back:
+	// a claim that ended here never comes back (a replay, or a client that
+	// breaks the rules), and the loser of a conflict is told so again.
+	ended map[claimKey]Refusal
 }
 
 // New returns an empty table.
@@ -312,12 +462,18 @@ func New(cfg Config) *Table {
 	if cfg.NextToken == nil {
 		panic("locktable: Config.NextToken is nil")
 	}
-	return &Table{
+	t := &Table{
 		cfg:        cfg,
 		locks:      make(map[string]*lock),
 		sessions:   make(map[SessionID]*session),
 		graceUntil: cfg.NoGrantBefore,
 	}
+	if cfg.NextTicket != nil {
+		t.byToken = make(map[uint64]*session)
+		t.byTicket = make(map[uint64]*session)
+		t.pendingLeases = make(map[time.Duration]int)
+	}
+	return t
 }
 
 // begin starts a call that changes the table: the grants of the previous
@@ -342,7 +498,8 @@ func (t *Table) Locks() int { return len(t.locks) }
 // at the tail, unless req.NoWait or a limit refuses it. A refused session
 // is not entered, and sets nothing (not the name's limit). During the grace
 // period (Config.NoGrantBefore) every session queues, and a NoWait one is
-// refused with RefusedGrace.
+// refused with RefusedGrace. Pending claims (AddPending) count as the
+// others: a holder takes its slot, a waiter its place.
 //
 // Every overdue session is expired first, as Expire(now) would, so a dead
 // holder does not make a newcomer wait and dead sessions count against no
@@ -395,6 +552,7 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 		deadline: now.Add(req.Lease),
 	}
 	if req.Shared {
+		s.limit = req.Limit
 		if l.shared == 0 {
 			l.limit = req.Limit
 		}
@@ -406,7 +564,7 @@ func (t *Table) Acquire(now time.Time, id SessionID, req Request, dst []Exit) (S
 		t.grant(now, s)
 		return State{Held: true, Token: s.token}, NotRefused, dst, nil
 	}
-	l.enqueue(s)
+	t.enqueue(s)
 	return State{Position: l.waiters}, NotRefused, dst, nil
 }
 
@@ -446,10 +604,16 @@ func (t *Table) Limit(name string) (int, bool) {
 // not in the table (it ended, or never entered) or its lease has already run
 // out at now. Such a frame came too late: the session ended at its deadline,
 // so it is neither revived nor confirmed, and the next Expire(now) removes it.
+// It is false too for a frozen claim (State.Frozen: being ended, it is
+// confirmed no more, and its lease does not start again) and for a pending
+// one (it has no connection to hear from).
 func (t *Table) Seen(now time.Time, id SessionID) (State, bool) {
 	s := t.sessions[id]
-	if s == nil || !s.deadline.After(now) {
+	if s == nil || s.pending || !s.deadline.After(now) {
 		return State{}, false
+	}
+	if s.isFrozen() {
+		return State{Frozen: true}, false
 	}
 	if now.After(s.lastSeen) {
 		s.lastSeen = now
@@ -495,9 +659,10 @@ func (t *Table) expire(now time.Time, dst []Exit) []Exit {
 // endGrace ends the grace period and grants the heads of every queue.
 func (t *Table) endGrace(now time.Time, dst []Exit) []Exit {
 	t.graceUntil = time.Time{}
+	t.ended = nil // no claim is admitted any more
 	names := make([]string, 0, len(t.locks))
 	for name, l := range t.locks {
-		if l.first == nil && l.head != nil {
+		if l.head != nil { // holders, if any, came back during the grace
 			names = append(names, name)
 		}
 	}
@@ -564,9 +729,9 @@ func (t *Table) NextDeadline() (time.Time, bool) {
 }
 
 // NewestToken is the token of lock name's newest holder; false when nobody
-// holds it. Tokens rise with every grant, so the holders of name at this
-// instant are those whose token is at most this one (see
-// ForceReleaseThrough).
+// holds it. Tokens rise with every grant (and a holder that came back
+// keeps its older token), so the holders of name at this instant are those
+// whose token is at most this one (see ForceReleaseThrough).
 func (t *Table) NewestToken(name string) (uint64, bool) {
 	l := t.locks[name]
 	if l == nil || l.last == nil {
@@ -576,28 +741,52 @@ func (t *Table) NewestToken(name string) (uint64, bool) {
 }
 
 // ForceReleaseThrough takes lock name from at most max of its holders
-// whose token is at most through, in grant order, and moves the queue for
+// whose token is at most through, in token order, and moves the queue for
 // each slot it frees: called again and again with the token NewestToken
 // gave, it ends exactly the holders of that instant, a step at a time,
-// and none granted since. more reports whether such holders are left. It
-// returns ErrNotHeld when there is none.
+// and none granted since. A pending holder among them is revoked instead
+// (CauseRevoked: it keeps its slot until its time runs out, since its
+// client, away, cannot be told). more reports whether such holders are
+// left. It returns ErrNotHeld when there is none.
 func (t *Table) ForceReleaseThrough(now time.Time, name string, through uint64, max int, dst []Exit) (_ []Exit, more bool, _ error) {
 	l := t.locks[name]
-	if l == nil || l.first == nil || l.first.token > through {
+	var h *session
+	if l != nil {
+		h = toRelease(l.first, through)
+	}
+	if h == nil {
 		return dst, false, ErrNotHeld
 	}
 	t.begin()
-	for n := 0; n < max && l.first != nil && l.first.token <= through; n++ {
-		dst = t.remove(now, l.first, CauseForceReleased, dst)
+	for n := 0; n < max && h != nil; n++ {
+		// The next one is found before h leaves; grants on the way have
+		// larger tokens, and come after it.
+		next := toRelease(h.next, through)
+		if h.pending {
+			dst = t.revoke(now, h, dst)
+		} else {
+			dst = t.remove(now, h, CauseForceReleased, dst)
+		}
+		h = next
 	}
-	// remove may have dropped l: look again.
-	l = t.locks[name]
-	return dst, l != nil && l.first != nil && l.first.token <= through, nil
+	return dst, h != nil, nil
+}
+
+// toRelease is h or the first holder after it with a token at most through
+// that is not revoked already; nil if none.
+func toRelease(h *session, through uint64) *session {
+	for ; h != nil && h.token <= through; h = h.next {
+		if !h.revoked {
+			return h
+		}
+	}
+	return nil
 }
 
 // ForceReleaseSession takes the lock from holder id alone, and moves the
-// queue for the slot it frees. It returns ErrUnknownSession for a session
-// not in the table and ErrWaiter for a waiter (use Kick).
+// queue for the slot it frees; a pending holder is revoked instead (see
+// ForceReleaseThrough). It returns ErrUnknownSession for a session not in
+// the table and ErrWaiter for a waiter (use Kick).
 func (t *Table) ForceReleaseSession(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
 	s := t.sessions[id]
 	if s == nil {
@@ -607,11 +796,25 @@ func (t *Table) ForceReleaseSession(now time.Time, id SessionID, dst []Exit) ([]
 		return dst, ErrWaiter
 	}
 	t.begin()
+	if s.pending {
+		if s.revoked {
+			return dst, nil
+		}
+		return t.revoke(now, s, dst), nil
+	}
 	return t.remove(now, s, CauseForceReleased, dst), nil
 }
 
+// revoke marks pending holder s released by an operator: it keeps its slot
+// until its time runs out, and its resume is refused.
+func (t *Table) revoke(now time.Time, s *session, dst []Exit) []Exit {
+	s.revoked = true
+	return append(dst, Exit{Session: t.info(now, s), Cause: CauseRevoked, Lock: s.lock.name})
+}
+
 // Kick removes waiter id from its queue; a waiter at the head leaving may
-// let those behind it in. It returns ErrUnknownSession for a session not in
+// let those behind it in. A pending waiter goes too: its place is not a
+// belief. It returns ErrUnknownSession for a session not in
 // the table and ErrHolder for a holder (use ForceReleaseSession).
 func (t *Table) Kick(now time.Time, id SessionID, dst []Exit) ([]Exit, error) {
 	s := t.sessions[id]
@@ -757,6 +960,12 @@ func infoAt(now time.Time, s *session, st State) Info {
 		Position: st.Position,
 		Since:    nonNegative(now.Sub(s.since)),
 		Silent:   nonNegative(now.Sub(s.lastSeen)),
+		Ticket:   s.ticket,
+		Attempt:  s.attempt,
+		Pending:  s.pending,
+		Resumed:  s.resumed,
+		Frozen:   s.isFrozen(),
+		Revoked:  s.revoked,
 	}
 }
 
@@ -770,21 +979,22 @@ func nonNegative(d time.Duration) time.Duration {
 // state computes s's state. A waiter's position is asked on every
 // heartbeat. It is cached, and the cache stays valid while the queue only
 // loses its head (every position then drops by one: the common case, a
-// handover) or gains a tail; a removal from the middle makes the next
-// question walk to the head once.
+// handover) or gains a tail; a removal from the middle, or a waiter that
+// comes back to a place before the tail, makes the next question walk to
+// the head once.
 func (t *Table) state(s *session) State {
 	if s.held() {
 		return State{Held: true, Token: s.token}
 	}
 	l := s.lock
-	if s.posValid && s.posMid == l.middleRemovals {
+	if s.posValid && s.posMid == l.middleChanges {
 		return State{Position: int(s.posCache - (l.headRemovals - s.posHead))}
 	}
 	pos := 1
 	for w := s.prev; w != nil; w = w.prev {
 		pos++
 	}
-	s.posCache, s.posMid, s.posHead, s.posValid = uint32(pos), l.middleRemovals, l.headRemovals, true
+	s.posCache, s.posMid, s.posHead, s.posValid = uint32(pos), l.middleChanges, l.headRemovals, true
 	return State{Position: pos}
 }
 
@@ -794,9 +1004,55 @@ func (t *Table) grant(now time.Time, s *session) {
 	if tok == 0 {
 		panic("locktable: NextToken returned 0")
 	}
+	// A new grant's token is above every other: the holders stay in token
+	// order, and fencing holds. A source that breaks it is a bug, and
+	// going on would hand out a token a resource has seen surpassed.
+	if last := s.lock.last; last != nil && tok <= last.token {
+		panic(fmt.Sprintf("locktable: NextToken returned %d, not above the token %d of a holder of %q", tok, last.token, s.lock.name))
+	}
 	s.token = tok
 	s.since = now
 	s.lock.addHolder(s)
+	if t.byToken != nil {
+		t.byToken[tok] = s
+	}
+}
+
+// enqueue queues s, which is in no list, at the tail of its lock's queue,
+// with a new ticket when the table has tickets.
+func (t *Table) enqueue(s *session) {
+	if t.cfg.NextTicket != nil {
+		tk := t.cfg.NextTicket()
+		// As for tokens: the queue stays in ticket order only if a new
+		// arrival's ticket is above every ticket in it.
+		if tail := s.lock.tail; tk == 0 || tail != nil && tk <= tail.ticket {
+			panic(fmt.Sprintf("locktable: NextTicket returned %d, not above 0 and the last ticket of %q's queue", tk, s.lock.name))
+		}
+		s.ticket = tk
+		t.byTicket[tk] = s
+	}
+	s.lock.enqueue(s)
+}
+
+// forget takes s out of the expiry heap and the maps; its lock's lists are
+// the caller's.
+func (t *Table) forget(s *session) {
+	t.expiry.remove(s)
+	delete(t.sessions, s.id)
+	if t.byToken != nil {
+		if s.token != 0 {
+			delete(t.byToken, s.token)
+		}
+		if s.ticket != 0 {
+			delete(t.byTicket, s.ticket)
+		}
+	}
+	if s.pending {
+		t.unpend(s)
+	}
+	if s.carried && !t.graceUntil.IsZero() {
+		t.bury(s, RefusedResume)
+	}
 }
 
 // remove takes s out of the table. The queue then moves for what s freed
@@ -805,8 +1061,7 @@ func (t *Table) grant(now time.Time, s *session) {
 func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exit {
 	l := s.lock
 	exit := Exit{Session: t.info(now, s), Cause: cause, Lock: l.name}
-	t.expiry.remove(s)
-	delete(t.sessions, s.id)
+	t.forget(s)
 	frees := s.held() || s == l.head
 	if s.held() {
 		l.removeHolder(s)
@@ -831,8 +1086,9 @@ func (t *Table) remove(now time.Time, s *session, cause Cause, dst []Exit) []Exi
 // head may hold, and puts the grants, in queue order, in exit.Promoted. A
 // head that may hold but has been silent for its lease expires instead (its
 // exit is appended to overdue), so a dead waiter never gets the lock; one
-// that may not hold stops the queue, and overdue waiters behind it are left
-// to Expire (walking the whole queue would make every handover O(queue)).
+// that may not hold (or is pending or frozen) stops the queue, and overdue
+// waiters behind it are left to Expire (walking the whole queue would make
+// every handover O(queue)).
 // When the call's budget runs out first, l is left moving (see
 // Config.GrantStep). During the grace period nothing is granted.
 func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []Exit {
@@ -840,7 +1096,7 @@ func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []
 		return overdue
 	}
 	start := len(t.grants)
-	for w := l.head; w != nil && l.mayHold(w.shared, l.limit); w = l.head {
+	for w := l.head; w != nil && l.mayGrant(w); w = l.head {
 		if t.budget == 0 {
 			l.moving = true
 			if !l.listed {
@@ -852,8 +1108,7 @@ func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []
 		t.budget--
 		if !w.deadline.After(now) {
 			overdue = append(overdue, Exit{Session: t.info(now, w), Cause: CauseExpired, Lock: l.name})
-			t.expiry.remove(w)
-			delete(t.sessions, w.id)
+			t.forget(w)
 			l.unlink(w)
 			if w.shared {
 				l.shared--
@@ -868,7 +1123,7 @@ func (t *Table) moveQueue(now time.Time, l *lock, exit *Exit, overdue []Exit) []
 	if n := len(t.grants); n > start {
 		exit.Promoted = t.grants[start:n:n]
 	}
-	if l.moving && (l.head == nil || !l.mayHold(l.head.shared, l.limit)) {
+	if l.moving && (l.head == nil || !l.mayGrant(l.head)) {
 		l.moving = false // moved as far as it may: its entry in t.moving is skipped
 	}
 	return overdue
@@ -925,7 +1180,7 @@ func (l *lock) unlink(s *session) {
 	case s == l.head:
 		l.headRemovals++
 	case s != l.tail:
-		l.middleRemovals++
+		l.middleChanges++
 	}
 	s.posValid = false
 	if s.prev != nil {
