@@ -19,6 +19,12 @@ const (
 	EventForceReleased = "force_released" // an operator took the lock from its holder
 	EventKicked        = "kicked"         // an operator removed a waiter
 	EventLeft          = "left"           // a waiter's connection ended
+	// EventResumed: a claim of protocol version 3 went on on a new
+	// connection (its session's resumed_from_epoch says from which term).
+	EventResumed = "resumed"
+	// EventSuperseded: a resumed claim lost a conflict to claims with
+	// higher tokens after a crash, and was ended.
+	EventSuperseded = "superseded"
 )
 
 // EventHistory is how many events the server keeps for subscribers that
@@ -233,6 +239,8 @@ type record struct {
 	lease, since, silent time.Duration
 	token                uint64
 	held, shared         bool
+	pending              bool
+	from                 uint64 // the epoch it resumed from
 }
 
 // event is r as subscribers see it.
@@ -247,6 +255,9 @@ func (r *record) event() Event {
 		Since:  r.since,
 		Silent: r.silent,
 		Remote: addrText(r.remote),
+
+		Pending:          r.pending,
+		ResumedFromEpoch: r.from,
 	}}
 }
 
@@ -267,10 +278,10 @@ func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) +
 // reading of Server.now). mu must be held.
 func (s *Server) eventLocked(typ string, in locktable.Info) {
 	r := record{at: time.Now(), typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
-		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared}
-	if c := s.sessions[in.ID]; c != nil {
-		r.remote = c.remote
-	}
+		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared,
+		pending: in.Pending}
+	p := s.peerLocked(in)
+	r.remote, r.from = p.addr, p.from
 	s.events.publishLocked(&r)
 }
 
