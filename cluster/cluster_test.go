@@ -585,7 +585,7 @@ func mustJSON(t *testing.T, c command) []byte {
 // nullServer stands in for the lock server where only Raft is tested.
 type nullServer struct{}
 
-func (*nullServer) BeginTerm(time.Duration) {}
+func (*nullServer) BeginTerm(time.Duration, server.Carried) {}
 func (*nullServer) EndTerm(server.EndReason, string) (int, <-chan struct{}) {
 	c := make(chan struct{})
 	close(c)

@@ -38,7 +38,7 @@ import (
 
 // Server is what the leader loop drives (*server.Server implements it).
 type Server interface {
-	BeginTerm(grace time.Duration)
+	BeginTerm(grace time.Duration, carried server.Carried)
 	EndTerm(reason server.EndReason, msg string) (holders int, allClosed <-chan struct{})
 	MaxLease() time.Duration
 	GraceRemaining() time.Duration
@@ -622,7 +622,7 @@ func (n *Node) begin(res epochResult) {
 	// leading first: a session admitted by BeginTerm must find NoteLease
 	// willing.
 	n.leading.Store(true)
-	n.srv.BeginTerm(grace)
+	n.srv.BeginTerm(grace, server.Carried{Epoch: res.Epoch})
 	n.leaderChanges.Add(1)
 	n.resetHealth(true)
 	n.lookAtHealth()

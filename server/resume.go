@@ -39,8 +39,9 @@ type ResumeSource interface {
 	// table: an operator's release or kick, a conflict lost.
 	Record(recs []EndRecord) error
 	// Ended looks for a record of the end of the claim of name that is a
-	// holder (held, id its token) or a waiter (id its ticket).
-	Ended(name string, held bool, id uint64) (RecordKind, bool)
+	// holder (held, id its token) or a waiter (id its ticket), and returns
+	// its kind and the epoch that recorded it.
+	Ended(name string, held bool, id uint64) (kind RecordKind, epoch uint64, ok bool)
 	// TermServed is told once per term that the term has served its
 	// grace whole: no claim of an earlier term can come back any more
 	// (the grace is over and no claim of a handover's list is pending).
@@ -366,9 +367,17 @@ func (c *session) resumeInTable(claim locktable.Claim, v *v3claim, held bool) (E
 		// Rows 10 and 11: an end the table cannot know (it starts anew
 		// with each term), and a claim of a listed term that the list did
 		// not hold.
-		if kind, ok := s.cfg.Resume.Ended(claim.Name, held, id); ok {
+		if kind, epoch, ok := s.cfg.Resume.Ended(claim.Name, held, id); ok {
 			s.mu.Unlock()
 			s.m.resumeRefused("recorded")
+			switch {
+			case kind == RecordSuperseded:
+				return ReasonSuperseded, "", false
+			case kind == RecordReleased && epoch == s.epoch:
+				return ReasonForceReleased, "lock " + strconv.Quote(claim.Name) + " force-released by an operator", false
+			case kind == RecordKicked && epoch == s.epoch:
+				return ReasonKicked, "removed from the queue of " + strconv.Quote(claim.Name) + " by an operator", false
+			}
 			return ReasonResumeRefused, "claim ended: " + kind.String(), false
 		}
 		if s.listEpoch != 0 && id>>epochShift == s.listEpoch {

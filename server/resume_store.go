@@ -125,15 +125,15 @@ func (r *StoreResume) Record(recs []EndRecord) error {
 }
 
 // Ended is ResumeSource.Ended.
-func (r *StoreResume) Ended(name string, held bool, id uint64) (RecordKind, bool) {
+func (r *StoreResume) Ended(name string, held bool, id uint64) (RecordKind, uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range r.records {
 		if r.records[i].Matches(name, held, id) {
-			return r.records[i].Kind, true
+			return r.records[i].Kind, r.records[i].Epoch, true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // TermServed is ResumeSource.TermServed: the list is consumed, and the

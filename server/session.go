@@ -796,6 +796,7 @@ func resetConn(conn net.Conn) {
 		case interface{ Unwrap() net.Conn }:
 			nc = x.Unwrap()
 		default:
+			setLingerZero(nc)
 			nc = nil
 		}
 	}

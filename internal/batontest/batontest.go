@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +64,9 @@ func (s *Server) start(t testing.TB, addr string) {
 	for _, m := range s.mutate {
 		m(&cfg)
 	}
+	if cfg.NoteLease != nil && reflect.ValueOf(cfg.NoteLease).Pointer() == reflect.ValueOf(durableMarker).Pointer() {
+		cfg.NoteLease = store.NoteLease
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
@@ -86,7 +90,36 @@ func (s *Server) start(t testing.TB, addr string) {
 	go func() { s.served <- srv.Serve(ln) }()
 }
 
+// durableMarker is the NoteLease of DurableLeases, which start replaces
+// with the token store's.
+func durableMarker(time.Duration) error { return errors.New("batontest: DurableLeases not replaced") }
+
+// DurableLeases makes the server record the longest lease in its data
+// directory (lease-bound), as baton serve does, so that a start after
+// Crash waits for the claims of the run before.
+func DurableLeases(c *server.Config) { c.NoteLease = durableMarker }
+
+// Crash stops the server as a crash would leave its data directory: no
+// list of claims, no mark of a clean stop (its sessions are still told
+// SHUTDOWN, which a crash would not tell them). Start starts it again.
+func (s *Server) Crash(t testing.TB) {
+	t.Helper()
+	s.stop(t, false)
+}
+
+// Start starts a server stopped by Crash (or Stop) again, on the same
+// address and data directory.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	s.start(t, s.Addr)
+}
+
 func (s *Server) shutdown(t testing.TB) {
+	t.Helper()
+	s.stop(t, true)
+}
+
+func (s *Server) stop(t testing.TB, clean bool) {
 	t.Helper()
 	if s.Srv == nil {
 		return
@@ -98,6 +131,10 @@ func (s *Server) shutdown(t testing.TB) {
 	}
 	if err := <-s.served; !errors.Is(err, server.ErrServerClosed) {
 		t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+	if !clean {
+		s.Srv = nil
+		return
 	}
 	// As baton serve: the claims the stop listed, then the clean mark.
 	if l := s.Srv.HandoverList(); l != nil {
