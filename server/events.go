@@ -40,6 +40,10 @@ type Event struct {
 	// Session is the session as it was at the change; for a grant, Since
 	// is how long it waited in the queue (zero for a grant at once).
 	Session SessionView
+	// Replaces, for a resumed claim, is the id of the session it went on
+	// from (a connection it left, or a pending claim); "" if none (a claim
+	// of an earlier term taken back in a crash grace).
+	Replaces string
 }
 
 // Subscription is a reader of the event history with its own cursor. It
@@ -240,12 +244,17 @@ type record struct {
 	token                uint64
 	held, shared         bool
 	pending              bool
-	from                 uint64 // the epoch it resumed from
+	from                 uint64              // the epoch it resumed from
+	replaces             locktable.SessionID // EventResumed: the session it went on from
 }
 
 // event is r as subscribers see it.
 func (r *record) event() Event {
-	return Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Session: SessionView{
+	var replaces string
+	if r.replaces != 0 {
+		replaces = strconv.FormatUint(uint64(r.replaces), 10)
+	}
+	return Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Replaces: replaces, Session: SessionView{
 		ID:     strconv.FormatUint(uint64(r.id), 10),
 		Owner:  r.owner,
 		Lease:  r.lease,
@@ -276,8 +285,12 @@ func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) +
 // eventLocked records what happened to session in of lock, at the wall
 // clock's time: the event's time is for people, not the table's clock (a
 // reading of Server.now). mu must be held.
-func (s *Server) eventLocked(typ string, in locktable.Info) {
-	r := record{at: time.Now(), typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
+func (s *Server) eventLocked(typ string, in locktable.Info) { s.eventReplacingLocked(typ, in, 0) }
+
+// eventReplacingLocked is eventLocked for a resumed claim that went on
+// from session replaces (0: none). mu must be held.
+func (s *Server) eventReplacingLocked(typ string, in locktable.Info, replaces locktable.SessionID) {
+	r := record{replaces: replaces, at: time.Now(), typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
 		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared,
 		pending: in.Pending}
 	p := s.peerLocked(in)

@@ -396,6 +396,7 @@ func (c *session) resumeInTable(claim locktable.Claim, v *v3claim, held bool) (E
 	// confirmed no more from here on, and told once their ends are recorded.
 	var losers []locktable.Exit
 	how := "grace"
+	var from locktable.SessionID // the session the claim went on from
 	kept := exits[:0]
 	for _, e := range exits {
 		switch e.Cause {
@@ -403,7 +404,7 @@ func (c *session) resumeInTable(claim locktable.Claim, v *v3claim, held bool) (E
 			losers = append(losers, e)
 			continue
 		case locktable.CauseMoved:
-			how = "move"
+			how, from = "move", e.Session.ID
 			if e.Session.Pending {
 				how = "pending"
 			}
@@ -456,7 +457,7 @@ func (c *session) resumeInTable(claim locktable.Claim, v *v3claim, held bool) (E
 		}
 	}
 	if in, ok := s.table.Session(now, c.id); ok {
-		s.eventLocked(EventResumed, in)
+		s.eventReplacingLocked(EventResumed, in, from)
 	}
 	c.wmu.Lock()
 	c.appendStateV3(st, true)

@@ -135,6 +135,11 @@ func TestResumeAcrossCleanRestart(t *testing.T) {
 	if got := metric(t, reg, "baton_claims_pending", ""); got != 0 {
 		t.Errorf("baton_claims_pending = %v, want 0 once both came back", got)
 	}
+	// Every listed claim accounted for: the list is dropped.
+	batontest.Eventually(t, frameWait, func() bool {
+		_, err := os.Stat(filepath.Join(ts.DataDir, "resume-list"))
+		return os.IsNotExist(err)
+	}, "resume-list still there once every listed claim came back")
 }
 
 // TestListedHolderBlocksOnlyItsName: a listed holder that never comes back
@@ -432,4 +437,51 @@ func TestConflictHigherTokenWins(t *testing.T) {
 			t.Fatalf("the winner's token %d is not above the loser's %d", bc.ID, ac.ID)
 		}
 	}
+}
+
+// fastRotation is a ResumeSource whose generations last period.
+type fastRotation struct {
+	server.ResumeSource
+	period time.Duration
+}
+
+func (f fastRotation) GenerationPeriod() time.Duration { return f.period }
+
+// TestGenerationsRotate: the server starts a new generation every period
+// of serving, none during its crash grace; the first heartbeat reply of a
+// claim after one carries a fresh credential, and a credential two
+// generations old no longer resumes.
+func TestGenerationsRotate(t *testing.T) {
+	t.Parallel()
+	const period = 300 * time.Millisecond
+	ts := batontest.StartServer(t, func(c *server.Config) {
+		c.Resume = fastRotation{c.Resume, period}
+		c.NoGrantFor = 4 * period // a grace: no generation starts in it
+	})
+	_, gen0 := ts.Store.ResumeKey()
+	time.Sleep(2 * period)
+	if _, gen := ts.Store.ResumeKey(); gen != gen0 {
+		t.Fatalf("generation %d during the grace, want %d: none starts in a grace", gen, gen0)
+	}
+	h := batontest.Dial(t, ts.Addr)
+	h.AcquireV3("rs/rotate", longLease, false, 1, false, "")
+	hc := &batontest.Claim{Name: "rs/rotate", Lease: longLease, Limit: 1}
+	if f := h.ReadFrame(frameWait); f.Type != wire.TypeWaiting || !hc.Update(f) {
+		t.Fatalf("got %v, want WAITING with a ticket in the grace", f)
+	}
+	if f := h.ReadFrame(frameWait); f.Type != wire.TypeAcquired || !f.Push || !hc.Update(f) {
+		t.Fatalf("got %v, want the push with a credential at the grace's end", f)
+	}
+	old := *hc
+	batontest.Eventually(t, 10*time.Second, func() bool { _, gen := ts.Store.ResumeKey(); return gen >= hc.Generation+2 }, "no two generations after the grace")
+	h.Heartbeat()
+	f := h.ReadFrame(frameWait)
+	if !f.WithCredential || f.Generation <= old.Generation {
+		t.Fatalf("the first heartbeat reply after new generations: %v, want a fresh credential", f)
+	}
+	hc.Update(f)
+	r := resume(t, ts, &old)
+	expectError(t, r, wire.CodeResumeRefused)
+	r2 := resume(t, ts, hc)
+	expectResumed(t, r2, hc, 0)
 }
