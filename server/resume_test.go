@@ -485,3 +485,63 @@ func TestGenerationsRotate(t *testing.T) {
 	r2 := resume(t, ts, hc)
 	expectResumed(t, r2, hc, 0)
 }
+
+// crashRestart stops ts as a crash leaves its data directory (its
+// sessions, told SHUTDOWN meanwhile, close) and starts it again.
+func crashRestart(t *testing.T, ts *batontest.Server, conns ...*batontest.Conn) {
+	t.Helper()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		ts.Crash(t)
+	}()
+	for _, c := range conns {
+		c.ReadFrame(frameWait)
+		c.Conn.Close()
+	}
+	waitChan(t, stopped, 15*time.Second, "the stop did not end")
+	ts.Start(t)
+}
+
+// TestReleaseRecordSurvivesCrash: an operator's release of a holder of
+// version 3 is recorded: after a crash, the next start's grace does not
+// take the claim back, though a fresh table knows nothing of it; a claim
+// of the same run that was not released comes back.
+func TestReleaseRecordSurvivesCrash(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, batontest.DurableLeases)
+	r, rc := v3Hold(t, ts, "rs/rec", longLease)
+	k, kc := v3Hold(t, ts, "rs/kept", longLease)
+	if _, err := ts.Srv.ForceReleaseAll("rs/rec"); err != nil {
+		t.Fatal(err)
+	}
+	expectError(t, r, wire.CodeForceReleased)
+	crashRestart(t, ts, k)
+	r2 := resume(t, ts, rc)
+	expectError(t, r2, wire.CodeResumeRefused)
+	k2 := resume(t, ts, kc)
+	expectResumed(t, k2, kc, 0)
+}
+
+// TestCrashAfterPlannedStartKeepsList: a start that crashed before the
+// claims of the list it took over were back leaves the list: the next
+// start (a crash grace) takes the listed claims back, and refuses a claim
+// of the listed run that the list did not hold (it had ended before the
+// stop), though the grace would take back a claim of an earlier run.
+func TestCrashAfterPlannedStartKeepsList(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t, batontest.DurableLeases)
+	h, hc := v3Hold(t, ts, "rs/listed", longLease)
+	g, gc := v3Hold(t, ts, "rs/gone", longLease)
+	g.Conn.Close() // released before the stop: not listed
+	batontest.Eventually(t, frameWait, func() bool { _, held := ts.Srv.Lock("rs/gone"); return !held }, "the release was not seen")
+	restart(t, ts, h) // planned: the list holds rs/listed
+	crashRestart(t, ts)
+	if ts.Srv.GraceRemaining() == 0 {
+		t.Fatal("no crash grace")
+	}
+	g2 := resume(t, ts, gc)
+	expectError(t, g2, wire.CodeResumeRefused)
+	h2 := resume(t, ts, hc)
+	expectResumed(t, h2, hc, 0)
+}
