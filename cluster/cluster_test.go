@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,12 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testAddrs and testSpeaks are what a hello would tell of a member over
+// the in-memory transport: its client address, and the protocol version
+// it speaks when a test makes it older (by id; the tests do not run in
+// parallel).
+var testAddrs, testSpeaks sync.Map
 
 // Test timers: short for fast tests, with room for a loaded 2-core machine
 // under -race.
@@ -109,6 +116,18 @@ func (tn *testNode) start(t *testing.T, cfg Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Over the in-memory transport there is no hello: a member's version
+	// and addresses come from the test's registry.
+	n.askVersion = func(sv raft.Server) (uint8, nodeAddrs, error) {
+		speaks := uint8(speaksVersion)
+		if v, ok := testSpeaks.Load(string(sv.ID)); ok {
+			speaks = v.(uint8)
+		}
+		a, _ := testAddrs.Load(string(sv.ID))
+		addr, _ := a.(string)
+		return speaks, nodeAddrs{Addr: addr}, nil
+	}
+	testAddrs.Store(cfg.NodeID, tn.addr)
 	tn.node, tn.srv = n, srv
 	tn.done = make(chan error, 1)
 	go func() { tn.done <- srv.Serve(tn.ln) }()
@@ -591,9 +610,11 @@ func (*nullServer) EndTerm(server.EndReason, string) (int, <-chan struct{}) {
 	close(c)
 	return 0, c
 }
-func (*nullServer) MaxLease() time.Duration       { return 0 }
-func (*nullServer) Serving() bool                 { return false }
-func (*nullServer) GraceRemaining() time.Duration { return 0 }
+func (*nullServer) HandOver(string) *server.Handover { return nil }
+func (*nullServer) Served() bool                     { return true }
+func (*nullServer) MaxLease() time.Duration          { return 0 }
+func (*nullServer) Serving() bool                    { return false }
+func (*nullServer) GraceRemaining() time.Duration    { return 0 }
 
 // TestDefaultTimersFailoverBudget: with 1 s leases, the first grant on a new leader within 2.5 s of a kill -9 of the old one.
 // The default timers' worst case with one failed election (detection up

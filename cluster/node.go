@@ -40,8 +40,14 @@ import (
 type Server interface {
 	BeginTerm(grace time.Duration, carried server.Carried)
 	EndTerm(reason server.EndReason, msg string) (holders int, allClosed <-chan struct{})
+	// HandOver begins a planned handover to the node at the client
+	// address successor (protocol version 3: the list).
+	HandOver(successor string) *server.Handover
 	MaxLease() time.Duration
 	GraceRemaining() time.Duration
+	// Served reports whether the term has served its grace whole (the
+	// grace over, no claim of a planned list pending).
+	Served() bool
 	Serving() bool
 }
 
@@ -110,6 +116,17 @@ type Node struct {
 	// before a lower bound is committed.
 	beforeLowerCommit atomic.Pointer[func()]
 
+	// Protocol version 3 (resume.go). giving: this leader gives and checks
+	// credentials (every voter speaks version 3, the key is recorded).
+	// askVersion, if set (the tests, over the in-memory transport), stands
+	// in for the hello that asks a member its version. lostKeySaid: the
+	// lost key was logged (leader loop). servedNow: the server says its
+	// term served its grace.
+	giving      atomic.Bool
+	askVersion  func(raft.Server) (uint8, nodeAddrs, error)
+	lostKeySaid bool
+	servedNow   chan struct{}
+
 	// termLost is signalled by the server when it failed closed (its
 	// leader lease had run out); the leader loop then takes a new epoch.
 	termLost chan struct{}
@@ -161,7 +178,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: open raft log in %s: %w", dir, err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, rc.Logger)
+	snaps, err := newSecureSnapshots(dir, 2, func(dir string, retain int) (raft.SnapshotStore, error) {
+		return raft.NewFileSnapshotStoreWithLogger(dir, retain, rc.Logger)
+	})
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store in %s: %w", dir, err)
@@ -202,6 +221,7 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
 		termLost:  make(chan struct{}, 1),
 		handovers: make(chan chan error),
+		servedNow: make(chan struct{}, 1),
 		raftUp:    make(chan struct{}),
 		failed:    make(chan error, 1),
 		stop:      make(chan struct{}), done: make(chan struct{}),
@@ -342,6 +362,9 @@ func (n *Node) Hooks(cfg *server.Config) {
 	cfg.LeaderHint = n.LeaderHint
 	cfg.MayServe = n.MayServe
 	cfg.TermLost = n.TermLost
+	cfg.Resume = resumeSource{n}
+	cfg.NextTicket = n.tok.nextTicket
+	cfg.AboutToServe = n.aboutToServe
 }
 
 // NextToken is server.Config.NextToken.
@@ -545,6 +568,10 @@ func (n *Node) run() {
 			}
 		case done := <-n.handovers:
 			done <- n.handover()
+		case <-n.servedNow:
+			if n.leading.Load() {
+				n.recordServed()
+			}
 		case <-lower.C:
 			if n.leading.Load() {
 				n.lowerBound()
@@ -556,6 +583,7 @@ func (n *Node) run() {
 				n.recordServed()
 				n.recordJoined()
 				n.lookAtHealth()
+				n.lookAtVersions()
 			}
 		}
 	}
@@ -622,10 +650,13 @@ func (n *Node) begin(res epochResult) {
 	// leading first: a session admitted by BeginTerm must find NoteLease
 	// willing.
 	n.leading.Store(true)
-	n.srv.BeginTerm(grace, server.Carried{Epoch: res.Epoch})
+	n.giving.Store(false)
+	n.lostKeySaid = false
+	n.srv.BeginTerm(grace, n.carried(res))
 	n.leaderChanges.Add(1)
 	n.resetHealth(true)
 	n.lookAtHealth()
+	n.lookAtVersions()
 	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(),
 		"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.Planned)
 }
@@ -694,7 +725,7 @@ func (n *Node) lowerBound() {
 // leader's own clients to cover, not what this epoch inherited.
 func (n *Node) recordServed() {
 	e := n.epoch.Load()
-	if n.served == e || n.srv.GraceRemaining() > 0 {
+	if n.served == e || !n.srv.Served() {
 		return
 	}
 	if err := n.apply(command{Op: opServed, Epoch: e}); err != nil {
@@ -735,9 +766,7 @@ func (n *Node) recordJoined() {
 }
 
 // Handover is the planned stop of a leader (SIGTERM), run by the leader
-// loop: every session gets ERROR SHUTDOWN, the holders' closes are awaited
-// for HandoverDrain, the handoff is committed, and leadership is
-// transferred. On a follower it does nothing.
+// loop (see handover). On a follower it does nothing.
 func (n *Node) Handover() error {
 	if !n.started {
 		return nil
@@ -751,44 +780,103 @@ func (n *Node) Handover() error {
 	}
 }
 
-// handover is Handover on the leader loop. The handoff covers what the
-// next leader must still wait for: the rest of this epoch's own grace
-// (clients of earlier leaders may believe until it ends), and, unless
-// every holder was seen to close, the lease bound.
+// handover is Handover on the leader loop (protocol.md, section 14, "A
+// planned handover: the list"): the successor is chosen and committed
+// first, so that it holds resumes; then, at one moment, confirmations stop
+// and the list is taken, and every session is told (NOT_LEADER naming the
+// successor to the claims of version 3, holders first; SHUTDOWN to the
+// others); the holders told SHUTDOWN are drained for HandoverDrain, and
+// those not seen to close are listed; the list is committed in entries of
+// at most 64 KiB, then the handoff that counts and digests it (the rest of
+// this epoch's own grace); then leadership is transferred to the
+// successor. A list that cannot be committed whole leaves no handoff: the
+// successor starts as after a crash. While a voter does not speak version
+// 3 (a rolling upgrade), no list is written, and the handoff covers the
+// lease bound unless every holder was seen to close, as before.
 func (n *Node) handover() error {
 	if !n.leading.Load() {
 		return nil
 	}
 	epoch := n.epoch.Load()
 	graceEnds := n.now().Add(n.srv.GraceRemaining())
+	v3 := n.giving.Load()
+	succ, succAddr := n.chooseSuccessor()
+	if succ != "" {
+		if err := n.apply(command{Op: opSuccessor, Epoch: epoch, Node: succ}); err != nil {
+			n.log.Warn("cannot record the successor of the handover", "successor", succ, "err", err)
+		}
+	}
 	n.raiseMu.Lock()
 	n.leading.Store(false)
-	holders, closed := n.srv.EndTerm(server.ReasonShutdown, "leader handing over")
+	h := n.srv.HandOver(succAddr)
 	n.raiseMu.Unlock()
 	allClosed := false
 	select {
-	case <-closed:
+	case <-h.Drained():
 		allClosed = true
 	case <-time.After(n.cfg.HandoverDrain):
 	}
+	list := h.List()
 	handoff := max(graceEnds.Sub(n.now()), 0)
-	if !allClosed {
+	cmd := command{Op: opHandoff, Epoch: epoch}
+	if v3 {
+		lc, err := n.recordList(epoch, list)
+		if err != nil {
+			return fmt.Errorf("planned handover: the list (no handoff: the next leader waits as after a crash): %w", err)
+		}
+		cmd = lc
+		cmd.Op, cmd.Epoch = opHandoff, epoch
+	} else if !allClosed {
 		handoff = max(handoff, n.bound())
 	}
 	if handoffZero() {
 		n.log.Warn("handoff forced to 0 (faultinject build): the next leader may grant while holders still believe")
 		handoff = 0
 	}
-	if err := n.apply(command{Op: opHandoff, Epoch: epoch, Bound: handoff}); err != nil {
+	cmd.Bound = handoff
+	if err := n.apply(cmd); err != nil {
 		return fmt.Errorf("commit handoff: %w", err)
 	}
 	start := time.Now()
-	if err := n.r().LeadershipTransfer().Error(); err != nil {
+	var f raft.Future
+	if succ != "" {
+		f = n.r().LeadershipTransferToServer(raft.ServerID(succ), raft.ServerAddress(n.memberAddress(succ)))
+	} else {
+		f = n.r().LeadershipTransfer()
+	}
+	if err := f.Error(); err != nil && succ != "" {
+		// The successor did not take it (it went away meanwhile): Raft
+		// picks another; its resumes are held by nobody, and answered
+		// once it serves.
+		n.log.Warn("leadership transfer to the chosen successor failed; transferring to any", "successor", succ, "err", err)
+		for deadline := time.Now().Add(applyTimeout); ; {
+			f = n.r().LeadershipTransfer()
+			if err := f.Error(); !errors.Is(err, raft.ErrLeadershipTransferInProgress) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // the failed one is still winding down
+		}
+	}
+	if err := f.Error(); err != nil {
 		return fmt.Errorf("leadership transfer: %w", err)
 	}
-	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(), "epoch", epoch, "holders", holders,
-		"all_closed", allClosed, "handoff", handoff.Round(time.Millisecond).String(), "transfer", time.Since(start).Round(time.Millisecond).String())
+	listed := 0
+	if list != nil {
+		listed = len(list.Claims)
+	}
+	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(), "epoch", epoch, "successor", succ,
+		"listed", listed, "all_closed", allClosed, "handoff", handoff.Round(time.Millisecond).String(), "transfer", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// memberAddress is member id's Raft address in the configuration.
+func (n *Node) memberAddress(id string) string {
+	for _, sv := range n.r().GetConfiguration().Configuration().Servers {
+		if string(sv.ID) == id {
+			return string(sv.Address)
+		}
+	}
+	return ""
 }
 
 // Close stops the leader loop and Raft (no membership change: the node

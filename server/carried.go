@@ -26,6 +26,7 @@ func (s *Server) startTermLocked(now, noGrantBefore time.Time, c Carried) {
 	s.resumesFrom = now.Add(c.HoldResumes)
 	s.genAt = now
 	s.handingOver, s.servedTold = false, false
+	s.successorHint.Store(nil)
 	s.pendingIDs, s.detached = nil, nil
 	s.m.pending.Set(0)
 	if c.List == nil || s.cfg.NextTicket == nil {
@@ -249,4 +250,91 @@ func (s *Server) newGeneration() error {
 	s.mu.Unlock()
 	s.log.Debug("new generation of credentials", "generation", gen)
 	return nil
+}
+
+// Handover is a cluster leader's planned handover under way (HandOver).
+type Handover struct {
+	list     *HandoverList
+	unclosed []unclosedHolder
+	drained  chan struct{}
+}
+
+// HandOver begins a cluster leader's planned handover to the node whose
+// client address is successor: in one hold of the table's lock it stops
+// confirming and takes the list (the claims of version 3 with a
+// credential, as they stand at this moment); then it tells every session,
+// holders first: NOT_LEADER naming successor to the claims of version 3
+// with a credential, SHUTDOWN to the others, and promotes nobody. From
+// here on a close of a listed claim's connection is not a release, and
+// operators' actions are refused (ErrHandingOver). Until the next
+// BeginTerm every ACQUIRE is answered NOT_LEADER naming successor.
+func (s *Server) HandOver(successor string) *Handover {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := &Handover{drained: make(chan struct{})}
+	now := s.now()
+	s.successorHint.Store(&successor)
+	if s.serving.Load() {
+		h.list = s.takeListLocked(now)
+		h.unclosed, s.unclosed = s.unclosed, nil
+	}
+	s.handingOver = true
+	s.serving.Store(false) // before the ends: no promotion on the way out
+	s.wakeTermLocked()
+	for _, c := range s.connsHoldersFirstLocked(now) {
+		if c.v3 != nil {
+			s.endLocked(now, c, ReasonNotLeader, successor)
+		} else {
+			s.endLocked(now, c, ReasonShutdown, "leader handing over")
+		}
+	}
+	gone := make([]chan struct{}, 0, len(h.unclosed))
+	for _, u := range h.unclosed {
+		gone = append(gone, u.gone)
+	}
+	// Closed by the linger time at the latest, or never when a holder is
+	// not seen to close; the caller's own wait bounds it.
+	s.goLocked(func() {
+		for _, ch := range gone {
+			select {
+			case <-ch:
+			case <-s.done:
+				return
+			case <-time.After(s.linger + time.Second):
+				return
+			}
+		}
+		close(h.drained)
+	})
+	return h
+}
+
+// Drained is closed once every holder told SHUTDOWN was seen to close
+// (at once for a nil Handover: nothing to drain).
+func (h *Handover) Drained() <-chan struct{} {
+	if h == nil || h.drained == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return h.drained
+}
+
+// List is the handover's list, with the holders told SHUTDOWN that were
+// not seen to close (listed, not to be resumed); nil if the server did
+// not serve when the handover began.
+func (h *Handover) List() *HandoverList {
+	if h == nil || h.list == nil {
+		return nil
+	}
+	l := *h.list
+	l.Claims = append([]HandoverClaim(nil), h.list.Claims...)
+	for _, u := range h.unclosed {
+		select {
+		case <-u.gone:
+		default:
+			l.Claims = append(l.Claims, u.claim)
+		}
+	}
+	return &l
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"time"
@@ -300,7 +301,7 @@ func (c *session) resumeClaim(req wire.Acquire) (reason EndReason, msg string, o
 		role = wire.RoleHolder
 	}
 	if !m.Verify(wire.Claim{Role: role, ClusterID: cid, Generation: req.Resume.Generation, Shared: v.shared, Limit: v.limit,
-		LeaseMs: v.leaseMs, ID: id, ClientKey: v.key(), Name: v.name}, req.Resume.Credential) {
+		LeaseMs: v.leaseMs, ID: id, ClientKey: v.key(), Name: v.name}, req.Resume.Credential) && !noCredentialCheck() {
 		s.m.resumeRefused("bad_credential")
 		return ReasonBadCredential, "", false
 	}
@@ -387,6 +388,9 @@ func (c *session) resumeInTable(claim locktable.Claim, v *v3claim, held bool) (E
 		}
 	}
 	st, refusal, exits, err := s.table.Resume(now, c.id, claim, s.exits[:0])
+	if refusal != locktable.NotRefused && err == nil {
+		st, refusal, exits = s.mutatedResumeLocked(now, c.id, claim, st, refusal, exits)
+	}
 	if err != nil { // a bug: the claim was checked
 		s.settleLocked(now, exits, &fx)
 		s.mu.Unlock()
@@ -602,4 +606,44 @@ func (s *Server) wakeTermLocked() {
 		close(s.termWake)
 		s.termWake = nil
 	}
+}
+
+// mutatedResumeLocked is the answer of a faultinject build with a knob of
+// the resume's rules switched off (mutations_faultinject.go), so that the
+// fault harness can show its checker catches what the rule prevents; in
+// any other build it is the table's answer unchanged. mu must be held.
+func (s *Server) mutatedResumeLocked(now time.Time, id locktable.SessionID, claim locktable.Claim, st locktable.State,
+	refusal locktable.Refusal, exits []locktable.Exit) (locktable.State, locktable.Refusal, []locktable.Exit) {
+	cid := claim.Token
+	if cid == 0 {
+		cid = claim.Ticket
+	}
+	switch {
+	case refusal == locktable.RefusedResume && resumeAfterGrace() && cid>>epochShift < s.epoch && !s.table.Holds(claim):
+		// Taken back after the grace: entered pending, then moved.
+		s.nextID++
+		r, more, err := s.table.AddPending(now, s.nextID, claim, now.Add(claim.Lease), exits)
+		if err != nil || r != locktable.NotRefused {
+			return st, refusal, more
+		}
+		st2, r2, more2, err := s.table.Resume(now, id, claim, more)
+		if err != nil {
+			return st, refusal, more2
+		}
+		return st2, r2, more2
+	case refusal == locktable.RefusedSuperseded && lowerTokenWins() && claim.Token != 0:
+		// The holders above it are ended for it.
+		holders, _ := s.table.HolderPage(now, claim.Name, 0, 0, math.MaxInt32)
+		for _, h := range holders {
+			if h.Token > claim.Token {
+				exits, _ = s.table.ForceReleaseSession(now, h.ID, exits)
+			}
+		}
+		st2, r2, more2, err := s.table.Resume(now, id, claim, exits)
+		if err != nil {
+			return st, refusal, more2
+		}
+		return st2, r2, more2
+	}
+	return st, refusal, exits
 }

@@ -121,8 +121,10 @@ type Server struct {
 	resumesFrom time.Time
 	termWake    chan struct{}
 	// handingOver: a planned handover took the list; nothing is confirmed,
-	// and operators' actions are refused (ErrHandingOver).
-	handingOver bool
+	// and operators' actions are refused (ErrHandingOver). successorHint
+	// is the client address the NOT_LEADER of a cluster's handover names.
+	handingOver   bool
+	successorHint atomic.Pointer[string]
 	// pendingIDs are the pending claims of a handover's list, each true if
 	// resumable (a claim of version 3 with a credential).
 	pendingIDs map[locktable.SessionID]bool

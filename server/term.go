@@ -163,8 +163,12 @@ func (s *Server) GraceRemaining() time.Duration {
 }
 
 func (s *Server) leaderHint() string {
-	if s.cfg.LeaderHint == nil {
-		return ""
+	hint := ""
+	if s.cfg.LeaderHint != nil {
+		hint = s.cfg.LeaderHint()
 	}
-	return s.cfg.LeaderHint()
+	if h := s.successorHint.Load(); hint == "" && h != nil && !s.serving.Load() {
+		return *h // a handover under way: its successor, before Raft names it
+	}
+	return hint
 }
