@@ -622,7 +622,9 @@ func (s *Server) mutatedResumeLocked(now time.Time, id locktable.SessionID, clai
 	case refusal == locktable.RefusedResume && resumeAfterGrace() && cid>>epochShift < s.epoch && !s.table.Holds(claim):
 		// Taken back after the grace: entered pending, then moved.
 		s.nextID++
-		r, more, err := s.table.AddPending(now, s.nextID, claim, now.Add(claim.Lease), exits)
+		pending := claim
+		pending.Attempt = 0
+		r, more, err := s.table.AddPending(now, s.nextID, pending, now.Add(claim.Lease), exits)
 		if err != nil || r != locktable.NotRefused {
 			return st, refusal, more
 		}
