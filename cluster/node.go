@@ -126,6 +126,9 @@ type Node struct {
 	askVersion  func(raft.Server) (uint8, nodeAddrs, error)
 	lostKeySaid bool
 	servedNow   chan struct{}
+	// commitTimeout is Raft's CommitTimeout: how soon a follower learns
+	// that an entry committed.
+	commitTimeout time.Duration
 
 	// termLost is signalled by the server when it failed closed (its
 	// leader lease had run out); the leader loop then takes a new epoch.
@@ -218,7 +221,8 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	}
 	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout, now)
 	n := &Node{
-		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
+		commitTimeout: rc.CommitTimeout,
+		cfg:           cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
 		termLost:  make(chan struct{}, 1),
 		handovers: make(chan chan error),
 		servedNow: make(chan struct{}, 1),
@@ -804,6 +808,19 @@ func (n *Node) handover() error {
 	if succ != "" {
 		if err := n.apply(command{Op: opSuccessor, Epoch: epoch, Node: succ}); err != nil {
 			n.log.Warn("cannot record the successor of the handover", "successor", succ, "err", err)
+		} else {
+			// Until the successor has applied the entry, it does not know
+			// that it is to hold resumes: its clients would be sent back
+			// here. It learns of the commit from the next replication
+			// message (sent within Raft's CommitTimeout: heartbeats do not
+			// carry it), and applies it on a goroutine of its own: wait for
+			// its acknowledgement of a message sent a heartbeat interval
+			// (HeartbeatTimeout/10) after that, so that it has had that
+			// long to apply it.
+			after := n.now().Add(n.commitTimeout + n.cfg.HeartbeatTimeout/10)
+			for deadline := after.Add(n.cfg.HeartbeatTimeout); !n.lease.ackedSince(raft.ServerID(succ), after) && n.now().Before(deadline); {
+				time.Sleep(n.cfg.HeartbeatTimeout / 50)
+			}
 		}
 	}
 	n.raiseMu.Lock()

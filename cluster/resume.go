@@ -248,8 +248,13 @@ func (n *Node) recordList(epoch uint64, list *server.HandoverList) (command, err
 	chunks := server.EncodeHandover(list, maxListChunk)
 	r := n.r()
 	start := time.Now()
+	// Every entry goes out at once (Raft pipelines and batches them); each
+	// is then waited for, in order.
+	futures := make([]raft.ApplyFuture, len(chunks))
 	for seq, chunk := range chunks {
-		f := r.Apply(listEntry(epoch, seq, chunk), applyTimeout)
+		futures[seq] = r.Apply(listEntry(epoch, seq, chunk), applyTimeout)
+	}
+	for seq, f := range futures {
 		if err := f.Error(); err != nil {
 			return cmd, fmt.Errorf("commit entry %d of %d of the list: %w", seq+1, len(chunks), err)
 		}

@@ -129,6 +129,16 @@ func TestClusterPlannedHandoverKeepsClaims(t *testing.T) {
 		hint = f.Err.Msg
 		conn.Conn.Close()
 	}
+	// A resume sent at once, while the handover goes on (the drain of the
+	// holder of version 1, the list, the transfer): the successor holds it
+	// until it serves, rather than answering NOT_LEADER.
+	h2 := batontest.Dial(t, hint)
+	early := make(chan batontest.Frame, 1)
+	go func() {
+		h2.Write(hc.ResumeFrame(t, "raw:x"))
+		f, _ := h2.TryReadFrame(10 * time.Second)
+		early <- f
+	}()
 	if f := v1.ReadFrame(5 * time.Second); f.Type != wire.TypeError || f.Err.Code != wire.CodeShutdown {
 		t.Fatalf("the holder of version 1: got %v, want SHUTDOWN", f)
 	} // and it does not close
@@ -143,12 +153,11 @@ func TestClusterPlannedHandoverKeepsClaims(t *testing.T) {
 	if st := s.node.fsm.get(); st.List == nil || !st.List.Complete || st.List.Claims != 4 {
 		t.Fatalf("the list in the replicated state: %+v, want it whole with 4 claims", st.List)
 	}
+	if f := <-early; f.Type != wire.TypeAcquired || !f.WithCredential || f.Token != hc.ID {
+		t.Fatalf("the holder's resume, sent during the handover: got %v, want it held and then ACQUIRED %d with a credential", f, hc.ID)
+	}
 	_, busy := acquire(t, s.addr, "x", lease, true)
 	wantError(t, busy, wire.CodeBusy)
-	h2, f := resumeAt(t, s.addr, hc)
-	if f.Type != wire.TypeAcquired || !f.WithCredential || f.Token != hc.ID {
-		t.Fatalf("the holder's resume: got %v, want ACQUIRED %d with a credential", f, hc.ID)
-	}
 	w2, f := resumeAt(t, s.addr, wc)
 	if f.Type != wire.TypeWaiting || f.Ticket != wc.ID || f.Position != 1 {
 		t.Fatalf("the waiter's resume: got %v, want WAITING 1 with ticket %d", f, wc.ID)
