@@ -654,7 +654,11 @@ func (n *Node) begin(res epochResult) {
 	// leading first: a session admitted by BeginTerm must find NoteLease
 	// willing.
 	n.leading.Store(true)
-	n.giving.Store(false)
+	// Credentials from the first answer, when the state says every voter
+	// speaks version 3 and has the key: a resume held until this term
+	// began must not be refused for want of them (lookAtVersions, below,
+	// records the voters not yet known and makes the key).
+	n.giving.Store(n.mayGive())
 	n.lostKeySaid = false
 	n.srv.BeginTerm(grace, n.carried(res))
 	n.leaderChanges.Add(1)

@@ -200,6 +200,21 @@ func (n *Node) lookAtVersions() {
 	n.giving.Store(all && n.fsm.get().ResumeKey != nil)
 }
 
+// mayGive reports whether the replicated state lets this leader give
+// credentials: every voter recorded as speaking version 3, and the key.
+func (n *Node) mayGive() bool {
+	st := n.fsm.get()
+	if st.ResumeKey == nil {
+		return false
+	}
+	for _, sv := range n.r().GetConfiguration().Configuration().Servers {
+		if sv.Suffrage == raft.Voter && !slices.Contains(st.V3, string(sv.ID)) {
+			return false
+		}
+	}
+	return true
+}
+
 // carried is what the leader of the committed epoch res takes over from
 // the replicated state: after a crash, the claims of earlier terms its
 // grace takes back, answered only after its initial wait; after a planned

@@ -372,7 +372,7 @@ func (c *session) resumeInTable(claim locktable.Claim, v *v3claim, held bool) (E
 			s.mu.Unlock()
 			s.m.resumeRefused("recorded")
 			switch {
-			case kind == RecordSuperseded:
+			case kind == RecordSuperseded && epoch == s.epoch:
 				return ReasonSuperseded, "", false
 			case kind == RecordReleased && epoch == s.epoch:
 				return ReasonForceReleased, "lock " + strconv.Quote(claim.Name) + " force-released by an operator", false
