@@ -124,8 +124,10 @@ type Node struct {
 	// term served its grace.
 	giving      atomic.Bool
 	askVersion  func(raft.Server) (uint8, nodeAddrs, error)
-	lostKeySaid bool
+	lostKeySaid atomic.Bool
 	servedNow   chan struct{}
+	// versionsNow asks watchVersions to look at once (a new term).
+	versionsNow chan struct{}
 	// commitTimeout is Raft's CommitTimeout: how soon a follower learns
 	// that an entry committed.
 	commitTimeout time.Duration
@@ -223,12 +225,13 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	n := &Node{
 		commitTimeout: rc.CommitTimeout,
 		cfg:           cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
-		termLost:  make(chan struct{}, 1),
-		handovers: make(chan chan error),
-		servedNow: make(chan struct{}, 1),
-		raftUp:    make(chan struct{}),
-		failed:    make(chan error, 1),
-		stop:      make(chan struct{}), done: make(chan struct{}),
+		termLost:    make(chan struct{}, 1),
+		handovers:   make(chan chan error),
+		servedNow:   make(chan struct{}, 1),
+		versionsNow: make(chan struct{}, 1),
+		raftUp:      make(chan struct{}),
+		failed:      make(chan error, 1),
+		stop:        make(chan struct{}), done: make(chan struct{}),
 	}
 	rt, real := trans.(*raftTransport)
 	if real {
@@ -540,6 +543,16 @@ func (n *Node) run() {
 		}
 	}
 	r := n.r()
+	// The members' versions are asked on a goroutine of their own: a
+	// hello to a member that does not answer takes seconds, which the
+	// leader loop must not wait.
+	versions := make(chan struct{})
+	versionsDone := make(chan struct{})
+	go n.watchVersions(versions, versionsDone)
+	defer func() {
+		close(versions)
+		<-versionsDone
+	}()
 	lower := time.NewTicker(n.cfg.BoundLowerEvery)
 	defer lower.Stop()
 	joined := time.NewTicker(joinedEvery)
@@ -587,7 +600,6 @@ func (n *Node) run() {
 				n.recordServed()
 				n.recordJoined()
 				n.lookAtHealth()
-				n.lookAtVersions()
 			}
 		}
 	}
@@ -656,15 +668,18 @@ func (n *Node) begin(res epochResult) {
 	n.leading.Store(true)
 	// Credentials from the first answer, when the state says every voter
 	// speaks version 3 and has the key: a resume held until this term
-	// began must not be refused for want of them (lookAtVersions, below,
-	// records the voters not yet known and makes the key).
+	// began must not be refused for want of them (watchVersions records
+	// the voters not yet known and makes the key).
 	n.giving.Store(n.mayGive())
-	n.lostKeySaid = false
+	n.lostKeySaid.Store(false)
 	n.srv.BeginTerm(grace, n.carried(res))
 	n.leaderChanges.Add(1)
 	n.resetHealth(true)
 	n.lookAtHealth()
-	n.lookAtVersions()
+	select {
+	case n.versionsNow <- struct{}{}:
+	default:
+	}
 	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(),
 		"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.Planned)
 }

@@ -141,7 +141,27 @@ func (n *Node) versionOf(sv raft.Server) (speaks uint8, addrs nodeAddrs, err err
 	return reply.Speaks, nodeAddrs{Addr: reply.Addr, OpsAddr: reply.OpsAddr}, nil
 }
 
-// lookAtVersions, on the leader loop of a serving leader, records the
+// watchVersions looks at the members' versions while this node leads
+// (lookAtVersions): every joinedEvery, and at once when asked on
+// versionsNow (a new term), until stop is closed; it closes done.
+func (n *Node) watchVersions(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(joinedEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-n.versionsNow:
+		}
+		if n.leading.Load() {
+			n.lookAtVersions()
+		}
+	}
+}
+
+// lookAtVersions, on watchVersions' goroutine of a serving leader, records the
 // voters that speak version 3, creates the key once every voter does and
 // none is recorded, and decides whether this leader gives credentials:
 // only while every voter speaks version 3 (an older node could lead next,
@@ -156,7 +176,7 @@ func (n *Node) lookAtVersions() {
 			continue
 		}
 		speaks, addrs := uint8(speaksVersion), nodeAddrs{Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr}
-		if id != n.cfg.NodeID {
+		if id != n.cfg.NodeID || n.askVersion != nil {
 			var err error
 			if speaks, addrs, err = n.versionOf(sv); err != nil {
 				speaks = 0
@@ -177,8 +197,7 @@ func (n *Node) lookAtVersions() {
 		// Credentials were given with a key this state does not hold (a
 		// snapshot of a node that did not keep it): a new key would refuse
 		// every one of them. Give none, and say so.
-		if !n.lostKeySaid {
-			n.lostKeySaid = true
+		if !n.lostKeySaid.Swap(true) {
 			n.log.Error("the replicated state records credentials (generation) but no resume key: no credential is given or checked; claims of version 3 behave as version 2",
 				"generation", st.Generation)
 		}

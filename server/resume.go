@@ -271,6 +271,7 @@ func (c *session) credentialIf(fresh, held bool, id uint64) (wire.Credential, ui
 // first row of "What the server answers to a resume" that applies.
 func (c *session) resumeClaim(req wire.Acquire) (reason EndReason, msg string, ok bool) {
 	s := c.srv
+	c.version = wire.Version3 // its ends are those of version 3 (a reset where no ERROR can be written)
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
 	held := req.Held()
 	id := req.Resume.ID
