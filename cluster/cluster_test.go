@@ -494,7 +494,7 @@ func TestHandoverUsesHandoffBound(t *testing.T) {
 // before its session gets an answer; a shorter one does not touch Raft.
 func TestBoundRaisedBeforeQueued(t *testing.T) {
 	c := newTestCluster(t, 3)
-	l := c.leader()
+	l := c.giving() // past the writes of a first term's version 3 state
 	before := l.node.r().LastIndex()
 	for _, lease := range []time.Duration{4 * time.Second, 2 * time.Second} {
 		conn, _ := acquire(t, l.addr, "b-"+lease.String(), lease, false)
