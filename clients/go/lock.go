@@ -12,7 +12,7 @@ import (
 type Lock struct {
 	name  string
 	token uint64
-	s     *session
+	s     *claim
 }
 
 // Name is the lock's name.
