@@ -313,9 +313,14 @@ func (s *claim) onCurEvent(ev event) bool {
 				// not yet named: its server ended the connection on purpose.
 				s.dropLink(l, true)
 				s.cur = nil
+				// NOT_LEADER: to the leader it names if on the list, else
+				// on to the next address (this one does not lead); the
+				// others: the same address first.
 				first := s.indexOf(l.addr)
 				if i, ok := s.hintIndex(we); ok {
 					first = i
+				} else if we.Code == wire.CodeNotLeader {
+					first = s.nextIndex(l.addr)
 				}
 				return s.beginMove(we, first)
 			}

@@ -83,9 +83,10 @@ func sentAcquire(t *testing.T, name string, opts ...Option) ([]byte, *Lock) {
 
 // TestVersion2Vectors runs the version 2 vectors through the client: with
 // WithResume(false), a shared claim's ACQUIRE is the vector's bytes and an
-// exclusive claim the version 1 frame, byte for byte as before version 3; LIMIT_MISMATCH reads as a *LimitMismatchError with
-// the limit of its message, and the bad version 2 ACQUIREs the options
-// can express are refused before dialling.
+// exclusive claim the version 1 frame, byte for byte as before version 3;
+// LIMIT_MISMATCH reads as a *LimitMismatchError with the limit of its
+// message, and the bad version 2 ACQUIREs the options can express are
+// refused before dialling.
 func TestVersion2Vectors(t *testing.T) {
 	v := loadVersion2Vectors(t)
 	var acquires, errorFrames int
