@@ -1,6 +1,7 @@
 package baton
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +79,7 @@ type fakeConn struct {
 	node  string
 	nc    net.Conn
 	reset func() // ends the connection with a reset: the client reads ECONNRESET
+	die   func() // ends it as a process that dies: a FIN (over TLS, no close_notify)
 	out   chan fakeOut
 	claim *fakeClaim // the claim whose connection this is; nil once it left
 }
@@ -90,6 +92,7 @@ type fakeOut struct {
 const (
 	endClose = 1
 	endReset = 2
+	endDie   = 3
 )
 
 // fakeKey is the vectors' test key, bytes 0 to 31.
@@ -116,11 +119,14 @@ func newFakeCluster(t *testing.T, leader string) *fakeCluster {
 }
 
 // onPipes makes pn's dials connections to f, each node an address.
-func (f *fakeCluster) onPipes(pn *pipeNet) { pn.server = f.serve }
+func (f *fakeCluster) onPipes(pn *pipeNet) {
+	pn.server = func(addr string, c net.Conn, reset func()) { f.serve(addr, c, reset, func() { c.Close() }) }
+}
 
-// listen serves node on a TCP listener of 127.0.0.1:0 and returns its
-// address, which is the node's name.
-func (f *fakeCluster) listen(t *testing.T) string {
+// listen serves node on a TCP listener of 127.0.0.1:0, over TLS with
+// cfg unless it is nil, and returns its address, which is the node's
+// name.
+func (f *fakeCluster) listen(t *testing.T, cfg ...*tls.Config) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,7 +140,12 @@ func (f *fakeCluster) listen(t *testing.T) string {
 				return
 			}
 			tc := c.(*net.TCPConn)
-			go f.serve(ln.Addr().String(), c, func() { tc.SetLinger(0); tc.Close() })
+			reset := func() { tc.SetLinger(0); tc.Close() }
+			die := func() { tc.Close() }
+			if len(cfg) > 0 && cfg[0] != nil {
+				c = tls.Server(c, cfg[0])
+			}
+			go f.serve(ln.Addr().String(), c, reset, die)
 		}
 	}()
 	return ln.Addr().String()
@@ -154,8 +165,8 @@ func (f *fakeCluster) nextID() uint64 {
 }
 
 // serve is one connection to node: the first frame, then heartbeats.
-func (f *fakeCluster) serve(node string, nc net.Conn, reset func()) {
-	fc := &fakeConn{f: f, node: node, nc: nc, reset: reset, out: make(chan fakeOut, 64)}
+func (f *fakeCluster) serve(node string, nc net.Conn, reset, die func()) {
+	fc := &fakeConn{f: f, node: node, nc: nc, reset: reset, die: die, out: make(chan fakeOut, 64)}
 	f.mu.Lock()
 	f.conns[fc] = true
 	f.accepted[node]++
@@ -211,6 +222,9 @@ func (fc *fakeConn) writer(out <-chan fakeOut) {
 			return
 		case endReset:
 			fc.reset()
+			return
+		case endDie:
+			fc.die()
 			return
 		}
 	}
@@ -461,7 +475,7 @@ func (f *fakeCluster) tell(code wire.Code, msg string, eof bool) {
 		fc.claim = nil
 		switch {
 		case eof:
-			fc.send(nil, endClose)
+			fc.send(nil, endDie)
 		case kept:
 			fc.send(wire.AppendError(nil, code, msg), endClose)
 		default:
@@ -620,4 +634,3 @@ func (f *fakeCluster) wait(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
-
