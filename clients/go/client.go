@@ -313,6 +313,9 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 			continue
 		}
 		lastErr = s.err
+		if i, ok := c.index(s.addr); ok {
+			idx = i // where the claim was last, if it moved
+		}
 		atOnce, retry := retryable(s.err)
 		if !retry {
 			return nil, &opError{op: "acquire", name: name, err: limitMismatch(s.err, set.limit)}

@@ -295,28 +295,30 @@ func silenceToB(t *testing.T, opts ...Option) (*Lock, *pipeNet, *peer, *peer, wi
 // TestAttemptsOnePerAddress: with no answer, another attempt goes to
 // another address lease/8 after the newest one, each with a higher
 // number; never two open attempts to one address: once every address has
-// one, the client waits for their answers.
+// one, the client waits for their answers, until its deadline.
 func TestAttemptsOnePerAddress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, pn, _, b, ab := silenceToB(t)
+		c, pn := newPipeClient(t, []string{"a:1", "b:1", "c:1"}, WithLease(moveLease))
+		l, p := holdV3(t, c, pn, 7)
+		p.fail(t, wire.CodeShutdown, "")
+		var peers []*peer
 		start := time.Now()
-		c := pn.accept(t)
-		ac, _ := c.resume(t, true, 7, 1, testCred)
-		if c.addr != "c:1" || time.Since(start) != moveLease/8 {
-			t.Fatalf("second attempt to %s after %v, want c:1 after lease/8", c.addr, time.Since(start))
+		for i, want := range []string{"a:1", "b:1", "c:1"} {
+			q := pn.accept(t)
+			a, _ := q.resume(t, true, 7, 1, testCred)
+			if q.addr != want || a.Resume.Attempt != uint16(i+1) || time.Since(start) != time.Duration(i)*moveLease/8 {
+				t.Fatalf("attempt %d to %s after %v, want attempt %d to %s after %v",
+					a.Resume.Attempt, q.addr, time.Since(start), i+1, want, time.Duration(i)*moveLease/8)
+			}
+			peers = append(peers, q)
 		}
-		a := pn.accept(t)
-		aa, _ := a.resume(t, true, 7, 1, testCred)
-		if a.addr != "a:1" || ab.Resume.Attempt != 1 || ac.Resume.Attempt != 2 || aa.Resume.Attempt != 3 {
-			t.Fatalf("attempts %d (b), %d (c), %d (%s); want 1, 2, 3 (a)", ab.Resume.Attempt, ac.Resume.Attempt, aa.Resume.Attempt, a.addr)
-		}
-		pn.noDialWithin(t, time.Second) // every address has an open attempt; the deadline comes first
+		pn.noDialWithin(t, time.Second) // every address has an open attempt
 		<-l.Done()
-		for _, p := range []*peer{a, b, c} {
-			p.closed(t) // the deadline closes them all
+		for _, q := range peers {
+			q.closed(t) // the deadline closes them all
 		}
-		if err := l.Err(); !errors.Is(err, ErrUnconfirmed) {
-			t.Errorf("Err: %v, want ErrUnconfirmed", err)
+		if err := l.Err(); !errors.Is(err, ErrUnconfirmed) || time.Since(start) != moveLease*8/10 {
+			t.Errorf("Err %v after %v, want ErrUnconfirmed at the deadline", err, time.Since(start))
 		}
 	})
 }
