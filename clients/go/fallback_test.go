@@ -60,7 +60,7 @@ func TestVersionFallback(t *testing.T) {
 		ch3 := goAcquire(context.Background(), c, "jobs")
 		q = pn.accept(t)
 		if a, _ := q.acquire(t); a.Version != wire.Version3 {
-			t.Errorf("a claim a minute later: version %d, want 3", a.Version)
+			t.Fatalf("a claim a minute later: version %d, want 3", a.Version)
 		}
 		q.acquiredV3(t, 9, 1, testCred)
 		result(t, ch3).l.Release()

@@ -107,7 +107,8 @@ func TestMoveLosesAfter(t *testing.T) {
 		is     error
 	}{
 		{"a reset", false, func(t *testing.T, p *peer) { p.resetConn() }, syscall.ECONNRESET},
-		{"the end of the stream inside a frame", false, func(t *testing.T, p *peer) { p.send(t, []byte{0x82, 0x00}); p.conn.Close() }, io.ErrUnexpectedEOF},
+		{"the end of the stream inside a header", false, func(t *testing.T, p *peer) { p.send(t, []byte{0x82, 0x00}); p.conn.Close() }, io.ErrUnexpectedEOF},
+		{"the end of the stream after a header", false, func(t *testing.T, p *peer) { p.send(t, []byte{0x82, 0x00, 0x09}); p.conn.Close() }, io.ErrUnexpectedEOF},
 		{"FORCE_RELEASED", false, func(t *testing.T, p *peer) { p.fail(t, wire.CodeForceReleased, "") }, ErrForceReleased},
 		{"LEASE_EXPIRED", false, func(t *testing.T, p *peer) { p.fail(t, wire.CodeLeaseExpired, "") }, ErrLeaseExpired},
 		{"PROTOCOL", false, func(t *testing.T, p *peer) { p.fail(t, wire.CodeProtocol, "") }, ErrProtocol},
@@ -213,6 +214,8 @@ func TestWaiterMovesAtItsDeadline(t *testing.T) {
 		q.resume(t, false, 0x0300000009, 1, testCred)
 		q.waitingV3(t, 1, 0x0300000009, 1, testCred)
 		synctest.Wait()
+		p.pushV3(t, 11, 1, testCred) // on the connection left, once the deadline moved on: not believed either
+		synctest.Wait()
 		select {
 		case r := <-ch:
 			t.Fatalf("Acquire returned %v, %v on a push after the deadline", r.l, r.err)
@@ -242,9 +245,14 @@ func TestAnswerAfterTheDeadlineLoses(t *testing.T) {
 		q.resume(t, true, 7, 1, testCred) // sent at 1s: its own bound is 9s
 		pn.clock.suspend(7500 * time.Millisecond)
 		q.acquiredV3(t, 7, 1, testCred) // read at 8.5s
-		q.closed(t)
+		synctest.Wait()
 		if err := l.Err(); !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrUnconfirmed) {
-			t.Errorf("Err: %v, want ErrLockLost and ErrUnconfirmed", err)
+			t.Errorf("Err at once: %v, want ErrLockLost and ErrUnconfirmed", err)
+		}
+		answered := time.Now()
+		q.closed(t)
+		if time.Since(answered) != 0 {
+			t.Errorf("the attempt was closed %v after the late answer, want at once", time.Since(answered))
 		}
 	})
 }
@@ -312,7 +320,7 @@ func TestAttemptsOnePerAddress(t *testing.T) {
 			}
 			peers = append(peers, q)
 		}
-		pn.noDialWithin(t, time.Second) // every address has an open attempt
+		pn.noDialWithin(t, 4*time.Second) // every address has an open attempt
 		<-l.Done()
 		for _, q := range peers {
 			q.closed(t) // the deadline closes them all
