@@ -105,7 +105,9 @@ var (
 	ErrBadRequest error = &wire.Error{Code: wire.CodeBadRequest}
 	// ErrVersion: the server does not speak the claim's protocol version
 	// (VERSION): version 1, or version 2 for a shared claim, which a
-	// server older than shared claims refuses.
+	// server older than shared claims refuses. (A server that does not
+	// speak version 3 is sent version 1 or 2 instead, by the client
+	// itself: this error never comes of version 3.)
 	ErrVersion error = &wire.Error{Code: wire.CodeVersion}
 	// ErrUnauthorized: the server refused this client (UNAUTHORIZED).
 	ErrUnauthorized error = &wire.Error{Code: wire.CodeUnauthorized}

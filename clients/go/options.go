@@ -140,8 +140,8 @@ func WithNoWait(noWait bool) Option { return func(s *settings) { s.noWait = noWa
 // shared sessions: a different one fails with an error matching
 // ErrLimitMismatch (see LimitMismatchError), never retried. WithLimit and
 // WithShared both set the claim's kind; the last one given wins. Without
-// either, a claim is exclusive (and is sent as protocol version 1, byte
-// for byte).
+// either, a claim is exclusive (sent with WithResume(false) as protocol
+// version 1, byte for byte).
 func WithLimit(n int) Option { return func(s *settings) { s.shared, s.limit = true, n } }
 
 // WithShared(true) makes the claim a reader of a read/write lock: shared
