@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,10 +294,6 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		reached = true
 
 		l, err := c.await(ctx, s, lastErr)
-		if l != nil {
-			logAt(set.logger, slog.LevelDebug, "baton: lock acquired",
-				slog.String("lock", name), slog.String("addr", s.addr), slog.String("token", strconv.FormatUint(l.token, 10)))
-		}
 		if l != nil || err != nil {
 			return l, err
 		}
