@@ -324,8 +324,8 @@ func (s *claim) shutLinks(normal bool) {
 // the grant here, where the claim's address is run's to read.)
 func (s *claim) grant(token uint64, at time.Time) {
 	s.held, s.token = true, token
-	s.sendGrant(token, at)
 	logAt(s.log, levelDebug, "baton: lock acquired", attrLock(s.name), attrAddr(s.addr), attrToken(token))
+	s.sendGrant(token, at)
 	if until := s.holdUntil.Load(); until > 0 {
 		s.tHold.Reset(time.Duration(until) - s.since())
 	}

@@ -175,7 +175,9 @@ func (c *Client) acquireWith(ctx context.Context, name string, parent context.Co
 // mover is what a claim of set needs of c to move.
 func (c *Client) mover(set *settings) mover {
 	resumeSet := *set
-	resumeSet.fastOpen, resumeSet.syn = false, nil // never a resume in a SYN's data
+	if !resumeInSYN() {
+		resumeSet.fastOpen, resumeSet.syn = false, nil // never a resume in a SYN's data
+	}
 	return mover{
 		addrs: c.addrs,
 		index: c.index,

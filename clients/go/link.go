@@ -206,7 +206,7 @@ func (s *claim) readFrame(l *link, r *bufio.Reader, buf *[wire.MaxFrame]byte, fi
 // io.ErrUnexpectedEOF): under TLS, with or without close_notify, as
 // crypto/tls returns io.EOF at a record boundary either way. A reset, a
 // timeout, or any other error is not one.
-func cleanEnd(err error) bool { return err == io.EOF }
+func cleanEnd(err error) bool { return err == io.EOF || (err != nil && resumeAfterReset()) }
 
 // httpAnswer is the end of a connection whose answer began "HTT": an HTTP
 // server's status line, where a frame should be (a frame of that header

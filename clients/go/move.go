@@ -364,13 +364,13 @@ func (s *claim) onAttemptEvent(ev event) bool {
 	// Counted only if it arrived before the deadline that applies: the
 	// claim's for a holder; for a waiter that is granted, the attempt's
 	// send plus 0.8 × lease (a waiter's place needs no deadline).
-	if s.held && !ev.at.Before(s.deadlineAt) {
+	if s.held && !ev.at.Before(s.deadlineAt) && !adoptAfterDeadline() {
 		return s.end(s.unconfirmed())
 	}
 	if !s.held && ev.kind == evAcquired && !ev.at.Before(l.sentAt.Add(s.timeout)) {
 		return s.end(s.unconfirmed())
 	}
-	if l.number < s.curNum {
+	if l.number < s.curNum && !adoptLowerAttempt() {
 		// Answered late, below the claim's connection: ignored. Its server
 		// ends it when the claim moves up there.
 		s.leave(l)
