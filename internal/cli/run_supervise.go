@@ -501,6 +501,13 @@ wait:
 			terminate()
 		case m := <-r.moves:
 			r.logMove(m)
+			// The move confirmed the lock anew: the watchdog learns the new
+			// deadline now, not at the next tick (a move that lands just
+			// before the old deadline must not have the command killed).
+			if v := lock.ValidUntil(); !v.IsZero() && !v.Equal(lastDeadline) {
+				lastDeadline = v
+				ch.setDeadline(v)
+			}
 		case sig := <-stops:
 			if r.refused(sig) {
 				continue
