@@ -172,23 +172,6 @@ func (c *Client) acquireWith(ctx context.Context, name string, parent context.Co
 	return l, nil
 }
 
-// mover is what a claim of set needs of c to move.
-func (c *Client) mover(set *settings) mover {
-	resumeSet := *set
-	if !resumeInSYN() {
-		resumeSet.fastOpen, resumeSet.syn = false, nil // never a resume in a SYN's data
-	}
-	return mover{
-		addrs: c.addrs,
-		index: c.index,
-		dial: func(ctx context.Context, addr string) (net.Conn, net.Conn, error) {
-			return c.dial(ctx, addr, &resumeSet)
-		},
-		answered: func(i int) { c.last.Store(uint32(i)) },
-		noV3:     c.noV3,
-	}
-}
-
 // nameUse is what this Client has of one name: claims under way or held.
 type nameUse struct {
 	exclusive int

@@ -1,6 +1,10 @@
 package baton
 
-import "time"
+import (
+	"context"
+	"net"
+	"time"
+)
 
 // Claims that survive a change of leader (protocol version 3).
 //
@@ -85,4 +89,21 @@ func (c *Client) noV3(addr string) {
 		c.noV3At = make(map[string]time.Time)
 	}
 	c.noV3At[normalAddr(addr)] = time.Now()
+}
+
+// mover is what a claim of set needs of c to move.
+func (c *Client) mover(set *settings) mover {
+	resumeSet := *set
+	if !resumeInSYN() {
+		resumeSet.fastOpen, resumeSet.syn = false, nil // never a resume in a SYN's data
+	}
+	return mover{
+		addrs: c.addrs,
+		index: c.index,
+		dial: func(ctx context.Context, addr string) (net.Conn, net.Conn, error) {
+			return c.dial(ctx, addr, &resumeSet)
+		},
+		answered: func(i int) { c.last.Store(uint32(i)) },
+		noV3:     c.noV3,
+	}
 }
