@@ -263,9 +263,11 @@ func TestMoveOverTCP(t *testing.T) {
 			if err := l.Err(); err != nil {
 				t.Fatalf("Err after the crash: %v", err)
 			}
-			if mv := <-moves.ch; mv.From != a || mv.To != b || mv.Token != l.Token() {
+			mv := <-moves.ch
+			if mv.From != a || mv.To != b || mv.Token != l.Token() {
 				t.Errorf("Moved %+v, want from %s to %s", mv, a, b)
 			}
+			t.Logf("the claim moved from %s to %s in %v (%d attempts; %v)", mv.From, mv.To, mv.Took, mv.Attempts, mv.Reason)
 			f.resetHolder("jobs")
 			select {
 			case <-l.Done():
