@@ -8,7 +8,7 @@
 //	go run . -smoke                 # CI: tiny sizes, ~1-2 s a scenario, no peers
 //	go run .                        # the full run, Baton and the peers named by BENCH_* (bench/peers/start.sh)
 //
-// Results (results.json, results.md and PNG charts) go to -out.
+// Results (results.json, the tables as Markdown, and PNG charts) go to -out.
 package main
 
 import (

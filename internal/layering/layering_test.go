@@ -1,4 +1,4 @@
-// Package layering checks that imports run one way (STYLE.md): the codec,
+// Package layering checks that imports run one way: the codec,
 // the lock table and the token store use only the standard library; the
 // client uses only the codec, and both are the client's own module, which
 // the server's packages import and never the reverse; the server never

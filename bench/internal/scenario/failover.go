@@ -378,7 +378,7 @@ func (w *failoverWaiter) run(ctx context.Context) {
 		if next == "" || !slices.Contains(w.addrs, next) {
 			next = w.addrs[(slices.Index(w.addrs, addr)+1)%len(w.addrs)]
 		}
-		// A short jittered pause before the next attempt, as PROTOCOL.md
+		// A short jittered pause before the next attempt, as docs/protocol.md
 		// asks of clients; short, since it is in the figures.
 		sleepCtx(ctx, time.Millisecond+rand.N(2*time.Millisecond))
 		addr = next

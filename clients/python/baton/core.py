@@ -2,7 +2,7 @@
 
 Both drivers, the thread of session.py and the asyncio protocol of aio.py,
 feed it the bytes they read and the monotonic time, and act on what it
-answers, so the rules of PROTOCOL.md live in one place. The acquire loop's
+answers, so the rules of docs/protocol.md live in one place. The acquire loop's
 choices after a failed attempt (reconnect where, after how long) are here
 too, for the same reason.
 """
@@ -47,7 +47,7 @@ class Violation(Error):
 
 
 class Schedule:
-    """The heartbeat schedule of PROTOCOL.md:
+    """The heartbeat schedule of docs/protocol.md:
 
     base = lease/4; timeout = 0.8 x lease; srtt an EWMA (alpha 0.2) of reply
     round trips, the first sample taken whole;
