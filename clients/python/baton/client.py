@@ -9,8 +9,9 @@ import socket
 import ssl
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import aio, wire
 from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, tls_failure
@@ -395,12 +396,13 @@ class Client:
             if use[0] <= 0 and use[1] <= 0:
                 del self._in_use[name]
 
-    def _acquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
-                 on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> Held:
-        name = args[0]
+    @contextmanager
+    def _counted(self, name: str, kind: Kind, queue_behind_self: bool) -> Generator[None, None, None]:
+        """Counts a claim of name (see _claim) for the acquire inside the
+        block, and counts it out again if the acquire fails."""
         self._claim(name, kind, queue_behind_self)
         try:
-            s = self._acquire_session(*args, on_waiting)
+            yield
         except LimitMismatch as e:
             self._unclaim(name, kind)
             e.asked = kind[1]
@@ -408,22 +410,20 @@ class Client:
         except BaseException:
             self._unclaim(name, kind)
             raise
+
+    def _acquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
+                 on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> Held:
+        name = args[0]
+        with self._counted(name, kind, queue_behind_self):
+            s = self._acquire_session(*args, on_waiting)
         s.on_end(lambda: self._unclaim(name, kind))
         return Held(s, kind)
 
     async def _aacquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
                         on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> AsyncHeld:
         name = args[0]
-        self._claim(name, kind, queue_behind_self)
-        try:
+        with self._counted(name, kind, queue_behind_self):
             s = await aio.acquire(self, *args, on_waiting)
-        except LimitMismatch as e:
-            self._unclaim(name, kind)
-            e.asked = kind[1]
-            raise
-        except BaseException:
-            self._unclaim(name, kind)
-            raise
         s.on_end(lambda: self._unclaim(name, kind))
         return AsyncHeld(s, kind)
 
