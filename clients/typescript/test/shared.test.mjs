@@ -89,7 +89,11 @@ describe("the version 2 vectors", () => {
         const want = x.shared ? f.hex : wire.encodeAcquire(x.name, x.lease_ms, x.owner, x.nowait).toString("hex");
         assert.equal(srv.frames[0].toString("hex"), want, f.what);
         assert.deepEqual([held.shared, held.limit], x.shared ? [true, x.limit] : [false, 1], f.what);
-        await held.release();
+        // A vector's lease may be 1 ms: by now the claim may have run out,
+        // and release() reports that loss; the bytes are what is tested.
+        await held.release().catch((e) => {
+          if (!(e instanceof baton.LockLost)) throw e;
+        });
       } finally {
         await srv.close();
       }
