@@ -283,7 +283,10 @@ describe("through the fault proxy", () => {
       await sleep(2000);
       await held.release();
       await sleep(100);
-      const all = proxy.chunks().filter((c) => c.link === 1);
+      // The session's link: the one that carried heartbeats (a server of
+      // version 2 answers the first link's version 3 ACQUIRE with VERSION).
+      const link = proxy.chunks().find((c) => c.hex === "020000").link;
+      const all = proxy.chunks().filter((c) => c.link === link);
       const up = all.filter((c) => c.dir === "up");
       const down = all.filter((c) => c.dir === "down");
       const n = Math.min(up.length, down.length);
