@@ -293,7 +293,10 @@ class FakeCluster {
     // The old connection is ended with MOVED by its own server; one on
     // another node (the leader before, gone or no longer serving) hears
     // nothing of the move.
-    if (old && !old.done && old.node.serverId === fc.node.serverId) this.endWith(old, "MOVED");
+    if (old && !old.done && old.node.serverId === fc.node.serverId) {
+      if (this.movedDelayMs) setTimeout(() => this.endWith(old, "MOVED"), this.movedDelayMs);
+      else this.endWith(old, "MOVED");
+    }
     const t = this.table(claim.name);
     if (t.holders.includes(claim)) return this.send(fc, this.acquired(claim));
     this.send(fc, this.waiting(claim));
