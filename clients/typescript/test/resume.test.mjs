@@ -9,6 +9,7 @@ import { inspect } from "node:util";
 import * as baton from "baton-client";
 import * as wire from "../dist/wire.js";
 import { fakeCluster, errorFrame } from "./fakev3.mjs";
+import { startServer, awaitWaiters } from "./helpers.mjs";
 
 const test = (name, fn) => nodeTest(name, { timeout: 60_000 }, fn);
 const LEASE = 2000;
@@ -494,5 +495,77 @@ describe("the user's code sees nothing of a move", () => {
       assert.ok(e.reason instanceof baton.BadCredentialError);
       await quietly(held.release());
     });
+  });
+});
+
+/** Whether the server at addr speaks version 3: the answer to a version 3 ACQUIRE is not VERSION. */
+async function speaksV3(addr) {
+  const [host, port] = [addr.slice(0, addr.lastIndexOf(":")), Number(addr.slice(addr.lastIndexOf(":") + 1))];
+  const net = createRequire(import.meta.url)("node:net");
+  const sock = net.connect({ host, port });
+  try {
+    const first = await new Promise((resolve, reject) => {
+      let buf = Buffer.alloc(0);
+      sock.on("data", (d) => {
+        buf = Buffer.concat([buf, d]);
+        if (buf.length >= 4) resolve(buf);
+      });
+      sock.on("error", reject);
+      sock.on("end", () => resolve(buf));
+      sock.write(wire.encodeAcquireV3("ts/v3-probe", 1000, "", true, { shared: false, limit: 1 }));
+    });
+    return !(first[0] === 0x80 && first[3] === 0x22);
+  } finally {
+    sock.destroy();
+  }
+}
+
+describe("against the real server, once it speaks version 3", () => {
+  // These run where `baton serve` answers version 3; a server that answers
+  // VERSION to it (one of an older version) skips them with one line.
+  const real = (name, fn) => nodeTest(name, { timeout: 120_000 }, async (t) => {
+    const srv = await startServer();
+    let live = srv;
+    try {
+      if (!(await speaksV3(srv.addr))) return t.skip("SKIPPED: this baton serve answers VERSION to protocol version 3: nothing to move to yet");
+      await fn(srv, (s) => (live = s));
+    } finally {
+      await live.stop();
+    }
+  });
+
+  real("a restart (SIGTERM, the same data directory) keeps the holder's lock and token, and the waiter's place", async (srv, restarted) => {
+    const log = recorder();
+    const leaseMs = 10_000;
+    const held = await new baton.Client([srv.addr], { leaseMs, logger: log.logger }).acquire("ts/restart");
+    let granted;
+    const waiter = new baton.Client([srv.addr], { leaseMs }).acquire("ts/restart", { signal: AbortSignal.timeout(60_000) }).then((h) => (granted = h));
+    await awaitWaiters(srv, "ts/restart", 1);
+    const { addr, ops, dataDir } = srv;
+    await srv.stop("SIGTERM");
+    const next = restarted(await startServer({ dataDir, addr, opsAddr: ops }));
+    await until(() => log.lines.some(([, , f]) => f?.event === "moved"), `the holder did not move: ${log.lines.map((l) => l[1]).join(" | ")}`, 0.8 * leaseMs);
+    await sleep(leaseMs / 2);
+    held.check();
+    assert.equal(held.signal.aborted, false);
+    assert.equal(granted, undefined, "the waiter was granted while the holder held");
+    await awaitWaiters(next, "ts/restart", 1);
+    await held.release();
+    const w = await waiter;
+    assert.ok(w.token > held.token);
+    await w.release();
+  });
+
+  real("kill -9 and a restart within the lease: the crash grace takes the holder back", async (srv, restarted) => {
+    const log = recorder();
+    const leaseMs = 10_000;
+    const held = await new baton.Client([srv.addr], { leaseMs, logger: log.logger }).acquire("ts/crash");
+    const { addr, ops, dataDir } = srv;
+    await srv.stop("SIGKILL");
+    restarted(await startServer({ dataDir, addr, opsAddr: ops }));
+    await until(() => log.lines.some(([, , f]) => f?.event === "moved"), `the holder did not move: ${log.lines.map((l) => l[1]).join(" | ")}`, 0.8 * leaseMs);
+    await sleep(leaseMs / 2);
+    held.check();
+    await held.release();
   });
 });
