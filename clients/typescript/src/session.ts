@@ -568,16 +568,11 @@ export class Session {
     this.#attempts.delete(c);
     const held = this.state === "held";
     const sent = c.resume!;
-    // What the answer must be, from what the resume was (section 14, "The move"):
-    // a holder's, ACQUIRED with its token; a waiter's, WAITING with its
-    // ticket, or ACQUIRED (granted while it moved; if another attempt was
-    // answered with the grant already, the same token).
+    // What the answer must be, from what the resume was (section 14, "The
+    // move"): a holder's, ACQUIRED with its token; a waiter's, WAITING with
+    // its ticket, or ACQUIRED (granted while it moved).
     const granted = f.type === wire.T_ACQUIRED && !f.push && f.credential !== undefined;
-    const valid = sent.held
-      ? granted && f.token === sent.id
-      : held
-        ? granted && f.token === this.token
-        : granted || (f.type === wire.T_WAITING && f.credential !== undefined && f.ticket === sent.id);
+    const valid = sent.held ? granted && f.token === sent.id : granted || (f.type === wire.T_WAITING && f.credential !== undefined && f.ticket === sent.id);
     if (!valid) return this.end(new Violation(`server ${c.addr} answered a ${sent.held ? "holder's" : "waiter's"} resume with ${describe(f)}`));
     // The answer confirms the claim as of the resume's send, and only if it
     // came before the deadline that applies.
@@ -590,6 +585,10 @@ export class Session {
       c.role = "left";
       this.#left.add(c);
       return;
+    }
+    // A waiter granted by an earlier answer: a higher one must hold the same grant.
+    if (held && !(granted && f.token === this.token)) {
+      return this.end(new Violation(`server ${c.addr} answered a resume with ${describe(f)} after another granted token ${this.token}`));
     }
     const from = this.#conn;
     if (from) {
