@@ -10,10 +10,9 @@ import type { Clock } from "./clock.js";
 import { Violation } from "./conn.js";
 import type { Logger } from "./log.js";
 export { Violation };
+export { REDIRECT_BUDGET } from "./move.js";
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
 export declare const MIN_HEARTBEAT_INTERVAL_MS = 1;
-/** NOT_LEADER hints followed at once, in a row, before a move backs off (section 12). */
-export declare const REDIRECT_BUDGET = 3;
 /**
  * The heartbeat schedule of PROTOCOL.md: base = lease/4; timeout = 0.8 ×
  * lease; srtt an EWMA (alpha 0.2) of reply round trips, the first sample
@@ -153,9 +152,6 @@ export declare class Session {
     private waiterMoves;
     private startMove;
     private stopMove;
-    private waitThen;
-    /** Makes the move's next attempt if one is due: one open attempt per address, lease/8 after the newest. */
-    private pump;
     private attempt;
     /** An open attempt ended before its answer. */
     private attemptEnded;

@@ -39,19 +39,18 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Session = exports.Schedule = exports.REDIRECT_BUDGET = exports.MIN_HEARTBEAT_INTERVAL_MS = exports.Violation = void 0;
+exports.Session = exports.Schedule = exports.MIN_HEARTBEAT_INTERVAL_MS = exports.REDIRECT_BUDGET = exports.Violation = void 0;
 const node_perf_hooks_1 = require("node:perf_hooks");
 const node_util_1 = require("node:util");
 const conn_js_1 = require("./conn.js");
 Object.defineProperty(exports, "Violation", { enumerable: true, get: function () { return conn_js_1.Violation; } });
+const move_js_1 = require("./move.js");
 const errors_js_1 = require("./errors.js");
 const wire = __importStar(require("./wire.js"));
+var move_js_2 = require("./move.js");
+Object.defineProperty(exports, "REDIRECT_BUDGET", { enumerable: true, get: function () { return move_js_2.REDIRECT_BUDGET; } });
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
 exports.MIN_HEARTBEAT_INTERVAL_MS = 1;
-/** NOT_LEADER hints followed at once, in a row, before a move backs off (section 12). */
-exports.REDIRECT_BUDGET = 3;
-/** The waits between resume attempts that end at once: 50-100 ms doubling up to 200-400 ms (section 12). */
-const MOVE_BACKOFF = { baseMs: 100, capMs: 400 };
 /**
  * The heartbeat schedule of PROTOCOL.md: base = lease/4; timeout = 0.8 ×
  * lease; srtt an EWMA (alpha 0.2) of reply round trips, the first sample
@@ -83,9 +82,6 @@ class Schedule {
     }
 }
 exports.Schedule = Schedule;
-function jitter(failures, baseMs, capMs) {
-    return Math.min(baseMs * 2 ** Math.min(Math.max(failures - 1, 0), 32), capMs) * (0.5 + Math.random() / 2);
-}
 /**
  * A claim. Each connection's 'data' handler is its permanent reader (a
  * promotion push is seen the moment it arrives); one timer is the claim's
@@ -135,6 +131,8 @@ class Session {
     #left = new Set();
     #move;
     #dials = new AbortController();
+    /** What a move asks of this claim. */
+    #host;
     sentAt = 0;
     deadline = 0;
     pending = true;
@@ -150,6 +148,23 @@ class Session {
         this.name = opts.claim.name;
         this.sched = new Schedule(opts.claim.leaseMs);
         this.#idx = idx;
+        this.#host = {
+            leaseMs: opts.claim.leaseMs,
+            addrCount: opts.mover.addrs.length,
+            unrefTimers: () => !!this.opts.unref && this.state === "held",
+            clock: () => this.opts.clock(),
+            openAttempts: () => this.#attempts,
+            mayGoOn: () => {
+                if (this.state === "ended" || this.closing)
+                    return false;
+                if (this.state === "held" && this.opts.clock() >= this.deadline) {
+                    this.end(this.unconfirmed()); // never a resume past a holder's deadline
+                    return false;
+                }
+                return true;
+            },
+            attempt: (m, i) => this.attempt(m, i),
+        };
         const c = this.#newConn(sock, raw, idx, 0, "claim");
         this.#conn = c;
         this.sentAt = opts.clock();
@@ -376,10 +391,10 @@ class Session {
             const hint = this.opts.mover.addrs.indexOf(err.serverMessage);
             first = hint >= 0 ? hint : c.idx + 1;
             if (hint < 0)
-                wait = jitter(1, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs);
+                wait = (0, move_js_1.jitter)(1);
         }
         else if (how.kind === "error" && !(err instanceof errors_js_1.ShutdownError)) {
-            wait = jitter(1, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs); // OVERLOADED, or a condition not yet named: back off first
+            wait = (0, move_js_1.jitter)(1); // OVERLOADED, or a condition not yet named: back off first
         }
         if (this.state === "waiting")
             wait = Math.max(wait, Math.random() * this.sched.leaseMs / 8);
@@ -397,75 +412,21 @@ class Session {
         this.startMove(`no answer from ${this.addr} for 0.8 × lease`, this.#idx + 1, { wait: Math.random() * this.sched.leaseMs / 8 });
     }
     startMove(why, first, o = {}) {
-        const n = this.opts.mover.addrs.length;
-        if (this.#move) {
-            // Already moving: the claim's connection ended meanwhile; the hint, if any, is where the next attempt goes.
-            this.#move.next = ((first % n) + n) % n;
-            this.#move.silence = false;
-            return this.pump();
-        }
-        const m = { startedAt: this.opts.clock(), from: this.addr, why, made: 0, next: ((first % n) + n) % n, failures: 0, redirects: 0, busy: false, silence: o.silence ?? false };
+        // Already moving: the claim's connection ended meanwhile; the next attempt goes where it says.
+        if (this.#move)
+            return this.#move.aim(first);
+        const m = new move_js_1.Move(this.#host, this.addr, why, first, o.silence ?? false);
         this.#move = m;
         this.opts.log.info(`baton: lock ${JSON.stringify(this.name)}: ${why}; moving the claim`, { lock: this.name, addr: this.addr, event: "move" });
-        if (o.wait && o.wait > 0)
-            this.waitThen(m, o.wait);
-        else
-            this.pump();
+        m.start(o.wait);
     }
     stopMove() {
-        const m = this.#move;
-        if (!m)
-            return;
-        clearTimeout(m.wait);
-        clearTimeout(m.spread);
+        this.#move?.stop();
         this.#move = undefined;
-    }
-    waitThen(m, ms) {
-        m.busy = true;
-        m.wait = setTimeout(() => {
-            m.busy = false;
-            m.wait = undefined;
-            m.redirects = 0; // after a backoff, hints are followed at once again
-            this.pump();
-        }, ms);
-        if (this.opts.unref && this.state === "held")
-            m.wait.unref();
-    }
-    /** Makes the move's next attempt if one is due: one open attempt per address, lease/8 after the newest. */
-    pump() {
-        const m = this.#move;
-        if (!m || m !== this.#move || m.busy || this.state === "ended" || this.closing)
-            return;
-        const now = this.opts.clock();
-        if (this.state === "held" && now >= this.deadline)
-            return this.end(this.unconfirmed());
-        clearTimeout(m.spread);
-        m.spread = undefined;
-        let newest;
-        for (const a of this.#attempts)
-            if (newest === undefined || a.sentAt > newest)
-                newest = a.sentAt;
-        if (newest !== undefined && now < newest + this.sched.leaseMs / 8) {
-            m.spread = setTimeout(() => this.pump(), newest + this.sched.leaseMs / 8 - now);
-            if (this.opts.unref && this.state === "held")
-                m.spread.unref();
-            return;
-        }
-        const n = this.opts.mover.addrs.length;
-        const open = new Set([...this.#attempts].map((a) => a.idx));
-        for (let k = 0; k < n; k++) {
-            const i = (m.next + k) % n;
-            if (!open.has(i))
-                return this.attempt(m, i);
-        }
-        // Every address has an attempt open: their answers or ends decide.
     }
     attempt(m, idx) {
         const addrs = this.opts.mover.addrs;
-        m.busy = true;
-        m.next = (idx + 1) % addrs.length;
         this.opts.mover.dial(idx, this.#dials.signal).then(([sock, raw]) => {
-            m.busy = false;
             if (this.state === "ended" || this.closing || this.#move !== m) {
                 // The move is over: nothing was sent on this one, so closing it takes nothing.
                 sock.destroy();
@@ -497,20 +458,17 @@ class Session {
             });
             c.resume = { held: this.state === "held", id: this.state === "held" ? this.token : this.ticket };
             this.#attempts.add(c);
-            m.made++;
             this.opts.log.debug(`baton: lock ${JSON.stringify(this.name)}: resume attempt ${number} to ${c.addr}`, { lock: this.name, addr: c.addr, attempt: number, event: "resume-attempt" });
             c.sentAt = this.opts.clock();
             c.write(frame);
-            this.pump();
+            m.sent();
         }, (e) => {
-            m.busy = false;
             if (this.state === "ended" || this.closing || this.#move !== m)
                 return;
             if (e instanceof errors_js_1.TLSError)
                 return this.end(e); // a configuration: never retried
             this.opts.log.debug(`baton: lock ${JSON.stringify(this.name)}: resume attempt to ${addrs[idx]}: cannot connect: ${e.message}`, { lock: this.name, addr: addrs[idx], event: "resume-failed" });
-            m.failures++;
-            this.waitThen(m, jitter(m.failures, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs));
+            m.dialFailed();
         });
     }
     /** An open attempt ended before its answer. */
@@ -532,16 +490,7 @@ class Session {
                 this.startMove(`resume attempt ${c.number} to ${c.addr} ended: ${err.message}`, c.idx + 1);
             return;
         }
-        m.failures++;
-        const hint = err instanceof errors_js_1.NotLeaderError ? this.opts.mover.addrs.indexOf(err.serverMessage) : -1;
-        if (hint >= 0 && m.redirects < exports.REDIRECT_BUDGET) {
-            m.redirects++;
-            m.next = hint;
-            return this.pump();
-        }
-        if (m.busy)
-            return; // a dial or a wait is under way already
-        this.waitThen(m, jitter(m.failures, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs));
+        m.ended(err instanceof errors_js_1.NotLeaderError ? this.opts.mover.addrs.indexOf(err.serverMessage) : -1);
     }
     onFrame(c, f, at) {
         if (this.state === "ended")

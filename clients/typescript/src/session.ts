@@ -10,19 +10,16 @@ import { performance } from "node:perf_hooks";
 import { inspect } from "node:util";
 import type { Clock } from "./clock.js";
 import { Conn, Violation, type End } from "./conn.js";
+import { Move, jitter, type MoveHost } from "./move.js";
 import { BatonError, ConnectionBroken, LockLost, MaxHoldReached, MovedError, NotLeaderError, ServerError, ShutdownError, SupersededError, TLSError, Unconfirmed, VersionError } from "./errors.js";
 import type { Logger } from "./log.js";
 import * as wire from "./wire.js";
 
 export { Violation };
+export { REDIRECT_BUDGET } from "./move.js";
 
 /** The floor of the heartbeat interval, in ms (see the Go client's heartbeat.go). */
 export const MIN_HEARTBEAT_INTERVAL_MS = 1;
-/** NOT_LEADER hints followed at once, in a row, before a move backs off (section 12). */
-export const REDIRECT_BUDGET = 3;
-/** The waits between resume attempts that end at once: 50-100 ms doubling up to 200-400 ms (section 12). */
-const MOVE_BACKOFF = { baseMs: 100, capMs: 400 };
-
 /**
  * The heartbeat schedule of PROTOCOL.md: base = lease/4; timeout = 0.8 ×
  * lease; srtt an EWMA (alpha 0.2) of reply round trips, the first sample
@@ -82,31 +79,6 @@ export interface SessionOptions {
   mover: Mover;
 }
 
-/** A move under way: the attempts it makes and when. */
-interface Move {
-  startedAt: number;
-  from: string;
-  why: string;
-  /** Attempts this move has sent. */
-  made: number;
-  /** The address of the next attempt, if it has no open attempt (else the next that has none). */
-  next: number;
-  /** Attempts in a row that ended at once. */
-  failures: number;
-  redirects: number;
-  /** A dial, or the wait before the next attempt, is under way. */
-  busy: boolean;
-  wait?: NodeJS.Timeout;
-  /** The lease/8 after the newest open attempt's send. */
-  spread?: NodeJS.Timeout;
-  /** A holder's move began on silence: the claim's connection is still the claim's. */
-  silence: boolean;
-}
-
-function jitter(failures: number, baseMs: number, capMs: number): number {
-  return Math.min(baseMs * 2 ** Math.min(Math.max(failures - 1, 0), 32), capMs) * (0.5 + Math.random() / 2);
-}
-
 /**
  * A claim. Each connection's 'data' handler is its permanent reader (a
  * promotion push is seen the moment it arrives); one timer is the claim's
@@ -155,6 +127,8 @@ export class Session {
   readonly #left = new Set<Conn>();
   #move?: Move;
   readonly #dials = new AbortController();
+  /** What a move asks of this claim. */
+  readonly #host: MoveHost;
   private sentAt = 0;
   private deadline = 0;
   private pending = true;
@@ -170,6 +144,22 @@ export class Session {
     this.name = opts.claim.name;
     this.sched = new Schedule(opts.claim.leaseMs);
     this.#idx = idx;
+    this.#host = {
+      leaseMs: opts.claim.leaseMs,
+      addrCount: opts.mover.addrs.length,
+      unrefTimers: () => !!this.opts.unref && this.state === "held",
+      clock: () => this.opts.clock(),
+      openAttempts: () => this.#attempts,
+      mayGoOn: () => {
+        if (this.state === "ended" || this.closing) return false;
+        if (this.state === "held" && this.opts.clock() >= this.deadline) {
+          this.end(this.unconfirmed()); // never a resume past a holder's deadline
+          return false;
+        }
+        return true;
+      },
+      attempt: (m, i) => this.attempt(m, i),
+    };
     const c = this.#newConn(sock, raw, idx, 0, "claim");
     this.#conn = c;
     this.sentAt = opts.clock();
@@ -396,9 +386,9 @@ export class Session {
     if (err instanceof NotLeaderError) {
       const hint = this.opts.mover.addrs.indexOf(err.serverMessage);
       first = hint >= 0 ? hint : c.idx + 1;
-      if (hint < 0) wait = jitter(1, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs);
+      if (hint < 0) wait = jitter(1);
     } else if (how.kind === "error" && !(err instanceof ShutdownError)) {
-      wait = jitter(1, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs); // OVERLOADED, or a condition not yet named: back off first
+      wait = jitter(1); // OVERLOADED, or a condition not yet named: back off first
     }
     if (this.state === "waiting") wait = Math.max(wait, Math.random() * this.sched.leaseMs / 8);
     this.startMove(`${c.addr} ended the claim's connection (${err.message})`, first, { wait });
@@ -417,70 +407,23 @@ export class Session {
   }
 
   private startMove(why: string, first: number, o: { wait?: number; silence?: boolean } = {}): void {
-    const n = this.opts.mover.addrs.length;
-    if (this.#move) {
-      // Already moving: the claim's connection ended meanwhile; the hint, if any, is where the next attempt goes.
-      this.#move.next = ((first % n) + n) % n;
-      this.#move.silence = false;
-      return this.pump();
-    }
-    const m: Move = { startedAt: this.opts.clock(), from: this.addr, why, made: 0, next: ((first % n) + n) % n, failures: 0, redirects: 0, busy: false, silence: o.silence ?? false };
+    // Already moving: the claim's connection ended meanwhile; the next attempt goes where it says.
+    if (this.#move) return this.#move.aim(first);
+    const m = new Move(this.#host, this.addr, why, first, o.silence ?? false);
     this.#move = m;
     this.opts.log.info(`baton: lock ${JSON.stringify(this.name)}: ${why}; moving the claim`, { lock: this.name, addr: this.addr, event: "move" });
-    if (o.wait && o.wait > 0) this.waitThen(m, o.wait);
-    else this.pump();
+    m.start(o.wait);
   }
 
   private stopMove(): void {
-    const m = this.#move;
-    if (!m) return;
-    clearTimeout(m.wait);
-    clearTimeout(m.spread);
+    this.#move?.stop();
     this.#move = undefined;
-  }
-
-  private waitThen(m: Move, ms: number): void {
-    m.busy = true;
-    m.wait = setTimeout(() => {
-      m.busy = false;
-      m.wait = undefined;
-      m.redirects = 0; // after a backoff, hints are followed at once again
-      this.pump();
-    }, ms);
-    if (this.opts.unref && this.state === "held") m.wait.unref();
-  }
-
-  /** Makes the move's next attempt if one is due: one open attempt per address, lease/8 after the newest. */
-  private pump(): void {
-    const m = this.#move;
-    if (!m || m !== this.#move || m.busy || this.state === "ended" || this.closing) return;
-    const now = this.opts.clock();
-    if (this.state === "held" && now >= this.deadline) return this.end(this.unconfirmed());
-    clearTimeout(m.spread);
-    m.spread = undefined;
-    let newest: number | undefined;
-    for (const a of this.#attempts) if (newest === undefined || a.sentAt > newest) newest = a.sentAt;
-    if (newest !== undefined && now < newest + this.sched.leaseMs / 8) {
-      m.spread = setTimeout(() => this.pump(), newest + this.sched.leaseMs / 8 - now);
-      if (this.opts.unref && this.state === "held") m.spread.unref();
-      return;
-    }
-    const n = this.opts.mover.addrs.length;
-    const open = new Set([...this.#attempts].map((a) => a.idx));
-    for (let k = 0; k < n; k++) {
-      const i = (m.next + k) % n;
-      if (!open.has(i)) return this.attempt(m, i);
-    }
-    // Every address has an attempt open: their answers or ends decide.
   }
 
   private attempt(m: Move, idx: number): void {
     const addrs = this.opts.mover.addrs;
-    m.busy = true;
-    m.next = (idx + 1) % addrs.length;
     this.opts.mover.dial(idx, this.#dials.signal).then(
       ([sock, raw]) => {
-        m.busy = false;
         if (this.state === "ended" || this.closing || this.#move !== m) {
           // The move is over: nothing was sent on this one, so closing it takes nothing.
           sock.destroy();
@@ -511,19 +454,16 @@ export class Session {
         });
         c.resume = { held: this.state === "held", id: this.state === "held" ? this.token : this.ticket };
         this.#attempts.add(c);
-        m.made++;
         this.opts.log.debug(`baton: lock ${JSON.stringify(this.name)}: resume attempt ${number} to ${c.addr}`, { lock: this.name, addr: c.addr, attempt: number, event: "resume-attempt" });
         c.sentAt = this.opts.clock();
         c.write(frame);
-        this.pump();
+        m.sent();
       },
       (e: Error) => {
-        m.busy = false;
         if (this.state === "ended" || this.closing || this.#move !== m) return;
         if (e instanceof TLSError) return this.end(e); // a configuration: never retried
         this.opts.log.debug(`baton: lock ${JSON.stringify(this.name)}: resume attempt to ${addrs[idx]}: cannot connect: ${e.message}`, { lock: this.name, addr: addrs[idx], event: "resume-failed" });
-        m.failures++;
-        this.waitThen(m, jitter(m.failures, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs));
+        m.dialFailed();
       },
     );
   }
@@ -544,15 +484,7 @@ export class Session {
       if (!this.#conn) this.startMove(`resume attempt ${c.number} to ${c.addr} ended: ${err.message}`, c.idx + 1);
       return;
     }
-    m.failures++;
-    const hint = err instanceof NotLeaderError ? this.opts.mover.addrs.indexOf(err.serverMessage) : -1;
-    if (hint >= 0 && m.redirects < REDIRECT_BUDGET) {
-      m.redirects++;
-      m.next = hint;
-      return this.pump();
-    }
-    if (m.busy) return; // a dial or a wait is under way already
-    this.waitThen(m, jitter(m.failures, MOVE_BACKOFF.baseMs, MOVE_BACKOFF.capMs));
+    m.ended(err instanceof NotLeaderError ? this.opts.mover.addrs.indexOf(err.serverMessage) : -1);
   }
 
   private onFrame(c: Conn, f: wire.Frame, at: number): void {
