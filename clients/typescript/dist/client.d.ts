@@ -14,8 +14,6 @@ export declare const DEFAULT_DIAL_TIMEOUT_MS = 5000;
  * number, the same in every Baton client.
  */
 export declare const READER_LIMIT = 65535;
-/** How long an address that answered VERSION to version 3 is sent version 1 and 2 only; then version 3 is tried again (an upgrade). */
-export declare const VERSION_2_MEMORY_MS = 60000;
 /** Options of a Client. */
 export interface ClientOptions {
     /** The lease in ms: after this long of silence the server moves the lock. Default 10 s. */

@@ -34,7 +34,7 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Client = exports.VERSION_2_MEMORY_MS = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = void 0;
+exports.Client = exports.READER_LIMIT = exports.DEFAULT_DIAL_TIMEOUT_MS = exports.DEFAULT_LEASE_MS = void 0;
 const net = __importStar(require("node:net"));
 const os = __importStar(require("node:os"));
 const tls = __importStar(require("node:tls"));
@@ -59,7 +59,7 @@ exports.READER_LIMIT = wire.MAX_LIMIT;
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
 /** How long an address that answered VERSION to version 3 is sent version 1 and 2 only; then version 3 is tried again (an upgrade). */
-exports.VERSION_2_MEMORY_MS = 60_000;
+const VERSION_2_MEMORY_MS = 60_000;
 /** The version 2 fields of a claim from its options, or undefined for an exclusive claim (version 1). */
 function claimOf(opts) {
     if (opts.shared !== undefined && typeof opts.shared !== "boolean")
@@ -193,7 +193,7 @@ class Client {
     /** addrs[i] answered VERSION to version 3: send it versions 1 and 2 for a while. */
     #rememberV2(i) {
         if (!this.#speaksV2.has(i)) {
-            this.#log.info(`baton: ${this.addrs[i]} does not speak protocol version 3; sending it versions 1 and 2 for ${exports.VERSION_2_MEMORY_MS / 1000} s (claims there cannot move to another server)`, { addr: this.addrs[i], event: "version-fallback" });
+            this.#log.info(`baton: ${this.addrs[i]} does not speak protocol version 3; sending it versions 1 and 2 for ${VERSION_2_MEMORY_MS / 1000} s (claims there cannot move to another server)`, { addr: this.addrs[i], event: "version-fallback" });
         }
         this.#speaksV2.set(i, this.#clock());
     }
@@ -202,7 +202,7 @@ class Client {
         const since = this.#speaksV2.get(i);
         if (since === undefined)
             return true;
-        if (this.#clock() - since < exports.VERSION_2_MEMORY_MS)
+        if (this.#clock() - since < VERSION_2_MEMORY_MS)
             return false;
         this.#speaksV2.delete(i);
         return true;
@@ -309,7 +309,7 @@ class Client {
         if (opts.resume !== undefined && typeof opts.resume !== "boolean")
             throw new errors_js_1.BadRequestError(`resume ${String(opts.resume)} is not true or false`);
         const kind = claim ?? { shared: false, limit: 1 };
-        const v3 = opts.resume ?? this.#resume ? wire.encodeAcquireV3(name, this.leaseMs, owner, opts.nowait ?? false, kind) : undefined;
+        const v3 = (opts.resume ?? this.#resume) ? wire.encodeAcquireV3(name, this.leaseMs, owner, opts.nowait ?? false, kind) : undefined;
         const frames = { legacy, v3, claim: { name, owner, leaseMs: this.leaseMs, ...kind } };
         const maxHoldMs = opts.maxHoldMs;
         if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {

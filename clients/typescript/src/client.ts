@@ -42,7 +42,7 @@ export const READER_LIMIT = wire.MAX_LIMIT;
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
 /** How long an address that answered VERSION to version 3 is sent version 1 and 2 only; then version 3 is tried again (an upgrade). */
-export const VERSION_2_MEMORY_MS = 60_000;
+const VERSION_2_MEMORY_MS = 60_000;
 
 /** Options of a Client. */
 export interface ClientOptions {
@@ -455,7 +455,7 @@ export class Client {
     const legacy = wire.encodeAcquire(name, this.leaseMs, owner, opts.nowait ?? false, claim);
     if (opts.resume !== undefined && typeof opts.resume !== "boolean") throw new BadRequestError(`resume ${String(opts.resume)} is not true or false`);
     const kind = claim ?? { shared: false, limit: 1 };
-    const v3 = opts.resume ?? this.#resume ? wire.encodeAcquireV3(name, this.leaseMs, owner, opts.nowait ?? false, kind) : undefined;
+    const v3 = (opts.resume ?? this.#resume) ? wire.encodeAcquireV3(name, this.leaseMs, owner, opts.nowait ?? false, kind) : undefined;
     const frames = { legacy, v3, claim: { name, owner, leaseMs: this.leaseMs, ...kind } };
     const maxHoldMs = opts.maxHoldMs;
     if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {
