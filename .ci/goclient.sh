@@ -5,14 +5,15 @@
 # imports it and its fencing kits (clients/go/fence), through a replace to
 # this tree, must build, and list in `go list -m all` nothing but itself,
 # the client and at most golang.org/x/sys. The client's tests run in the
-# README's test command (clients/clients_test.go: TestGoClient).
+# README's test command (clients/clients_test.go: TestGoClient), its
+# mutation gate among them (clients/go/mutations_test.go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 client=github.com/batonlock/baton/clients/go
 
-echo "--- the Go client's module: verify, vet (linux and darwin)"
-(cd clients/go && go mod verify && go vet ./... && GOOS=darwin go vet ./...)
+echo "--- the Go client's module: verify, vet (linux and darwin, and the faultinject build of its mutation gate)"
+(cd clients/go && go mod verify && go vet ./... && GOOS=darwin go vet ./... && go vet -tags faultinject ./...)
 
 echo "--- a program that imports the Go client gets nothing of the server"
 consumer=$(mktemp -d)

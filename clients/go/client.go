@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +37,10 @@ type Client struct {
 	// now reads the clock of every lock's deadline: clock.Now, which
 	// counts a suspend of the machine. Tests replace it.
 	now func() time.Time
+	// noV3At holds, by address, when it answered VERSION to protocol
+	// version 3 (resume.go).
+	v3mu   sync.Mutex
+	noV3At map[string]time.Time
 }
 
 // New returns a client for the servers at addrs (host:port each), tried in
@@ -138,30 +141,34 @@ func (c *Client) acquire(ctx context.Context, name string, parent context.Contex
 
 // acquireWith is acquire with the claim's settings made.
 func (c *Client) acquireWith(ctx context.Context, name string, parent context.Context, set settings, onLost func(error)) (*Lock, error) {
-	frame, lease, err := set.acquireFrame(name)
+	v3, legacy, resume, lease, err := set.claimFrames(name)
 	if err != nil {
 		return nil, &opError{op: "acquire", name: name, err: err}
 	}
 	// A NOWAIT call cannot wait on itself: the server answers it BUSY.
-	if !c.claim(name, set.shared, set.limit, set.queueBehindSelf || set.noWait) {
+	if !c.reserve(name, set.shared, set.limit, set.queueBehindSelf || set.noWait) {
 		return nil, &opError{op: "acquire", name: name, err: ErrAlreadyHeld}
 	}
-	l, err := c.acquireLoop(ctx, name, parent, &set, sessionConfig{
+	l, err := c.acquireLoop(ctx, name, parent, &set, claimConfig{
 		lease:   lease,
-		acquire: frame,
+		acquire: v3,
+		legacy:  legacy,
+		resume:  resume,
 		shared:  set.shared,
 		limit:   set.limit,
 		waiting: set.waitingFunc(),
 		maxHold: set.maxHold,
 		log:     set.logger,
 		onLost:  onLost,
+		onMoved: set.moved,
 		now:     c.now,
+		mv:      c.mover(&set),
 	})
 	if err != nil {
-		c.unclaim(name, set.shared)
+		c.unreserve(name, set.shared)
 		return nil, err
 	}
-	l.s.onEnd(func() { c.unclaim(name, set.shared) })
+	l.s.onEnd(func() { c.unreserve(name, set.shared) })
 	return l, nil
 }
 
@@ -172,13 +179,13 @@ type nameUse struct {
 	limit     int // the limit of the shared ones
 }
 
-// claim counts one more use of name, unless this Client's own claims of
+// reserve counts one more use of name, unless this Client's own claims of
 // the name would keep the new one from being granted and queueing behind
 // itself was not asked for: any claim of its own, for an exclusive claim;
 // an exclusive one, or as many shared ones as the limit, for a shared
 // claim. A shared claim beside fewer of its own is let through: a process
 // may hold several slots of one semaphore.
-func (c *Client) claim(name string, shared bool, limit int, queueBehindSelf bool) bool {
+func (c *Client) reserve(name string, shared bool, limit int, queueBehindSelf bool) bool {
 	c.inUseMu.Lock()
 	defer c.inUseMu.Unlock()
 	u := c.inUse[name]
@@ -208,9 +215,9 @@ func (c *Client) claim(name string, shared bool, limit int, queueBehindSelf bool
 	return true
 }
 
-// unclaim ends one use of name: an Acquire that failed, or a Lock's session
-// that ended.
-func (c *Client) unclaim(name string, shared bool) {
+// unreserve ends one use of name: an Acquire that failed, or a Lock's
+// claim that ended.
+func (c *Client) unreserve(name string, shared bool) {
 	c.inUseMu.Lock()
 	defer c.inUseMu.Unlock()
 	u := c.inUse[name]
@@ -228,8 +235,10 @@ func (c *Client) unclaim(name string, shared bool) {
 }
 
 // acquireLoop connects, waits and reconnects until the lock is granted, the
-// session fails for good, or ctx ends.
-func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Context, set *settings, cfg sessionConfig) (*Lock, error) {
+// claim fails for good, or ctx ends. (A claim of version 3 that moves, to
+// another server or the same one, is still the same claim: the loop sees
+// nothing of it.)
+func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Context, set *settings, cfg claimConfig) (*Lock, error) {
 	var (
 		idx      = int(c.last.Load()) % len(c.addrs)
 		reached  bool  // some server was reached during this call
@@ -270,15 +279,23 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 		reached = true
 
 		l, err := c.await(ctx, s, lastErr)
-		if l != nil {
-			logAt(set.logger, slog.LevelDebug, "baton: lock acquired",
-				slog.String("lock", name), slog.String("addr", s.addr), slog.String("token", strconv.FormatUint(l.token, 10)))
-		}
 		if l != nil || err != nil {
 			return l, err
 		}
-		// The session ended while waiting; s.err says why.
+		// The claim ended while waiting; s.err says why.
+		if s.v3 && !s.replied && errors.Is(s.err, ErrVersion) {
+			// A server older than protocol version 3: the same claim as
+			// version 1 or 2 at once, on a new connection to the same
+			// address, which is then sent those for a while.
+			c.noV3(s.addr)
+			logAt(set.logger, slog.LevelInfo, "baton: the server does not speak protocol version 3; its claims end with their connections",
+				attrLock(name), attrAddr(s.addr), slog.Duration("for", v3Retry))
+			continue
+		}
 		lastErr = s.err
+		if i, ok := c.index(s.addr); ok {
+			idx = i // where the claim was last, if it moved
+		}
 		atOnce, retry := retryable(s.err)
 		if !retry {
 			return nil, &opError{op: "acquire", name: name, err: limitMismatch(s.err, set.limit)}
@@ -347,7 +364,7 @@ func (c *Client) acquireLoop(ctx context.Context, name string, parent context.Co
 // await waits for the session to be granted, to end, or for ctx. It returns
 // (nil, nil) when the session ended while waiting and Acquire may try again.
 // lastErr is why the previous attempt failed, for the error if ctx ends.
-func (c *Client) await(ctx context.Context, s *session, lastErr error) (*Lock, error) {
+func (c *Client) await(ctx context.Context, s *claim, lastErr error) (*Lock, error) {
 	select {
 	case token := <-s.granted:
 		if ctx.Err() != nil {
@@ -391,6 +408,9 @@ func retryable(err error) (atOnce, retry bool) {
 			return true, true
 		case we.Code == wire.CodeLeaseExpired:
 			// Our heartbeats did not get through; we still want the lock.
+			return true, true
+		case we.Code == wire.CodeResumeRefused:
+			// The waiter's place could not be carried over: a new place.
 			return true, true
 		case we.Code.Class() == wire.ClassServer:
 			return false, true // OVERLOADED, and server conditions not yet named
@@ -446,13 +466,24 @@ func normalAddr(addr string) string {
 // that two nodes naming each other (stale views) cannot spin the client.
 func (c *Client) redirectBudget() int { return 2 * len(c.addrs) }
 
-// connect dials the addresses from *idx on, once each, and starts a session
-// on the first that answers; *idx is left on it.
-func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, name string, cfg sessionConfig) (*session, error) {
+// connect dials the addresses from *idx on, once each, and starts a claim
+// on the first that answers; *idx is left on it. The claim is sent as
+// version 3 unless the address answered VERSION to it lately.
+func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, name string, cfg claimConfig) (*claim, error) {
 	var errs []error
 	for i := range c.addrs {
 		j := (*idx + i) % len(c.addrs)
-		conn, raw, err := c.dial(ctx, c.addrs[j], set)
+		frame, v3 := cfg.legacy, false
+		if cfg.acquire != nil && c.speaksV3(c.addrs[j]) {
+			frame, v3 = cfg.acquire, true
+		}
+		dset := set
+		if set.fastOpen {
+			dset = new(settings)
+			*dset = *set
+			dset.syn = frame
+		}
+		conn, raw, err := c.dial(ctx, c.addrs[j], dset)
 		if err != nil {
 			logAt(set.logger, slog.LevelDebug, "baton: dial failed",
 				slog.String("lock", name), slog.String("addr", c.addrs[j]), slog.Any("err", err))
@@ -465,7 +496,7 @@ func (c *Client) connect(ctx, parent context.Context, set *settings, idx *int, n
 		logAt(set.logger, slog.LevelDebug, "baton: connected", slog.String("lock", name), slog.String("addr", c.addrs[j]))
 		*idx = j
 		c.last.Store(uint32(j))
-		return startSession(parent, conn, raw, c.addrs[j], name, cfg), nil
+		return startClaim(parent, conn, raw, c.addrs[j], name, frame, v3, cfg), nil
 	}
 	return nil, errors.Join(errs...)
 }

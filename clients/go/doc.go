@@ -60,8 +60,9 @@
 // The limit belongs to the name while it has shared sessions: a shared
 // claim that gives another limit fails at once with a *LimitMismatchError
 // (matching ErrLimitMismatch), which says the limit in force; it is never
-// retried. An exclusive claim is sent as protocol version 1, byte for
-// byte, as without these options; a shared one as version 2.
+// retried. A claim is sent as protocol version 3 (see below); with
+// WithResume(false), an exclusive claim is sent as version 1, byte for
+// byte as without these options, and a shared one as version 2.
 //
 // Every grant has its own fencing token, larger than every earlier one of
 // the name, and two holders never share one. With several holders, the
@@ -92,6 +93,27 @@
 // Release and Do return the same error. A held lock is never taken again
 // behind the caller's back: whether to try again is the caller's decision
 // (IsRetryable helps).
+//
+// # Claims that move to the next server
+//
+// A claim is sent as protocol version 3 (unless WithResume(false)), and a
+// server of that version gives it a credential. When the server ends the
+// claim's connection itself (a restart: SHUTDOWN; a change of leader in a
+// cluster: NOT_LEADER, or the end of the stream when its process died) or
+// goes silent, the client carries the claim to the next server on a new
+// connection, within the claim's own deadline: a holder keeps its token and
+// its Lock, a waiter its place in the queue. The Lock's context, Err, Done
+// and ValidUntil, and the work, go on through the move; WithMovedFunc and
+// WithLogger tell it. A reset of the connection, which may have been a
+// release on the server's side, is never moved across; neither is the
+// deadline: past it the lock is lost, wherever the move stands. A claim
+// the next server cannot continue ends with ErrResumeRefused,
+// ErrSuperseded, ErrMoved or ErrBadCredential (wrapped with ErrLockLost
+// for a holder; a waiter whose place is refused takes a new one). A server
+// older than version 3 answers VERSION: the client sends it the same claim
+// as version 1 (2 if shared) at once, remembers that address for a
+// minute, and such a claim ends with its connection. docs/clients.md has
+// the details.
 //
 // # Pauses: ask the clock before each step
 //
@@ -131,7 +153,7 @@
 //
 // Each lock's connection has one permanent reader, so the server's promotion
 // of a waiter is seen the moment it arrives, and one loop that sends
-// heartbeats, as PROTOCOL.md prescribes:
+// heartbeats, as docs/protocol.md prescribes:
 //
 //	baseInterval  = lease / 4
 //	clientTimeout = lease * 0.8
@@ -175,8 +197,13 @@
 //     is retried: the caller still wants the lock).
 //
 //   - Client errors: ErrProtocol, ErrBadRequest, ErrVersion, ErrUnauthorized,
-//     ErrLimitMismatch. Never retried. Names, owners and leases are checked
-//     before dialling, with the server's rules, as ErrBadRequest.
+//     ErrLimitMismatch, ErrBadCredential. Never retried. Names, owners and
+//     leases are checked before dialling, with the server's rules, as
+//     ErrBadRequest.
+//
+//   - The refusals of a move (protocol version 3): ErrResumeRefused,
+//     ErrSuperseded, ErrMoved, ErrBadCredential. They end the claim; a
+//     refused waiter takes a new place by itself.
 //
 //   - No server answers (ErrNoAnswer): a server that accepted the
 //     connection but did not answer the ACQUIRE within 0.8 × lease (at
@@ -217,6 +244,8 @@
 //
 // # Resources
 //
-// A Client holds no connection; each Lock holds one, and two goroutines that
-// end when the lock ends, released or lost.
+// A Client holds no connection; each Lock holds one (more while it moves:
+// its resume attempts, and the connections it left until their server ends
+// them), a goroutine that keeps its time and one reader per connection,
+// all of which end when the lock ends, released or lost.
 package baton

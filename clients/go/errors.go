@@ -105,7 +105,9 @@ var (
 	ErrBadRequest error = &wire.Error{Code: wire.CodeBadRequest}
 	// ErrVersion: the server does not speak the claim's protocol version
 	// (VERSION): version 1, or version 2 for a shared claim, which a
-	// server older than shared claims refuses.
+	// server older than shared claims refuses. (A server that does not
+	// speak version 3 is sent version 1 or 2 instead, by the client
+	// itself: this error never comes of version 3.)
 	ErrVersion error = &wire.Error{Code: wire.CodeVersion}
 	// ErrUnauthorized: the server refused this client (UNAUTHORIZED).
 	ErrUnauthorized error = &wire.Error{Code: wire.CodeUnauthorized}
@@ -114,6 +116,37 @@ var (
 	// sessions set (LIMIT_MISMATCH). The error is a *LimitMismatchError,
 	// which gives that limit.
 	ErrLimitMismatch error = &wire.Error{Code: wire.CodeLimitMismatch}
+
+	// Protocol version 3: a claim carried to a new connection (a move, see
+	// the package doc) can be refused. Each ends the claim; a held lock is
+	// then lost (wrapped with ErrLockLost). None is ever answered with
+	// another resume of the same claim.
+
+	// ErrResumeRefused: the server cannot continue the claim
+	// (RESUME_REFUSED): it ended there (expired, released by an operator,
+	// ended by the server), it came back after the window for resumes, or
+	// its credential is too old. A waiter that is refused takes a new place
+	// at the end of the queue by itself; a holder's lock is lost, and a new
+	// Acquire is a new grant with a new token (IsRetryable is true, as
+	// for ErrLeaseExpired).
+	ErrResumeRefused error = &wire.Error{Code: wire.CodeResumeRefused}
+	// ErrSuperseded: after a crash of the server, a resumed claim with a
+	// higher token that cannot hold beside this one won (SUPERSEDED). It
+	// means the claim had ended without this client being told: a
+	// TCP-terminating proxy between client and server, clocks that run
+	// at different rates, or a credential in other hands. Logged at Error;
+	// not retryable: look into it.
+	ErrSuperseded error = &wire.Error{Code: wire.CodeSuperseded}
+	// ErrMoved: the server moved the claim to a connection that is not
+	// this client's (MOVED on the claim's own connection with no resume of
+	// this client's open there): another connection used the claim's
+	// credential. Logged at Error; not retryable.
+	ErrMoved error = &wire.Error{Code: wire.CodeMoved}
+	// ErrBadCredential: the server did not compute the credential a resume
+	// carried (BAD_CREDENTIAL): the address list mixes servers of two
+	// clusters or data directories, the client certificate's key changed,
+	// or a bug. A client error: never retried.
+	ErrBadCredential error = &wire.Error{Code: wire.CodeBadCredential}
 )
 
 // IsRetryable reports whether err, from Acquire, Do or a lost Lock, is
@@ -122,21 +155,24 @@ var (
 // would meet again.
 //
 // True for the server conditions (ErrShutdown, ErrOverloaded, ErrNotLeader),
-// ErrUnconfirmed and ErrLeaseExpired (the confirmation did not get
-// through), ErrNoAnswer, a broken connection, and a dial that reached no
-// server (a wrong address looks the same: bound the tries). False for nil,
-// for the end of the caller's own context (context.Canceled,
-// DeadlineExceeded), for an operator's decision (ErrForceReleased,
-// ErrKicked), for ErrBusy (the caller asked not to wait), for
-// ErrMaxHoldReached, for client errors (ErrBadRequest, ErrUnauthorized,
-// ErrVersion, ErrProtocol, ErrLimitMismatch, ErrAlreadyHeld, ErrWrongPort,
-// a server that broke the protocol), and for errors that
-// are not the client's (the work's own, in Do). For a lost lock, the
-// cause decides.
+// ErrUnconfirmed, ErrLeaseExpired and ErrResumeRefused (the confirmation,
+// or the claim's move, did not get through in time), ErrNoAnswer, a broken
+// connection, and a dial that reached no server (a wrong address looks
+// the same: bound the tries). False for nil, for the end of the caller's
+// own context (context.Canceled, DeadlineExceeded), for an operator's
+// decision (ErrForceReleased, ErrKicked), for ErrBusy (the caller asked
+// not to wait), for ErrMaxHoldReached, for a claim that ended unseen or
+// whose credential another connection used (ErrSuperseded, ErrMoved), for
+// client errors (ErrBadRequest, ErrUnauthorized, ErrVersion, ErrProtocol,
+// ErrLimitMismatch, ErrBadCredential, ErrAlreadyHeld, ErrWrongPort, a
+// server that broke the protocol), and for errors that are not the
+// client's (the work's own, in Do). For a lost lock, the cause decides.
 //
 // The client never retries a held lock by itself: a new try is a new
 // grant, with a new token, and the work must start again from what the
-// guarded resource has recorded.
+// guarded resource has recorded. (Carrying a claim to the next server in
+// a move, protocol version 3, is not a retry: the claim and its token stay
+// the same, and the lock is not lost.)
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
@@ -157,7 +193,7 @@ func IsRetryable(err error) bool {
 		return false
 	case errors.As(err, &we):
 		// Found before any net.Error: a TLS refusal wraps both.
-		return we.Code.Class() == wire.ClassServer || we.Code == wire.CodeLeaseExpired
+		return we.Code.Class() == wire.ClassServer || we.Code == wire.CodeLeaseExpired || we.Code == wire.CodeResumeRefused
 	case errors.Is(err, ErrUnconfirmed), errors.Is(err, ErrNoAnswer), errors.As(err, &ce):
 		return true
 	case errors.As(err, &ne):
@@ -394,3 +430,47 @@ type violationError struct {
 func (e *violationError) Error() string {
 	return fmt.Sprintf("server %s broke the protocol: %s", e.addr, e.what)
 }
+
+// serverGoneError is the end of the claim's connection with no ERROR
+// before it, at a frame boundary: the server's process or host went away.
+type serverGoneError struct{ addr string }
+
+func (e *serverGoneError) Error() string {
+	return "server " + e.addr + " closed the connection without an ERROR (it went away)"
+}
+
+// silentError is a server that did not answer for waited: a holder's
+// heartbeat, or a waiter up to its deadline.
+type silentError struct {
+	addr   string
+	waited time.Duration
+}
+
+func (e *silentError) Error() string {
+	return fmt.Sprintf("no answer from %s for %v", e.addr, roundWaited(e.waited))
+}
+
+// takenError is MOVED on the claim's own connection with no resume of this
+// client open at that server: another connection took the claim over with
+// its credential. It matches ErrMoved.
+type takenError struct {
+	addr string
+	err  *wire.Error
+}
+
+func (e *takenError) Error() string {
+	return fmt.Sprintf("server %s moved the claim to a connection that is not this client's: its credential was used elsewhere (MOVED)", e.addr)
+}
+
+func (e *takenError) Unwrap() error { return e.err }
+
+// placeLostError is a waiter's move that no server answered within a
+// lease: its place is given up. It matches ErrNoAnswer, so that Acquire
+// takes a new place after a backoff.
+type placeLostError struct{ waited time.Duration }
+
+func (e *placeLostError) Error() string {
+	return fmt.Sprintf("no server took the waiter's place back within %v; taking a new place", roundWaited(e.waited))
+}
+
+func (e *placeLostError) Unwrap() error { return ErrNoAnswer }

@@ -272,6 +272,26 @@ func ExampleWithMaxHold() {
 	// lock "jobs/hourly" lost: maximum hold reached: held for 50ms
 }
 
+// WithMovedFunc reports each move of a claim to the next server (a
+// restart, a change of leader: protocol version 3), which the work does
+// not otherwise see: its context and its Lock go on. (No output: the move
+// needs a server that restarts meanwhile.)
+func ExampleWithMovedFunc() {
+	c, err := baton.New([]string{"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"},
+		baton.WithMovedFunc(func(m baton.Moved) {
+			log.Printf("lock %s moved from %s to %s in %v (%v)", m.Name, m.From, m.To, m.Took, m.Reason)
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.Do(context.Background(), "jobs/nightly", func(ctx context.Context, l *baton.Lock) error {
+		return nil // through a rolling restart of the cluster, as if nothing happened
+	})
+	if errors.Is(err, baton.ErrResumeRefused) {
+		log.Print("the lock could not be carried to the next server in time")
+	}
+}
+
 // IsRetryable tells a loss worth another try (a server going away, a
 // broken link) from one that is not (an operator's force-release).
 func ExampleIsRetryable() {

@@ -8,11 +8,13 @@ import (
 // A Lock is one held lock: one open connection to the server, kept alive by
 // heartbeats. It is safe for concurrent use. Call Release when done; until
 // then, or until ownership ends, the lock stays held however long the work
-// takes.
+// takes. A move of the claim to the next server (protocol version 3: a
+// restart, a change of leader) does not end it: the Lock, its token and
+// its context go on, on the new connection.
 type Lock struct {
 	name  string
 	token uint64
-	s     *session
+	s     *claim
 }
 
 // Name is the lock's name.
@@ -64,7 +66,7 @@ func (l *Lock) Err() error { return context.Cause(l.s.ctx) }
 // away (force-release, server shutdown, a broken connection): the client's
 // deadline, 0.8 × lease after the send of the last request the server
 // answered, or the end of the maximum hold if sooner. Heartbeats move it
-// on. It is on time.Now's clock, as the time left when it is asked:
+// on, and so does the answer to a move's resume. It is on time.Now's clock, as the time left when it is asked:
 // compare it with time.Now, or use time.Until, to decide whether a step
 // fits, and ask again for the next step (after a suspend of the machine,
 // an answer given before it is too late by the suspend's length; Err is
@@ -93,6 +95,8 @@ func (l *Lock) Done() <-chan struct{} { return l.s.ctx.Done() }
 
 // Release closes the connection, which releases the lock (the server hands it
 // to the next waiter at once), and waits for the lock's goroutines to end.
+// During a move it closes every connection of the claim, the resume
+// attempts included.
 // The close is a reset unless WithNormalClose: no TIME_WAIT socket is left
 // behind (see there for the trade). It
 // returns nil if the lock was held until Release, or the error that ended it

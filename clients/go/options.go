@@ -56,8 +56,11 @@ type settings struct {
 	normalClose     bool // WithNormalClose
 	fastOpen        bool // WithTCPFastOpen
 	// syn is the ACQUIRE that dialTCP sends in the SYN with Fast Open; set
-	// by acquireFrame.
+	// for each dial of a claim's first connection, never for a resume.
 	syn []byte
+	// noResume: WithResume(false).
+	noResume bool
+	moved    func(Moved) // WithMovedFunc; nil for none
 	// shared and limit are the claim's kind (WithLimit, WithShared): an
 	// exclusive claim, or a shared one on a name of limit slots.
 	shared bool
@@ -137,8 +140,8 @@ func WithNoWait(noWait bool) Option { return func(s *settings) { s.noWait = noWa
 // shared sessions: a different one fails with an error matching
 // ErrLimitMismatch (see LimitMismatchError), never retried. WithLimit and
 // WithShared both set the claim's kind; the last one given wins. Without
-// either, a claim is exclusive (and is sent as protocol version 1, byte
-// for byte).
+// either, a claim is exclusive (sent with WithResume(false) as protocol
+// version 1, byte for byte).
 func WithLimit(n int) Option { return func(s *settings) { s.shared, s.limit = true, n } }
 
 // WithShared(true) makes the claim a reader of a read/write lock: shared
@@ -254,13 +257,19 @@ func WithNormalClose(normal bool) Option { return func(s *settings) { s.normalCl
 // the SYN instead.)
 func WithTCPFastOpen(on bool) Option { return func(s *settings) { s.fastOpen = on } }
 
-// WithLogger has the client log to l: at Debug, connections, grants and
-// releases; at Info, reconnections while waiting, redirects by a node that
-// is not the leader, and the maximum hold; at Warn, a request the server
-// has not answered within a beat (lease/4), an attempt that no server
-// answered (ErrNoAnswer: "no answer from the server", with the address
-// and the wait, or "no server reachable" after one had answered), and the
-// loss of a lock, with its cause. nil, the default, logs nothing.
+// WithLogger has the client log to l: at Debug, connections, grants,
+// releases and each resume attempt; at Info, reconnections while waiting,
+// redirects by a node that is not the leader, a server that does not speak
+// protocol version 3, the maximum hold, and each move of a claim ("moving
+// the claim" when it begins, "claim moved" with where from, where to, the
+// attempts and how long it took); at Warn, a request the server has not
+// answered within a beat (lease/4), a move begun by silence, an attempt
+// that no server answered (ErrNoAnswer: "no answer from the server", with
+// the address and the wait, or "no server reachable" after one had
+// answered), a refused resume, and the loss of a lock, with its cause; at
+// Error, a loss that says a premise broke (ErrSuperseded, ErrMoved,
+// ErrBadCredential). nil, the default, logs nothing. No record carries a
+// claim's credential.
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
 func defaultSettings() settings {
@@ -341,13 +350,16 @@ func asRequestError(err error) error {
 	return err
 }
 
-// acquireFrame returns the ACQUIRE frame for name, and the lease as sent.
-func (s *settings) acquireFrame(name string) ([]byte, time.Duration, error) {
+// claimFrames returns the ACQUIRE frames of a claim on name: of protocol
+// version 3 (nil with WithResume(false)), and of the version a client
+// without version 3 sends (1 for an exclusive claim, 2 for a shared one),
+// byte for byte; the claim as a resume names it; and the lease as sent.
+func (s *settings) claimFrames(name string) (v3, legacy []byte, resume wire.Acquire, lease time.Duration, err error) {
 	if err := wire.CheckName(name); err != nil {
-		return nil, 0, asRequestError(err)
+		return nil, nil, wire.Acquire{}, 0, asRequestError(err)
 	}
 	if err := s.check(); err != nil {
-		return nil, 0, err
+		return nil, nil, wire.Acquire{}, 0, err
 	}
 	a := wire.Acquire{
 		Version: wire.Version,
@@ -364,13 +376,23 @@ func (s *settings) acquireFrame(name string) ([]byte, time.Duration, error) {
 		a.Version, a.Limit = wire.Version2, uint16(s.limit)
 		a.Flags |= wire.FlagShared
 	}
-	b, err := wire.AppendAcquire(nil, a)
-	if err != nil {
+	if legacy, err = wire.AppendAcquire(nil, a); err != nil {
 		// Unreachable after the checks above; keep the reason if not.
-		return nil, 0, fmt.Errorf("encode ACQUIRE: %w", err)
+		return nil, nil, wire.Acquire{}, 0, fmt.Errorf("encode ACQUIRE: %w", err)
 	}
-	if s.fastOpen {
-		s.syn = b
+	// Version 3 is laid out as version 2; a resume keeps the claim's kind,
+	// limit, lease, name and owner, and never NOWAIT.
+	resume = a
+	resume.Version, resume.Flags = wire.Version3, a.Flags&wire.FlagShared
+	if !s.shared {
+		resume.Limit = 1
 	}
-	return b, time.Duration(a.LeaseMs) * time.Millisecond, nil
+	if !s.noResume {
+		a3 := resume
+		a3.Flags = a.Flags
+		if v3, err = wire.AppendAcquire(nil, a3); err != nil {
+			return nil, nil, wire.Acquire{}, 0, fmt.Errorf("encode ACQUIRE: %w", err)
+		}
+	}
+	return v3, legacy, resume, time.Duration(a.LeaseMs) * time.Millisecond, nil
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,9 +29,35 @@ type pipeNet struct {
 	// test makes.
 	clock *suspendClock
 
+	// server, if set, serves every connection instead of handing it to
+	// the test as a peer: a fakeCluster's (fakev3_test.go).
+	server func(addr string, c net.Conn, reset func())
+
 	mu    sync.Mutex
 	dials []string        // addresses dialled, in order
 	down  map[string]bool // addresses that refuse
+	// fastOpen records, per dial, whether it was asked for TCP Fast Open
+	// and with which data in the SYN.
+	fastOpen []bool
+	syn      [][]byte
+	// hold, if not nil, makes each dial wait until it is closed or sent a
+	// value: a slow handshake, during which a test can suspend the clock.
+	hold chan struct{}
+}
+
+// pipeEnd is the client's end of a pipe; once reset, a read that fails
+// fails as on a TCP connection that received a reset.
+type pipeEnd struct {
+	net.Conn
+	reset atomic.Bool
+}
+
+func (c *pipeEnd) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.reset.Load() {
+		return n, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	return n, err
 }
 
 func newPipeClient(t *testing.T, addrs []string, opts ...Option) (*Client, *pipeNet) {
@@ -43,21 +72,40 @@ func newPipeClient(t *testing.T, addrs []string, opts ...Option) (*Client, *pipe
 	return c, pn
 }
 
-func (pn *pipeNet) dial(ctx context.Context, addr string, _ *settings) (net.Conn, net.Conn, error) {
+func (pn *pipeNet) dial(ctx context.Context, addr string, set *settings) (net.Conn, net.Conn, error) {
 	pn.mu.Lock()
 	pn.dials = append(pn.dials, addr)
+	pn.fastOpen = append(pn.fastOpen, set.fastOpen)
+	pn.syn = append(pn.syn, set.syn)
 	down := pn.down[addr]
+	hold := pn.hold
 	pn.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
 	if down {
 		return nil, nil, &net.OpError{Op: "dial", Net: "pipe", Err: errors.New("connection refused")}
 	}
-	cc, sc := net.Pipe()
-	if pn.unread {
+	p1, sc := net.Pipe()
+	cc := &pipeEnd{Conn: p1}
+	reset := func() { cc.reset.Store(true); sc.Close() }
+	if pn.server != nil {
 		pn.t.Cleanup(func() { sc.Close() })
-		pn.peers <- &peer{conn: sc, addr: addr}
+		go pn.server(addr, sc, reset)
 		return cc, cc, nil
 	}
-	pn.peers <- newPeer(pn.t, sc, addr)
+	if pn.unread {
+		pn.t.Cleanup(func() { sc.Close() })
+		pn.peers <- &peer{conn: sc, addr: addr, resetConn: reset}
+		return cc, cc, nil
+	}
+	p := newPeer(pn.t, sc, addr)
+	p.resetConn = reset
+	pn.peers <- p
 	return cc, cc, nil
 }
 
@@ -104,10 +152,11 @@ type rx struct {
 
 // peer is the server end of one connection.
 type peer struct {
-	conn net.Conn
-	addr string
-	rx   chan rx // closed when the client's side is closed
-	eof  time.Time
+	conn      net.Conn
+	addr      string
+	rx        chan rx // closed when the client's side is closed
+	eof       time.Time
+	resetConn func() // ends the connection as a reset: the client reads ECONNRESET
 }
 
 func newPeer(t *testing.T, conn net.Conn, addr string) *peer {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -80,11 +81,12 @@ func sentAcquire(t *testing.T, name string, opts ...Option) ([]byte, *Lock) {
 	return wire.AppendFrame(nil, f.typ, f.payload), r.l
 }
 
-// TestVersion2Vectors runs the version 2 vectors through the client: a
-// shared claim's ACQUIRE is the vector's bytes, an exclusive claim stays
-// the version 1 frame, LIMIT_MISMATCH reads as a *LimitMismatchError with
-// the limit of its message, and the bad version 2 ACQUIREs the options
-// can express are refused before dialling.
+// TestVersion2Vectors runs the version 2 vectors through the client: with
+// WithResume(false), a shared claim's ACQUIRE is the vector's bytes and an
+// exclusive claim the version 1 frame, byte for byte as before version 3;
+// LIMIT_MISMATCH reads as a *LimitMismatchError with the limit of its
+// message, and the bad version 2 ACQUIREs the options can express are
+// refused before dialling.
 func TestVersion2Vectors(t *testing.T) {
 	v := loadVersion2Vectors(t)
 	var acquires, errorFrames int
@@ -99,7 +101,7 @@ func TestVersion2Vectors(t *testing.T) {
 				case "ACQUIRE":
 					acquires++
 					fl := f.Fields
-					opts := []Option{WithLease(time.Duration(fl.LeaseMs) * time.Millisecond), WithOwner(fl.Owner), WithNoWait(fl.NoWait)}
+					opts := []Option{WithLease(time.Duration(fl.LeaseMs) * time.Millisecond), WithOwner(fl.Owner), WithNoWait(fl.NoWait), WithResume(false)}
 					if fl.Shared {
 						got, l := sentAcquire(t, fl.Name, append(opts, WithLimit(fl.Limit))...)
 						if !bytes.Equal(got, want) {
@@ -175,9 +177,11 @@ func TestVersion2Vectors(t *testing.T) {
 	}
 }
 
-// TestClaimKind: the options make a claim exclusive (version 1, as without
-// them), a semaphore's slot or a reader; the last one given wins, and the
-// Lock says what it is.
+// TestClaimKind: the options make a claim exclusive, a semaphore's slot or
+// a reader; the last one given wins, and the Lock says what it is. The
+// claim is sent as version 3 (limit 1 for an exclusive one), or with
+// WithResume(false) as before version 3: version 1 for an exclusive claim,
+// 2 for a shared one.
 func TestClaimKind(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -193,26 +197,31 @@ func TestClaimKind(t *testing.T) {
 		{"a limit, then exclusive again", []Option{WithLimit(4), WithShared(false)}, false, 1},
 		{"a shared mutex", []Option{WithLimit(1)}, true, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				got, l := sentAcquire(t, "jobs", append([]Option{WithOwner(""), WithLease(2 * time.Second)}, tc.opts...)...)
-				a, err := wire.DecodeAcquire(got[wire.HeaderSize:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				wantVersion := uint8(wire.Version1)
-				if tc.shared {
-					wantVersion = wire.Version2
-				}
-				if a.Version != wantVersion || a.Shared() != tc.shared || (tc.shared && int(a.Limit) != tc.limit) {
-					t.Errorf("ACQUIRE version %d, shared %v, limit %d; want version %d, shared %v, limit %d",
-						a.Version, a.Shared(), a.Limit, wantVersion, tc.shared, tc.limit)
-				}
-				if l.Shared() != tc.shared || l.Limit() != tc.limit {
-					t.Errorf("Lock: Shared %v, Limit %d; want %v, %d", l.Shared(), l.Limit(), tc.shared, tc.limit)
-				}
+		for _, resume := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, resume %v", tc.name, resume), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					got, l := sentAcquire(t, "jobs", append([]Option{WithOwner(""), WithLease(2 * time.Second), WithResume(resume)}, tc.opts...)...)
+					a, err := wire.DecodeAcquireUpTo(got[wire.HeaderSize:], wire.Version3)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantVersion, wantLimit := uint8(wire.Version3), tc.limit
+					switch {
+					case !resume && tc.shared:
+						wantVersion = wire.Version2
+					case !resume:
+						wantVersion, wantLimit = wire.Version1, 0 // version 1 has no limit
+					}
+					if a.Version != wantVersion || a.Shared() != tc.shared || int(a.Limit) != wantLimit {
+						t.Errorf("ACQUIRE version %d, shared %v, limit %d; want version %d, shared %v, limit %d",
+							a.Version, a.Shared(), a.Limit, wantVersion, tc.shared, wantLimit)
+					}
+					if l.Shared() != tc.shared || l.Limit() != tc.limit {
+						t.Errorf("Lock: Shared %v, Limit %d; want %v, %d", l.Shared(), l.Limit(), tc.shared, tc.limit)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -401,12 +410,12 @@ func TestForName(t *testing.T) {
 			}{{"config", true}, {"data", false}} {
 				p := pn.accept(t)
 				f := p.next(t, wire.TypeAcquire)
-				a, err := wire.DecodeAcquire(f.payload)
+				a, err := wire.DecodeAcquireUpTo(f.payload, wire.Version3)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if a.Name != want.name || a.Shared() != want.shared || (!want.shared && a.Version != wire.Version1) {
-					t.Errorf("claim %d: %+v, want %s shared=%v (an exclusive one in version 1)", i, a, want.name, want.shared)
+				if a.Name != want.name || a.Shared() != want.shared || a.Version != wire.Version3 {
+					t.Errorf("claim %d: %+v, want %s shared=%v in version 3", i, a, want.name, want.shared)
 				}
 				p.acquired(t, uint64(i+1))
 			}
@@ -448,7 +457,7 @@ func TestForName(t *testing.T) {
 				ch := goAcquire(context.Background(), c, tc.name, tc.opts...)
 				p := pn.accept(t)
 				f := p.next(t, wire.TypeAcquire)
-				a, err := wire.DecodeAcquire(f.payload)
+				a, err := wire.DecodeAcquireUpTo(f.payload, wire.Version3)
 				if err != nil {
 					t.Fatal(err)
 				}

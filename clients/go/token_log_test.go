@@ -41,6 +41,7 @@ func TestTokenLoggedExactly(t *testing.T) {
 		if l.Token() != top {
 			t.Fatalf("Token() %d, want %d", l.Token(), uint64(top))
 		}
+		synctest.Wait() // a grant pushed is logged by the claim's goroutine after Acquire returns
 		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 			var rec map[string]any
 			if err := json.Unmarshal([]byte(line), &rec); err != nil {

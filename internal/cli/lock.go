@@ -118,6 +118,8 @@ func (r *runner) hold(lock *baton.Lock, stops <-chan os.Signal) int {
 	r.logf("%s (token %d) until Ctrl-C or SIGTERM", what, lock.Token())
 	for {
 		select {
+		case m := <-r.moves:
+			r.logMove(m)
 		case <-lock.Done():
 			err := lock.Err()
 			lock.Release()

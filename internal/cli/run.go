@@ -83,6 +83,7 @@ type runOptions struct {
 	opsAddrNote    string
 	adminTokenFile string
 	tls            clientTLSOptions
+	resume         bool // -resume: carry the claim to the next server (protocol version 3)
 
 	name    string   // the lock
 	command []string // the command and its arguments
@@ -163,6 +164,15 @@ the start is exit 78 at once (a wrong address). -addr given Baton's ops
 port, or any HTTP port, is exit 78 at once, with the lock port when the
 server names it.
 
+When its server restarts (SIGTERM and start again) or a cluster's leader
+changes (a planned handover, or the leader's crash), baton run carries the
+lock to the next server within the lock's deadline, 0.8 × lease after its
+last confirmation: the command runs on, with the same BATON_TOKEN, and -v
+says that the lock moved, where to and how long it took. A server older
+than protocol version 3 cannot do this: there, and with -resume=false, the
+lock ends with its connection. baton run exits 77 only when the lock is
+really lost.
+
 While it waits, baton run shows one status line on stderr when stderr is a
 terminal: the place in the queue, the time waited and, when -ops-addr is
 given, who holds the lock. It is silent while all goes well when stderr is
@@ -232,6 +242,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "q", false, "print nothing of baton run's own on stderr (no status, no line when it exits non-zero) except usage errors and LIMIT_MISMATCH; the exit status still tells")
 	fs.StringVar(&o.opsAddr, "ops-addr", defaultOpsAddr, "`host:port` of the ops API (a comma-separated list for a cluster), asked while waiting for who holds the lock and the server's grace; the default is asked only when every -addr is on this machine")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "`file` with the ops API's bearer token (else $BATON_ADMIN_TOKEN)")
+	fs.BoolVar(&o.resume, "resume", true, "carry the lock (or the place in the queue) to the next server when the server restarts or a cluster's leader changes, within the lease's deadline (protocol version 3); false behind a TCP proxy that ends connections on both sides")
 	o.tls.register(fs, "server")
 	return fs
 }

@@ -166,6 +166,16 @@ func TestParseRun(t *testing.T) {
 				t.Errorf("options %+v, want those of the environment", o)
 			}
 		}},
+		{"resume by default", nil, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if !o.resume {
+				t.Errorf("resume %v, want true", o.resume)
+			}
+		}},
+		{"resume off", map[string]string{"BATON_RESUME": "false"}, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
+			if o.resume {
+				t.Errorf("resume %v, want false from BATON_RESUME", o.resume)
+			}
+		}},
 		{"exclusive by default", nil, []string{"x", "--", "true"}, func(t *testing.T, o runOptions) {
 			if o.limit.set || o.shared {
 				t.Errorf("limit %+v shared %v, want an exclusive claim", o.limit, o.shared)

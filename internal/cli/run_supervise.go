@@ -42,6 +42,9 @@ type runner struct {
 	// lastRetry is why the wait's last attempt failed (WithRetryFunc),
 	// for the line of a -connect-timeout.
 	lastRetry error
+	// moves are the claim's moves to a new connection (WithMovedFunc),
+	// told by -v.
+	moves chan baton.Moved
 }
 
 // logf prints one line of -v output (and makes room for it on a terminal).
@@ -101,7 +104,14 @@ func (r *runner) run(ctx context.Context) int {
 		r.errorf("%v", err)
 		return exitFailure
 	}
-	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner), baton.WithTLSConfig(tlsCfg))
+	r.moves = make(chan baton.Moved, 8)
+	client, err := baton.New(o.addrs.addrs, baton.WithLease(o.lease), baton.WithOwner(r.owner), baton.WithTLSConfig(tlsCfg),
+		baton.WithResume(o.resume), baton.WithMovedFunc(func(m baton.Moved) {
+			select {
+			case r.moves <- m:
+			default: // a backlog of moves: the next one is told
+			}
+		}))
 	if err != nil {
 		return usageError(r.s, strings.TrimPrefix(r.prog, "baton "), err.Error())
 	}
@@ -256,6 +266,8 @@ func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.S
 				return res.lock, exitOK
 			}
 			return nil, r.acquireFailed(res.err, sig, time.Since(start))
+		case m := <-r.moves:
+			r.logMove(m)
 		case p := <-positions:
 			answered()
 			w.position, w.waiting = p, true
@@ -487,6 +499,15 @@ wait:
 			lost = lock.Err()
 			r.errorf("%v; stopping the command (SIGTERM to its process group, SIGKILL after %v)", lost, o.killGrace)
 			terminate()
+		case m := <-r.moves:
+			r.logMove(m)
+			// The move confirmed the lock anew: the watchdog learns the new
+			// deadline now, not at the next tick (a move that lands just
+			// before the old deadline must not have the command killed).
+			if v := lock.ValidUntil(); !v.IsZero() && !v.Equal(lastDeadline) {
+				lastDeadline = v
+				ch.setDeadline(v)
+			}
 		case sig := <-stops:
 			if r.refused(sig) {
 				continue
@@ -549,6 +570,24 @@ wait:
 		r.logf("released %s", o.name)
 	}
 	return code
+}
+
+// logMove tells -v that the claim moved to a new connection: the lock,
+// or the place in the queue, goes on there.
+func (r *runner) logMove(m baton.Moved) {
+	what := "the place in the queue of " + m.Name
+	if m.Held {
+		what = fmt.Sprintf("lock %s (token %d)", m.Name, m.Token)
+	}
+	attempts := "1 attempt"
+	if m.Attempts != 1 {
+		attempts = fmt.Sprintf("%d attempts", m.Attempts)
+	}
+	reason := "no reason given"
+	if m.Reason != nil {
+		reason = strings.TrimPrefix(oneLine(m.Reason.Error()), "baton: ")
+	}
+	r.logf("%s moved from %s to %s in %v (%s; %s)", what, m.From, m.To, roundWait(m.Took), reason, attempts)
 }
 
 // deadlineTellShare sets how often baton run looks whether the lock's

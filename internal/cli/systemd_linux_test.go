@@ -139,7 +139,7 @@ func TestSystemdUnitAsServiceUser(t *testing.T) {
 	// The checklist: /etc/baton 0700, the token and the TLS files root's 0600.
 	etc := mkdir("etc/baton", 0o700, 0)
 	mkdir("etc/baton/tls", 0o700, 0)
-	token := fmt.Sprintf("%x", time.Now().UnixNano())
+	token := fmt.Sprintf("%032x", time.Now().UnixNano()) // 32 characters: the shortest token baton serve takes
 	write(filepath.Join(etc, "admin-token"), []byte(token+"\n"), 0o600, 0)
 	ca := testcerts.NewCA(t, "unit CA")
 	leaf := ca.Server(t)

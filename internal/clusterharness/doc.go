@@ -13,7 +13,7 @@
 // believing and only the grace protects the next holder. A checker then
 // asserts that no two holders of a mutex overlapped, that the semaphore
 // never had more holders at once than its limit (a holder's interval is
-// its belief as PROTOCOL.md defines it), and that tokens only rose. The
+// its belief as docs/protocol.md defines it), and that tokens only rose. The
 // mutation gate runs the faultinject build with each safety rule switched
 // off and requires the checker to fail.
 // The fault tests run only when BATON_CLUSTER_FAULTS is set

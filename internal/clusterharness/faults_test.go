@@ -214,9 +214,9 @@ func TestClusterFaults(t *testing.T) {
 const maxListed = 20
 
 // fastFailoverLimit bounds a failover with 1 s leases only: twice the
-// 2.5 s goal (operations.md), for a loaded 2-core machine; the goal itself
-// is read from the report's p99. A failover that waits out a grace of
-// longer leases that have gone shows as some 11 s.
+// 2.5 s goal (docs/operations.md), for a loaded 2-core machine; the goal
+// itself is read from the report's p99. A failover that waits out a grace
+// of longer leases that have gone shows as some 11 s.
 const fastFailoverLimit = 5 * time.Second
 
 // runResult is what runSchedule saw.
