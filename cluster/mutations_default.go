@@ -6,6 +6,7 @@ package cluster
 // (mutations_faultinject.go), so that the fault harness can show that its
 // checker catches what each one prevents. Normal builds always keep them.
 
-func graceDisabled() bool  { return false }
-func handoffZero() bool    { return false }
-func leaderLeaseOff() bool { return false }
+func graceDisabled() bool   { return false }
+func handoffZero() bool     { return false }
+func leaderLeaseOff() bool  { return false }
+func wipedJoinStarts() bool { return false }

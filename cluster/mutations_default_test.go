@@ -6,10 +6,10 @@ import "testing"
 
 // TestMutationKnobsAbsent: a normal build ignores every knob's variable.
 func TestMutationKnobsAbsent(t *testing.T) {
-	for _, name := range []string{"BATON_TEST_DISABLE_GRACE", "BATON_TEST_HANDOFF_ZERO", "BATON_TEST_NO_LEADER_LEASE"} {
+	for _, name := range []string{"BATON_TEST_DISABLE_GRACE", "BATON_TEST_HANDOFF_ZERO", "BATON_TEST_NO_LEADER_LEASE", "BATON_TEST_WIPED_JOIN_STARTS"} {
 		t.Setenv(name, "1")
 	}
-	if graceDisabled() || handoffZero() || leaderLeaseOff() {
+	if graceDisabled() || handoffZero() || leaderLeaseOff() || wipedJoinStarts() {
 		t.Fatal("a normal build switched a safety rule off")
 	}
 }

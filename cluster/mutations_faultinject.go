@@ -18,8 +18,13 @@ const (
 	// NoLeaderLeaseVar: the leader confirms and grants without checking its
 	// own send-anchored leader lease.
 	NoLeaderLeaseVar = "BATON_TEST_NO_LEADER_LEASE"
+	// WipedJoinStartsVar: a node started with -join and no Raft state
+	// starts Raft at once, without asking whether it held the log: a
+	// member added with -join that lost its data directory votes.
+	WipedJoinStartsVar = "BATON_TEST_WIPED_JOIN_STARTS"
 )
 
-func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
-func handoffZero() bool    { return os.Getenv(HandoffZeroVar) == "1" }
-func leaderLeaseOff() bool { return os.Getenv(NoLeaderLeaseVar) == "1" }
+func graceDisabled() bool   { return os.Getenv(DisableGraceVar) == "1" }
+func handoffZero() bool     { return os.Getenv(HandoffZeroVar) == "1" }
+func leaderLeaseOff() bool  { return os.Getenv(NoLeaderLeaseVar) == "1" }
+func wipedJoinStarts() bool { return os.Getenv(WipedJoinStartsVar) == "1" }

@@ -7,7 +7,7 @@ import "testing"
 // TestMutationKnobs: the faultinject build reads each knob's variable, and
 // only the value "1".
 func TestMutationKnobs(t *testing.T) {
-	knobs := map[string]func() bool{DisableGraceVar: graceDisabled, HandoffZeroVar: handoffZero, NoLeaderLeaseVar: leaderLeaseOff}
+	knobs := map[string]func() bool{DisableGraceVar: graceDisabled, HandoffZeroVar: handoffZero, NoLeaderLeaseVar: leaderLeaseOff, WipedJoinStartsVar: wipedJoinStarts}
 	for name, on := range knobs {
 		for v, want := range map[string]bool{"1": true, "": false, "0": false, "true": false} {
 			t.Setenv(name, v)

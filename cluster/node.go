@@ -162,12 +162,20 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store in %s: %w", dir, err)
 	}
+	// Before anything listens: a data directory that holds less than this
+	// node acknowledged (logmark.go).
+	mark, err := checkDataDir(cfg, dir, bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		return nil, err
+	}
+	stores := newMarkedStores(dir, bolt, bolt, mark)
 	trans, err := newTransport(cfg, rc.Logger)
 	if err != nil {
 		bolt.Close()
 		return nil, err
 	}
-	n, err := openWith(ctx, cfg, log, rc, bolt, bolt, snaps, trans)
+	n, err := openWith(ctx, cfg, log, rc, stores, stores, snaps, trans)
 	if err != nil {
 		trans.(interface{ Close() error }).Close()
 		bolt.Close()
@@ -208,7 +216,12 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		n.markerV = m
 		n.fsm.record = n.record
 	}
-	if !real || has || cfg.Join {
+	ask := real && !has
+	if ask && cfg.Join && wipedJoinStarts() {
+		log.Warn("a joining node with no state starts without asking whether it held the log (faultinject build): a member that lost its data may vote")
+		ask = false
+	}
+	if !ask {
 		if real && !has {
 			rt.beforeRaft(nil) // no configuration yet: any node certificate, as a joining node admits
 		}
@@ -217,8 +230,10 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		}
 		return n, nil
 	}
-	// A founder with no state: ask the others first, without holding up
-	// the node's start (its ops endpoints say what it waits for).
+	// No state: ask the others first, without holding up the node's start
+	// (its ops endpoints say what it waits for). A founder asks the other
+	// founders whether to bootstrap (bootstrap.go); a joining node, the
+	// current members whether it held the log (rejoin.go).
 	rt.beforeRaft(cfg.Peers)
 	n.starting = make(chan struct{})
 	go func() {
@@ -233,9 +248,16 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 			}
 			close(stop)
 		}()
-		d, err := decideBootstrap(cfg, log, rt.stream.Dial, stop)
-		if err == nil {
-			err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+		var err error
+		if cfg.Join {
+			if err = decideJoin(cfg, log, rt.stream.Dial, rt.Consumer(), stop); err == nil {
+				err = n.startRaft(rc, logs, stable, snaps, false)
+			}
+		} else {
+			var d bootstrapDecision
+			if d, err = decideBootstrap(cfg, log, rt.stream.Dial, stop); err == nil {
+				err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+			}
 		}
 		if err != nil {
 			n.failed <- err
