@@ -193,11 +193,11 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	// Twice the leader lease timeout: what every failover grace budgets for
-	// an old leader (see graceOf), so the grace still covers every
-	// confirmation it makes, and a loaded machine's stall shorter than that
+	// What every failover grace budgets for an old leader (graceOf), so
+	// the grace still covers every confirmation it makes; twice the leader
+	// lease timeout, so that a loaded machine's stall shorter than that
 	// does not end a term.
-	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout)
+	lease := newLeaderLease(raft.ServerID(cfg.NodeID), leaderLeaseSpan(cfg.LeaderLeaseTimeout))
 	n := &Node{
 		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease,
 		termLost:  make(chan struct{}, 1),
