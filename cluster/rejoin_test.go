@@ -53,11 +53,20 @@ func (c *diskCluster) peers(ids ...string) []Peer {
 	return ps
 }
 
+// diskConfig is testConfig with timers of a second: these scenarios
+// count epochs and hand the leadership over, and a loaded machine's
+// stall must not end a term on the way.
+func diskConfig(id string) Config {
+	cfg := testConfig(id)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+	return cfg
+}
+
 // open starts id with the flags a unit file would give it: peers, and
 // join for a node added later.
 func (c *diskCluster) open(id string, peers []Peer, join bool) *Node {
 	c.t.Helper()
-	cfg := testConfig(id)
+	cfg := diskConfig(id)
 	cfg.RaftAddr, cfg.DataDir, cfg.Peers, cfg.Join = c.addrs[id], c.dirs[id], peers, join
 	cfg.Addr, cfg.OpsAddr = "127.0.0.1:1", "127.0.0.1:2"
 	n, err := Open(context.Background(), cfg)
@@ -231,7 +240,7 @@ func TestWipedJoinedMemberRefused(t *testing.T) {
 // openErr is open for a node that must be refused at once.
 func (c *diskCluster) openErr(id string, peers []Peer) error {
 	c.t.Helper()
-	cfg := testConfig(id)
+	cfg := diskConfig(id)
 	cfg.RaftAddr, cfg.DataDir, cfg.Peers = c.addrs[id], c.dirs[id], peers
 	n, err := Open(context.Background(), cfg)
 	if err == nil {

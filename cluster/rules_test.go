@@ -45,7 +45,11 @@ func TestLeaderLeaseWithinGrace(t *testing.T) {
 // served must never be handed out again.
 func TestServesAgainOnlyUnderNewEpoch(t *testing.T) {
 	const lease = 2 * time.Second
-	c := newTestCluster(t, 3)
+	// Timers of a second: a loaded machine's stall must not end the term
+	// before the test ends it.
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+	})
 	l := c.leader()
 	h := holdOn(t, l, "jobs", lease)
 	defer h.Conn.Close()
