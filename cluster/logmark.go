@@ -100,10 +100,10 @@ func writeLogMark(dir string, m logMark) error {
 func storedMark(logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (logMark, error) {
 	var s logMark
 	var err error
-	if s.Term, err = stable.GetUint64(keyCurrentTerm); err != nil {
+	if s.Term, err = storedUint64(stable, keyCurrentTerm); err != nil {
 		return s, err
 	}
-	if s.VoteTerm, err = stable.GetUint64(keyLastVoteTerm); err != nil {
+	if s.VoteTerm, err = storedUint64(stable, keyLastVoteTerm); err != nil {
 		return s, err
 	}
 	if s.LastIndex, err = logs.LastIndex(); err != nil {
@@ -125,6 +125,17 @@ func storedMark(logs raft.LogStore, stable raft.StableStore, snaps raft.Snapshot
 		s.LastIndex, s.LastTerm = metas[0].Index, metas[0].Term
 	}
 	return s, nil
+}
+
+// storedUint64 is key's value in stable, 0 if it was never set: a member
+// that never voted has no vote term. raft-boltdb reports a missing key as
+// an error that hashicorp/raft itself recognises by its text.
+func storedUint64(stable raft.StableStore, key []byte) (uint64, error) {
+	v, err := stable.GetUint64(key)
+	if err != nil && err.Error() == "not found" {
+		return 0, nil
+	}
+	return v, err
 }
 
 // checkDataDir refuses a data directory that holds less than this node

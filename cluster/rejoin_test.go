@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/batonlock/baton/internal/batontest"
 )
@@ -322,5 +326,32 @@ func TestRolledBackLogRefused(t *testing.T) {
 	batontest.Eventually(t, settle, func() bool { return n.bound() == 20*time.Second }, "%s does not follow after its own raft.db came back", f)
 	if m, ok, err := readLogMark(c.dirs[f] + "/raft"); !ok || err != nil || m.Term == 0 || m.LastIndex == 0 {
 		t.Fatalf("mark after a start without one: %+v %v %v, want one from the state", m, ok, err)
+	}
+}
+
+// TestStoredMarkOfNodeThatNeverVoted: a member that never voted (added
+// with -join, sent the log by the leader) has a current term and no vote
+// term in raft.db; its mark reads that as 0, and it restarts.
+func TestStoredMarkOfNodeThatNeverVoted(t *testing.T) {
+	dir := t.TempDir()
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	snaps := raft.NewInmemSnapshotStore()
+	if err := bolt.SetUint64(keyCurrentTerm, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.StoreLog(&raft.Log{Index: 1, Term: 2, Type: raft.LogCommand}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := storedMark(bolt, bolt, snaps)
+	if want := (logMark{Term: 3, LastIndex: 1, LastTerm: 2}); err != nil || got != want {
+		t.Fatalf("mark of a node that never voted: %+v, %v; want %+v", got, err, want)
+	}
+	cfg := testConfig("n9")
+	if _, err := checkDataDir(cfg, dir, bolt, bolt, snaps); err != nil {
+		t.Fatalf("restart of a node that never voted: %v", err)
 	}
 }
