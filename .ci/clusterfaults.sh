@@ -33,6 +33,6 @@ echo "--- cluster faults: schedule ${BATON_CLUSTER_SCHEDULE:-short}, the mutatio
 # Not under -race: the nodes are separate processes, and the client loops
 # under the race detector would starve them on a 2-core machine; the
 # package's unit test runs under -race in go test ./... with the rest.
-BATON_CLUSTER_FAULTS=1 go test -count=1 -v -timeout 90m \
+BATON_CLUSTER_FAULTS=1 go test -count=1 -v -timeout 180m \
   -run 'TestClusterFaults|TestMutationGate|TestHandoverInsideGraceKeepsGrace|TestPausedLeaderConfirmsNothing|TestControlWithoutGraceOverlaps|TestSlowOldLeaderGraceHolds' \
   ./internal/clusterharness

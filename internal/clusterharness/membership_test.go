@@ -155,6 +155,16 @@ func (c *testCluster) remove(i int) string {
 	return id
 }
 
+// slotOf is the slot of member id.
+func (c *testCluster) slotOf(id string) int {
+	for _, nd := range c.nodes {
+		if nd.id == id {
+			return nd.i
+		}
+	}
+	return 0
+}
+
 // freeSlot is a vacant slot.
 func (c *testCluster) freeSlot() int {
 	for _, nd := range c.nodes {
@@ -268,7 +278,8 @@ func (c *testCluster) injectMembership(w *workload, groups []*believerGroup, st 
 			note("removed %s", c.remove(f))
 		}
 	case replaceMember:
-		f := c.follower(founder, l)
+		// A joined member: founders are few, and a wipe needs one.
+		f := c.follower(joined, l)
 		if f == 0 {
 			f = c.follower(nil, l)
 		}
@@ -281,6 +292,12 @@ func (c *testCluster) injectMembership(w *workload, groups []*believerGroup, st 
 			pick = joined
 		}
 		f := c.follower(pick, l)
+		if f == 0 && st.kind == wipeFounder {
+			// Every founder wiped before has been replaced by a joined
+			// member: a long schedule runs out of them.
+			note("no founder left: a joined member instead")
+			f = c.follower(joined, l)
+		}
 		if f == 0 && st.kind == wipeJoined {
 			// None yet: replace a follower, whose successor joined.
 			old, new := c.replace(c.follower(nil, l))
@@ -327,9 +344,16 @@ func (c *testCluster) injectMembership(w *workload, groups []*believerGroup, st 
 		g, _ := c.view(l2)
 		added := c.join(c.freeSlot())
 		g2, _ := c.view(l2)
-		removed := c.remove(l)
-		note("%s took over with %v of grace; %s added, then %s (the dead leader) removed with %v of it left", c.node(l2).id,
-			time.Duration(g.GraceRemainingMs)*time.Millisecond, added, removed, time.Duration(g2.GraceRemainingMs)*time.Millisecond)
+		// A joined follower goes (founders are few); the dead leader
+		// comes back.
+		f := c.follower(func(nd *node) bool { return nd.join && nd.id != added }, l, l2)
+		if f == 0 {
+			f = c.follower(nil, l, l2, c.slotOf(added))
+		}
+		removed := c.remove(f)
+		c.start(l)
+		note("%s took over with %v of grace; %s added, then %s removed with %v of it left; %s back", c.node(l2).id,
+			time.Duration(g.GraceRemainingMs)*time.Millisecond, added, removed, time.Duration(g2.GraceRemainingMs)*time.Millisecond, c.node(l).id)
 	case wipeJoinedLagging:
 		c.lagAndWipe(w, win, note)
 	}
