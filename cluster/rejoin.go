@@ -24,8 +24,11 @@ import (
 //     add a node gives them);
 //   - every node whose Raft RPC reaches it meanwhile (a leader replicating
 //     to it once it has been added, or a candidate asking for its vote),
-//     at the address the RPC names. It answers such an RPC with an error:
-//     until it knows, it votes for nobody and takes no entry.
+//     at the address the RPC names. Until it knows, it votes for nobody
+//     and takes no entry: it holds such an RPC unanswered, and answers it
+//     with an error once it has decided. (An error at once would make a
+//     leader that has just added it back off, doubling its wait after
+//     each, for up to ten seconds once this node has started.)
 //
 // It starts Raft once the cluster's serving leader says that it never
 // held the log (a follower may lag and not know yet), and refuses
@@ -36,7 +39,7 @@ import (
 
 // errJoinUndecided answers a Raft RPC that reaches a joining node before
 // it knows whether it may take part.
-var errJoinUndecided = errors.New("cluster: this node is asking whether it held the log before it takes part")
+var errJoinUndecided = errors.New("cluster: this node was asking whether it held the log before it takes part")
 
 // decideJoin asks, for a -join node with no Raft state, until the
 // cluster's leader says it never held the log (nil), a node says it did
@@ -51,6 +54,12 @@ func decideJoin(cfg Config, log *slog.Logger, dial func(raft.ServerAddress, time
 	}
 	tick := time.NewTicker(helloEvery)
 	defer tick.Stop()
+	var held []raft.RPC
+	defer func() {
+		for _, rpc := range held {
+			rpc.Respond(nil, errJoinUndecided)
+		}
+	}()
 	var lastLog time.Time
 	for {
 		var unreachable []string
@@ -81,7 +90,11 @@ func decideJoin(cfg Config, log *slog.Logger, dial func(raft.ServerAddress, time
 			case <-tick.C:
 				break wait
 			case rpc := <-rpcs:
-				rpc.Respond(nil, errJoinUndecided)
+				if len(held) < maxHeld {
+					held = append(held, rpc)
+				} else {
+					rpc.Respond(nil, errJoinUndecided)
+				}
 				// A new sender is asked at once: a leader that has just
 				// added this node waits for it.
 				if a := rpcSender(rpc); a != "" && a != cfg.RaftAddr && !slices.Contains(addrs, a) && len(addrs) < maxAsked {
@@ -94,8 +107,12 @@ func decideJoin(cfg Config, log *slog.Logger, dial func(raft.ServerAddress, time
 }
 
 // maxAsked bounds the addresses a joining node asks (its peers and the
-// senders of the RPCs that reach it).
-const maxAsked = 16
+// senders of the RPCs that reach it), and maxHeld the RPCs it holds (a
+// sender has one or two in flight: replication and heartbeats).
+const (
+	maxAsked = 16
+	maxHeld  = 64
+)
 
 // rpcSender is the Raft address an RPC names as its sender's, "" if none.
 func rpcSender(rpc raft.RPC) string {

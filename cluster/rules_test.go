@@ -51,6 +51,9 @@ func TestServesAgainOnlyUnderNewEpoch(t *testing.T) {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, time.Second
 	})
 	l := c.leader()
+	// The first leader's own grace (2 x the leader lease) first: the
+	// holder waits in it without heartbeats.
+	batontest.Eventually(t, settle, func() bool { return l.srv.GraceRemaining() == 0 }, "the first grace does not end")
 	h := holdOn(t, l, "jobs", lease)
 	defer h.Conn.Close()
 	e0 := l.node.epoch.Load()
@@ -70,11 +73,15 @@ func TestServesAgainOnlyUnderNewEpoch(t *testing.T) {
 		l.node.lease.until.Store(0)
 		return !l.node.MayServe(time.Now())
 	}, "the leader lease still holds")
+	lapses := l.node.leaseLapses.Load()
 	lapsed := time.Now()
 	h.Heartbeat()
 	if f := h.ReadFrame(5 * time.Second); f.Type != wire.TypeError || f.Err.Code != wire.CodeNotLeader {
 		t.Fatalf("holder's heartbeat after the leader lease ran out: got %v, want ERROR NOT_LEADER", f)
 	}
+	// The holder may read its ERROR before the server has told the node
+	// (the ERROR's write runs beside the rest of the failing closed).
+	batontest.Eventually(t, settle, func() bool { return l.node.leaseLapses.Load() > lapses }, "the node was not told that its term was lost")
 	l.node.lease.setConfig(func() raft.Configuration { return l.node.r().GetConfiguration().Configuration() })
 
 	next := c.leader() // l again, unless Raft moved meanwhile
