@@ -129,7 +129,11 @@ type Node struct {
 // whether the cluster exists (bootstrap.go), for as long as it takes or
 // until ctx ends: it bootstraps a new cluster, starts without
 // bootstrapping (the cluster exists and it never held the log), or refuses
-// with ErrLostData (it held the log and lost it).
+// with ErrLostData (it held the log and lost it). A node with Join and no
+// Raft state likewise asks the members whether it held the log
+// (rejoin.go), and starts Raft once the leader says it did not. A data
+// directory that holds less than this node acknowledged is refused at
+// once: ErrRolledBack, or ErrLostData with no Raft state (logmark.go).
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
