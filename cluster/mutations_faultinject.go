@@ -32,6 +32,10 @@ const (
 	// NoStrangerEvictionVar: when the strangers' handshakes are all
 	// taken, a new connection is closed instead of one of theirs.
 	NoStrangerEvictionVar = "BATON_TEST_NO_STRANGER_EVICTION"
+	// WipedJoinStartsVar: a node started with -join and no Raft state
+	// starts Raft at once, without asking whether it held the log: a
+	// member added with -join that lost its data directory votes.
+	WipedJoinStartsVar = "BATON_TEST_WIPED_JOIN_STARTS"
 )
 
 func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
@@ -50,3 +54,4 @@ func memberAddr(addr string) string {
 }
 func memberRoomOff() bool       { return os.Getenv(NoMemberRoomVar) == "1" }
 func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1" }
+func wipedJoinStarts() bool     { return os.Getenv(WipedJoinStartsVar) == "1" }
