@@ -18,3 +18,4 @@ func strangerEvictionOff() bool     { return false }
 func listIgnored() bool             { return false }
 func initialWaitRemoved() bool      { return false }
 func recordSkipped() bool           { return false }
+func wipedJoinStarts() bool         { return false }

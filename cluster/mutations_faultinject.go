@@ -51,6 +51,10 @@ const (
 	ResumeAfterGraceVar  = server.ResumeAfterGraceVar
 	LowerTokenWinsVar    = server.LowerTokenWinsVar
 	NoCredentialCheckVar = server.NoCredentialCheckVar
+	// WipedJoinStartsVar: a node started with -join and no Raft state
+	// starts Raft at once, without asking whether it held the log: a
+	// member added with -join that lost its data directory votes.
+	WipedJoinStartsVar = "BATON_TEST_WIPED_JOIN_STARTS"
 )
 
 func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
@@ -72,3 +76,4 @@ func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1"
 func listIgnored() bool         { return os.Getenv(IgnoreListVar) == "1" }
 func initialWaitRemoved() bool  { return os.Getenv(NoInitialWaitVar) == "1" }
 func recordSkipped() bool       { return os.Getenv(SkipRecordVar) == "1" }
+func wipedJoinStarts() bool     { return os.Getenv(WipedJoinStartsVar) == "1" }
