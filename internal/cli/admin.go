@@ -49,6 +49,9 @@ type (
 		Token    *uint64 `json:"token"`
 		SinceMS  int64   `json:"since_ms"`
 		SilentMS int64   `json:"silent_ms"`
+		// ResumedFromEpoch is the epoch of the token or ticket a claim of
+		// protocol version 3 resumed with; 0 if it never resumed.
+		ResumedFromEpoch uint64 `json:"resumed_from_epoch"`
 	}
 	opsLock struct {
 		Name    string       `json:"name"`

@@ -28,6 +28,8 @@ type opsEvent struct {
 	Type    string     `json:"type"`
 	Lock    string     `json:"lock"`
 	Session opsSession `json:"session"`
+	// Replaces, for a resumed event, is the session the claim left.
+	Replaces string `json:"replaces"`
 }
 
 func watchCommand() *command {
@@ -38,13 +40,16 @@ func watchCommand() *command {
 		flags:   func() *flag.FlagSet { return newAdminFlags("watch", new(adminOptions)) },
 		help: `Follows the server's event stream (GET /v1/events) until interrupted: one
 line per event - time, type (queued, granted, released, expired,
-force_released, kicked, left), lock, owner, session, and the fencing token
+force_released, kicked, left; resumed and superseded for claims of
+protocol version 3, a resumed line with the epoch its token or ticket
+came from and the session it replaces), lock, owner, session, and the fencing token
 of a holder. With NAME, only that lock's events. -json prints each EVENT as
 one line of JSON, for scripts.
 
 A dropped stream is resumed where it stopped (Last-Event-ID), so no event is
 lost or repeated. If the server no longer holds the missed events (or it
-restarted), a line on stderr says so: re-read 'baton locks'.
+restarted), a line on stderr says so: re-read 'baton locks'. A cluster
+electing a leader (503) is waited for the same way.
 
 ` + adminHelp + `
 Examples:
@@ -78,7 +83,7 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 			return exitOK
 		}
 		var ae *apiError
-		if errors.As(err, &ae) {
+		if errors.As(err, &ae) && !transientStatus(ae.status) {
 			return adminFailed(s, c.name, err) // 401, 404...: retrying will not help
 		}
 		// A stream that lasted is a server that works: start the backoff
@@ -100,6 +105,14 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// transientStatus says whether an answer of the ops API says "not now"
+// rather than "never": a cluster electing a leader, or a node forwarding
+// to one that went away, answers 502, 503 or 504 until the new leader
+// serves, and a watch must outlive a change of leader.
+func transientStatus(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
 // watchIdle is how long a stream may stay silent: the server sends a
@@ -145,6 +158,9 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
+		if transientStatus(resp.StatusCode) {
+			ops.rotate(base) // another node may know the new leader first
+		}
 		return false, newAPIError(ops.addr, resp, body, ops.token != "")
 	}
 	w.since, w.stopping = time.Now(), false
@@ -257,6 +273,12 @@ func formatEvent(e opsEvent) string {
 		fmt.Fprintf(&b, " waited=%v", time.Duration(e.Session.SinceMS)*time.Millisecond)
 	case e.Type != "granted" && e.Type != "queued" && e.Session.Token != nil:
 		fmt.Fprintf(&b, " held=%v", time.Duration(e.Session.SinceMS)*time.Millisecond)
+	}
+	if e.Type == "resumed" {
+		fmt.Fprintf(&b, " from_epoch=%d", e.Session.ResumedFromEpoch)
+		if e.Replaces != "" {
+			fmt.Fprintf(&b, " replaces=%s", e.Replaces)
+		}
 	}
 	fmt.Fprintf(&b, " remote=%s", e.Session.Remote)
 	return b.String()

@@ -173,3 +173,52 @@ func TestWatchLinesAndErrors(t *testing.T) {
 		t.Errorf("watch a b: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestWatchOutlivesAChangeOfLeader: while a cluster elects a leader, the
+// ops API of a follower answers 503 ("no leader is known"); baton watch
+// waits and reconnects, as it does after a dropped stream, instead of
+// exiting: a change of leader must not end a watch.
+func TestWatchOutlivesAChangeOfLeader(t *testing.T) {
+	t.Parallel()
+	srv := batontest.StartServer(t)
+	cut := &cuttableOps{}
+	var refusing sync.Mutex
+	refuse, refused := 0, 0
+	h := cut.wrap(ops.NewHandler(ops.Config{Backend: srv.Srv, AdminToken: "tok",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refusing.Lock()
+		no := r.URL.Path == "/v1/events" && refuse > 0
+		if no {
+			refuse--
+			refused++
+		}
+		refusing.Unlock()
+		if no {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":"no leader is known: the cluster is electing one, or has no quorum"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	stdout, stderr := startWatch(t, map[string]string{"BATON_ADMIN_TOKEN": "tok"}, "-ops-addr", addr)
+	batontest.Eventually(t, 5*time.Second, func() bool { return len(cut.streams()) == 1 }, "watch did not connect")
+	refusing.Lock()
+	refuse = 3
+	refusing.Unlock()
+	cut.cut()
+	batontest.Eventually(t, 10*time.Second, func() bool {
+		refusing.Lock()
+		defer refusing.Unlock()
+		return refused == 3
+	}, "baton watch did not ask three times after the cut (stderr %q)", stderr.String())
+	holdLock(t, srv.Addr, "after/election", "back")
+	batontest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(stdout.String(), "after/election") },
+		"baton watch did not come back after three 503 answers: stdout %q, stderr %q", stdout.String(), stderr.String())
+	if n := strings.Count(stderr.String(), "answered 503: no leader is known"); n != 3 {
+		t.Errorf("stderr says %d times that no leader is known, want 3:\n%s", n, stderr.String())
+	}
+}
