@@ -321,10 +321,13 @@ func (s *Server) exitEventLocked(e locktable.Exit) {
 	s.eventLocked(typ, e.Session)
 }
 
-// grantEventLocked records the promotion g. At a grant the time held is
+// grantEventLocked records the promotion g, if it was pushed. At a grant the time held is
 // zero, so the event's Since tells how long the session waited for it. mu
 // must be held.
 func (s *Server) grantEventLocked(now time.Time, g locktable.Grant) {
+	if s.closing.Load() || !s.serving.Load() {
+		return // not pushed (see promoteLocked): nobody was granted
+	}
 	if in, ok := s.table.Session(now, g.ID); ok {
 		in.Since = g.Waited
 		s.eventLocked(EventGranted, in)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -558,4 +559,28 @@ func TestCrashAfterPlannedStartKeepsList(t *testing.T) {
 	expectError(t, g2, wire.CodeResumeRefused)
 	h2 := resume(t, ts, hc)
 	expectResumed(t, h2, hc, 0)
+}
+
+// TestStopListsNoReleaseNorGrant: a clean stop lists a holder and a
+// waiter of version 3; their sessions end on the way out, but neither
+// claim ends (both go on at the next start), and nobody is pushed
+// ACQUIRED: the event stream shows no release of the holder and no grant
+// to the waiter, which an operator would read as a handover that never
+// happened, with a token nobody holds.
+func TestStopListsNoReleaseNorGrant(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t)
+	h, _ := v3Hold(t, ts, "ev/stop", longLease)
+	w, _ := v3Queue(t, ts, "ev/stop", longLease, 1)
+	old := ts.Srv
+	restart(t, ts, h, w)
+	res := old.Subscribe(server.SubscribeRequest{History: 100})
+	res.Sub.Close()
+	var seen []string
+	for _, e := range res.History {
+		seen = append(seen, e.Type)
+	}
+	if strings.Join(seen, " ") != "granted queued" {
+		t.Errorf("events of the stopped server: %q, want \"granted\" \"queued\" (a listed claim's end is no release, and nobody was granted)", seen)
+	}
 }

@@ -807,12 +807,14 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		for _, g := range e.Promoted {
 			s.promoteLocked(now, g, h, fx)
 		}
-		s.exitEventLocked(e)
+		c := s.sessions[e.Session.ID]
+		if !s.listedEndLocked(e, c, cause) {
+			s.exitEventLocked(e)
+		}
 		for _, g := range e.Promoted {
 			s.grantEventLocked(now, g)
 		}
 		s.stillMovingLocked(e, h)
-		c := s.sessions[e.Session.ID]
 		delete(s.sessions, e.Session.ID)
 		if c != nil {
 			c.inTable = false
@@ -823,6 +825,16 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		}
 	}
 	s.m.locks.Set(float64(s.table.Locks()))
+}
+
+// listedEndLocked reports whether exit e is the end of a claim of version
+// 3 that a planned stop or handover listed, on its session c ended by the
+// stop (cause): the claim goes on at the next start or leader, so its end
+// here is no release, and the event stream must not say it was. mu must
+// be held.
+func (s *Server) listedEndLocked(e locktable.Exit, c *session, cause EndReason) bool {
+	return s.handingOver && e.Cause == locktable.CauseReleased && c != nil && c.v3 != nil &&
+		(cause == ReasonShutdown || cause == ReasonNotLeader)
 }
 
 // handover is how a promotion began: how the session whose end made room
