@@ -99,3 +99,87 @@ export async function startProxy(target, delay = "0s") {
     },
   };
 }
+
+/** Loopback ports the kernel gives now, released for a process to take (the Raft addresses a cluster's -peers must name before its nodes start). */
+async function freePorts(n) {
+  const { createServer } = await import("node:net");
+  const servers = await Promise.all(Array.from({ length: n }, () => new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => resolve(s));
+  })));
+  const ports = servers.map((s) => s.address().port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
+}
+
+/**
+ * A cluster of three real `baton serve` nodes on loopback (docs/operations.md,
+ * "Starting a cluster"), each stopped by its PID at the end. node.stop(signal)
+ * stops one; node.start() starts it again on its data directory and ports.
+ */
+export async function startCluster() {
+  const ports = await freePorts(9);
+  const nodes = [0, 1, 2].map((i) => ({
+    id: `n${i + 1}`,
+    raft: `127.0.0.1:${ports[3 * i]}`,
+    addr: `127.0.0.1:${ports[3 * i + 1]}`,
+    ops: `127.0.0.1:${ports[3 * i + 2]}`,
+    dataDir: mkdtempSync(join(tmpdir(), "baton-ts-node-")),
+  }));
+  const peers = nodes.map((n) => `${n.id}=${n.raft}`).join(",");
+  for (const n of nodes) {
+    n.start = () => {
+      n.proc = spawn(batonBin(), ["serve", "-node-id", n.id, "-raft-addr", n.raft, "-peers", peers, "-addr", n.addr,
+        "-ops-addr", n.ops, "-data-dir", n.dataDir, "-shutdown-linger", "0s", "-log-format", "json"], { stdio: ["ignore", "ignore", "ignore"] });
+      n.exited = new Promise((resolve) => n.proc.once("exit", resolve));
+    };
+    n.stop = async (signal = "SIGTERM") => {
+      if (n.proc.exitCode === null && n.proc.signalCode === null) n.proc.kill(signal);
+      return n.exited;
+    };
+    n.view = async () => {
+      try {
+        const r = await fetch(`http://${n.ops}/v1/cluster`, { signal: AbortSignal.timeout(2000) });
+        return r.ok ? await r.json() : undefined;
+      } catch {
+        return undefined;
+      }
+    };
+    n.start();
+  }
+  const cluster = {
+    nodes,
+    addrs: nodes.map((n) => n.addr),
+    /** The node that leads and is ready to serve (its /readyz answers 200), among those running. */
+    async leader(ms = 30_000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        for (const n of nodes) {
+          if (n.proc.exitCode !== null || n.proc.signalCode !== null) continue;
+          try {
+            const r = await fetch(`http://${n.ops}/readyz`, { signal: AbortSignal.timeout(2000) });
+            if (r.status === 200) return n;
+          } catch {}
+        }
+        if (Date.now() > deadline) throw new Error(`no node became a ready leader within ${ms} ms`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+    /** Waits until every running node follows a leader with the log. */
+    async settled(ms = 30_000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const views = await Promise.all(nodes.filter((n) => n.proc.exitCode === null && n.proc.signalCode === null).map((n) => n.view()));
+        if (views.every((v) => v?.leader && v.epoch > 0)) return;
+        if (Date.now() > deadline) throw new Error(`the cluster did not settle within ${ms} ms`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+    async stop() {
+      await Promise.all(nodes.map((n) => n.stop("SIGKILL")));
+    },
+  };
+  await cluster.settled();
+  return cluster;
+}
