@@ -203,7 +203,10 @@ func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 			return nil, err
 		}
 		for _, e := range exits {
-			if e.Cause == locktable.CauseForceReleased {
+			// A pending claim (listed, its client not back yet) is released
+			// too: it keeps its slot until its time runs out, and its
+			// resume is told FORCE_RELEASED.
+			if e.Cause == locktable.CauseForceReleased || e.Cause == locktable.CauseRevoked {
 				ended = append(ended, e.Session)
 				remotes = append(remotes, s.peerLocked(e.Session))
 			}

@@ -584,3 +584,24 @@ func TestStopListsNoReleaseNorGrant(t *testing.T) {
 		t.Errorf("events of the stopped server: %q, want \"granted\" \"queued\" (a listed claim's end is no release, and nobody was granted)", seen)
 	}
 }
+
+// TestReleaseOfPendingClaimAnswered: after a clean restart an operator
+// force-releases a name whose listed holder has not come back yet. The
+// release takes effect (its resume is told FORCE_RELEASED, the slot is
+// kept until its time runs out), and the operator's answer says so: the
+// released claim, not "lock is not held".
+func TestReleaseOfPendingClaimAnswered(t *testing.T) {
+	t.Parallel()
+	ts := batontest.StartServer(t)
+	h, hc := v3Hold(t, ts, "rs/pending-released", longLease)
+	restart(t, ts, h)
+	ended, err := ts.Srv.ForceReleaseAll("rs/pending-released")
+	if err != nil || len(ended) != 1 || ended[0].Token != hc.ID {
+		t.Fatalf("force-release of a pending holder: %+v, %v; want its claim (token %d)", ended, err, hc.ID)
+	}
+	r := resume(t, ts, hc)
+	expectError(t, r, wire.CodeForceReleased)
+	busy := batontest.Dial(t, ts.Addr)
+	busy.AcquireV3("rs/pending-released", longLease, false, 1, true, "")
+	expectError(t, busy, wire.CodeBusy) // its slot is kept until its time runs out
+}
