@@ -47,7 +47,21 @@ type moveState struct {
 	attempts []*link   // open attempts, not answered yet
 	left     []*link   // connections the claim has left
 	dialing  map[string]bool
+	// gone holds, for each address whose connection ended with no ERROR
+	// (its server's process or host went away), when (a reading of now):
+	// see goneQuiet.
+	gone map[string]time.Time
 }
+
+// goneQuiet is how long an address whose connection ended with no ERROR
+// is not dialed again. A process that is killed closes its sockets one by
+// one: a connection to its listener, made between the end of the claim's
+// connection and the close of the listener, is accepted by the kernel and
+// then reset unread, which an attempt cannot tell from a reset after its
+// server took the claim (and which ends the claim). A server that went
+// away takes longer than this to come back, and a cluster's next leader
+// is elsewhere, so waiting costs no move a moment.
+const goneQuiet = 250 * time.Millisecond
 
 // mover is what a claim needs of its Client to move: the addresses, a
 // dial without Fast Open, and the memory of which speak version 3.
@@ -168,6 +182,15 @@ func (s *claim) onGiveUp() bool {
 	return s.end(&placeLostError{waited: s.now().Sub(s.move.started)})
 }
 
+// wentAway records that the connection to addr ended with no ERROR: its
+// server went away (goneQuiet).
+func (s *claim) wentAway(addr string) {
+	if s.move.gone == nil {
+		s.move.gone = make(map[string]time.Time)
+	}
+	s.move.gone[addr] = s.now()
+}
+
 // attemptNow dials the next resume attempt: to the target address, or the
 // next one that has no open attempt; none if every address has one.
 func (s *claim) attemptNow() bool {
@@ -181,6 +204,14 @@ func (s *claim) attemptNow() bool {
 		addr := s.mv.addrs[i]
 		if m.dialing[addr] || s.attemptOpenTo(addr) {
 			continue
+		}
+		if at, ok := m.gone[addr]; ok {
+			if left := at.Add(goneQuiet).Sub(s.now()); left > 0 {
+				m.target = i
+				s.tNext.Reset(left) // this address, once it is quiet
+				return false
+			}
+			delete(m.gone, addr)
 		}
 		m.target = (i + 1) % n
 		m.dialing[addr] = true
@@ -322,6 +353,7 @@ func (s *claim) onAttemptEvent(ev event) bool {
 	case evBroken:
 		if cleanEnd(ev.err) {
 			// Ended before any answer: nothing happened there.
+			s.wentAway(l.addr)
 			s.dropLink(l, true)
 			s.attemptEnded(l.addr, nil)
 			return false

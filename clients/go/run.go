@@ -284,10 +284,12 @@ func (s *claim) onCurEvent(ev event) bool {
 	case evBroken:
 		if cleanEnd(ev.err) && s.canResume() {
 			// The end of the stream with no ERROR: the server's process or
-			// host went away. Same address first.
+			// host went away. The next address first; this one once it has
+			// been quiet for goneQuiet (a standalone server's restart).
 			s.dropLink(l, true)
 			s.cur = nil
-			return s.beginMove(&serverGoneError{addr: l.addr}, s.indexOf(l.addr))
+			s.wentAway(l.addr)
+			return s.beginMove(&serverGoneError{addr: l.addr}, s.nextIndex(l.addr))
 		}
 		// A reset, an end inside a frame, a read error: the claim may have
 		// been released on the way (a middlebox's reset reaches both ends).

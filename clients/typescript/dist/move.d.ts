@@ -27,7 +27,19 @@ export interface MoveHost {
     mayGoOn(): boolean;
     /** Dials addrs[idx] and sends an attempt; then calls sent(), or dialFailed() if it could not connect. */
     attempt(move: Move, idx: number): void;
+    /** How long addrs[idx] is still not to be dialed (GONE_QUIET after its connection ended with no ERROR); 0 if it may be. */
+    quietLeft(idx: number): number;
 }
+/**
+ * How long an address whose connection ended with no ERROR (its server's
+ * process or host went away) is not dialed again. A killed process closes
+ * its sockets one by one: a connection to its listener made between the
+ * end of the claim's connection and the close of the listener is accepted
+ * by the kernel and then reset unread, and an attempt's reset ends the
+ * claim (it may have followed a release). A server that went away takes
+ * longer than this to come back, and a cluster's next leader is elsewhere.
+ */
+export declare const GONE_QUIET_MS = 250;
 /** A move under way: its attempts and when the next goes. */
 export declare class Move {
     #private;

@@ -9,7 +9,7 @@
  * answers, and keeps the deadline.
  */
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Move = exports.REDIRECT_BUDGET = void 0;
+exports.Move = exports.GONE_QUIET_MS = exports.REDIRECT_BUDGET = void 0;
 exports.jitter = jitter;
 /** NOT_LEADER hints followed at once, in a row, before a move backs off (section 12). */
 exports.REDIRECT_BUDGET = 3;
@@ -19,6 +19,16 @@ const BACKOFF = { baseMs: 100, capMs: 400 };
 function jitter(failures, baseMs = BACKOFF.baseMs, capMs = BACKOFF.capMs) {
     return Math.min(baseMs * 2 ** Math.min(Math.max(failures - 1, 0), 32), capMs) * (0.5 + Math.random() / 2);
 }
+/**
+ * How long an address whose connection ended with no ERROR (its server's
+ * process or host went away) is not dialed again. A killed process closes
+ * its sockets one by one: a connection to its listener made between the
+ * end of the claim's connection and the close of the listener is accepted
+ * by the kernel and then reset unread, and an attempt's reset ends the
+ * claim (it may have followed a release). A server that went away takes
+ * longer than this to come back, and a cluster's next leader is elsewhere.
+ */
+exports.GONE_QUIET_MS = 250;
 /** A move under way: its attempts and when the next goes. */
 class Move {
     host;
@@ -126,6 +136,11 @@ class Move {
         for (let k = 0; k < this.host.addrCount; k++) {
             const i = (this.#next + k) % this.host.addrCount;
             if (!open.has(i)) {
+                const quiet = this.host.quietLeft(i);
+                if (quiet > 0) {
+                    this.#next = i;
+                    return this.waitThen(quiet, false); // this address, once it is quiet
+                }
                 this.#busy = true;
                 this.#next = (i + 1) % this.host.addrCount;
                 return this.host.attempt(this, i);
@@ -133,12 +148,13 @@ class Move {
         }
         // Every address has an attempt open: their answers or ends decide.
     }
-    waitThen(ms) {
+    waitThen(ms, backoff = true) {
         this.#busy = true;
         clearTimeout(this.#wait);
         this.#wait = setTimeout(() => {
             this.#busy = false;
-            this.#redirects = 0; // after a backoff, hints are followed at once again
+            if (backoff)
+                this.#redirects = 0; // after a backoff, hints are followed at once again
             this.pump();
         }, ms);
         if (this.host.unrefTimers())

@@ -128,6 +128,8 @@ class Session {
     #connNumber = 0;
     #lastAttempt = 0;
     #attempts = new Set();
+    /** When the connection to each address (by index) last ended with no ERROR: see GONE_QUIET_MS. */
+    #gone = new Map();
     #left = new Set();
     #move;
     #dials = new AbortController();
@@ -154,6 +156,15 @@ class Session {
             unrefTimers: () => !!this.opts.unref && this.state === "held",
             clock: () => this.opts.clock(),
             openAttempts: () => this.#attempts,
+            quietLeft: (i) => {
+                const at = this.#gone.get(i);
+                if (at === undefined)
+                    return 0;
+                const left = at + move_js_1.GONE_QUIET_MS - this.opts.clock();
+                if (left <= 0)
+                    this.#gone.delete(i);
+                return Math.max(left, 0);
+            },
             mayGoOn: () => {
                 if (this.state === "ended" || this.closing)
                     return false;
@@ -385,8 +396,13 @@ class Session {
             return this.end(err);
         c.close(false);
         this.dropConn();
-        let first = c.idx; // after SHUTDOWN or the end of the stream: the same address
+        let first = c.idx; // after SHUTDOWN: the same address
         let wait = 0;
+        if (how.kind === "eof") {
+            // Its server went away: the next address first, this one once quiet.
+            this.#gone.set(c.idx, this.opts.clock());
+            first = c.idx + 1;
+        }
         if (err instanceof errors_js_1.NotLeaderError) {
             const hint = this.opts.mover.addrs.indexOf(err.serverMessage);
             first = hint >= 0 ? hint : c.idx + 1;
@@ -481,6 +497,8 @@ class Session {
             return this.end(err); // RESUME_REFUSED, BAD_CREDENTIAL, a reset...: the claim is lost
         if (err instanceof errors_js_1.VersionError)
             this.opts.mover.speaksV2(c.idx);
+        if (how.kind === "eof")
+            this.#gone.set(c.idx, this.opts.clock());
         this.opts.log.debug(`baton: lock ${JSON.stringify(this.name)}: resume attempt ${c.number} to ${c.addr}: ${err.message}`, { lock: this.name, addr: c.addr, attempt: c.number, event: "resume-failed" });
         const m = this.#move;
         if (!m) {

@@ -31,7 +31,20 @@ export interface MoveHost {
   mayGoOn(): boolean;
   /** Dials addrs[idx] and sends an attempt; then calls sent(), or dialFailed() if it could not connect. */
   attempt(move: Move, idx: number): void;
+  /** How long addrs[idx] is still not to be dialed (GONE_QUIET after its connection ended with no ERROR); 0 if it may be. */
+  quietLeft(idx: number): number;
 }
+
+/**
+ * How long an address whose connection ended with no ERROR (its server's
+ * process or host went away) is not dialed again. A killed process closes
+ * its sockets one by one: a connection to its listener made between the
+ * end of the claim's connection and the close of the listener is accepted
+ * by the kernel and then reset unread, and an attempt's reset ends the
+ * claim (it may have followed a release). A server that went away takes
+ * longer than this to come back, and a cluster's next leader is elsewhere.
+ */
+export const GONE_QUIET_MS = 250;
 
 /** A move under way: its attempts and when the next goes. */
 export class Move {
@@ -134,6 +147,11 @@ export class Move {
     for (let k = 0; k < this.host.addrCount; k++) {
       const i = (this.#next + k) % this.host.addrCount;
       if (!open.has(i)) {
+        const quiet = this.host.quietLeft(i);
+        if (quiet > 0) {
+          this.#next = i;
+          return this.waitThen(quiet, false); // this address, once it is quiet
+        }
         this.#busy = true;
         this.#next = (i + 1) % this.host.addrCount;
         return this.host.attempt(this, i);
@@ -142,12 +160,12 @@ export class Move {
     // Every address has an attempt open: their answers or ends decide.
   }
 
-  private waitThen(ms: number): void {
+  private waitThen(ms: number, backoff = true): void {
     this.#busy = true;
     clearTimeout(this.#wait);
     this.#wait = setTimeout(() => {
       this.#busy = false;
-      this.#redirects = 0; // after a backoff, hints are followed at once again
+      if (backoff) this.#redirects = 0; // after a backoff, hints are followed at once again
       this.pump();
     }, ms);
     if (this.host.unrefTimers()) this.#wait.unref();

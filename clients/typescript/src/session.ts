@@ -10,7 +10,7 @@ import { performance } from "node:perf_hooks";
 import { inspect } from "node:util";
 import type { Clock } from "./clock.js";
 import { Conn, Violation, type End } from "./conn.js";
-import { Move, jitter, type MoveHost } from "./move.js";
+import { Move, jitter, GONE_QUIET_MS, type MoveHost } from "./move.js";
 import { BatonError, ConnectionBroken, LockLost, MaxHoldReached, MovedError, NotLeaderError, ServerError, ShutdownError, SupersededError, TLSError, Unconfirmed, VersionError } from "./errors.js";
 import type { Logger } from "./log.js";
 import * as wire from "./wire.js";
@@ -124,6 +124,8 @@ export class Session {
   #connNumber = 0;
   #lastAttempt = 0;
   readonly #attempts = new Set<Conn>();
+  /** When the connection to each address (by index) last ended with no ERROR: see GONE_QUIET_MS. */
+  readonly #gone = new Map<number, number>();
   readonly #left = new Set<Conn>();
   #move?: Move;
   readonly #dials = new AbortController();
@@ -150,6 +152,13 @@ export class Session {
       unrefTimers: () => !!this.opts.unref && this.state === "held",
       clock: () => this.opts.clock(),
       openAttempts: () => this.#attempts,
+      quietLeft: (i) => {
+        const at = this.#gone.get(i);
+        if (at === undefined) return 0;
+        const left = at + GONE_QUIET_MS - this.opts.clock();
+        if (left <= 0) this.#gone.delete(i);
+        return Math.max(left, 0);
+      },
       mayGoOn: () => {
         if (this.state === "ended" || this.closing) return false;
         if (this.state === "held" && this.opts.clock() >= this.deadline) {
@@ -381,8 +390,13 @@ export class Session {
     if (!moves || !this.resumable) return this.end(err);
     c.close(false);
     this.dropConn();
-    let first = c.idx; // after SHUTDOWN or the end of the stream: the same address
+    let first = c.idx; // after SHUTDOWN: the same address
     let wait = 0;
+    if (how.kind === "eof") {
+      // Its server went away: the next address first, this one once quiet.
+      this.#gone.set(c.idx, this.opts.clock());
+      first = c.idx + 1;
+    }
     if (err instanceof NotLeaderError) {
       const hint = this.opts.mover.addrs.indexOf(err.serverMessage);
       first = hint >= 0 ? hint : c.idx + 1;
@@ -476,6 +490,7 @@ export class Session {
     const atOnce = how.kind === "eof" || (how.kind === "error" && ((err as ServerError).serverCondition || err instanceof VersionError || err instanceof MovedError));
     if (!atOnce) return this.end(err); // RESUME_REFUSED, BAD_CREDENTIAL, a reset...: the claim is lost
     if (err instanceof VersionError) this.opts.mover.speaksV2(c.idx);
+    if (how.kind === "eof") this.#gone.set(c.idx, this.opts.clock());
     this.opts.log.debug(`baton: lock ${JSON.stringify(this.name)}: resume attempt ${c.number} to ${c.addr}: ${err.message}`, { lock: this.name, addr: c.addr, attempt: c.number, event: "resume-failed" });
     const m = this.#move;
     if (!m) {

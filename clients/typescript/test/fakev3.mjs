@@ -202,6 +202,16 @@ class FakeCluster {
   }
 
   accept(node, sock) {
+    if (node.mode === "dying") {
+      // A killed process's listener, not closed yet: the kernel accepted
+      // the connection; it is reset unread when the listener goes.
+      sock.on("error", () => {});
+      sock.once("data", () => {
+        this.event({ kind: "dying-reset", node: node.idx });
+        sock.resetAndDestroy();
+      });
+      return;
+    }
     const fc = { id: ++this.connSeq, node, sock, buf: Buffer.alloc(0), first: true, stalled: false, queued: 0, done: false };
     node.conns.add(fc);
     sock.on("data", (d) => this.onData(fc, d));
@@ -374,6 +384,14 @@ class FakeCluster {
       }
     }
     if (how === "silent") node.mode = "silent";
+  }
+
+  /** For `ms`, the node's listener resets every connection unread: a killed process that has not closed its listener yet. */
+  dying(i, ms) {
+    const node = this.nodes[i];
+    const before = node.mode;
+    node.mode = "dying";
+    setTimeout(() => (node.mode = before), ms);
   }
 
   /** The node's process is gone: its port refuses connections (startListening() brings it back). */

@@ -70,6 +70,17 @@ describe("a claim moves when its server ends its connection", () => {
       cl.stopListening(0);
     }, 1],
     ["silence (the leader's host died)", 2, (cl) => cl.crash(0, "silent", 1), 1],
+    // A killed process closes its sockets one by one: its listener still
+    // accepts for a moment, then resets unread; an attempt's reset would
+    // end the claim, so the address that went away waits GONE_QUIET_MS.
+    ["the end of the stream while the leader's listener still resets", 2, (cl) => {
+      cl.crash(0, "fin", 1);
+      cl.dying(0, 150);
+    }, 1],
+    ["the end of the stream while a standalone server's listener still resets", 1, (cl) => {
+      cl.crash(0, "fin", 0);
+      cl.dying(0, 150);
+    }, 0],
   ];
   for (const [what, nodes, fault, to] of cases) {
     test(`${what}: the same token, the signal never aborted, heartbeats go on there`, async () => {
