@@ -829,7 +829,7 @@ func (n *Node) Handover() error {
 	}
 }
 
-// handover is Handover on the leader loop (protocol.md, section 14, "A
+// handover is Handover on the leader loop (docs/protocol.md, section 14, "A
 // planned handover: the list"): the successor is chosen and committed
 // first, so that it holds resumes; then, at one moment, confirmations stop
 // and the list is taken, and every session is told (NOT_LEADER naming the

@@ -112,7 +112,7 @@ type Config struct {
 	// does not serve yet is about to (a leader handing over chose it as its
 	// successor, or it won an election and commits its epoch): a resume it
 	// reads meanwhile is held, not answered NOT_LEADER, for up to
-	// IOTimeout (protocol.md, section 14, "Holding a resume").
+	// IOTimeout (docs/protocol.md, section 14, "Holding a resume").
 	AboutToServe func() bool
 	// LeaderHint, if not nil, gives the message of ERROR NOT_LEADER: the
 	// leader's client address, or "" while no leader is known.

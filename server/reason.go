@@ -134,7 +134,7 @@ func (r EndReason) code() wire.Code {
 // broken reports whether a session that ends for r ended for a broken
 // connection: a read that timed out, a frame that breaks the protocol, a
 // write that timed out. A holder of version 3 with a credential so ended
-// keeps its slot until its lease runs out (protocol.md, section 14): its
+// keeps its slot until its lease runs out (docs/protocol.md, section 14): its
 // client may not have learnt of the end.
 func (r EndReason) broken() bool {
 	return r == ReasonReadTimeout || r == ReasonProtocolError || r == ReasonWriteTimeout
