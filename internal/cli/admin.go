@@ -299,8 +299,12 @@ func printLocks(w io.Writer, locks []opsLock) {
 func printLock(w io.Writer, l opsLock) {
 	printLocks(w, []opsLock{l})
 	for _, h := range l.holders() {
-		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago\n",
-			h.ID, h.Remote, msDuration(h.LeaseMS), fmtAge(msDuration(h.SilentMS)))
+		resumed := ""
+		if h.ResumedFromEpoch > 0 {
+			resumed = fmt.Sprintf(", resumed from epoch %d", h.ResumedFromEpoch)
+		}
+		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago%s\n",
+			h.ID, h.Remote, msDuration(h.LeaseMS), fmtAge(msDuration(h.SilentMS)), resumed)
 	}
 	if l.Limit != nil {
 		fmt.Fprintf(w, "limit: %d shared claims at once, set by the name's shared sessions\n", *l.Limit)

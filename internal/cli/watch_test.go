@@ -222,3 +222,23 @@ func TestWatchOutlivesAChangeOfLeader(t *testing.T) {
 		t.Errorf("stderr says %d times that no leader is known, want 3:\n%s", n, stderr.String())
 	}
 }
+
+// TestResumedShown: a claim of protocol version 3 that came back on a new
+// connection says so, with the epoch its token came from: baton watch's
+// resumed line (and the session it replaces), baton locks NAME's holder
+// line.
+func TestResumedShown(t *testing.T) {
+	tok := uint64(3<<40 | 7)
+	s := opsSession{ID: "12", Remote: "10.0.0.5:4000", Owner: "ci", LeaseMS: 10000, Token: &tok, ResumedFromEpoch: 3}
+	line := formatEvent(opsEvent{Type: "resumed", Lock: "jobs", Session: s, Replaces: "9"})
+	for _, want := range []string{"resumed", "token=3298534883335", "from_epoch=3", "replaces=9"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("watch line %q lacks %q", line, want)
+		}
+	}
+	var b strings.Builder
+	printLock(&b, opsLock{Name: "jobs", Holder: &s})
+	if !strings.Contains(b.String(), "resumed from epoch 3") {
+		t.Errorf("baton locks jobs:\n%s\nwant \"resumed from epoch 3\" on the holder's line", b.String())
+	}
+}
