@@ -210,12 +210,27 @@ func (w *watcher) dispatch(id, typ, data string) {
 	switch typ {
 	case "resync":
 		var st struct {
-			Reason string            `json:"reason"`
-			Locks  []json.RawMessage `json:"locks"`
+			Reason string    `json:"reason"`
+			Locks  []opsLock `json:"locks"`
 		}
 		json.Unmarshal([]byte(data), &st)
-		fmt.Fprintf(w.s.stderr, "baton watch: events were missed (%s); %d locks are held or waited for now: see 'baton locks'\n",
-			st.Reason, len(st.Locks))
+		// After a change of leader the claims that came back were resumed
+		// before this stream began: say how many, since their resumed
+		// events are not in it.
+		resumed := 0
+		for _, l := range st.Locks {
+			for _, s := range append(l.holders(), l.Waiters...) {
+				if s.ResumedFromEpoch > 0 {
+					resumed++
+				}
+			}
+		}
+		also := ""
+		if resumed > 0 {
+			also = fmt.Sprintf(", %d claims among them resumed", resumed)
+		}
+		fmt.Fprintf(w.s.stderr, "baton watch: events were missed (%s); %d locks are held or waited for now%s: see 'baton locks'\n",
+			st.Reason, len(st.Locks), also)
 		return
 	case "shutdown":
 		w.stopping = true

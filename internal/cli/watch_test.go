@@ -236,6 +236,12 @@ func TestResumedShown(t *testing.T) {
 			t.Errorf("watch line %q lacks %q", line, want)
 		}
 	}
+	var stderr syncBuffer
+	w := &watcher{s: &sys{stdout: io.Discard, stderr: &stderr}}
+	w.dispatch("", "resync", `{"reason":"another run","locks":[{"name":"jobs","holder":{"id":"12","resumed_from_epoch":3},"waiters":[{"id":"13","resumed_from_epoch":3},{"id":"14"}]}]}`)
+	if !strings.Contains(stderr.String(), "1 locks are held or waited for now, 2 claims among them resumed") {
+		t.Errorf("resync after a change of leader: %q, want the count of resumed claims", stderr.String())
+	}
 	var b strings.Builder
 	printLock(&b, opsLock{Name: "jobs", Holder: &s})
 	if !strings.Contains(b.String(), "resumed from epoch 3") {
