@@ -20,6 +20,7 @@ const MUTATIONS = [
   ["a lower attempt's late answer is not adopted", "session.js", "if (c.number < this.#connNumber) {", "if (false) {", "answers out of order"],
   ["MOVED with no attempt of its own to that address is a loss", "session.js", "if ([...this.#attempts].some((a) => a.idx === c.idx)) {", "if (true) {", "with no move of its own"],
   ["one open attempt per address", "move.js", "if (!open.has(i)) {", "if (true) {", "one open attempt per address"],
+  ["an address that went away is quiet for a moment", "move.js", "if (quiet > 0) {", "if (false) {", "listener still resets"],
 ];
 
 /** A copy of the package whose dist/`name` has `from` replaced by `to` (none: unmutated); runs the tests matching `pattern`. */
