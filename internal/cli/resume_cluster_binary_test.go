@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -202,4 +204,70 @@ func TestBinaryClusterV3Kill9(t *testing.T) {
 		t.Fatalf("a resume was answered %v after the kill, within the 1 s holder's deadline: the failover is faster than this test assumes", answered.Sub(killed))
 	}
 	_ = sc
+}
+
+// TestBinaryClusterRunThroughLeaderChanges: baton run with a 10 s lease
+// on a real cluster keeps its command running, with the same
+// BATON_TOKEN, through a SIGTERM of the leader (a step of a rolling
+// restart: the node comes back on its ports) and then a kill -9 of the
+// next leader, and exits with the command's status. A killed leader's
+// listener can still accept (and then reset) a connection made just
+// after the claim's connection ended: the client must not take that for
+// the loss of its lock.
+func TestBinaryClusterRunThroughLeaderChanges(t *testing.T) {
+	t.Parallel()
+	procs, peers := clusterLayout(t)
+	for _, p := range procs {
+		p.start(t, peers)
+	}
+	waitAllFollow(t, procs)
+	l := waitLeader(t, procs)
+	waitGiving(t, l.addr)
+	var addrs, opsAddrs []string
+	for _, p := range procs {
+		addrs, opsAddrs = append(addrs, p.addr), append(opsAddrs, p.opsAddr)
+	}
+	flag := filepath.Join(t.TempDir(), "done")
+	run := startBaton(t, "run", "-v", "-lease", "10s", "-addr", strings.Join(addrs, ","), "-ops-addr", strings.Join(opsAddrs, ","),
+		"jobs/through", "--", "sh", "-c", `echo "token=$BATON_TOKEN"; while [ ! -e "$0" ]; do sleep 0.1; done`, flag)
+	batontest.Eventually(t, 15*time.Second, func() bool { return strings.Contains(run.stdout.String(), "token=") }, "the command never started: %s", run.stderr)
+
+	// SIGTERM of the leader; it comes back on its ports and data directory.
+	if err := l.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-l.log.waited; err != nil {
+		t.Fatalf("the leader after SIGTERM: %v, want exit 0", err)
+	}
+	l.log.waited <- nil
+	batontest.Eventually(t, 8*time.Second, func() bool { return strings.Count(run.stderr.String(), " moved from ") == 1 },
+		"baton run did not move after SIGTERM of the leader: %s", run.stderr)
+	l.start(t, peers)
+	waitAllFollow(t, procs)
+	next := waitLeader(t, procs)
+	waitGiving(t, next.addr)
+
+	time.Sleep(3 * time.Second) // a heartbeat or two on the new leader
+	if err := next.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-next.log.waited
+	next.log.waited <- nil
+	batontest.Eventually(t, 8*time.Second, func() bool { return strings.Count(run.stderr.String(), " moved from ") == 2 },
+		"baton run did not move after kill -9 of the leader: %s", run.stderr)
+	select {
+	case <-run.done:
+		t.Fatalf("baton run exited %d during the moves: %s", run.cmd.ProcessState.ExitCode(), run.stderr)
+	default:
+	}
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("baton run exited %d, want the command's 0: %s", code, run.stderr)
+	}
+	if got := strings.Count(run.stdout.String(), "token="); got != 1 {
+		t.Fatalf("the command ran %d times, want once: %s", got, run.stdout)
+	}
+	t.Logf("baton run through SIGTERM and kill -9 of the leader:\n%s", run.stderr)
 }
