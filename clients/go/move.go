@@ -205,7 +205,7 @@ func (s *claim) attemptNow() bool {
 		if m.dialing[addr] || s.attemptOpenTo(addr) {
 			continue
 		}
-		if at, ok := m.gone[addr]; ok {
+		if at, ok := m.gone[addr]; ok && !dialGoneAtOnce() {
 			if left := at.Add(goneQuiet).Sub(s.now()); left > 0 {
 				m.target = i
 				s.tNext.Reset(left) // this address, once it is quiet

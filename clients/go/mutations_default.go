@@ -10,3 +10,4 @@ func resumeAfterReset() bool   { return false }
 func adoptAfterDeadline() bool { return false }
 func adoptLowerAttempt() bool  { return false }
 func resumeInSYN() bool        { return false }
+func dialGoneAtOnce() bool     { return false }

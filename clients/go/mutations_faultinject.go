@@ -21,9 +21,13 @@ const (
 	AdoptLowerAttemptVar = "BATON_TEST_ADOPT_LOWER_ATTEMPT"
 	// ResumeInSYNVar: a resume rides in a TCP Fast Open SYN.
 	ResumeInSYNVar = "BATON_TEST_RESUME_IN_SYN"
+	// DialGoneAtOnceVar: an address whose connection ended with no ERROR
+	// is dialed again at once, not after goneQuiet.
+	DialGoneAtOnceVar = "BATON_TEST_DIAL_GONE_AT_ONCE"
 )
 
 func resumeAfterReset() bool   { return os.Getenv(ResumeAfterResetVar) == "1" }
 func adoptAfterDeadline() bool { return os.Getenv(AdoptAfterDeadlineVar) == "1" }
 func adoptLowerAttempt() bool  { return os.Getenv(AdoptLowerAttemptVar) == "1" }
 func resumeInSYN() bool        { return os.Getenv(ResumeInSYNVar) == "1" }
+func dialGoneAtOnce() bool     { return os.Getenv(DialGoneAtOnceVar) == "1" }

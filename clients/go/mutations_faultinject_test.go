@@ -8,7 +8,7 @@ import "testing"
 // only the value "1".
 func TestMutationKnobs(t *testing.T) {
 	knobs := map[string]func() bool{ResumeAfterResetVar: resumeAfterReset, AdoptAfterDeadlineVar: adoptAfterDeadline,
-		AdoptLowerAttemptVar: adoptLowerAttempt, ResumeInSYNVar: resumeInSYN}
+		AdoptLowerAttemptVar: adoptLowerAttempt, ResumeInSYNVar: resumeInSYN, DialGoneAtOnceVar: dialGoneAtOnce}
 	for name, on := range knobs {
 		for v, want := range map[string]bool{"1": true, "": false, "0": false, "true": false} {
 			t.Setenv(name, v)

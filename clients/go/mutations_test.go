@@ -27,6 +27,7 @@ func TestMutationGate(t *testing.T) {
 		{"BATON_TEST_ADOPT_AFTER_DEADLINE", "TestAnswerAfterTheDeadlineLoses"},
 		{"BATON_TEST_ADOPT_LOWER_ATTEMPT", "TestAttemptsOutOfOrder"},
 		{"BATON_TEST_RESUME_IN_SYN", "TestNoFastOpenForResumes"},
+		{"BATON_TEST_DIAL_GONE_AT_ONCE", "TestNoAttemptToAServerGoingAway/1_addresses"},
 	} {
 		t.Run(m.knob, func(t *testing.T) {
 			cmd := exec.Command(goTool, "test", "-tags", "faultinject", "-count=1", "-run", "^"+strings.ReplaceAll(m.test, "/", "$/^")+"$", ".")
