@@ -367,6 +367,12 @@ func (s *claim) noAnswer(sentAt time.Time) error {
 }
 
 func (s *claim) unconfirmed() error {
+	if s.move.active && s.move.why != nil {
+		// The deadline passed while the claim moved: say what began the
+		// move (SHUTDOWN, a server gone), which is why nothing confirmed.
+		return fmt.Errorf("%w for %v (0.8 × lease %v): no server took the claim back after %v",
+			ErrUnconfirmed, s.lease*4/5, s.lease, s.move.why)
+	}
 	return fmt.Errorf("%w for %v (0.8 × lease %v)", ErrUnconfirmed, s.lease*4/5, s.lease)
 }
 

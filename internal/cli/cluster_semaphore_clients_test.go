@@ -158,8 +158,9 @@ func clientCommands(t *testing.T) (python, node func(addrs, name string, limit i
 // client share a semaphore of 3: three hold at once, each with its own
 // rising token, the fourth waits until one leaves, and a claim that gives
 // another limit is refused with the limit in force, at once. After kill -9
-// of the leader every holder is told of the loss, and the semaphore is
-// granted again on the new leader with larger tokens.
+// of the leader and the holders' release (each moved its slot, or was
+// told of its loss), the semaphore is granted again on the new leader
+// with larger tokens.
 func TestClusterSemaphoreEveryClient(t *testing.T) {
 	t.Parallel()
 	python, node := clientCommands(t)
@@ -185,8 +186,9 @@ func TestClusterSemaphoreEveryClient(t *testing.T) {
 	tokens := []uint64{goLock.Token()}
 
 	dir := t.TempDir()
-	run := startLogged(t, batonCmd(t, "run", "-addr", list, "-lease", "2s", "-limit", strconv.Itoa(limit), name, "--",
-		"sh", "-c", `echo "$BATON_TOKEN" >"$0/run.tmp" && mv "$0/run.tmp" "$0/run" && exec sleep 60`, dir))
+	runCmd := batonCmd(t, "run", "-addr", list, "-lease", "2s", "-limit", strconv.Itoa(limit), name, "--",
+		"sh", "-c", `echo "$BATON_TOKEN" >"$0/run.tmp" && mv "$0/run.tmp" "$0/run" && exec sleep 60`, dir)
+	run := startLogged(t, runCmd)
 	tokens = append(tokens, waitTokenFile(t, filepath.Join(dir, "run"), run))
 
 	py := startClientProc(t, python(list, name, limit))
@@ -235,21 +237,21 @@ func TestClusterSemaphoreEveryClient(t *testing.T) {
 		t.Fatalf("baton run -limit 2 beside a semaphore of %d: %v, %s; want exit 2 naming the limit", limit, err, out)
 	}
 
-	// kill -9 of the leader: every holder is told.
+	// kill -9 of the leader. With 2 s leases a holder's move (protocol
+	// version 3) may or may not beat its deadline: each holder either
+	// keeps its slot on the new leader or is told of the loss. Then every
+	// one lets go: the Go lock, baton run (SIGTERM: its command ends, and
+	// it releases), the TypeScript client.
 	l.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-goLock.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("Go client's slot not lost 15 s after its leader died")
-	}
+	time.Sleep(3 * time.Second) // past every holder's deadline: moved or lost by now
+	goLock.Release()
+	runCmd.Process.Signal(syscall.SIGTERM)
+	ts.stdin.Close()
 	select {
 	case err := <-run.waited:
 		run.waited <- err
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 77 {
-			t.Fatalf("baton run -limit after kill -9 of the leader: %v, want exit 77 (lock lost)", err)
-		}
 	case <-time.After(15 * time.Second):
-		t.Fatal("baton run -limit still running 15 s after its leader died")
+		t.Fatal("baton run -limit still running 15 s after SIGTERM")
 	}
 
 	// On the new leader, after its grace, slots are granted with larger
