@@ -60,8 +60,8 @@ func TestMutationGate(t *testing.T) {
 			if v.ok() {
 				t.Fatalf("%s=1 (%s): the checker found no violation in %d grants: the harness does not see this rule removed", m.knob, m.what, v.holds)
 			}
-			t.Logf("MUTATION %s=1 (%s): the checker reports %d overlaps, %d semaphore crowds and %d other violations, as it must; the first:",
-				m.knob, m.what, len(v.overlaps), len(v.crowds), len(v.bad))
+			t.Logf("MUTATION %s=1 (%s): the checker reports %d overlaps, %d semaphore crowds, %d lost claims, %d FIFO breaks and %d other violations, as it must; the first:",
+				m.knob, m.what, len(v.overlaps), len(v.crowds), len(v.lost), len(v.fifo), len(v.bad))
 			for i, s := range v.violations() {
 				if i == 3 {
 					t.Logf("  (%d more)", len(v.violations())-i)
