@@ -49,6 +49,12 @@ var mutations = []struct {
 		return runSchedule(t, faultBin, env, []step{{phaseFast, replaceMember}, {phaseFast, wipeJoinedLagging}},
 			func(v verdict) bool { return !v.ok() }).verdict
 	}},
+	// Protocol version 3 (resume_test.go): one cycle of the part each
+	// knob breaks, on a cluster of its own.
+	{"BATON_TEST_RESUME_AFTER_GRACE", "a resume of an earlier term is taken back after the grace", false, resumeMutation(rfKill, "late")},
+	{"BATON_TEST_LOWER_TOKEN_WINS", "a conflict of resumes is won by the lower token", false, resumeMutation(rfKill, "conflict")},
+	{"BATON_TEST_NO_CREDENTIAL_CHECK", "a resume is accepted without its credential checked", false, resumeMutation(rfKill, "forge")},
+	{"BATON_TEST_IGNORE_LIST", "the successor of a planned handover ignores its list", false, resumeMutation(rfTerm, "listed")},
 }
 
 // TestMutationGate: with each rule off, the checker reports a violation.
