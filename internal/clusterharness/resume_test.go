@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,6 +212,25 @@ func (w *workload) rawHolder(t *testing.T, c *testCluster, id int, name string, 
 	return b, s, cancel
 }
 
+// waitCredentials waits until the leader gives version 3 claims a
+// credential (once every voter has recorded that it speaks version 3).
+func (c *testCluster) waitCredentials() {
+	c.t.Helper()
+	c.eventually(leaderWait, func() bool {
+		i := c.leader()
+		if i == 0 {
+			return false
+		}
+		w := newWorkload()
+		defer w.stop()
+		b := &believer{w: w, id: 9999, name: "credential-probe", lease: time.Second, v3: true, every: time.Hour}
+		s := newBelieverSession(i)
+		go b.session(c.nw.clientAddr(i), s, 0)
+		<-s.done
+		return s.credential().id != 0
+	}, "the leader gives no credentials")
+}
+
 // resumeFrame is a holder's resume of cred's claim of name with lease,
 // attempt n; with forge, the credential's bytes are random.
 func resumeFrame(t *testing.T, name string, lease time.Duration, owner string, cred v3Cred, n uint16, forge bool) []byte {
@@ -383,20 +403,24 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 	case rfTerm:
 		c.terminate(l1)
 		c.start(l1)
-	case rfKill:
+	case rfKill: // restarted once another leads
 		c.kill(l1)
+		c.waitLeader(l1)
 		c.start(l1)
 	case rfKillTwice, rfPartitioned:
 		c.kill(l1)
-		c.start(l1)
 		l2 := c.waitLeader(l1)
+		c.start(l1)
 		time.Sleep(500 * time.Millisecond) // into its grace: its resumes arrive
 		if f == rfKillTwice {
 			c.kill(l2)
+			c.waitLeader(l2)
 			c.start(l2)
 		} else {
+			cut := time.Now()
 			c.nw.setRaftLink(t, l2, false)
-			time.Sleep(4 * time.Second)
+			c.waitLeader(l2)
+			time.Sleep(4*time.Second - time.Since(cut))
 			c.nw.setRaftLink(t, l2, true)
 		}
 		note("second fault on slot %d", l2)
@@ -410,27 +434,34 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 			t.Errorf("cycle %d: holder %d of %q neither moved nor ended within 40 s", k, h.id, h.name)
 		}
 	}
+	answered := func(what string, h *hold, we *wire.Error) {
+		switch {
+		case h != nil:
+			note("%s answered ACQUIRED: %v", what, h)
+		case we != nil:
+			note("%s answered %v", what, we.Code)
+		default:
+			note("%s: no answer before its deadline", what)
+		}
+	}
 	if part("forge") {
 		// A forged credential for the holder of replayName (a valid
 		// generation, bytes nobody issued), with a high attempt number.
 		l := replayHolder.lock.Load()
 		forged := v3Cred{id: l.Token(), held: true, generation: replayed.generation}
-		if _, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "forger", forged, 1000, true),
-			3*time.Second, "a resume with a forged credential"); we != nil {
-			note("forged resume answered %v", we.Code)
-		}
+		h, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "forger", forged, 1000, true),
+			3*time.Second, "a resume with a forged credential")
+		answered("a forged resume", h, we)
 	}
 	if part("replay") {
-		if _, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "replayer", replayed, 1000, false),
-			3*time.Second, "a replayed resume of a released claim"); we != nil {
-			note("replayed resume of a released claim answered %v", we.Code)
-		}
+		h, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "replayer", replayed, 1000, false),
+			3*time.Second, "a replayed resume of a released claim")
+		answered("a replayed resume of a released claim", h, we)
 	}
 	if silentWinner != nil {
-		if _, we := w.resumeOn(t, c, nextID(), silentName, 3*time.Second, resumeFrame(t, silentName, 3*time.Second, "silent", silent, 1, false),
-			3*time.Second, "a resume of an expired claim with the lower token in a conflict"); we != nil {
-			note("silent holder's resume (the lower token) answered %v", we.Code)
-		}
+		h, we := w.resumeOn(t, c, nextID(), silentName, 3*time.Second, resumeFrame(t, silentName, 3*time.Second, "silent", silent, 1, false),
+			3*time.Second, "a resume of an expired claim with the lower token in a conflict")
+		answered("the silent holder's resume (the lower token)", h, we)
 	}
 	if lateSession != nil {
 		// After the grace, once a later holder has been and gone.
@@ -440,10 +471,9 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 		}, "the new leader's grace did not end")
 		probe := w.probe(t, addrs, nextID(), lateName)
 		await(t, w, probe, grantWait, "the probe of "+lateName)
-		if _, we := w.resumeOn(t, c, nextID(), lateName, 2*time.Second, resumeFrame(t, lateName, 2*time.Second, "late", late, 1, false),
-			2*time.Second, "a resume after the deadline and the grace"); we != nil {
-			note("late resume answered %v", we.Code)
-		}
+		h, we := w.resumeOn(t, c, nextID(), lateName, 2*time.Second, resumeFrame(t, lateName, 2*time.Second, "late", late, 1, false),
+			2*time.Second, "a resume after the deadline and the grace")
+		answered("a late resume", h, we)
 	}
 
 	// The holders release; their waiters are granted in order.
@@ -465,6 +495,7 @@ func newResumeCluster(t *testing.T, bin string, env []string) (*testCluster, *wo
 	c := newCluster(t, nw, bin, env, 3)
 	c.startAll()
 	c.settle()
+	c.waitCredentials()
 	w := newWorkload()
 	t.Cleanup(func() { w.stop() })
 	return c, w
@@ -477,6 +508,17 @@ func TestResumeFaults(t *testing.T) {
 	needFaults(t)
 	c, w := newResumeCluster(t, batonBin, nil)
 	faults := []resumeFault{rfTerm, rfKill, rfKillTwice, rfPartitioned}
+	if only := os.Getenv("BATON_RESUME_CYCLES"); only != "" { // a subset, by index: "1,3"
+		var some []resumeFault
+		for _, f := range strings.Split(only, ",") {
+			i, err := strconv.Atoi(f)
+			if err != nil || i < 0 || i >= len(faults) {
+				t.Fatalf("BATON_RESUME_CYCLES=%q: want indices of %v", only, faults)
+			}
+			some = append(some, faults[i])
+		}
+		faults = some
+	}
 	for k, f := range faults {
 		resumeCycle(t, c, w, k, f)
 		c.settle()
@@ -539,6 +581,7 @@ func TestResumeKillFigures(t *testing.T) {
 		}
 		at := time.Now()
 		c.kill(l1)
+		c.waitLeader(l1)
 		c.start(l1)
 		first := c.waitGrantWithin(w, at, v1.Epoch, faultGrantWait)
 		toFirst = append(toFirst, first.granted.Sub(at))
