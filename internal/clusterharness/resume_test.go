@@ -650,13 +650,13 @@ func TestKillAfterPushKeepsClaim(t *testing.T) {
 		l1 := c.waitLeader()
 		close(a.release)
 		waitFor(t, b.granted, grantWait, "waiter of %q not granted", name)
-		at := time.Now()
+		pushed, at := time.Now(), time.Now()
 		c.kill(l1)
 		c.waitLeader(l1)
 		c.start(l1)
 		b.moved(at)
-		t.Logf("round %d: kill -9 of slot %d %v after the push; the waiter's claim: %v", k, l1,
-			at.Sub(time.Now()).Round(time.Millisecond), errOrHeld(b.lock.Load()))
+		t.Logf("round %d: kill -9 of slot %d (sent %v after the waiter's Acquire returned); the waiter's claim: %v", k, l1,
+			at.Sub(pushed), errOrHeld(b.lock.Load()))
 		close(b.release)
 		<-b.done
 		c.settle()
