@@ -500,6 +500,13 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 	if racer != nil {
 		<-racer.done
 	}
+	// The holders cut off believe to their deadline, so that an overlap
+	// with them is reported whole.
+	for _, s := range []*bsession{listedSession, lateSession} {
+		if s != nil {
+			<-s.done
+		}
+	}
 }
 
 // newResumeCluster starts three nodes of bin with env and a workload.
