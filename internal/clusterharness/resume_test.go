@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -657,13 +658,15 @@ func TestKillAfterPushKeepsClaim(t *testing.T) {
 		l1 := c.waitLeader()
 		close(a.release)
 		waitFor(t, b.granted, grantWait, "waiter of %q not granted", name)
-		pushed, at := time.Now(), time.Now()
+		pushed := time.Now()
+		queued := c.unread(l1)
+		at := time.Now()
 		c.kill(l1)
 		c.waitLeader(l1)
 		c.start(l1)
 		b.moved(at)
-		t.Logf("round %d: kill -9 of slot %d (sent %v after the waiter's Acquire returned); the waiter's claim: %v", k, l1,
-			at.Sub(pushed), errOrHeld(b.lock.Load()))
+		t.Logf("round %d: kill -9 of slot %d (sent %v after the waiter's Acquire returned); the waiter's claim: %v; client connections with unread bytes at the node just before: %s", k, l1,
+			at.Sub(pushed), errOrHeld(b.lock.Load()), queued)
 		close(b.release)
 		<-b.done
 		c.settle()
@@ -681,4 +684,30 @@ func errOrHeld(l *baton.Lock) string {
 		return "lost: " + err.Error()
 	}
 	return "held"
+}
+
+// unread lists node i's client connections whose receive queue holds
+// bytes the node has not read (ss in its namespace): a process that dies
+// with unread bytes closes that connection with a reset, not a FIN.
+func (c *testCluster) unread(i int) string {
+	if !c.nw.netns {
+		return "(not known on loopback)"
+	}
+	out, err := exec.Command("ip", "netns", "exec", c.nw.ns(i), "ss", "-Htn", "state", "established").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("(ss: %v)", err)
+	}
+	var busy []string
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || !strings.HasSuffix(f[2], ":"+strconv.Itoa(clientPort)) {
+			continue
+		}
+		n++
+		if f[0] != "0" {
+			busy = append(busy, f[0]+" bytes from "+f[3])
+		}
+	}
+	return fmt.Sprintf("%d of %d %v", len(busy), n, busy)
 }
