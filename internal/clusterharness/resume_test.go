@@ -381,10 +381,6 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 		<-s.done
 		silent = s.credential()
 		holders = append(holders, silentWinner)
-		// Not at the instant of its grant: a kill -9 then resets its
-		// connection (TestKillAfterPushKeepsClaim), and the conflict is
-		// not tried.
-		time.Sleep(500 * time.Millisecond)
 	}
 
 	// The fault.
@@ -639,12 +635,22 @@ func TestResumeKillFigures(t *testing.T) {
 	}
 }
 
-// TestKillAfterPushKeepsClaim: a waiter granted by a push keeps its claim
-// when the leader is killed (kill -9) an instant after the grant: its
-// deadline is 8 s away, the fault is one it must survive. Three rounds on
-// one cluster, each a holder that releases, the waiter behind it, and the
-// kill as soon as the waiter's Acquire returns.
-func TestKillAfterPushKeepsClaim(t *testing.T) {
+// TestKillLeaderKeepsClaims: a Go client's claim (10 s lease) survives
+// kill -9 of the leader: its deadline is 8 s away. Three rounds on one
+// cluster, each a holder that releases, the waiter behind it (granted by
+// a push), and the kill as soon as the waiter's Acquire returns.
+//
+// It fails today, in most rounds, with "connection reset by peer": the
+// killed node's connections end with a FIN (no ERROR), so the client
+// resumes, and its first attempt dials the same address; the dying
+// process's listener still completes the handshake from its backlog, and
+// resets that connection when the process's descriptors close. The client
+// takes a reset of a resume attempt for the loss of the claim
+// (docs/protocol.md, section 14, "a reset or another read error: the
+// claim is lost"; clients/go/move.go, onAttemptEvent). The same happens
+// to a standalone server killed with clients on it. The node had no
+// unread bytes on the claim's connection just before the kill (logged).
+func TestKillLeaderKeepsClaims(t *testing.T) {
 	needFaults(t)
 	c, w := newResumeCluster(t, batonBin, nil)
 	addrs := c.clientAddrs()
