@@ -21,6 +21,12 @@ import (
 // step-down, so it runs the paused-leader scenario, in cycles, until the
 // checker sees the overlap.
 //
+// The knobs of protocol version 3 each run one cycle of resume_test.go's
+// workloads, the part the knob breaks alone, on a cluster of their own
+// (some 5 to 10 s each): a resume after the grace, the lower token winning
+// a conflict, no credential check (a forged resume), the planned list
+// ignored (a listed holder cut off before a SIGTERM).
+//
 // Without the grace, the semaphore must be caught too: more holders of
 // semName than its limit (a crowd), not only two holders of a mutex; that
 // run goes on until it has seen both.
