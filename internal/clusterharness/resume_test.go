@@ -383,6 +383,28 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 		holders = append(holders, silentWinner)
 	}
 
+	// A forged credential for the holder of replayName (a valid
+	// generation, bytes nobody issued), with a high attempt number: on the
+	// leader that holds the claim, then (below) after the fault.
+	forge := func(when string) {
+		l := replayHolder.lock.Load()
+		forged := v3Cred{id: l.Token(), held: true, generation: replayed.generation}
+		what := "a resume with a forged credential " + when
+		h, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "forger", forged, 1000, true),
+			3*time.Second, what)
+		switch {
+		case h != nil:
+			note("%s answered ACQUIRED: %v", what, h)
+		case we != nil:
+			note("%s answered %v", what, we.Code)
+		default:
+			note("%s: no answer before its deadline", what)
+		}
+	}
+	if part("forge") {
+		forge("before the fault")
+	}
+
 	// The fault.
 	at := time.Now()
 	if lateSession != nil {
@@ -456,13 +478,7 @@ func resumeCycle(t *testing.T, c *testCluster, w *workload, k int, f resumeFault
 		return true
 	}
 	if part("forge") && holds(replayHolder, "the forged resume") {
-		// A forged credential for the holder of replayName (a valid
-		// generation, bytes nobody issued), with a high attempt number.
-		l := replayHolder.lock.Load()
-		forged := v3Cred{id: l.Token(), held: true, generation: replayed.generation}
-		h, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "forger", forged, 1000, true),
-			3*time.Second, "a resume with a forged credential")
-		answered("a forged resume", h, we)
+		forge("after the fault")
 	}
 	if part("replay") && holds(replayHolder, "the replay") {
 		h, we := w.resumeOn(t, c, nextID(), replayName, resumeLease, resumeFrame(t, replayName, resumeLease, "replayer", replayed, 1000, false),
@@ -554,15 +570,28 @@ func TestResumeFaults(t *testing.T) {
 	t.Log(report)
 }
 
-// resumeMutations are the mutation gate's entries of protocol version 3
-// (mutation_test.go): each runs one cycle of the part its knob breaks.
-func resumeMutation(f resumeFault, parts ...string) func(t *testing.T, env []string) verdict {
+// resumeMutation is a mutation gate's entry of protocol version 3
+// (mutation_test.go): cycles of the part its knob breaks, until the
+// checker reports a violation that names want (what the knob breaks, not
+// a claim lost on the way), at most resumeMutationCycles.
+func resumeMutation(f resumeFault, want string, parts ...string) func(t *testing.T, env []string) verdict {
 	return func(t *testing.T, env []string) verdict {
 		c, w := newResumeCluster(t, faultBin, env)
-		resumeCycle(t, c, w, 0, f, parts...)
+		for k := range resumeMutationCycles {
+			resumeCycle(t, c, w, k, f, parts...)
+			if v := check(w.snapshot()); slices.ContainsFunc(v.violations(), func(s string) bool { return strings.Contains(s, want) }) {
+				break
+			}
+			c.settle()
+		}
 		return check(w.stop())
 	}
 }
+
+// resumeMutationCycles bounds a knob's cycles: a crash cycle's holder may
+// lose its claim to the reset of its resume attempt
+// (TestKillLeaderKeepsClaims), and the part is then not tried.
+const resumeMutationCycles = 5
 
 // TestResumeKillFigures measures kill -9 of the leader at 10 s leases:
 // BATON_RESUME_KILLS=n faults (not run otherwise). Eight Go holders with
