@@ -528,7 +528,10 @@ func newResumeCluster(t *testing.T, bin string, env []string) (*testCluster, *wo
 	nw := newNetwork(t, 3)
 	c := newCluster(t, nw, bin, env, 3)
 	c.startAll()
-	c.settle()
+	// A fresh cluster on a machine this loaded may take more than
+	// leaderWait to have every node follow its first leader.
+	c.eventually(3*leaderWait, func() bool { l := c.leader(); return l != 0 && c.allFollow(l) },
+		"the cluster did not settle (one leader, every node following it)")
 	c.waitCredentials()
 	w := newWorkload()
 	t.Cleanup(func() { w.stop() })
