@@ -12,13 +12,22 @@
 #    build: the checker must pass, and the semaphore must have been full;
 #  - the mutation gate: the faultinject build with each safety rule
 #    switched off (no grace, a handoff of 0, no leader lease, a wiped
-#    joined member that starts) must each make the checker report a
-#    violation, or CI fails; with no grace, the semaphore too must be
-#    caught over its limit;
+#    joined member that starts; and of protocol version 3: resumes
+#    accepted after the grace, a conflict won by the lower token, a
+#    resume accepted without its credential checked, the planned list
+#    ignored) must each make the checker report a violation, or CI
+#    fails; with no grace, the semaphore too must be caught over its
+#    limit;
+#  - protocol version 3 against the normal build (resume_test.go): long
+#    holders and queued waiters across SIGTERM, kill -9, kill -9 twice
+#    and a partitioned new leader, with a release at the fault, a replayed
+#    and a forged resume, a resume after the deadline and a conflict: no
+#    overlap, no claim lost, every queue in order; and a kill -9 of the
+#    leader right after a grant, which every claim must survive;
 #  - the two process-level scenarios (a handover inside a grace, a paused
 #    leader on SIGCONT) and the slow old leader, against the normal build.
 # Without root or iproute2 the harness falls back to loopback and says so.
-# About 7 minutes on a 2-core machine.
+# About 9 minutes on a 2-core machine.
 # The long schedule: BATON_CLUSTER_SCHEDULE=long bash .ci/clusterfaults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,5 +43,5 @@ echo "--- cluster faults: schedule ${BATON_CLUSTER_SCHEDULE:-short}, the mutatio
 # under the race detector would starve them on a 2-core machine; the
 # package's unit test runs under -race in go test ./... with the rest.
 BATON_CLUSTER_FAULTS=1 go test -count=1 -v -timeout 180m \
-  -run 'TestClusterFaults|TestMutationGate|TestHandoverInsideGraceKeepsGrace|TestPausedLeaderConfirmsNothing|TestControlWithoutGraceOverlaps|TestSlowOldLeaderGraceHolds' \
+  -run 'TestClusterFaults|TestMutationGate|TestHandoverInsideGraceKeepsGrace|TestPausedLeaderConfirmsNothing|TestControlWithoutGraceOverlaps|TestSlowOldLeaderGraceHolds|TestResumeFaults|TestKillLeaderKeepsClaims' \
   ./internal/clusterharness

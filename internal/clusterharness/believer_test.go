@@ -75,6 +75,11 @@ type believer struct {
 	beats            beatMode
 	every            time.Duration
 	holdMin, holdMax time.Duration
+	// v3: exclusive claims of protocol version 3 (given a credential);
+	// first, when set, is sent instead of the ACQUIRE (a resume frame,
+	// resume_test.go).
+	v3    bool
+	first []byte
 
 	told map[wire.Code]bool // client errors recorded (its loop's goroutine only)
 
@@ -91,6 +96,34 @@ type bsession struct {
 	beatNow chan struct{} // a heartbeat at once
 	done    chan struct{} // closed when the session's belief is over
 	hold    *hold         // set once granted; read after done
+
+	// Version 3: what the node last gave the claim (a grant's or a heartbeat
+	// reply's credential), and the last ERROR it sent.
+	mu      sync.Mutex
+	cred    v3Cred
+	lastErr *wire.Error
+}
+
+// v3Cred is a version 3 claim's id (token or ticket) and credential.
+type v3Cred struct {
+	id         uint64
+	held       bool
+	generation uint32
+	credential wire.Credential
+}
+
+// credential is what the node last gave the session's claim (id 0: none).
+func (s *bsession) credential() v3Cred {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cred
+}
+
+// refusal is the last ERROR the node sent the session (nil: none).
+func (s *bsession) refusal() *wire.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
 }
 
 func newBelieverSession(node int) *bsession {
@@ -259,6 +292,10 @@ type frameEvent struct {
 	token uint64
 	werr  *wire.Error
 	err   error // the read failed: the connection ended
+	// The frames of version 3 (those of versions 1 and 2 decode alike,
+	// without credential or ticket).
+	acq  wire.Acquired
+	wait wire.Waiting
 }
 
 // session runs one connection: ACQUIRE, heartbeats, the hold, the end. It
@@ -310,9 +347,15 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 	if b.limit > 0 {
 		claim.Version, claim.Flags, claim.Limit = wire.Version2, wire.FlagShared, b.limit
 	}
+	if b.v3 {
+		claim.Version, claim.Limit = wire.Version3, 1
+	}
 	acq, err := wire.AppendAcquire(nil, claim)
 	if err != nil {
 		panic(err) // the harness's own constant frame
+	}
+	if b.first != nil {
+		acq = b.first
 	}
 	deadline = time.Now().Add(timeout)
 	if !send(acq) {
@@ -386,6 +429,16 @@ func (b *believer) session(addr string, s *bsession, holdFor time.Duration) (hin
 				b.writeResource(h)
 			}
 		case ev := <-events:
+			s.mu.Lock()
+			switch {
+			case ev.werr != nil:
+				s.lastErr = ev.werr
+			case ev.typ == wire.TypeAcquired && ev.acq.WithCredential:
+				s.cred = v3Cred{id: ev.token, held: true, generation: ev.acq.Generation, credential: ev.acq.Credential}
+			case ev.typ == wire.TypeWaiting && ev.wait.WithTicket:
+				s.cred = v3Cred{id: ev.wait.Ticket, generation: ev.wait.Generation, credential: ev.wait.Credential}
+			}
+			s.mu.Unlock()
 			if ev.err != nil || ev.typ == wire.TypeError {
 				why := ev.err
 				if ev.werr != nil {
@@ -515,9 +568,10 @@ func readEvent(r io.Reader, buf *[wire.MaxFrame]byte) frameEvent {
 	ev := frameEvent{at: time.Now(), typ: h.Type}
 	switch h.Type {
 	case wire.TypeWaiting:
-		_, err = wire.DecodeWaiting(p)
+		ev.wait, err = wire.DecodeWaitingV3(p)
 	case wire.TypeAcquired:
-		ev.push, ev.token, err = wire.DecodeAcquired(p)
+		ev.acq, err = wire.DecodeAcquiredV3(p)
+		ev.push, ev.token = ev.acq.Push, ev.acq.Token
 	case wire.TypeError:
 		ev.werr, err = wire.DecodeError(p)
 	default:

@@ -26,6 +26,16 @@ import (
 //     nothing.
 //
 // Rule 1 is the promise itself; 2 and 3 are what a fenced resource sees.
+//
+// Protocol version 3 adds two rules, counted apart from the overlaps:
+//
+//  4. a claim that must survive the run's faults (a holder or a waiter
+//     with a 10 s lease, resume_test.go) is never LOST: a holder's loss
+//     seen before the deadline it last had (Lock.ValidUntil) is a claim
+//     ended although its client's deadline had not passed, and a waiter
+//     whose Acquire failed lost its place;
+//  5. waiters queued one after the other on a name are granted in that
+//     order (FIFO), across every move.
 
 // verdict is what the checker found.
 type verdict struct {
@@ -33,6 +43,8 @@ type verdict struct {
 	overlaps []overlap
 	crowds   []crowd  // more shared holders than the limit
 	bad      []string // violations of rules 2 and 3, and the run's own
+	lost     []string // rule 4: claims lost in a fault they should survive
+	fifo     []string // rule 5: waiters granted out of their order
 	// semaphores are the figures of the names with shared claims.
 	semaphores map[string]semStat
 }
@@ -44,6 +56,11 @@ type runLog struct {
 	// slotRefusals are the slot counter's, bad the violations the run saw
 	// on the way (a client error no correct server sends).
 	slotRefusals, bad []string
+	// lost are the claims that had to survive and whose loss the run saw
+	// outside a hold (a waiter's Acquire that failed); queues the order in
+	// which waiters queued on a name (client ids).
+	lost   []string
+	queues map[string][]int
 }
 
 // overlap is one pair of holds of a name that overlapped.
@@ -57,7 +74,9 @@ func (o overlap) String() string {
 }
 
 // ok reports whether no rule was broken.
-func (v verdict) ok() bool { return len(v.overlaps) == 0 && len(v.crowds) == 0 && len(v.bad) == 0 }
+func (v verdict) ok() bool {
+	return len(v.overlaps) == 0 && len(v.crowds) == 0 && len(v.bad) == 0 && len(v.lost) == 0 && len(v.fifo) == 0
+}
 
 // violations lists every broken rule, one line each.
 func (v verdict) violations() []string {
@@ -68,7 +87,9 @@ func (v verdict) violations() []string {
 	for _, c := range v.crowds {
 		out = append(out, c.String())
 	}
-	return append(out, v.bad...)
+	out = append(out, v.bad...)
+	out = append(out, v.lost...)
+	return append(out, v.fifo...)
 }
 
 // check applies the rules to what a run recorded.
@@ -78,6 +99,10 @@ func check(l runLog) verdict {
 	shared := sharedNames(l.holds)
 	for _, h := range l.holds {
 		byName[h.name] = append(byName[h.name], h)
+		if h.survive && h.lost != nil && h.ended.Before(h.validUntil) {
+			v.lost = append(v.lost, fmt.Sprintf("lock %q: LOST: %v, %v before its deadline", h.name, h,
+				h.validUntil.Sub(h.ended).Round(time.Millisecond)))
+		}
 		if h.readAbove != 0 {
 			v.bad = append(v.bad, fmt.Sprintf("lock %q: %v read %d from the register, above its token", h.name, h, h.readAbove))
 		}
@@ -137,7 +162,33 @@ func check(l runLog) verdict {
 			r.name, r.token, r.n, r.first.Format("15:04:05.000"), r.last.Format("15:04:05.000"), r.taken))
 	}
 	v.bad = append(append(v.bad, l.slotRefusals...), l.bad...)
+	v.lost = append(v.lost, l.lost...)
+	v.fifo = checkFIFO(l)
 	return v
+}
+
+// checkFIFO applies rule 5: on each name of l.queues, the grants to its
+// waiters come in the order they queued.
+func checkFIFO(l runLog) []string {
+	var out []string
+	for name, order := range l.queues {
+		var got []*hold
+		for _, h := range l.holds {
+			if h.name == name && slices.Contains(order, h.client) {
+				got = append(got, h)
+			}
+		}
+		slices.SortStableFunc(got, func(a, b *hold) int { return a.granted.Compare(b.granted) })
+		var ids []int
+		for _, h := range got {
+			ids = append(ids, h.client)
+		}
+		if !slices.Equal(ids, order) {
+			out = append(out, fmt.Sprintf("lock %q: FIFO: waiters queued as clients %v were granted as %v", name, order, ids))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TestCheckerRules: the checker finds each kind of violation and passes a
@@ -173,9 +224,39 @@ func TestCheckerRules(t *testing.T) {
 		{"read above its token", []*hold{h(1<<40|1, 0, 10), readAbove}, nil, 0, 1},
 	} {
 		v := check(runLog{holds: tc.holds, writes: tc.writes})
-		if len(v.overlaps) != tc.overlaps || len(v.bad) != tc.bad {
+		if len(v.overlaps) != tc.overlaps || len(v.bad) != tc.bad || len(v.lost) != 0 || len(v.fifo) != 0 {
 			t.Errorf("%s: %d overlaps and %d other violations, want %d and %d: %q", tc.name,
 				len(v.overlaps), len(v.bad), tc.overlaps, tc.bad, v.violations())
+		}
+	}
+
+	// Rules 4 and 5.
+	survivor := func(client int, token uint64, from, to, deadline int, lost error) *hold {
+		x := h(token, from, to)
+		x.client, x.survive, x.validUntil, x.lost = client, true, at(deadline), lost
+		return x
+	}
+	ended := errors.New("SUPERSEDED")
+	for _, tc := range []struct {
+		name       string
+		holds      []*hold
+		queues     map[string][]int
+		lost, fifo int
+	}{
+		{"kept", []*hold{survivor(1, 1<<40|1, 0, 100, 108, nil)}, nil, 0, 0},
+		{"lost at its deadline", []*hold{survivor(1, 1<<40|1, 0, 108, 108, errUnconfirmed)}, nil, 0, 0},
+		{"lost before its deadline", []*hold{survivor(1, 1<<40|1, 0, 50, 108, ended)}, nil, 1, 0},
+		{"a loss outside survival is not counted", []*hold{lostHold}, nil, 0, 0},
+		{"waiters in order", []*hold{survivor(1, 1<<40|1, 0, 10, 20, nil), survivor(2, 1<<40|2, 10, 20, 30, nil), survivor(3, 2<<40|1, 20, 30, 40, nil)},
+			map[string][]int{"l": {1, 2, 3}}, 0, 0},
+		{"waiters out of order", []*hold{survivor(1, 1<<40|1, 0, 10, 20, nil), survivor(3, 1<<40|2, 10, 20, 30, nil), survivor(2, 2<<40|1, 20, 30, 40, nil)},
+			map[string][]int{"l": {1, 2, 3}}, 0, 1},
+		{"a waiter never granted", []*hold{survivor(1, 1<<40|1, 0, 10, 20, nil)}, map[string][]int{"l": {1, 2}}, 0, 1},
+	} {
+		v := check(runLog{holds: tc.holds, queues: tc.queues})
+		if len(v.lost) != tc.lost || len(v.fifo) != tc.fifo || len(v.overlaps) != 0 || len(v.bad) != 0 {
+			t.Errorf("%s: %d lost, %d FIFO, %d overlaps, %d other; want %d lost and %d FIFO: %q", tc.name,
+				len(v.lost), len(v.fifo), len(v.overlaps), len(v.bad), tc.lost, tc.fifo, v.violations())
 		}
 	}
 }

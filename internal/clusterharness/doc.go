@@ -17,9 +17,15 @@
 // grace protects the next holder. A checker then
 // asserts that no two holders of a mutex overlapped, that the semaphore
 // never had more holders at once than its limit (a holder's interval is
-// its belief as docs/protocol.md defines it), and that tokens only rose. The
-// mutation gate runs the faultinject build with each safety rule switched
-// off and requires the checker to fail.
+// its belief as docs/protocol.md defines it), and that tokens only rose.
+// Protocol version 3 (resume_test.go): Go clients with 10 s leases hold
+// and queue across SIGTERM, kill -9 and compound faults of the leader,
+// beside raw version 3 clients that release at the fault, replay or forge
+// a resume, resume after their deadline or in conflict; the checker counts
+// the claims LOST in a fault they should survive (a loss seen before the
+// client's deadline) apart from the overlaps, and the waiters granted out
+// of their order (FIFO). The mutation gate runs the faultinject build
+// with each safety rule switched off and requires the checker to fail.
 // The fault tests run only when BATON_CLUSTER_FAULTS is set
 // (.ci/clusterfaults.sh sets it); docs/reliability.md describes them.
 package clusterharness

@@ -1,6 +1,8 @@
 package clusterharness
 
 import (
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +22,12 @@ import (
 // confirm for longer than the grace, and that answer races the leader's
 // step-down, so it runs the paused-leader scenario, in cycles, until the
 // checker sees the overlap.
+//
+// The knobs of protocol version 3 each run one cycle of resume_test.go's
+// workloads, the part the knob breaks alone, on a cluster of their own
+// (some 5 to 10 s each): a resume after the grace, the lower token winning
+// a conflict, no credential check (a forged resume), the planned list
+// ignored (a listed holder cut off before a SIGTERM).
 //
 // Without the grace, the semaphore must be caught too: more holders of
 // semName than its limit (a crowd), not only two holders of a mutex; that
@@ -49,6 +57,33 @@ var mutations = []struct {
 		return runSchedule(t, faultBin, env, []step{{phaseFast, replaceMember}, {phaseFast, wipeJoinedLagging}},
 			func(v verdict) bool { return !v.ok() }).verdict
 	}},
+	// Protocol version 3 (resume_test.go): one cycle of the part each
+	// knob breaks, on a cluster of its own.
+	{"BATON_TEST_RESUME_AFTER_GRACE", "a resume of an earlier term is taken back after the grace", false,
+		resumeMutation(rfKill, wantLate, "late")},
+	{"BATON_TEST_LOWER_TOKEN_WINS", "a conflict of resumes is won by the lower token", false,
+		resumeMutation(rfKill, wantConflict, "conflict")},
+	{"BATON_TEST_NO_CREDENTIAL_CHECK", "a resume is accepted without its credential checked", false,
+		resumeMutation(rfTerm, wantForged, "forge")},
+	{"BATON_TEST_IGNORE_LIST", "the successor of a planned handover ignores its list", false,
+		resumeMutation(rfTerm, wantListed, "listed")},
+}
+
+// What the knobs of protocol version 3 must make the checker report (a
+// part of a violation's text): the violation the knob makes, not a claim
+// lost on the way.
+const (
+	wantLate     = "a resume after the deadline and the grace was answered ACQUIRED"
+	wantConflict = "the lower token in a conflict was answered ACQUIRED"
+	wantForged   = "a resume with a forged credential before the fault was answered ACQUIRED"
+	wantListed   = `lock "listed`
+)
+
+var mutationWants = map[string]string{
+	"BATON_TEST_RESUME_AFTER_GRACE":  wantLate,
+	"BATON_TEST_LOWER_TOKEN_WINS":    wantConflict,
+	"BATON_TEST_NO_CREDENTIAL_CHECK": wantForged,
+	"BATON_TEST_IGNORE_LIST":         wantListed,
 }
 
 // TestMutationGate: with each rule off, the checker reports a violation.
@@ -60,8 +95,12 @@ func TestMutationGate(t *testing.T) {
 			if v.ok() {
 				t.Fatalf("%s=1 (%s): the checker found no violation in %d grants: the harness does not see this rule removed", m.knob, m.what, v.holds)
 			}
-			t.Logf("MUTATION %s=1 (%s): the checker reports %d overlaps, %d semaphore crowds and %d other violations, as it must; the first:",
-				m.knob, m.what, len(v.overlaps), len(v.crowds), len(v.bad))
+			if want := mutationWants[m.knob]; want != "" && !slices.ContainsFunc(v.violations(), func(s string) bool { return strings.Contains(s, want) }) {
+				t.Errorf("%s=1 (%s): the checker reports %d violations, none with %q: the harness does not see this rule removed; they are: %q",
+					m.knob, m.what, len(v.violations()), want, v.violations())
+			}
+			t.Logf("MUTATION %s=1 (%s): the checker reports %d overlaps, %d semaphore crowds, %d lost claims, %d FIFO breaks and %d other violations, as it must; the first:",
+				m.knob, m.what, len(v.overlaps), len(v.crowds), len(v.lost), len(v.fifo), len(v.bad))
 			for i, s := range v.violations() {
 				if i == 3 {
 					t.Logf("  (%d more)", len(v.violations())-i)

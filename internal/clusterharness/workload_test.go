@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -44,6 +45,10 @@ type hold struct {
 	ended     time.Time // the holder saw its loss, or was about to close
 	lost      error     // why it was lost (nil if it closed)
 	readAbove uint64    // a register value above its token that it read (0: none)
+	// survive: the claim must outlive the run's faults (rule 4 of the
+	// checker); validUntil is the last deadline its client gave it.
+	survive    bool
+	validUntil time.Time
 }
 
 func (h *hold) String() string {
@@ -106,10 +111,13 @@ type workload struct {
 	holds []*hold
 	errs  map[string]int // Acquire errors, by their text up to the first colon
 	bad   []string       // violations seen on the way (runLog.bad)
+	// lost and queues: runLog's (resume_test.go)
+	lost   []string
+	queues map[string][]int
 }
 
 func newWorkload() *workload {
-	w := &workload{reg: newRegister(), slots: newSlotCounter(), errs: map[string]int{}}
+	w := &workload{reg: newRegister(), slots: newSlotCounter(), errs: map[string]int{}, queues: map[string][]int{}}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w
 }
@@ -222,7 +230,8 @@ func (w *workload) stop() runLog {
 	defer w.mu.Unlock()
 	w.reg.mu.Lock()
 	defer w.reg.mu.Unlock()
-	return runLog{holds: slices.Clone(w.holds), writes: slices.Clone(w.reg.writes), slotRefusals: refused, bad: slices.Clone(w.bad)}
+	return runLog{holds: slices.Clone(w.holds), writes: slices.Clone(w.reg.writes), slotRefusals: refused, bad: slices.Clone(w.bad),
+		lost: slices.Clone(w.lost), queues: maps.Clone(w.queues)}
 }
 
 // snapshot returns what the loops recorded so far, while they run; a hold
@@ -242,7 +251,8 @@ func (w *workload) snapshot() runLog {
 		}
 		hs = append(hs, &c)
 	}
-	return runLog{holds: hs, writes: slices.Clone(w.reg.writes), slotRefusals: refused, bad: slices.Clone(w.bad)}
+	return runLog{holds: hs, writes: slices.Clone(w.reg.writes), slotRefusals: refused, bad: slices.Clone(w.bad),
+		lost: slices.Clone(w.lost)}
 }
 
 // firstGrant is the first grant at or after t0 whose token's epoch is above
