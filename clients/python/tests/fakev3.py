@@ -694,12 +694,32 @@ class Peer:
         self.frames.put(fr)
         return False
 
+    def drop(self, ftype: int) -> int:
+        """Takes the frames of type ftype already read off the queue (the
+        others stay, in order); how many there were."""
+        kept: List[Optional[Tuple[int, bytes]]] = []
+        n = 0
+        while True:
+            try:
+                fr = self.frames.get_nowait()
+            except queue.Empty:
+                break
+            if fr is not None and fr[0] == ftype:
+                n += 1
+            else:
+                kept.append(fr)
+        for fr in kept:
+            self.frames.put(fr)
+        return n
+
     def send(self, b: bytes) -> None:
         self.sock.sendall(b)
 
-    def fail(self, code: str, msg: str = "") -> None:
-        """An ERROR, then a FIN (the server half-closes, as a real one)."""
-        self.send(error_frame(code, msg))
+    def fail(self, code: "str | int", msg: str = "") -> None:
+        """An ERROR (a code's name, or its number), then a FIN (the server
+        half-closes, as a real one does)."""
+        num = CODES[code] if isinstance(code, str) else code
+        self.send(frame(wire.T_ERROR, bytes([num]) + msg.encode()))
         self.sock.shutdown(socket.SHUT_WR)
 
     def eof(self) -> None:
