@@ -171,15 +171,28 @@ class RulesCase:
         past the deadline but not past the resume's own send plus 0.8 x
         lease: the answer that comes then must not be adopted."""
         net = self.net()
-        c, clock = self.client(net, lease=10.0)
+        log, seen = capture(f"test.rules.late.{self.drv.name}")
+        c, clock = self.client(net, lease=10.0, logger=log)
         h, p = self.hold(net, c)  # deadline: 8 s after the ACQUIRE's send
         clock.jump(1.0)
         p.fail("SHUTDOWN")
         q = net.accept()
         self.resumed(q)  # sent at 1 s: its own bound is 9 s
+        bound = clock() - 1.0 + 9.0  # the resume's send plus 0.8 x lease, at the latest
+        # Let the driver go back to its wait, so that the answer, not a timer
+        # that sees the jump first, is what wakes it (if a timer does, the
+        # claim is lost by the clock alone: the test passes without having
+        # tried the rule; the other driver's run still tries it).
+        time.sleep(0.2)
         clock.jump(7.5)
         q.send(acquired_frame(TOKEN, 1, CRED))  # read at 8.5 s
+        # The driver decides alone (a look at the Held would end the claim by
+        # the clock before the answer is read): its log says how.
+        until(lambda: "lost" in seen.text() or "moved from" in seen.text(), "the answer read")
         self.lost(h, baton.Unconfirmed)
+        # Lost at the answer, not at the bound an adopted answer would give.
+        self.assertLess(clock(), bound, "the claim was lost only at the resume's own bound: the late answer was adopted")
+        self.assertNotIn("moved from", seen.text(), "the late answer was adopted")
         q.closed()
 
     def test_attempts_out_of_order(self) -> None:
