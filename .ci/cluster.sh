@@ -29,6 +29,26 @@ for mutation in "BATON_TEST_NO_MEMBER_ROOM TestRaftPortFloodFromMembersIP|TestRa
   grep -A1 -- "--- FAIL: " <<<"$out"
 done
 
+echo "--- protocol version 3: each rule switched off must make its tests fail"
+# The knobs of claims that survive a change of leader (cluster/ and
+# server/mutations_faultinject.go), each against the unit tests that guard
+# its rule over real TCP; the fault harness's checker gets them too.
+for mutation in "BATON_TEST_IGNORE_LIST ./cluster TestClusterPlannedHandoverKeepsClaims" \
+                "BATON_TEST_NO_INITIAL_WAIT ./cluster TestClusterCrashSuccessorWaits" \
+                "BATON_TEST_SKIP_RECORD ./cluster TestClusterReleaseRecorded" \
+                "BATON_TEST_RESUME_AFTER_GRACE ./server TestResumeInCrashGrace" \
+                "BATON_TEST_LOWER_TOKEN_WINS ./server TestConflictHigherTokenWins" \
+                "BATON_TEST_NO_CREDENTIAL_CHECK ./server TestVectorsFileVersion3"; do
+  read -r knob pkg tests <<<"$mutation"
+  out=$(env "$knob=1" go test -tags faultinject -count=1 -run "^($tests)\$" "$pkg" 2>&1) || true
+  if ! grep -q -- "--- FAIL: " <<<"$out"; then
+    echo "$knob=1: no test of $tests failed with the rule off; they prove nothing:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  grep -A1 -- "--- FAIL: " <<<"$out" | head -2
+done
+
 echo "--- cluster: three nodes on loopback"
 work=$(mktemp -d)
 pids=()

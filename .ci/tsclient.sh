@@ -34,3 +34,7 @@ import("baton-client").then((esm) => {
   for (const internal of ["encodeAcquire", "decode", "split", "HEARTBEAT"]) if (internal in cjs) throw new Error(internal + " is exported");
   console.log("baton-client installs from its tarball; require and import give the same Client");
 });')
+# The mutation gate of the client's resume rules (docs/protocol.md section
+# 14): with each rule removed from a copy of the package, the test that
+# guards it must fail.
+(cd clients/typescript && node test/mutations.mjs)

@@ -75,6 +75,12 @@ type helloReply struct {
 	// configuration now (absent from a node that has none): a removed
 	// node learns of its removal from it (removed.go).
 	Member *bool `json:"member,omitempty"`
+	// Speaks is the newest protocol version the answering node speaks
+	// (absent from a node older than version 3), and Addr and OpsAddr its
+	// advertised addresses: the leader records them (opSpeaks).
+	Speaks  uint8  `json:"speaks,omitempty"`
+	Addr    string `json:"addr,omitempty"`
+	OpsAddr string `json:"ops_addr,omitempty"`
 }
 
 // maxHelloLine bounds a hello's question.
@@ -241,7 +247,7 @@ func (n *Node) helloFor(asker string) helloReply {
 	}
 	joined := slices.Contains(st.Joined, asker) || slices.Contains(m.Joined, asker)
 	return helloReply{Node: n.cfg.NodeID, HasState: n.r().LastIndex() > 0, ClusterID: id, Joined: joined, Leader: n.leading.Load(),
-		Member: n.memberNow(asker)}
+		Member: n.memberNow(asker), Speaks: speaksVersion, Addr: n.cfg.Addr, OpsAddr: n.cfg.OpsAddr}
 }
 
 // clusterMarker is what a node keeps on disk of the replicated state for
@@ -269,36 +275,11 @@ func readMarker(dir string) (clusterMarker, error) {
 	return m, nil
 }
 
-// writeMarker replaces dir's marker durably (a temporary file, fsync,
-// rename, fsync of the directory).
+// writeMarker replaces dir's marker durably.
 func writeMarker(dir string, m clusterMarker) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, markerFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, markerFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileDurably(dir, markerFile, append(b, '\n'))
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,12 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testAddrs and testSpeaks are what a hello would tell of a member over
+// the in-memory transport: its client address, and the protocol version
+// it speaks when a test makes it older (by id; the tests do not run in
+// parallel).
+var testAddrs, testSpeaks sync.Map
 
 // Test timers: short for fast tests, with room for a loaded 2-core machine
 // under -race.
@@ -109,6 +116,18 @@ func (tn *testNode) start(t *testing.T, cfg Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Over the in-memory transport there is no hello: a member's version
+	// and addresses come from the test's registry.
+	n.askVersion = func(sv raft.Server) (uint8, nodeAddrs, error) {
+		speaks := uint8(speaksVersion)
+		if v, ok := testSpeaks.Load(string(sv.ID)); ok {
+			speaks = v.(uint8)
+		}
+		a, _ := testAddrs.Load(string(sv.ID))
+		addr, _ := a.(string)
+		return speaks, nodeAddrs{Addr: addr}, nil
+	}
+	testAddrs.Store(cfg.NodeID, tn.addr)
 	tn.node, tn.srv = n, srv
 	tn.done = make(chan error, 1)
 	go func() { tn.done <- srv.Serve(tn.ln) }()
@@ -475,7 +494,7 @@ func TestHandoverUsesHandoffBound(t *testing.T) {
 // before its session gets an answer; a shorter one does not touch Raft.
 func TestBoundRaisedBeforeQueued(t *testing.T) {
 	c := newTestCluster(t, 3)
-	l := c.leader()
+	l := c.giving() // past the writes of a first term's version 3 state
 	before := l.node.r().LastIndex()
 	for _, lease := range []time.Duration{4 * time.Second, 2 * time.Second} {
 		conn, _ := acquire(t, l.addr, "b-"+lease.String(), lease, false)
@@ -585,15 +604,17 @@ func mustJSON(t *testing.T, c command) []byte {
 // nullServer stands in for the lock server where only Raft is tested.
 type nullServer struct{}
 
-func (*nullServer) BeginTerm(time.Duration) {}
+func (*nullServer) BeginTerm(time.Duration, server.Carried) {}
 func (*nullServer) EndTerm(server.EndReason, string) (int, <-chan struct{}) {
 	c := make(chan struct{})
 	close(c)
 	return 0, c
 }
-func (*nullServer) MaxLease() time.Duration       { return 0 }
-func (*nullServer) Serving() bool                 { return false }
-func (*nullServer) GraceRemaining() time.Duration { return 0 }
+func (*nullServer) HandOver(string) *server.Handover { return nil }
+func (*nullServer) Served() bool                     { return true }
+func (*nullServer) MaxLease() time.Duration          { return 0 }
+func (*nullServer) Serving() bool                    { return false }
+func (*nullServer) GraceRemaining() time.Duration    { return 0 }
 
 // TestDefaultTimersFailoverBudget: with 1 s leases, the first grant on a new leader within 2.5 s of a kill -9 of the old one.
 // The default timers' worst case with one failed election (detection up

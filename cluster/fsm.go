@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -9,9 +11,13 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/server"
 )
 
 // The replicated state is small on purpose: what a new leader needs to be
@@ -48,8 +54,31 @@ const (
 	opJoined = "joined"
 	// opServed: the leader of Epoch has served its whole grace: what its
 	// epoch inherited is discharged, and a crash from now on leaves only
-	// its own clients to cover. Ignored unless Epoch is current.
+	// its own clients to cover. Ignored unless Epoch is current. It drops
+	// the records of ends and the planned list of earlier epochs: no claim
+	// of theirs can come back any more.
 	opServed = "served"
+
+	// Protocol version 3 (docs/protocol.md, section 14).
+	//
+	// opSpeaks: members (Members) recorded as speaking version 3; the key is
+	// created, and credentials given, only once every voter is.
+	opSpeaks = "speaks"
+	// opKey: the resume key, created once by the first leader that gives
+	// credentials, with generation 1; a key already recorded is kept.
+	opKey = "key"
+	// opGeneration: the next generation of credentials. Ignored unless
+	// Epoch is current.
+	opGeneration = "generation"
+	// opRecords: records of ends (an operator's release or kick,
+	// SUPERSEDED), made before the claims leave the leader's table.
+	// Ignored unless Epoch is current.
+	opRecords = "records"
+	// opSuccessor: the leader of Epoch, handing over, chose Node as its
+	// successor, which then holds resumes until it serves.
+	opSuccessor = "successor"
+	// The chunks of a planned handover's list are entries of their own,
+	// binary (listEntryMagic), not commands.
 )
 
 // Epoch space: tokens are Epoch<<counterBits | counter, so the epoch has
@@ -77,7 +106,17 @@ type command struct {
 	// ClusterID is proposed by the first leader (opEpoch); later ones keep
 	// the recorded one.
 	ClusterID string   `json:"cluster_id,omitempty"`
-	Members   []string `json:"members,omitempty"` // opJoined
+	Members   []string `json:"members,omitempty"` // opJoined, opSpeaks
+
+	Key     []byte             `json:"key,omitempty"`     // opKey
+	Records []server.EndRecord `json:"records,omitempty"` // opRecords
+	// opHandoff, of a handover that listed claims: how many entries of
+	// the list and claims it holds, the SHA-256 of its entries in order,
+	// and the longest time left of its claims.
+	ListChunks int           `json:"list_chunks,omitempty"`
+	ListClaims int           `json:"list_claims,omitempty"`
+	ListDigest []byte        `json:"list_digest,omitempty"`
+	ListLeft   time.Duration `json:"list_left,omitempty"`
 }
 
 // state is the replicated state machine's value, and its snapshot.
@@ -101,6 +140,34 @@ type state struct {
 	Nodes map[string]nodeAddrs `json:"nodes"`
 	// Joined lists the members known to hold the log, sorted.
 	Joined []string `json:"joined,omitempty"`
+
+	// Protocol version 3. ResumeKey is the key of every credential (kept
+	// in snapshots, which are mode 0600 in directories of mode 0700), and
+	// Generation the current generation; V3 the members recorded as
+	// speaking version 3, sorted; Records the records of ends not yet
+	// dropped; Successor the node the leader of SuccessorEpoch chose when
+	// it began to hand over; List the planned list of its epoch, until the
+	// next epoch has served its grace (behind a pointer: get does not copy
+	// it).
+	ResumeKey      []byte             `json:"resume_key,omitempty"`
+	Generation     uint32             `json:"generation,omitempty"`
+	V3             []string           `json:"v3,omitempty"`
+	Records        []server.EndRecord `json:"records,omitempty"`
+	Successor      string             `json:"successor,omitempty"`
+	SuccessorEpoch uint64             `json:"successor_epoch,omitempty"`
+	List           *listState         `json:"list,omitempty"`
+}
+
+// listState is a planned handover's list in the replicated state: its
+// entries as they came, and, once the handoff that counts them committed
+// and matched, Complete with the number of claims and the longest time
+// left. Its chunks are never changed once appended.
+type listState struct {
+	Epoch    uint64        `json:"epoch"`
+	Chunks   [][]byte      `json:"chunks"`
+	Complete bool          `json:"complete,omitempty"`
+	Claims   int           `json:"claims,omitempty"`
+	Left     time.Duration `json:"left,omitempty"`
 }
 
 type nodeAddrs struct {
@@ -117,6 +184,9 @@ type epochResult struct {
 	Grace time.Duration
 	// Planned says the grace comes from the previous leader's handoff.
 	Planned bool
+	// MaxLeaderLease is the longest leader lease timeout any leader
+	// recorded: a crash successor answers no resume before twice it.
+	MaxLeaderLease time.Duration
 }
 
 // errEpochsExhausted refuses a new epoch near the end of the epoch space.
@@ -137,6 +207,36 @@ type fsm struct {
 	// once a leader says what is committed, and a restarted node must be
 	// able to answer a founder's question before that (bootstrap.go).
 	record func(clusterID string, joined []string)
+	// creds is what credentials are computed with, as the state has it:
+	// published after each change of the key, the generation or the
+	// cluster id, for the leader's server to read without f.mu.
+	creds atomic.Pointer[credState]
+}
+
+// credState is the replicated state's part that credentials need.
+type credState struct {
+	minter     *wire.Minter // nil without a key
+	clusterID  string
+	generation uint32
+	// lostKey: credentials were given (a generation) but the key is not
+	// here: a snapshot of a node that did not keep it.
+	lostKey bool
+}
+
+// publishCredsLocked publishes what credentials need, if it changed. f.mu
+// must be held.
+func (f *fsm) publishCredsLocked() {
+	old := f.creds.Load()
+	if old != nil && old.clusterID == f.st.ClusterID && old.generation == f.st.Generation && (old.minter != nil) == (f.st.ResumeKey != nil) {
+		return
+	}
+	cs := &credState{clusterID: f.st.ClusterID, generation: f.st.Generation, lostKey: f.st.Generation > 0 && f.st.ResumeKey == nil}
+	if old != nil && old.minter != nil && f.st.ResumeKey != nil {
+		cs.minter = old.minter // the key never changes
+	} else if f.st.ResumeKey != nil {
+		cs.minter, _ = wire.NewMinter(f.st.ResumeKey)
+	}
+	f.creds.Store(cs)
 }
 
 func newFSM() *fsm { return &fsm{st: state{Nodes: map[string]nodeAddrs{}}} }
@@ -145,6 +245,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	if len(l.Data) > 0 && l.Data[0] == listEntryMagic {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.applyListLocked(l.Data)
+	}
 	var c command
 	if err := json.Unmarshal(l.Data, &c); err != nil {
 		return fmt.Errorf("cluster: undecodable log entry %d: %w", l.Index, err)
@@ -152,6 +257,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	before, beforeJoined := f.st.ClusterID, len(f.st.Joined)
 	res := f.applyLocked(c, l.Index)
+	f.publishCredsLocked()
 	changed := f.st.ClusterID != before || len(f.st.Joined) != beforeJoined
 	id, joined := f.st.ClusterID, slices.Clone(f.st.Joined)
 	f.mu.Unlock()
@@ -176,6 +282,17 @@ func (f *fsm) applyLocked(c command, index uint64) any {
 		if c.Epoch != f.st.Epoch {
 			return errStaleEpoch
 		}
+		if c.ListChunks > 0 {
+			// The list is used only whole: every entry, in order, as the
+			// handoff counts and digests them. Otherwise no handoff: the
+			// next leader starts as after a crash.
+			l := f.st.List
+			if l == nil || l.Epoch != c.Epoch || len(l.Chunks) != c.ListChunks || !bytesEqual(listDigest(l.Chunks), c.ListDigest) {
+				f.st.List = nil
+				return errListIncomplete
+			}
+			l.Complete, l.Claims, l.Left = true, c.ListClaims, c.ListLeft
+		}
 		f.st.Handoff, f.st.HandoffEpoch = c.Bound, c.Epoch
 		return nil
 	case opServed:
@@ -183,6 +300,52 @@ func (f *fsm) applyLocked(c command, index uint64) any {
 			return errStaleEpoch
 		}
 		f.st.GraceServed = true
+		if f.st.List != nil && f.st.List.Epoch < c.Epoch {
+			f.st.List = nil
+		}
+		f.st.Records = slices.DeleteFunc(f.st.Records, func(r server.EndRecord) bool { return r.Epoch < c.Epoch })
+		return nil
+	case opSpeaks:
+		for _, m := range c.Members {
+			if !slices.Contains(f.st.V3, m) {
+				f.st.V3 = append(f.st.V3, m)
+			}
+		}
+		slices.Sort(f.st.V3)
+		// The node's addresses, for a NOT_LEADER naming it before it has
+		// led (an epoch records them again, with its leader lease).
+		if a, ok := f.st.Nodes[c.Node]; c.Node != "" && c.Addr != "" && (!ok || a.Addr == "") {
+			a.Addr, a.OpsAddr = c.Addr, c.OpsAddr
+			f.st.Nodes[c.Node] = a
+		}
+		return nil
+	case opKey:
+		// Never twice: a second key would refuse every credential of the
+		// first.
+		if f.st.ResumeKey == nil && f.st.Generation == 0 && len(c.Key) == wire.KeySize {
+			f.st.ResumeKey, f.st.Generation = c.Key, 1
+		}
+		return nil
+	case opGeneration:
+		if c.Epoch != f.st.Epoch {
+			return errStaleEpoch
+		}
+		if f.st.ResumeKey == nil || f.st.Generation == 1<<32-1 {
+			return errNoKey
+		}
+		f.st.Generation++
+		return f.st.Generation
+	case opRecords:
+		if c.Epoch != f.st.Epoch {
+			return errStaleEpoch
+		}
+		f.st.Records = append(slices.Clip(f.st.Records), c.Records...)
+		return nil
+	case opSuccessor:
+		if c.Epoch != f.st.Epoch {
+			return errStaleEpoch
+		}
+		f.st.Successor, f.st.SuccessorEpoch = c.Node, c.Epoch
 		return nil
 	case opJoined:
 		for _, m := range c.Members {
@@ -208,8 +371,20 @@ func (f *fsm) applyEpochLocked(c command) any {
 	}
 	maxLease = max(maxLease, c.LeaderLease)
 	grace, planned := graceOf(f.st, maxLease)
+	inherited := grace
+	if l := f.st.List; l != nil && l.Epoch == f.st.Epoch {
+		switch {
+		case !l.Complete:
+			f.st.List = nil // a list its handoff never counted: ignored
+		case planned:
+			// The successor waits for each listed claim name by name;
+			// a crash of the successor before they are all back must
+			// leave the next leader waiting for them too.
+			inherited = max(grace, l.Left)
+		}
+	}
 	f.st.Epoch++
-	f.st.Inherited, f.st.GraceServed = grace, false
+	f.st.Inherited, f.st.GraceServed = inherited, false
 	f.st.Handoff, f.st.HandoffEpoch = 0, 0
 	if f.st.ClusterID == "" {
 		f.st.ClusterID = c.ClusterID
@@ -217,8 +392,86 @@ func (f *fsm) applyEpochLocked(c command) any {
 	if c.Node != "" {
 		f.st.Nodes[c.Node] = nodeAddrs{Addr: c.Addr, OpsAddr: c.OpsAddr, LeaderLease: c.LeaderLease}
 	}
-	return epochResult{Epoch: f.st.Epoch, LeaseBound: f.st.LeaseBound, Grace: grace, Planned: planned}
+	return epochResult{Epoch: f.st.Epoch, LeaseBound: f.st.LeaseBound, Grace: grace, Planned: planned, MaxLeaderLease: maxLease}
 }
+
+// A chunk of a planned handover's list is a log entry of its own, in
+// binary: listEntryMagic (no JSON command starts with it), the epoch it
+// belongs to (u64), its sequence number (u32, from 0), then at most
+// maxListChunk bytes of the list (server.EncodeHandover): an entry of at
+// most 64 KiB.
+const (
+	listEntryMagic  = 0xB1
+	listEntryHeader = 1 + 8 + 4
+	maxListEntry    = 64 << 10
+	maxListChunk    = maxListEntry - listEntryHeader
+)
+
+// errListIncomplete refuses a handoff whose list is not whole.
+var errListIncomplete = errors.New("cluster: the handover's list is not whole")
+
+// errNoKey refuses a generation before the key.
+var errNoKey = errors.New("cluster: no resume key")
+
+func listEntry(epoch uint64, seq int, chunk []byte) []byte {
+	b := make([]byte, 0, listEntryHeader+len(chunk))
+	b = append(b, listEntryMagic)
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	b = binary.BigEndian.AppendUint32(b, uint32(seq))
+	return append(b, chunk...)
+}
+
+// applyListLocked appends a chunk of the list of the current epoch, in
+// sequence; one of another epoch, or out of order, makes the list not
+// whole (its handoff then refuses it). f.mu must be held.
+func (f *fsm) applyListLocked(b []byte) any {
+	if len(b) < listEntryHeader {
+		return errListIncomplete
+	}
+	epoch := binary.BigEndian.Uint64(b[1:9])
+	seq := int(binary.BigEndian.Uint32(b[9:13]))
+	if epoch != f.st.Epoch {
+		return errStaleEpoch
+	}
+	l := f.st.List
+	if seq == 0 || l == nil || l.Epoch != epoch || l.Complete {
+		l = &listState{Epoch: epoch}
+		f.st.List = l
+	}
+	if seq != len(l.Chunks) {
+		f.st.List = nil
+		return errListIncomplete
+	}
+	l.Chunks = append(l.Chunks, b[listEntryHeader:])
+	return nil
+}
+
+// listDigest is the SHA-256 of the chunks in order, each with its length.
+func listDigest(chunks [][]byte) []byte {
+	h := sha256.New()
+	var n [4]byte
+	for _, c := range chunks {
+		binary.BigEndian.PutUint32(n[:], uint32(len(c)))
+		h.Write(n[:])
+		h.Write(c)
+	}
+	return h.Sum(nil)
+}
+
+func bytesEqual(a, b []byte) bool { return len(a) == len(b) && string(a) == string(b) }
+
+// leaderLeaseFactor ties the leader's own lease to the grace: a leader
+// confirms and grants until leaderLeaseSpan(its leader lease timeout)
+// after the latest send a quorum acknowledged (openWith), and every crash
+// grace budgets exactly leaderLeaseSpan of the longest leader lease
+// timeout recorded for the old leader (graceOf). One constant, so that
+// the lease can never outlast what the grace covers
+// (TestLeaderLeaseWithinGrace).
+const leaderLeaseFactor = 2
+
+// leaderLeaseSpan is the leader lease of a node whose leader lease
+// timeout is llt.
+func leaderLeaseSpan(llt time.Duration) time.Duration { return leaderLeaseFactor * llt }
 
 // graceOf is the failover grace of the epoch after st's. After a planned
 // handoff by st's own epoch it is the handoff. Otherwise the previous
@@ -233,7 +486,7 @@ func graceOf(st state, maxLeaderLease time.Duration) (grace time.Duration, plann
 	if st.HandoffEpoch != 0 && st.HandoffEpoch == st.Epoch {
 		return st.Handoff, true
 	}
-	grace = st.LeaseBound + 2*maxLeaderLease
+	grace = st.LeaseBound + leaderLeaseSpan(maxLeaderLease)
 	if !st.GraceServed {
 		grace = max(grace, st.Inherited)
 	}
@@ -257,6 +510,8 @@ func (f *fsm) get() state {
 		st.Nodes[k] = v
 	}
 	st.Joined = slices.Clone(f.st.Joined)
+	st.V3 = slices.Clone(f.st.V3)
+	st.Records = slices.Clone(f.st.Records)
 	return st
 }
 
@@ -279,6 +534,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.publishCredsLocked()
 	f.mu.Unlock()
 	return nil
 }

@@ -95,6 +95,14 @@ func (l *leaderLease) ack(peer raft.ServerID, sent int64, lastLog uint64) {
 	l.recomputeLocked()
 }
 
+// ackedSince reports whether peer acknowledged a send made at t or later
+// (a reading of now).
+func (l *leaderLease) ackedSince(peer raft.ServerID, t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked[peer] >= l.since(t)
+}
+
 // failed records a request to peer that got no reply.
 func (l *leaderLease) failed(peer raft.ServerID) {
 	now := l.since(l.now())

@@ -15,3 +15,7 @@ func leaderLeaseOff() bool { return false }
 func memberAddr(addr string) string { return addr }
 func memberRoomOff() bool           { return false }
 func strangerEvictionOff() bool     { return false }
+func listIgnored() bool             { return false }
+func initialWaitRemoved() bool      { return false }
+func recordSkipped() bool           { return false }
+func wipedJoinStarts() bool         { return false }

@@ -5,6 +5,8 @@ package cluster
 import (
 	"net"
 	"os"
+
+	"github.com/batonlock/baton/server"
 )
 
 // The fault harness's mutation knobs, in test builds only (go build -tags
@@ -32,6 +34,27 @@ const (
 	// NoStrangerEvictionVar: when the strangers' handshakes are all
 	// taken, a new connection is closed instead of one of theirs.
 	NoStrangerEvictionVar = "BATON_TEST_NO_STRANGER_EVICTION"
+
+	// Protocol version 3. IgnoreListVar: the successor of a planned
+	// handover ignores its list (grants at once: every listed holder that
+	// has not come back yet may still believe). NoInitialWaitVar: a crash
+	// successor answers resumes at once, while a cut-off old leader may
+	// still serve. SkipRecordVar: an operator's release or kick, and
+	// SUPERSEDED, are not recorded through Raft: a later leader takes the
+	// ended claim back in its grace.
+	IgnoreListVar    = "BATON_TEST_IGNORE_LIST"
+	NoInitialWaitVar = "BATON_TEST_NO_INITIAL_WAIT"
+	SkipRecordVar    = "BATON_TEST_SKIP_RECORD"
+	// The server's own knobs (server/mutations_faultinject.go), named here
+	// with the rest: resumes accepted after the grace, a conflict won by
+	// the lower token, a resume accepted without its credential checked.
+	ResumeAfterGraceVar  = server.ResumeAfterGraceVar
+	LowerTokenWinsVar    = server.LowerTokenWinsVar
+	NoCredentialCheckVar = server.NoCredentialCheckVar
+	// WipedJoinStartsVar: a node started with -join and no Raft state
+	// starts Raft at once, without asking whether it held the log: a
+	// member added with -join that lost its data directory votes.
+	WipedJoinStartsVar = "BATON_TEST_WIPED_JOIN_STARTS"
 )
 
 func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
@@ -50,3 +73,7 @@ func memberAddr(addr string) string {
 }
 func memberRoomOff() bool       { return os.Getenv(NoMemberRoomVar) == "1" }
 func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1" }
+func listIgnored() bool         { return os.Getenv(IgnoreListVar) == "1" }
+func initialWaitRemoved() bool  { return os.Getenv(NoInitialWaitVar) == "1" }
+func recordSkipped() bool       { return os.Getenv(SkipRecordVar) == "1" }
+func wipedJoinStarts() bool     { return os.Getenv(WipedJoinStartsVar) == "1" }

@@ -38,10 +38,16 @@ import (
 
 // Server is what the leader loop drives (*server.Server implements it).
 type Server interface {
-	BeginTerm(grace time.Duration)
+	BeginTerm(grace time.Duration, carried server.Carried)
 	EndTerm(reason server.EndReason, msg string) (holders int, allClosed <-chan struct{})
+	// HandOver begins a planned handover to the node at the client
+	// address successor (protocol version 3: the list).
+	HandOver(successor string) *server.Handover
 	MaxLease() time.Duration
 	GraceRemaining() time.Duration
+	// Served reports whether the term has served its grace whole (the
+	// grace over, no claim of a planned list pending).
+	Served() bool
 	Serving() bool
 }
 
@@ -110,6 +116,22 @@ type Node struct {
 	// before a lower bound is committed.
 	beforeLowerCommit atomic.Pointer[func()]
 
+	// Protocol version 3 (resume.go). giving: this leader gives and checks
+	// credentials (every voter speaks version 3, the key is recorded).
+	// askVersion, if set (the tests, over the in-memory transport), stands
+	// in for the hello that asks a member its version. lostKeySaid: the
+	// lost key was logged (leader loop). servedNow: the server says its
+	// term served its grace.
+	giving      atomic.Bool
+	askVersion  func(raft.Server) (uint8, nodeAddrs, error)
+	lostKeySaid atomic.Bool
+	servedNow   chan struct{}
+	// versionsNow asks watchVersions to look at once (a new term).
+	versionsNow chan struct{}
+	// commitTimeout is Raft's CommitTimeout: how soon a follower learns
+	// that an entry committed.
+	commitTimeout time.Duration
+
 	// termLost is signalled by the server when it failed closed (its
 	// leader lease had run out); the leader loop then takes a new epoch.
 	termLost chan struct{}
@@ -133,7 +155,11 @@ type Node struct {
 // whether the cluster exists (bootstrap.go), for as long as it takes or
 // until ctx ends: it bootstraps a new cluster, starts without
 // bootstrapping (the cluster exists and it never held the log), or refuses
-// with ErrLostData (it held the log and lost it).
+// with ErrLostData (it held the log and lost it). A node with Join and no
+// Raft state likewise asks the members whether it held the log
+// (rejoin.go), and starts Raft once the leader says it did not. A data
+// directory that holds less than this node acknowledged is refused at
+// once: ErrRolledBack, or ErrLostData with no Raft state (logmark.go).
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -161,17 +187,27 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: open raft log in %s: %w", dir, err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, rc.Logger)
+	snaps, err := newSecureSnapshots(dir, 2, func(dir string, retain int) (raft.SnapshotStore, error) {
+		return raft.NewFileSnapshotStoreWithLogger(dir, retain, rc.Logger)
+	})
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store in %s: %w", dir, err)
 	}
+	// Before anything listens: a data directory that holds less than this
+	// node acknowledged (logmark.go).
+	mark, err := checkDataDir(cfg, dir, bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		return nil, err
+	}
+	stores := newMarkedStores(dir, bolt, bolt, mark)
 	trans, err := newTransport(cfg, rc.Logger)
 	if err != nil {
 		bolt.Close()
 		return nil, err
 	}
-	n, err := openWith(ctx, cfg, log, rc, bolt, bolt, snaps, trans)
+	n, err := openWith(ctx, cfg, log, rc, stores, stores, snaps, trans)
 	if err != nil {
 		trans.(interface{ Close() error }).Close()
 		bolt.Close()
@@ -189,22 +225,25 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	// Twice the leader lease timeout: what every failover grace budgets for
-	// an old leader (see graceOf), so the grace still covers every
-	// confirmation it makes, and a loaded machine's stall shorter than that
+	// What every failover grace budgets for an old leader (graceOf), so
+	// the grace still covers every confirmation it makes; twice the leader
+	// lease timeout, so that a loaded machine's stall shorter than that
 	// does not end a term.
 	now := cfg.Now
 	if now == nil {
 		now = clock.Now
 	}
-	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout, now)
+	lease := newLeaderLease(raft.ServerID(cfg.NodeID), leaderLeaseSpan(cfg.LeaderLeaseTimeout), now)
 	n := &Node{
-		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
-		termLost:  make(chan struct{}, 1),
-		handovers: make(chan chan error),
-		raftUp:    make(chan struct{}),
-		failed:    make(chan error, 1),
-		stop:      make(chan struct{}), done: make(chan struct{}),
+		commitTimeout: rc.CommitTimeout,
+		cfg:           cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
+		termLost:    make(chan struct{}, 1),
+		handovers:   make(chan chan error),
+		servedNow:   make(chan struct{}, 1),
+		versionsNow: make(chan struct{}, 1),
+		raftUp:      make(chan struct{}),
+		failed:      make(chan error, 1),
+		stop:        make(chan struct{}), done: make(chan struct{}),
 	}
 	rt, real := trans.(*raftTransport)
 	if real {
@@ -216,7 +255,12 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		n.markerV = m
 		n.fsm.record = n.record
 	}
-	if !real || has || cfg.Join {
+	ask := real && !has
+	if ask && cfg.Join && wipedJoinStarts() {
+		log.Warn("a joining node with no state starts without asking whether it held the log (faultinject build): a member that lost its data may vote")
+		ask = false
+	}
+	if !ask {
 		if real && !has {
 			rt.beforeRaft(nil) // no configuration yet: any node certificate, as a joining node admits
 		}
@@ -225,8 +269,10 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		}
 		return n, nil
 	}
-	// A founder with no state: ask the others first, without holding up
-	// the node's start (its ops endpoints say what it waits for).
+	// No state: ask the others first, without holding up the node's start
+	// (its ops endpoints say what it waits for). A founder asks the other
+	// founders whether to bootstrap (bootstrap.go); a joining node, the
+	// current members whether it held the log (rejoin.go).
 	rt.beforeRaft(cfg.Peers)
 	n.starting = make(chan struct{})
 	go func() {
@@ -241,9 +287,16 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 			}
 			close(stop)
 		}()
-		d, err := decideBootstrap(cfg, log, rt.stream.Dial, stop)
-		if err == nil {
-			err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+		var err error
+		if cfg.Join {
+			if err = decideJoin(cfg, log, rt.stream.Dial, rt.Consumer(), stop); err == nil {
+				err = n.startRaft(rc, logs, stable, snaps, false)
+			}
+		} else {
+			var d bootstrapDecision
+			if d, err = decideBootstrap(cfg, log, rt.stream.Dial, stop); err == nil {
+				err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+			}
 		}
 		if err != nil {
 			n.failed <- err
@@ -342,6 +395,9 @@ func (n *Node) Hooks(cfg *server.Config) {
 	cfg.LeaderHint = n.LeaderHint
 	cfg.MayServe = n.MayServe
 	cfg.TermLost = n.TermLost
+	cfg.Resume = resumeSource{n}
+	cfg.NextTicket = n.tok.nextTicket
+	cfg.AboutToServe = n.aboutToServe
 }
 
 // NextToken is server.Config.NextToken.
@@ -513,6 +569,16 @@ func (n *Node) run() {
 		}
 	}
 	r := n.r()
+	// The members' versions are asked on a goroutine of their own: a
+	// hello to a member that does not answer takes seconds, which the
+	// leader loop must not wait.
+	versions := make(chan struct{})
+	versionsDone := make(chan struct{})
+	go n.watchVersions(versions, versionsDone)
+	defer func() {
+		close(versions)
+		<-versionsDone
+	}()
 	lower := time.NewTicker(n.cfg.BoundLowerEvery)
 	defer lower.Stop()
 	joined := time.NewTicker(joinedEvery)
@@ -545,6 +611,10 @@ func (n *Node) run() {
 			}
 		case done := <-n.handovers:
 			done <- n.handover()
+		case <-n.servedNow:
+			if n.leading.Load() {
+				n.recordServed()
+			}
 		case <-lower.C:
 			if n.leading.Load() {
 				n.lowerBound()
@@ -622,10 +692,20 @@ func (n *Node) begin(res epochResult) {
 	// leading first: a session admitted by BeginTerm must find NoteLease
 	// willing.
 	n.leading.Store(true)
-	n.srv.BeginTerm(grace)
+	// Credentials from the first answer, when the state says every voter
+	// speaks version 3 and has the key: a resume held until this term
+	// began must not be refused for want of them (watchVersions records
+	// the voters not yet known and makes the key).
+	n.giving.Store(n.mayGive())
+	n.lostKeySaid.Store(false)
+	n.srv.BeginTerm(grace, n.carried(res))
 	n.leaderChanges.Add(1)
 	n.resetHealth(true)
 	n.lookAtHealth()
+	select {
+	case n.versionsNow <- struct{}{}:
+	default:
+	}
 	n.log.Info("leadership gained", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(),
 		"epoch", res.Epoch, "grace", grace.String(), "lease_bound", res.LeaseBound.String(), "planned_handoff", res.Planned)
 }
@@ -694,7 +774,7 @@ func (n *Node) lowerBound() {
 // leader's own clients to cover, not what this epoch inherited.
 func (n *Node) recordServed() {
 	e := n.epoch.Load()
-	if n.served == e || n.srv.GraceRemaining() > 0 {
+	if n.served == e || !n.srv.Served() {
 		return
 	}
 	if err := n.apply(command{Op: opServed, Epoch: e}); err != nil {
@@ -735,9 +815,7 @@ func (n *Node) recordJoined() {
 }
 
 // Handover is the planned stop of a leader (SIGTERM), run by the leader
-// loop: every session gets ERROR SHUTDOWN, the holders' closes are awaited
-// for HandoverDrain, the handoff is committed, and leadership is
-// transferred. On a follower it does nothing.
+// loop (see handover). On a follower it does nothing.
 func (n *Node) Handover() error {
 	if !n.started {
 		return nil
@@ -751,44 +829,116 @@ func (n *Node) Handover() error {
 	}
 }
 
-// handover is Handover on the leader loop. The handoff covers what the
-// next leader must still wait for: the rest of this epoch's own grace
-// (clients of earlier leaders may believe until it ends), and, unless
-// every holder was seen to close, the lease bound.
+// handover is Handover on the leader loop (protocol.md, section 14, "A
+// planned handover: the list"): the successor is chosen and committed
+// first, so that it holds resumes; then, at one moment, confirmations stop
+// and the list is taken, and every session is told (NOT_LEADER naming the
+// successor to the claims of version 3, holders first; SHUTDOWN to the
+// others); the holders told SHUTDOWN are drained for HandoverDrain, and
+// those not seen to close are listed; the list is committed in entries of
+// at most 64 KiB, then the handoff that counts and digests it (the rest of
+// this epoch's own grace); then leadership is transferred to the
+// successor. A list that cannot be committed whole leaves no handoff: the
+// successor starts as after a crash. While a voter does not speak version
+// 3 (a rolling upgrade), no list is written, and the handoff covers the
+// lease bound unless every holder was seen to close, as before.
 func (n *Node) handover() error {
 	if !n.leading.Load() {
 		return nil
 	}
 	epoch := n.epoch.Load()
 	graceEnds := n.now().Add(n.srv.GraceRemaining())
+	v3 := n.giving.Load()
+	succ, succAddr := n.chooseSuccessor()
+	if succ != "" {
+		if err := n.apply(command{Op: opSuccessor, Epoch: epoch, Node: succ}); err != nil {
+			n.log.Warn("cannot record the successor of the handover", "successor", succ, "err", err)
+		} else {
+			// Until the successor has applied the entry, it does not know
+			// that it is to hold resumes: its clients would be sent back
+			// here. It learns of the commit from the next replication
+			// message (sent within Raft's CommitTimeout: heartbeats do not
+			// carry it), and applies it on a goroutine of its own: wait for
+			// its acknowledgement of a message sent a heartbeat interval
+			// (HeartbeatTimeout/10) after that, so that it has had that
+			// long to apply it.
+			after := n.now().Add(n.commitTimeout + n.cfg.HeartbeatTimeout/10)
+			for deadline := after.Add(n.cfg.HeartbeatTimeout); !n.lease.ackedSince(raft.ServerID(succ), after) && n.now().Before(deadline); {
+				time.Sleep(n.cfg.HeartbeatTimeout / 50)
+			}
+		}
+	}
 	n.raiseMu.Lock()
 	n.leading.Store(false)
-	holders, closed := n.srv.EndTerm(server.ReasonShutdown, "leader handing over")
+	h := n.srv.HandOver(succAddr)
 	n.raiseMu.Unlock()
 	allClosed := false
 	select {
-	case <-closed:
+	case <-h.Drained():
 		allClosed = true
 	case <-time.After(n.cfg.HandoverDrain):
 	}
+	list := h.List()
 	handoff := max(graceEnds.Sub(n.now()), 0)
-	if !allClosed {
+	cmd := command{Op: opHandoff, Epoch: epoch}
+	if v3 {
+		lc, err := n.recordList(epoch, list)
+		if err != nil {
+			return fmt.Errorf("planned handover: the list (no handoff: the next leader waits as after a crash): %w", err)
+		}
+		cmd = lc
+		cmd.Op, cmd.Epoch = opHandoff, epoch
+	} else if !allClosed {
 		handoff = max(handoff, n.bound())
 	}
 	if handoffZero() {
 		n.log.Warn("handoff forced to 0 (faultinject build): the next leader may grant while holders still believe")
 		handoff = 0
 	}
-	if err := n.apply(command{Op: opHandoff, Epoch: epoch, Bound: handoff}); err != nil {
+	cmd.Bound = handoff
+	if err := n.apply(cmd); err != nil {
 		return fmt.Errorf("commit handoff: %w", err)
 	}
 	start := time.Now()
-	if err := n.r().LeadershipTransfer().Error(); err != nil {
+	var f raft.Future
+	if succ != "" {
+		f = n.r().LeadershipTransferToServer(raft.ServerID(succ), raft.ServerAddress(n.memberAddress(succ)))
+	} else {
+		f = n.r().LeadershipTransfer()
+	}
+	if err := f.Error(); err != nil && succ != "" {
+		// The successor did not take it (it went away meanwhile): Raft
+		// picks another; its resumes are held by nobody, and answered
+		// once it serves.
+		n.log.Warn("leadership transfer to the chosen successor failed; transferring to any", "successor", succ, "err", err)
+		for deadline := time.Now().Add(applyTimeout); ; {
+			f = n.r().LeadershipTransfer()
+			if err := f.Error(); !errors.Is(err, raft.ErrLeadershipTransferInProgress) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // the failed one is still winding down
+		}
+	}
+	if err := f.Error(); err != nil {
 		return fmt.Errorf("leadership transfer: %w", err)
 	}
-	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(), "epoch", epoch, "holders", holders,
-		"all_closed", allClosed, "handoff", handoff.Round(time.Millisecond).String(), "transfer", time.Since(start).Round(time.Millisecond).String())
+	listed := 0
+	if list != nil {
+		listed = len(list.Claims)
+	}
+	n.log.Info("leadership handed over", "node", n.cfg.NodeID, "term", n.r().CurrentTerm(), "epoch", epoch, "successor", succ,
+		"listed", listed, "all_closed", allClosed, "handoff", handoff.Round(time.Millisecond).String(), "transfer", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// memberAddress is member id's Raft address in the configuration.
+func (n *Node) memberAddress(id string) string {
+	for _, sv := range n.r().GetConfiguration().Configuration().Servers {
+		if string(sv.ID) == id {
+			return string(sv.Address)
+		}
+	}
+	return ""
 }
 
 // Close stops the leader loop and Raft (no membership change: the node

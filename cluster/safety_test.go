@@ -111,35 +111,64 @@ func TestBoundNotLoweredInGrace(t *testing.T) {
 
 // TestDrainGivingUpHandsOffTheBound: a holder that neither closes nor
 // answers during a planned handover, with a drain longer than the
-// server's own linger, leaves the next leader the whole lease bound.
+// server's own linger, keeps its name on the next leader for its whole
+// lease: listed (every voter speaks version 3), it is pending there, and
+// the grace a crash of the next leader inherits covers it; while a voter
+// does not speak version 3, the handoff is the whole lease bound, as
+// before.
 func TestDrainGivingUpHandsOffTheBound(t *testing.T) {
 	const lease = 30 * time.Second
-	c := newTestCluster(t, 3, func(cfg *Config) { cfg.HandoverDrain = 4 * time.Second })
-	a := c.leader()
-	x := holdOn(t, a, "jobs", lease) // never reads its SHUTDOWN, never closes
-	defer x.Conn.Close()
-	// A leadership lost during the drain (a loaded machine) fails the
-	// commit: the next leader then takes the crash grace, which must
-	// cover the holders just the same.
-	if err := a.node.Handover(); err != nil && !errors.Is(err, server.ErrNotLeader) {
-		t.Fatalf("handover: %v", err)
-	}
-	next := c.leaderExcept(a)
-	if g := next.srv.GraceRemaining(); g < lease-5*time.Second {
-		t.Fatalf("after a handover whose holder stayed open: grace %v, want about the bound %v", g, lease)
+	for _, v3 := range []bool{true, false} {
+		if !v3 {
+			testSpeaks.Store("n3", uint8(wire.Version2))
+		}
+		c := newTestCluster(t, 3, func(cfg *Config) { cfg.HandoverDrain = 4 * time.Second })
+		a := c.leader()
+		if v3 {
+			a = c.giving()
+		}
+		x := holdOn(t, a, "jobs", lease) // never reads its SHUTDOWN, never closes
+		// A leadership lost during the drain (a loaded machine) fails the
+		// commit: the next leader then takes the crash grace, which must
+		// cover the holders just the same.
+		if err := a.node.Handover(); err != nil && !errors.Is(err, server.ErrNotLeader) {
+			t.Fatalf("version 3 %v: handover: %v", v3, err)
+		}
+		next := c.leaderExcept(a)
+		inherited := next.node.fsm.get().Inherited
+		if g := next.srv.GraceRemaining(); g < lease-5*time.Second && (!v3 || inherited < lease-5*time.Second) {
+			t.Fatalf("version 3 %v: after a handover whose holder stayed open: grace %v, inherited %v; want about the bound %v", v3, g, inherited, lease)
+		}
+		_, got := acquire(t, next.addr, "jobs", time.Second, true)
+		wantError(t, got, wire.CodeBusy)
+		x.Conn.Close()
+		testSpeaks.Delete("n3")
+		for _, tn := range c.nodes {
+			tn.stop(t)
+		}
 	}
 }
 
 // TestLoweringRacesFastPath: an ACQUIRE with a long lease that arrives
 // while a lower bound is being committed is not admitted on the old
 // bound: it waits, and raises the bound again before it is answered.
+//
+// The ACQUIRE is made to arrive inside the lowering: the hook, which runs
+// just before the lower bound is committed, waits until NoteLease has
+// noted the ACQUIRE's lease (it has then read the bound it would be
+// admitted on). And the cluster's leader lease is long: a loaded machine
+// that stalls the leader for a moment must not end its term (NOT_LEADER)
+// in the middle of the race.
 func TestLoweringRacesFastPath(t *testing.T) {
 	const long = 5 * time.Minute
-	c := newTestCluster(t, 3)
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	})
 	l := c.leader()
 	first := holdOn(t, l, "long", long) // raises the bound to 5 min
 	first.Conn.Close()
 	admitted := make(chan *batontest.Conn, 1)
+	inside := make(chan bool, 1)
 	hook := func() {
 		go func() {
 			conn, got := acquire(t, l.addr, "again", long, false)
@@ -148,17 +177,25 @@ func TestLoweringRacesFastPath(t *testing.T) {
 			}
 			admitted <- conn
 		}()
-		// Give the ACQUIRE every chance to slip through on the old bound.
-		time.Sleep(300 * time.Millisecond)
+		// The ACQUIRE has passed NoteLease's look at the bound once its
+		// lease is noted; the lowering then commits.
+		deadline := time.Now().Add(settle)
+		for time.Duration(l.node.noted.Load()) < long && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		inside <- time.Duration(l.node.noted.Load()) >= long
 	}
 	l.node.beforeLowerCommit.Store(&hook)
 	var conn *batontest.Conn
 	select {
 	case conn = <-admitted:
-	case <-time.After(settle):
+	case <-time.After(2 * settle):
 		t.Fatal("no lowering was attempted, or the ACQUIRE never got an answer")
 	}
 	defer conn.Conn.Close()
+	if !<-inside {
+		t.Fatal("the ACQUIRE did not reach NoteLease while the lowering waited: the race was not run")
+	}
 	// The lowering commits after the hook; then later looks pass.
 	time.Sleep(5 * testConfig("x").BoundLowerEvery)
 	if b := l.node.bound(); b < long {

@@ -13,12 +13,13 @@ type tokens struct {
 	mu      sync.Mutex
 	epoch   uint64
 	counter uint64
+	tickets uint64 // the waiters' tickets of the epoch (nextTicket)
 }
 
 // setEpoch starts the counter over in a new epoch.
 func (t *tokens) setEpoch(e uint64) {
 	t.mu.Lock()
-	t.epoch, t.counter = e, 0
+	t.epoch, t.counter, t.tickets = e, 0, 0
 	t.mu.Unlock()
 }
 

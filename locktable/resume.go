@@ -141,6 +141,12 @@ func (t *Table) AddPending(now time.Time, id SessionID, c Claim, until time.Time
 	return refusal, dst, nil
 }
 
+// Holds reports whether claim c is in the table, on a session or pending
+// (by its token, or its ticket): a resume of it is a move. The caller
+// checks what a fresh table cannot know (a recorded end) only for a claim
+// it does not hold.
+func (t *Table) Holds(c Claim) bool { return t.byToken != nil && t.find(c) != nil }
+
 // PendingClaims is the number of pending claims and the longest lease
 // among them: while n > 0 the term has claims not accounted for, and a
 // lease bound may not be lowered below longest.

@@ -60,6 +60,9 @@ type (
 		Type    string      `json:"type"`
 		Lock    string      `json:"lock"`
 		Session sessionJSON `json:"session"`
+		// Replaces, for a resumed event, is the id of the session the
+		// claim went on from (a connection it left, a pending claim).
+		Replaces string `json:"replaces,omitempty"`
 	}
 	// stateJSON is the data of a snapshot or resync event: the locks as
 	// they were after event Seq, from which the stream goes on.
@@ -88,11 +91,12 @@ type (
 
 func toEvent(e server.Event) eventJSON {
 	return eventJSON{
-		Seq:     e.Seq,
-		At:      e.At.UTC().Format(time.RFC3339Nano),
-		Type:    e.Type,
-		Lock:    e.Lock,
-		Session: toSession(e.Session, e.Session.Held),
+		Seq:      e.Seq,
+		At:       e.At.UTC().Format(time.RFC3339Nano),
+		Type:     e.Type,
+		Lock:     e.Lock,
+		Session:  toSession(e.Session, e.Session.Held),
+		Replaces: e.Replaces,
 	}
 }
 

@@ -26,6 +26,12 @@ type (
 		TokenStr string `json:"token_str,omitempty"`
 		SinceMS  int64  `json:"since_ms"`
 		SilentMS int64  `json:"silent_ms"`
+		// Pending (protocol v3): a claim of a planned handover that has not
+		// come back yet; it has no connection. Absent when false.
+		Pending bool `json:"pending,omitempty"`
+		// ResumedFromEpoch (protocol v3): the epoch of the term the claim
+		// came from when it was resumed; absent if it never was.
+		ResumedFromEpoch uint64 `json:"resumed_from_epoch,omitempty"`
 	}
 	lockJSON struct {
 		Name    string        `json:"name"`
@@ -41,6 +47,9 @@ type (
 	// releasedJSON answers the release of a lock with several holders.
 	releasedJSON struct {
 		Released []sessionJSON `json:"released"` // in grant order
+		// Message says what else the release did: in a crash grace, that
+		// no claim of the name of an earlier term will be taken back.
+		Message string `json:"message,omitempty"`
 	}
 	locksJSON struct {
 		Locks []lockJSON `json:"locks"` // never null
@@ -86,6 +95,9 @@ func toSession(v server.SessionView, holder bool) sessionJSON {
 		Shared:   v.Shared,
 		SinceMS:  ms(v.Since),
 		SilentMS: ms(v.Silent),
+
+		Pending:          v.Pending,
+		ResumedFromEpoch: v.ResumedFromEpoch,
 	}
 	if holder {
 		tok := v.Token

@@ -591,6 +591,11 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, name string) {
 	case errors.Is(err, server.ErrNotHeld):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("lock %q is not held", name))
 		return
+	case errors.Is(err, server.ErrEarlierClaimsRefused):
+		h.log.Info("ops: force-released lock in a crash grace: its claims of an earlier term will not be taken back", "lock", name,
+			"identities", callerIdentities(r), "client", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, releasedJSON{Released: []sessionJSON{}, Message: fmt.Sprintf("lock %q: %v", name, err)})
+		return
 	default:
 		h.fail(w, r, fmt.Errorf("force-release lock %q: %w", name, err))
 		return
@@ -699,7 +704,7 @@ func (h *handler) holderMessage(id string) string {
 // fail answers an error the API does not expect from the backend.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
-	if errors.Is(err, server.ErrServerClosed) {
+	if errors.Is(err, server.ErrServerClosed) || errors.Is(err, server.ErrHandingOver) || errors.Is(err, server.ErrNotRecorded) {
 		status = http.StatusServiceUnavailable
 	}
 	h.log.Error("ops: admin action failed", "err", err, "client", r.RemoteAddr)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -45,8 +47,8 @@ func (s *Server) Lock(name string) (LockView, bool) { return s.lockInSteps(name)
 func (s *Server) lockInSteps(name string) (LockView, bool) {
 	var (
 		holders, waiters []locktable.Info
-		hremotes         []net.Addr
-		remotes          []net.Addr // the waiters'
+		hremotes         []peer
+		remotes          []peer // the waiters'
 		limit            int
 		seen             map[locktable.SessionID]bool
 	)
@@ -60,7 +62,7 @@ func (s *Server) lockInSteps(name string) (LockView, bool) {
 				continue
 			}
 			holders = append(holders, h)
-			hremotes = append(hremotes, s.remoteLocked(h.ID))
+			hremotes = append(hremotes, s.peerLocked(h))
 		}
 		s.mu.Unlock()
 		if !more {
@@ -96,7 +98,7 @@ func (s *Server) lockInSteps(name string) (LockView, bool) {
 				continue
 			}
 			waiters = append(waiters, w)
-			remotes = append(remotes, s.remoteLocked(w.ID))
+			remotes = append(remotes, s.peerLocked(w))
 		}
 		s.mu.Unlock()
 		if !more {
@@ -134,6 +136,32 @@ func (s *Server) remoteLocked(id locktable.SessionID) net.Addr {
 	return nil
 }
 
+// peer is what the server knows of a session beyond the table: its
+// client's address, and the epoch it resumed from (0: never resumed).
+type peer struct {
+	addr net.Addr
+	from uint64
+}
+
+// peerLocked is in's peer. mu must be held.
+func (s *Server) peerLocked(in locktable.Info) peer {
+	p := peer{}
+	if c := s.sessions[in.ID]; c != nil {
+		p.addr = c.remote
+		if c.v3 != nil {
+			p.from = c.v3.resumedFrom
+		}
+	}
+	if p.from == 0 && in.Resumed {
+		id := in.Token
+		if id == 0 || in.Ticket != 0 && in.Ticket < id {
+			id = in.Ticket
+		}
+		p.from = id >> epochShift
+	}
+	return p
+}
+
 // ForceRelease ends every holder's session of lock name with ERROR
 // FORCE_RELEASED, in grant order, and then moves the queue once. It returns
 // the first ended session (the holder of a mutex; ForceReleaseAll returns
@@ -156,20 +184,17 @@ func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 	var (
 		through uint64 // the newest holder's token when asked
 		ended   []locktable.Info
-		remotes []net.Addr
+		remotes []peer
 	)
-	for more := true; more; {
+	through, err := s.freezeRelease(name)
+	if err != nil {
+		return nil, err
+	}
+	for more := through != 0; more; {
 		var fx effects
 		s.mu.Lock()
 		now := s.now()
 		s.mayServeLocked(now) // the release promotes: fail closed first if need be
-		if through == 0 {
-			var ok bool
-			if through, ok = s.table.NewestToken(name); !ok {
-				s.mu.Unlock()
-				return nil, ErrNotHeld
-			}
-		}
 		var exits []locktable.Exit
 		var err error
 		exits, more, err = s.table.ForceReleaseThrough(now, name, through, bulkStep, s.exits[:0])
@@ -180,7 +205,7 @@ func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 		for _, e := range exits {
 			if e.Cause == locktable.CauseForceReleased {
 				ended = append(ended, e.Session)
-				remotes = append(remotes, s.remoteLocked(e.Session.ID))
+				remotes = append(remotes, s.peerLocked(e.Session))
 			}
 		}
 		s.settleLocked(now, exits, &fx)
@@ -188,6 +213,9 @@ func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 		s.deliver(&fx)
 	}
 	if len(ended) == 0 { // every holder left before the first step
+		if through == 0 {
+			return nil, ErrEarlierClaimsRefused
+		}
 		return nil, ErrNotHeld
 	}
 	views := make([]SessionView, len(ended))
@@ -195,6 +223,79 @@ func (s *Server) ForceReleaseAll(name string) ([]SessionView, error) {
 		views[i] = sessionView(in, remotes[i])
 	}
 	return views, nil
+}
+
+// freezeRelease begins an operator's release of lock name: it returns the
+// token through which the name's holders are released (0 when nobody
+// holds it), having frozen those of version 3 that may come back elsewhere
+// and recorded their ends, so that no confirmation, move or later server
+// lets them go on. In a crash grace it also records that no claim of the
+// name of an earlier term may come back (ErrEarlierClaimsRefused answers a
+// name none of whose holders has come back yet).
+func (s *Server) freezeRelease(name string) (uint64, error) {
+	s.mu.Lock()
+	if s.handingOver {
+		s.mu.Unlock()
+		return 0, ErrHandingOver
+	}
+	now := s.now()
+	through, held := s.table.NewestToken(name)
+	var recs []EndRecord
+	if _, grace := s.table.GraceUntil(); grace && s.resumeBelow > 0 && s.cfg.Resume != nil {
+		recs = append(recs, EndRecord{Kind: RecordNameReleased, Name: name, Below: s.resumeBelow, Epoch: s.epoch})
+	}
+	if held {
+		holders, _ := s.table.HolderPage(now, name, 0, 0, math.MaxInt32)
+		for _, h := range holders {
+			if h.Token <= through && s.mustRecordLocked(h) {
+				recs = append(recs, EndRecord{Kind: RecordReleased, Name: name, Held: true, ID: h.Token, Epoch: s.epoch})
+			}
+		}
+	}
+	switch {
+	case !held && len(recs) == 0:
+		s.mu.Unlock()
+		return 0, ErrNotHeld
+	case len(recs) == 0:
+		s.mu.Unlock()
+		return through, nil
+	case held:
+		s.table.FreezeThrough(name, through)
+	}
+	s.mu.Unlock()
+	if err := s.recordEnds(recs); err != nil {
+		return 0, err
+	}
+	return through, nil
+}
+
+// mustRecordLocked reports whether the end of claim in must be recorded
+// before it leaves the table: a claim of version 3 with a credential (on a
+// connection, pending, or waiting out its lease after a broken one), which
+// may come back on another server. mu must be held.
+func (s *Server) mustRecordLocked(in locktable.Info) bool {
+	if s.cfg.Resume == nil {
+		return false
+	}
+	if in.Pending {
+		return s.pendingIDs[in.ID]
+	}
+	if _, ok := s.detached[in.ID]; ok {
+		return true
+	}
+	c := s.sessions[in.ID]
+	return c != nil && c.v3 != nil
+}
+
+// recordEnds makes an operator's records durable; ErrNotRecorded if they
+// could not be.
+func (s *Server) recordEnds(recs []EndRecord) error {
+	if err := s.cfg.Resume.Record(recs); err != nil {
+		s.log.Error("cannot record an operator's release or kick; the claims stay frozen until their leases run out", "claims", len(recs), "err", err)
+		return fmt.Errorf("%w: %v", ErrNotRecorded, err)
+	}
+	s.m.recorded.Add(float64(len(recs)))
+	return nil
 }
 
 // ReleaseSession ends holder id alone with ERROR FORCE_RELEASED, and moves
@@ -206,7 +307,7 @@ func (s *Server) ReleaseSession(id string) (SessionView, error) { return s.Relea
 // ReleaseSessionIf is ReleaseSession for a caller whose right to release
 // depends on the lock, as KickIf is Kick's.
 func (s *Server) ReleaseSessionIf(id string, allow func(lock string) error) (SessionView, error) {
-	return s.endSessionIf(id, allow, func(now time.Time, sid locktable.SessionID) ([]locktable.Exit, error) {
+	return s.endSessionIf(id, allow, true, func(now time.Time, sid locktable.SessionID) ([]locktable.Exit, error) {
 		exits, err := s.table.ForceReleaseSession(now, sid, s.exits[:0])
 		if errors.Is(err, locktable.ErrWaiter) {
 			return nil, ErrWaiter
@@ -226,7 +327,7 @@ func (s *Server) Kick(id string) (SessionView, error) { return s.KickIf(id, nil)
 // nothing done. The check and the kick are one step under the table's
 // mutex, so no session can come or go between them; allow must not block.
 func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, error) {
-	return s.endSessionIf(id, allow, func(now time.Time, sid locktable.SessionID) ([]locktable.Exit, error) {
+	return s.endSessionIf(id, allow, false, func(now time.Time, sid locktable.SessionID) ([]locktable.Exit, error) {
 		exits, err := s.table.Kick(now, sid, s.exits[:0])
 		if errors.Is(err, locktable.ErrHolder) {
 			return nil, ErrHolder
@@ -235,21 +336,27 @@ func (s *Server) KickIf(id string, allow func(lock string) error) (SessionView, 
 	})
 }
 
-// endSessionIf ends session id by end (a kick or a release), after allow
-// (if not nil) has accepted its lock, all in one step under mu.
-func (s *Server) endSessionIf(id string, allow func(lock string) error, end func(time.Time, locktable.SessionID) ([]locktable.Exit, error)) (SessionView, error) {
+// endSessionIf ends session id by end (a release of a holder, or a kick of
+// a waiter), after allow (if not nil) has accepted its lock, all in one
+// step under mu; a claim of version 3 is frozen and its end recorded
+// first, with mu released meanwhile.
+func (s *Server) endSessionIf(id string, allow func(lock string) error, release bool, end func(time.Time, locktable.SessionID) ([]locktable.Exit, error)) (SessionView, error) {
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		return SessionView{}, ErrUnknownSession
 	}
+	sid := locktable.SessionID(n)
 	var fx effects
 	defer s.deliver(&fx) // after the unlock
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.handingOver {
+		return SessionView{}, ErrHandingOver
+	}
 	now := s.now()
 	s.mayServeLocked(now) // the end may promote: fail closed first if need be
+	in, ok := s.table.Session(now, sid)
 	if allow != nil {
-		in, ok := s.table.Session(now, locktable.SessionID(n))
 		if !ok {
 			return SessionView{}, ErrUnknownSession
 		}
@@ -257,7 +364,31 @@ func (s *Server) endSessionIf(id string, allow func(lock string) error, end func
 			return SessionView{}, err
 		}
 	}
-	exits, err := end(now, locktable.SessionID(n))
+	if ok && s.mustRecordLocked(in) {
+		// A claim of version 3 that may come back elsewhere: frozen now
+		// (confirmed no more, never moved), recorded, then ended, so that
+		// no later server takes it back.
+		if in.Held == release { // else the wrong kind: end answers it below
+			s.table.Freeze(sid)
+			rec := EndRecord{Kind: RecordKicked, Name: in.Name, ID: in.Ticket, Epoch: s.epoch}
+			if in.Held {
+				rec.Kind, rec.Held, rec.ID = RecordReleased, true, in.Token
+			}
+			s.mu.Unlock()
+			err := s.recordEnds([]EndRecord{rec})
+			s.mu.Lock()
+			if err != nil {
+				return SessionView{}, err
+			}
+			now = s.now()
+			if _, still := s.table.Session(now, sid); !still {
+				// Gone meanwhile (its client closed, its lease ran out):
+				// what was asked is done.
+				return s.sessionViewLocked(in), nil
+			}
+		}
+	}
+	exits, err := end(now, sid)
 	if errors.Is(err, locktable.ErrUnknownSession) {
 		return SessionView{}, ErrUnknownSession
 	}
@@ -291,21 +422,24 @@ func (s *Server) lockViewLocked(li locktable.LockInfo) LockView {
 }
 
 func (s *Server) sessionViewLocked(in locktable.Info) SessionView {
-	return sessionView(in, s.remoteLocked(in.ID))
+	return sessionView(in, s.peerLocked(in))
 }
 
-// sessionView is in as operators see it, its client at remote.
-func sessionView(in locktable.Info, remote net.Addr) SessionView {
+// sessionView is in as operators see it, with what the server knows of
+// its client.
+func sessionView(in locktable.Info, p peer) SessionView {
 	return SessionView{
-		ID:     strconv.FormatUint(uint64(in.ID), 10),
-		Owner:  in.Owner,
-		Lease:  in.Lease,
-		Shared: in.Shared,
-		Held:   in.Held,
-		Token:  in.Token,
-		Since:  in.Since,
-		Silent: in.Silent,
-		Remote: addrText(remote),
+		ID:               strconv.FormatUint(uint64(in.ID), 10),
+		Owner:            in.Owner,
+		Lease:            in.Lease,
+		Shared:           in.Shared,
+		Held:             in.Held,
+		Token:            in.Token,
+		Since:            in.Since,
+		Silent:           in.Silent,
+		Remote:           addrText(p.addr),
+		Pending:          in.Pending,
+		ResumedFromEpoch: p.from,
 	}
 }
 

@@ -108,6 +108,12 @@ type Config struct {
 	// NOT_LEADER) until BeginTerm, a NOWAIT during the failover grace gets
 	// ERROR BUSY instead of OVERLOADED, and EndTerm ends every session.
 	Replicated bool
+	// AboutToServe, if not nil, reports whether this node of a cluster that
+	// does not serve yet is about to (a leader handing over chose it as its
+	// successor, or it won an election and commits its epoch): a resume it
+	// reads meanwhile is held, not answered NOT_LEADER, for up to
+	// IOTimeout (protocol.md, section 14, "Holding a resume").
+	AboutToServe func() bool
 	// LeaderHint, if not nil, gives the message of ERROR NOT_LEADER: the
 	// leader's client address, or "" while no leader is known.
 	LeaderHint func() string
@@ -139,6 +145,28 @@ type Config struct {
 	// up. Zero holds none: such an accept then backs off and retries. Must
 	// not be negative.
 	ReserveFDs int
+	// Resume gives the credentials of protocol version 3 (docs/protocol.md,
+	// section 14) and keeps the records of claims' ends: a claim of version
+	// 3 can be resumed only with it. Nil gives none: a version 3 ACQUIRE is
+	// answered as one of version 2, and a resume is refused
+	// (RESUME_REFUSED).
+	Resume ResumeSource
+	// ResumeMaxLease, if positive, is the longest lease of a claim that is
+	// given a credential; a claim with a longer one behaves as one of
+	// version 2 (a standalone server's -crash-grace-max: no claim it lists
+	// is waited for longer after a restart). Zero means no cap; must not
+	// be negative.
+	ResumeMaxLease time.Duration
+	// NextTicket returns the tickets of waiters (their places), as
+	// NextToken does tokens: each greater than every earlier one, also
+	// across restarts. Required with Resume.
+	NextTicket func() uint64
+	// Carried is what a standalone server starts with from its data
+	// directory besides an empty table: the crash grace's claims of
+	// earlier terms, and a planned handover's list. (A cluster's leader is
+	// given it with BeginTerm.)
+	Carried Carried
+
 	// MetricsLockNames is how many lock names get series of their own in
 	// baton_wait_seconds and baton_hold_seconds (label lock): the first
 	// names seen, while later ones share lock="_other". Zero, the default,
@@ -197,6 +225,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tcp-fastopen is supported on Linux only")
 	case c.NextToken == nil:
 		return fmt.Errorf("NextToken is nil: the server needs a token source")
+	case c.ResumeMaxLease < 0:
+		return fmt.Errorf("resume-max-lease (%v) must not be negative", c.ResumeMaxLease)
+	case c.Resume != nil && c.NextTicket == nil:
+		return fmt.Errorf("NextTicket is nil: resumable claims need tickets")
 	}
 	return nil
 }

@@ -19,6 +19,12 @@ const (
 	EventForceReleased = "force_released" // an operator took the lock from its holder
 	EventKicked        = "kicked"         // an operator removed a waiter
 	EventLeft          = "left"           // a waiter's connection ended
+	// EventResumed: a claim of protocol version 3 went on on a new
+	// connection (its session's resumed_from_epoch says from which term).
+	EventResumed = "resumed"
+	// EventSuperseded: a resumed claim lost a conflict to claims with
+	// higher tokens after a crash, and was ended.
+	EventSuperseded = "superseded"
 )
 
 // EventHistory is how many events the server keeps for subscribers that
@@ -35,6 +41,10 @@ type Event struct {
 	// Session is the session as it was at the change; for a grant, Since
 	// is how long it waited in the queue (zero for a grant at once).
 	Session SessionView
+	// Replaces, for a resumed claim, is the id of the session it went on
+	// from (a connection it left, or a pending claim); "" if none (a claim
+	// of an earlier term taken back in a crash grace).
+	Replaces string
 }
 
 // Subscription is a reader of the event history with its own cursor. It
@@ -234,11 +244,18 @@ type record struct {
 	lease, since, silent time.Duration
 	token                uint64
 	held, shared         bool
+	pending              bool
+	from                 uint64              // the epoch it resumed from
+	replaces             locktable.SessionID // EventResumed: the session it went on from
 }
 
 // event is r as subscribers see it.
 func (r *record) event() Event {
-	return Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Session: SessionView{
+	var replaces string
+	if r.replaces != 0 {
+		replaces = strconv.FormatUint(uint64(r.replaces), 10)
+	}
+	return Event{Seq: r.seq, At: r.at, Type: r.typ, Lock: r.lock, Replaces: replaces, Session: SessionView{
 		ID:     strconv.FormatUint(uint64(r.id), 10),
 		Owner:  r.owner,
 		Lease:  r.lease,
@@ -248,6 +265,9 @@ func (r *record) event() Event {
 		Since:  r.since,
 		Silent: r.silent,
 		Remote: addrText(r.remote),
+
+		Pending:          r.pending,
+		ResumedFromEpoch: r.from,
 	}}
 }
 
@@ -266,12 +286,16 @@ func (l *eventLog) oldestLocked() uint64 { return l.last - uint64(len(l.ring)) +
 // eventLocked records what happened to session in of lock, at the wall
 // clock's time: the event's time is for people, not the table's clock (a
 // reading of Server.now). mu must be held.
-func (s *Server) eventLocked(typ string, in locktable.Info) {
-	r := record{at: time.Now(), typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
-		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared}
-	if c := s.sessions[in.ID]; c != nil {
-		r.remote = c.remote
-	}
+func (s *Server) eventLocked(typ string, in locktable.Info) { s.eventReplacingLocked(typ, in, 0) }
+
+// eventReplacingLocked is eventLocked for a resumed claim that went on
+// from session replaces (0: none). mu must be held.
+func (s *Server) eventReplacingLocked(typ string, in locktable.Info, replaces locktable.SessionID) {
+	r := record{replaces: replaces, at: time.Now(), typ: typ, lock: in.Name, owner: in.Owner, id: in.ID,
+		lease: in.Lease, since: in.Since, silent: in.Silent, token: in.Token, held: in.Held, shared: in.Shared,
+		pending: in.Pending}
+	p := s.peerLocked(in)
+	r.remote, r.from = p.addr, p.from
 	s.events.publishLocked(&r)
 }
 

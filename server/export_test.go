@@ -24,3 +24,8 @@ func (s *Server) PollerReadersStarted() uint64 {
 	}
 	return p.readersStarted()
 }
+
+// NewGenerationNow starts the next generation of credentials at once, as
+// the server does every Resume.GenerationPeriod of serving: the vectors'
+// new_generation step.
+func (s *Server) NewGenerationNow() error { return s.newGeneration() }

@@ -24,7 +24,7 @@ func leaderServer(t *testing.T, park bool, may *atomic.Bool, lost *atomic.Int32)
 		c.MayServe = func(time.Time) bool { return may.Load() }
 		c.TermLost = func() { lost.Add(1) }
 	})
-	ts.Srv.BeginTerm(0)
+	ts.Srv.BeginTerm(0, server.Carried{})
 	return ts
 }
 

@@ -46,6 +46,42 @@ type metrics struct {
 	refusedFDs     prometheus.Counter
 	aclRefusals    prometheus.Counter
 	ended          map[EndReason]prometheus.Counter
+	// Protocol version 3: resumes by kind and how the claim came back,
+	// refused resumes by reason, pending claims of a planned handover and
+	// those lost (never came back), records of ends made.
+	resumes        map[resumeLabels]prometheus.Counter
+	resumesRefused map[string]prometheus.Counter
+	pending        prometheus.Gauge
+	pendingLost    prometheus.Counter
+	recorded       prometheus.Counter
+}
+
+// resumeLabels are a resume's labels: the kind of claim (holder, waiter)
+// and how it came back (move: from a connection of this server; pending:
+// listed by a planned handover; grace: a claim of an earlier term taken
+// back in a crash grace).
+type resumeLabels struct{ kind, how string }
+
+// resumeRefusalReasons are the label values of baton_resumes_refused_total.
+var resumeRefusalReasons = []string{"bad_credential", "generation", "no_credentials", "unauthorized", "recorded",
+	"not_listed", "ended", "attempt", "frozen", "revoked", "superseded", "limit", "sessions", "waiters"}
+
+// resumed counts a resume that went on.
+func (m *metrics) resumed(held bool, how string) {
+	kind := "waiter"
+	if held {
+		kind = "holder"
+	}
+	if c := m.resumes[resumeLabels{kind, how}]; c != nil {
+		c.Inc()
+	}
+}
+
+// resumeRefused counts a refused resume.
+func (m *metrics) resumeRefused(reason string) {
+	if c := m.resumesRefused[reason]; c != nil {
+		c.Inc()
+	}
 }
 
 // newMetrics registers the server's series in reg; lockNames is
@@ -122,7 +158,34 @@ func newMetrics(reg *prometheus.Registry, lockNames int) *metrics {
 			m.handovers[r] = handovers.WithLabelValues(r.String())
 		}
 	}
-	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized, wire.CodeLimitMismatch} {
+	resumes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_resumes_total",
+		Help: "Claims of protocol version 3 that went on on a new connection, by kind (holder, waiter) and how (move: from a connection of this server; pending: listed by a planned handover; grace: taken back in a crash grace).",
+	}, []string{"kind", "how"})
+	m.resumes = map[resumeLabels]prometheus.Counter{}
+	for _, kind := range []string{"holder", "waiter"} {
+		for _, how := range []string{"move", "pending", "grace"} {
+			m.resumes[resumeLabels{kind, how}] = resumes.WithLabelValues(kind, how)
+		}
+	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_resumes_refused_total", Help: "Resumes of protocol version 3 refused, by reason.",
+	}, []string{"reason"})
+	m.resumesRefused = map[string]prometheus.Counter{}
+	for _, r := range resumeRefusalReasons {
+		m.resumesRefused[r] = refused.WithLabelValues(r)
+	}
+	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_claims_pending", Help: "Claims of a planned handover's list not back yet: each keeps its slot or place until it resumes or its time is up.",
+	})
+	m.pendingLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "baton_pending_claims_lost_total", Help: "Resumable claims of a planned handover's list whose time ran out before they came back.",
+	})
+	m.recorded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "baton_claim_ends_recorded_total", Help: "Ends of claims of protocol version 3 recorded durably (an operator's release or kick, SUPERSEDED), so that no later server takes them back.",
+	})
+	reg.MustRegister(resumes, refused, m.pending, m.pendingLost, m.recorded)
+	for _, c := range []wire.Code{wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized, wire.CodeLimitMismatch, wire.CodeBadCredential} {
 		m.protocolErrors[c] = protoErrs.WithLabelValues(c.String())
 	}
 	m.lockNames = lockNames

@@ -81,7 +81,7 @@ func TestMetrics(t *testing.T) {
 		{heartbeats(1), wire.CodeProtocol},
 		{unhex("02 04 01"), wire.CodeProtocol},
 		{acquireFrame(1, 0, 0, "x", ""), wire.CodeBadRequest},
-		{acquireFrame(3, 0, 1000, "x", ""), wire.CodeVersion},
+		{acquireFrame(4, 0, 1000, "x", ""), wire.CodeVersion},
 	} {
 		c := batontest.Dial(t, ts.Addr)
 		c.Write(tt.send)
@@ -135,7 +135,8 @@ func TestMetrics(t *testing.T) {
 	// Every label value of a family exists from the start.
 	for name, n := range map[string]int{
 		"baton_sessions": 2, "baton_grants_total": 2, "baton_lease_expiries_total": 2,
-		"baton_protocol_errors_total": 5, "baton_limit_refusals_total": 6,
+		"baton_protocol_errors_total": 6, "baton_limit_refusals_total": 6,
+		"baton_resumes_total": 6, "baton_resumes_refused_total": 14,
 	} {
 		got, err := testutil.GatherAndCount(reg, name)
 		if err != nil || got != n {

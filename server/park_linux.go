@@ -717,8 +717,10 @@ func (c *session) answerFirst() int {
 		c.extra = append([]byte(nil), buf[:n]...)
 		return needReader
 	}
-	req, derr := wire.DecodeAcquire(payload)
-	if derr != nil {
+	req, derr := wire.DecodeAcquireUpTo(payload, wire.Version3)
+	if derr != nil || req.Resuming() {
+		// A refusal, or a resume: a resume may wait (for the bound's
+		// commit, for a server about to serve), which the shard must not.
 		c.extra = append([]byte(nil), buf[:n]...)
 		return needReader
 	}

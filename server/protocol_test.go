@@ -118,7 +118,7 @@ func TestProtocolErrors(t *testing.T) {
 		{"ACQUIRE empty payload", false, unhex("01 00 00"), wire.CodeProtocol, 0},
 		{"ACQUIRE payload of 6 bytes", false, unhex("01 00 06 01 00 00 00 07 d0"), wire.CodeProtocol, 0},
 		{"ACQUIRE shorter than 7 + name_len", false, unhex("01 00 08 01 00 00 00 07 d0 05 61"), wire.CodeProtocol, 0},
-		{"version 3", false, acquireFrame(3, 0, 2000, "lock", ""), wire.CodeVersion, 0},
+		{"version 4", false, acquireFrame(4, 0, 2000, "lock", ""), wire.CodeVersion, 0},
 		{"version 0", false, acquireFrame(0, 0, 2000, "lock", ""), wire.CodeVersion, 0},
 		{"lease 0", false, acquireFrame(1, 0, 0, "lock", ""), wire.CodeBadRequest, 0},
 		{"flag bit 1", false, acquireFrame(1, 0x02, 2000, "lock", ""), wire.CodeBadRequest, 0},

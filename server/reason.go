@@ -46,6 +46,18 @@ const (
 	// ReasonLimitMismatch: a shared claim's limit differs from the one in
 	// force for the name (protocol version 2); the message is that limit.
 	ReasonLimitMismatch
+	// ReasonMoved: the claim of this connection went on on another one
+	// (protocol version 3): its end released nothing. Also a resume whose
+	// attempt number is not above the claim's.
+	ReasonMoved
+	// ReasonSuperseded: after a crash, resumed claims of one name could not
+	// all hold, and this one had the lower token.
+	ReasonSuperseded
+	// ReasonResumeRefused: the claim a resume names cannot go on here.
+	ReasonResumeRefused
+	// ReasonBadCredential: a resume's credential is not the one this server
+	// computes for the claim it names.
+	ReasonBadCredential
 )
 
 var reasonNames = [...]string{
@@ -66,6 +78,10 @@ var reasonNames = [...]string{
 	ReasonTLSHandshake:  "tls_handshake",
 	ReasonNotLeader:     "not_leader",
 	ReasonLimitMismatch: "limit_mismatch",
+	ReasonMoved:         "moved",
+	ReasonSuperseded:    "superseded",
+	ReasonResumeRefused: "resume_refused",
+	ReasonBadCredential: "bad_credential",
 }
 
 func (r EndReason) String() string {
@@ -103,8 +119,25 @@ func (r EndReason) code() wire.Code {
 		return wire.CodeNotLeader
 	case ReasonLimitMismatch:
 		return wire.CodeLimitMismatch
+	case ReasonMoved:
+		return wire.CodeMoved
+	case ReasonSuperseded:
+		return wire.CodeSuperseded
+	case ReasonResumeRefused:
+		return wire.CodeResumeRefused
+	case ReasonBadCredential:
+		return wire.CodeBadCredential
 	}
 	return 0
+}
+
+// broken reports whether a session that ends for r ended for a broken
+// connection: a read that timed out, a frame that breaks the protocol, a
+// write that timed out. A holder of version 3 with a credential so ended
+// keeps its slot until its lease runs out (protocol.md, section 14): its
+// client may not have learnt of the end.
+func (r EndReason) broken() bool {
+	return r == ReasonReadTimeout || r == ReasonProtocolError || r == ReasonWriteTimeout
 }
 
 // promotes reports whether a session that ends for r can make room for a

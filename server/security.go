@@ -132,6 +132,9 @@ func (c *identityConn) hold(l *idLimiter, key string) bool {
 	return true
 }
 
+// Unwrap is the connection under the count (resetConn).
+func (c *identityConn) Unwrap() net.Conn { return c.Conn }
+
 func (c *identityConn) Close() error {
 	err := c.Conn.Close()
 	c.mu.Lock()
@@ -248,6 +251,9 @@ type countedConn struct {
 	l    *addrLimiter
 	addr netip.Addr
 }
+
+// Unwrap is the connection under the count (resetConn).
+func (c *countedConn) Unwrap() net.Conn { return c.Conn }
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()

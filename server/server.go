@@ -108,6 +108,39 @@ type Server struct {
 	// fds holds the protocol listener's spare descriptors (fdreserve.go).
 	fds fdReserve
 
+	// Protocol version 3 (resume.go); guarded by mu.
+	//
+	// epoch is the term's epoch (Carried.Epoch); listEpoch the term of the
+	// handover list it started with (0: none), whose unlisted claims are
+	// refused; resumesFrom is when resumes may first be answered
+	// (Carried.HoldResumes); termWake wakes the resumes held until then.
+	epoch, listEpoch uint64
+	// resumeBelow is the table's ResumeBelow: claims below it come back
+	// in the crash grace.
+	resumeBelow uint64
+	resumesFrom time.Time
+	termWake    chan struct{}
+	// handingOver: a planned handover took the list; nothing is confirmed,
+	// and operators' actions are refused (ErrHandingOver). successorHint
+	// is the client address the NOT_LEADER of a cluster's handover names.
+	handingOver   bool
+	successorHint atomic.Pointer[string]
+	// pendingIDs are the pending claims of a handover's list, each true if
+	// resumable (a claim of version 3 with a credential).
+	pendingIDs map[locktable.SessionID]bool
+	// detached are the holders of version 3 ended for a broken connection
+	// and waiting out their leases in the table, with their leases.
+	detached map[locktable.SessionID]time.Duration
+	// servedTold: Resume.TermServed was told for this term.
+	servedTold bool
+	// genAt is when the current generation of credentials began (on now's
+	// clock), or when the term began serving.
+	genAt time.Time
+	// list is the handover list Shutdown took, and unclosed the holders it
+	// ended that are listed only if they were not seen to close.
+	list     *HandoverList
+	unclosed []unclosedHolder
+
 	events eventLog // history and subscribers of the event stream (events.go); guarded by mu
 	// pipelining is the budget of turns of the readers of sessions that
 	// pipeline and cannot park (see session.yield).
@@ -139,7 +172,6 @@ func New(cfg Config) (*Server, error) {
 		m:           newMetrics(reg, cfg.MetricsLockNames),
 		linger:      min(cfg.IOTimeout, time.Second),
 		now:         now,
-		table:       newTable(cfg, noGrantBefore),
 		moving:      make(map[string]handover),
 		sessions:    make(map[locktable.SessionID]*session),
 		conns:       make(map[*session]struct{}),
@@ -150,6 +182,7 @@ func New(cfg Config) (*Server, error) {
 		pipelining:  rate.NewLimiter(pipelineTurns, framesPerTurn),
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
+	s.startTermLocked(now(), noGrantBefore, cfg.Carried)
 	s.serving.Store(!cfg.Replicated)
 	s.m.registerGrace(reg, noGrantBefore, now)
 	if cfg.MetricsLockNames > 0 {
@@ -191,14 +224,17 @@ const pipelineTurns = rate.Limit(2 * moreTurn * int(time.Second/morePace) / fram
 const bulkStep = 256
 
 // newTable is an empty lock table for cfg that grants nothing before
-// noGrantBefore, a reading of the server's clock (zero: no grace).
-func newTable(cfg Config, noGrantBefore time.Time) *locktable.Table {
+// noGrantBefore, a reading of the server's clock (zero: no grace), and in
+// that grace admits claims of earlier terms below resumeBelow.
+func newTable(cfg Config, noGrantBefore time.Time, resumeBelow uint64) *locktable.Table {
 	return locktable.New(locktable.Config{
 		MaxSessions:       cfg.MaxSessions,
 		MaxWaitersPerLock: cfg.MaxWaitersPerLock,
 		NextToken:         cfg.NextToken,
 		NoGrantBefore:     noGrantBefore,
 		GrantStep:         bulkStep,
+		NextTicket:        cfg.NextTicket,
+		ResumeBelow:       resumeBelow,
 	})
 }
 
@@ -254,6 +290,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.listeners[ln] = nil
 	s.reaperOnce.Do(func() {
 		s.goLocked(s.reap)
+		if s.cfg.Resume != nil {
+			s.goLocked(s.rotate)
+		}
 		s.startPollerLocked()
 	})
 	s.mu.Unlock()
@@ -344,6 +383,29 @@ func (s *Server) startPollerLocked() {
 	s.goLocked(p.run)
 }
 
+// connsHoldersFirstLocked is every open connection, the holders of
+// version 3 first, then the other holders, then the rest: a planned stop
+// tells those whose deadlines run first. mu must be held.
+func (s *Server) connsHoldersFirstLocked(now time.Time) []*session {
+	var first, holders, rest []*session
+	for c := range s.conns {
+		held := false
+		if c.inTable {
+			in, ok := s.table.Session(now, c.id)
+			held = ok && in.Held
+		}
+		switch {
+		case held && c.v3 != nil:
+			first = append(first, c)
+		case held:
+			holders = append(holders, c)
+		default:
+			rest = append(rest, c)
+		}
+	}
+	return append(append(first, holders...), rest...)
+}
+
 // accept registers conn and gives it to the idle poller, whose shard reads
 // its ACQUIRE, or starts its reader; or closes it at once when the server
 // is shutting down or flooded far past its session limit.
@@ -406,6 +468,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.mu.Lock()
 		for _, c := range s.stopping {
+			if c.version == wire.Version3 {
+				resetConn(c.conn) // no clean end: its client must not resume on it
+				continue
+			}
 			c.conn.Close()
 		}
 		s.mu.Unlock()
@@ -426,11 +492,14 @@ func (s *Server) stop() {
 		}
 	}
 	now := s.now()
-	// closing is set, so no waiter is pushed ACQUIRED on its way out.
-	var all []*session
-	for c := range s.conns {
-		all = append(all, c)
+	// With version 3, a planned handover to the next start: the claims are
+	// listed at this instant, when confirmations stop (closing is set, and
+	// every session ends below in this hold of mu).
+	if s.cfg.Resume != nil && s.serving.Load() {
+		s.list = s.takeListLocked(now)
 	}
+	// closing is set, so no waiter is pushed ACQUIRED on its way out.
+	all := s.connsHoldersFirstLocked(now)
 	for _, c := range all {
 		s.endLocked(now, c, ReasonShutdown, "server shutting down")
 	}
@@ -468,13 +537,24 @@ func (s *Server) reap() {
 		var fx effects
 		s.mu.Lock()
 		now := s.now()
-		s.mayServeLocked(now) // an expiry may promote, and the grace's end grants
-		s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
-		if s.table.Moving() {
-			s.settleLocked(now, s.table.Promote(now, s.exits[:0]), &fx)
+		// Every push checks the leader lease first: an expiry promotes a
+		// waiter, a queue moves on, the grace's end grants. A server that
+		// may not serve (it just failed closed, or leads no term) has
+		// ended every session with its term, and has nothing to wait for
+		// until BeginTerm wakes the reaper with a new table.
+		var (
+			moving, ok bool
+			next       time.Time
+		)
+		if s.mayServeLocked(now) {
+			s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
+			if s.table.Moving() {
+				s.settleLocked(now, s.table.Promote(now, s.exits[:0]), &fx)
+			}
+			s.checkServedLocked()
+			moving = s.table.Moving()
+			next, ok = s.table.NextDeadline()
 		}
-		moving := s.table.Moving()
-		next, ok := s.table.NextDeadline()
 		if ok {
 			s.armedFor = next
 		} else {
@@ -622,6 +702,9 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 	s.m.ended[reason].Inc()
 	// The release first: a waiter's push is the handover, and goes out
 	// before the rest of this bookkeeping (see promoteLocked).
+	if c.inTable && c.v3 != nil && reason.broken() && s.detachLocked(now, c) {
+		c.inTable = false
+	}
 	if c.inTable {
 		c.inTable = false
 		// Only this call releases from the table while its exits are in use
@@ -655,6 +738,16 @@ func (s *Server) endOneLocked(now time.Time, c *session, reason EndReason, msg s
 // must be held.
 func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause EndReason, fx *effects) {
 	for _, e := range exits {
+		switch e.Cause {
+		case locktable.CauseMoved:
+			s.movedLocked(now, e, fx)
+			continue
+		case locktable.CauseRevoked:
+			// A pending claim an operator released: it stays, with its
+			// slot, until its time runs out.
+			s.eventLocked(EventForceReleased, e.Session)
+			continue
+		}
 		if e.Cause == locktable.CauseGraceEnded || e.Cause == locktable.CauseQueueMoved {
 			// Nobody left: the grants go on with the handover that began
 			// them (none for the grace's end).
@@ -674,11 +767,21 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 		// Counts before the pushes (the metrics are read without mu: they
 		// never show the new holders beside the old one), the events after
 		// them (read under mu, so their order is unchanged).
-		if e.Session.Held {
+		switch {
+		case e.Session.Pending:
+			s.m.pending.Dec()
+			if s.pendingIDs[e.Session.ID] {
+				s.m.pendingLost.Inc() // its client never came back
+			}
+			delete(s.pendingIDs, e.Session.ID)
+		case e.Session.Held:
 			s.m.holding.Dec()
 			s.m.series(e.Session.Name).hold.Observe(e.Session.Since.Seconds())
-		} else {
+		default:
 			s.m.waiting.Dec()
+		}
+		if len(s.detached) > 0 {
+			delete(s.detached, e.Session.ID)
 		}
 		reason := cause
 		switch e.Cause {
@@ -693,6 +796,10 @@ func (s *Server) applyExitsLocked(now time.Time, exits []locktable.Exit, cause E
 			reason = ReasonForceReleased
 		case locktable.CauseKicked:
 			reason = ReasonKicked
+		case locktable.CauseSuperseded:
+			reason = ReasonSuperseded
+		case locktable.CauseOverloaded, locktable.CauseLimitOverruled:
+			reason = ReasonOverloaded
 		}
 		// Every push of one exit is a grant at now: the caller asked
 		// mayServeLocked(now) before the table call that made them.
@@ -771,6 +878,53 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, h handover, fx 
 		return
 	}
 	fx.flush = append(fx.flush, p)
+}
+
+// movedLocked applies exit e of a claim that went on on another session
+// (a resume): its old connection, if it has one, is ended with MOVED and
+// releases nothing; a pending claim is counted back. The grants e made (a
+// pending waiter at the head that came back may let the queue move) are
+// pushed. mu must be held.
+func (s *Server) movedLocked(now time.Time, e locktable.Exit, fx *effects) {
+	if e.Session.Pending {
+		s.m.pending.Dec()
+		delete(s.pendingIDs, e.Session.ID)
+	}
+	h := handover{at: now}
+	for _, g := range e.Promoted {
+		s.promoteLocked(now, g, h, fx)
+	}
+	for _, g := range e.Promoted {
+		s.grantEventLocked(now, g)
+	}
+	s.stillMovingLocked(e, h)
+	c := s.sessions[e.Session.ID]
+	delete(s.sessions, e.Session.ID)
+	if c != nil {
+		c.inTable = false
+		if !c.ended {
+			s.endOneLocked(now, c, ReasonMoved, "", fx)
+		}
+	}
+}
+
+// detachLocked keeps holder c of version 3, ended for a broken connection,
+// in the table until its lease runs out: frozen (confirmed no more, never
+// moved), with no connection, so that nothing is granted over it while
+// its client, which may not have learnt of the end, may still believe. It
+// reports false for a waiter, which leaves at once. mu must be held.
+func (s *Server) detachLocked(now time.Time, c *session) bool {
+	in, ok := s.table.Session(now, c.id)
+	if !ok || !in.Held || in.Pending {
+		return false
+	}
+	s.table.Freeze(c.id)
+	delete(s.sessions, c.id)
+	if s.detached == nil {
+		s.detached = make(map[locktable.SessionID]time.Duration)
+	}
+	s.detached[c.id] = in.Lease
+	return true
 }
 
 func reasonMessage(r EndReason, in locktable.Info) string {

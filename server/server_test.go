@@ -46,6 +46,7 @@ var reachableCodes = []wire.Code{
 	wire.CodeShutdown, wire.CodeOverloaded,
 	wire.CodeLeaseExpired, wire.CodeForceReleased, wire.CodeKicked, wire.CodeBusy,
 	wire.CodeProtocol, wire.CodeBadRequest, wire.CodeVersion, wire.CodeUnauthorized,
+	wire.CodeResumeRefused, wire.CodeSuperseded, wire.CodeMoved, wire.CodeBadCredential,
 }
 
 // seenCodes records every ERROR code a test checked (expectError).

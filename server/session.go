@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,11 @@ type session struct {
 	ended   bool
 	reason  EndReason
 	inTable bool
+	// version is the ACQUIRE's protocol version (0 before it).
+	version uint8
+	// v3 is the claim's version 3 state: its credential's inputs; nil for
+	// a claim without a credential (resume.go).
+	v3 *v3claim
 
 	// wmu guards the output queue. Lock order: srv.mu before wmu.
 	wmu      sync.Mutex
@@ -174,14 +180,18 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 		return ReasonProtocolError, fmt.Sprintf("first frame must be ACQUIRE, got %v", h.Type), false
 	}
 	c.conn.SetReadDeadline(time.Time{})
-	req, err := wire.DecodeAcquire(payload)
+	req, err := wire.DecodeAcquireUpTo(payload, wire.Version3)
 	if err != nil {
 		var we *wire.Error
 		errors.As(err, &we)
 		return reasonFor(we.Code), we.Msg, false
 	}
 	c.started = true
-	if reason, msg, ok, _ := c.acquire(req, true); !ok {
+	if req.Resuming() {
+		if reason, msg, ok := c.resumeClaim(req); !ok {
+			return reason, msg, false
+		}
+	} else if reason, msg, ok, _ := c.acquire(req, true); !ok {
 		return reason, msg, false
 	}
 	c.send()
@@ -414,6 +424,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	if !s.mayServeLocked(now) {
 		return ReasonNotLeader, s.leaderHint(), false, false
 	}
+	c.version = req.Version
 	// A version 1 claim, and a version 2 one without SHARED, is exclusive.
 	shared := req.Shared()
 	st, refusal, exits, err := s.table.Acquire(now, c.id, locktable.Request{
@@ -448,6 +459,9 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	}
 	c.inTable = true
 	s.sessions[c.id] = c
+	if req.Version == wire.Version3 {
+		c.v3 = s.newV3Locked(now, c, req, st)
+	}
 	if st.Held {
 		s.m.holding.Inc()
 		s.m.grantImmediate.Inc()
@@ -464,7 +478,13 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		}
 		s.eventLocked(typ, in)
 	}
-	c.queueState(st)
+	if c.v3 != nil {
+		c.wmu.Lock()
+		c.appendStateV3(st, true)
+		c.wmu.Unlock()
+	} else {
+		c.queueState(st)
+	}
 	s.wakeReaperLocked(now.Add(lease))
 	return 0, "", true, false
 }
@@ -642,7 +662,9 @@ func ioCause(err error) error {
 // srv.mu must be held.
 func (c *session) queueState(st locktable.State) {
 	c.wmu.Lock()
-	if st.Held {
+	if c.v3 != nil {
+		c.appendStateV3(st, false)
+	} else if st.Held {
 		c.out = wire.AppendAcquired(c.out, false, st.Token)
 	} else {
 		c.out = wire.AppendWaiting(c.out, uint32(st.Position))
@@ -654,7 +676,16 @@ func (c *session) queueState(st locktable.State) {
 // holder's session ended. srv.mu must be held.
 func (c *session) queueAcquired(push bool, token uint64, handoverAt time.Time) {
 	c.wmu.Lock()
-	c.out = wire.AppendAcquired(c.out, push, token)
+	if c.v3 != nil {
+		// A grant's credential: always with it.
+		a := wire.Acquired{Push: push, Token: token}
+		if cred, gen, ok := c.credentialIf(true, true, token); ok {
+			a.WithCredential, a.Generation, a.Credential = true, gen, cred
+		}
+		c.out = wire.AppendAcquiredV3(c.out, a)
+	} else {
+		c.out = wire.AppendAcquired(c.out, push, token)
+	}
 	c.pushAt = handoverAt
 	c.wmu.Unlock()
 }
@@ -742,7 +773,34 @@ func (c *session) writeFailed(err error) {
 	s.endOneLocked(s.now(), c, reason, "", &fx)
 	s.mu.Unlock()
 	s.deliver(&fx)
+	if c.version == wire.Version3 {
+		// The ERROR could not be written: a reset, never a clean end of
+		// the stream, which a client of version 3 would take for its
+		// server's going away (and resume).
+		resetConn(c.conn)
+		return
+	}
 	c.conn.Close()
+}
+
+// resetConn closes conn with a TCP reset (SO_LINGER 0) where it can reach
+// the TCP connection under it, else closes it.
+func resetConn(conn net.Conn) {
+	for nc := conn; nc != nil; {
+		switch x := nc.(type) {
+		case *net.TCPConn:
+			x.SetLinger(0)
+			nc = nil
+		case *tls.Conn:
+			nc = x.NetConn()
+		case interface{ Unwrap() net.Conn }:
+			nc = x.Unwrap()
+		default:
+			setLingerZero(nc)
+			nc = nil
+		}
+	}
+	conn.Close()
 }
 
 // markPeerGone tells EndTerm's drain, if it waits for this session, that

@@ -222,6 +222,19 @@ func sockaddrTCP(sa unix.Sockaddr) net.Addr {
 	return &net.TCPAddr{}
 }
 
+// setLingerZero makes the close of conn, a connection serveRaw accepted,
+// a TCP reset; false for any other connection.
+func setLingerZero(conn net.Conn) bool {
+	sc, ok := conn.(*sockConn)
+	if !ok {
+		return false
+	}
+	sc.rawConn().Control(func(fd uintptr) {
+		unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	})
+	return true
+}
+
 // sockConn is a TCP connection accepted by serveRaw. While no goroutine
 // has waited on it, its descriptor is used without waiting (Control, and
 // Read and Write whose function does not ask to wait) and is counted by

@@ -13,3 +13,7 @@ func (s *Server) serveRaw(net.Listener) (bool, error) { return false, nil }
 
 // tcpRawConn is nil: no session parks here.
 func tcpRawConn(net.Conn) syscall.RawConn { return nil }
+
+// setLingerZero is false: every connection here is a *net.TCPConn, which
+// resetConn resets itself.
+func setLingerZero(net.Conn) bool { return false }

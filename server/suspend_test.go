@@ -99,7 +99,7 @@ func TestSuspendEndsGrace(t *testing.T) {
 				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.NoGrantFor = grace })
 			} else {
 				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.Replicated = true })
-				ts.Srv.BeginTerm(grace)
+				ts.Srv.BeginTerm(grace, server.Carried{})
 			}
 			w := queue(t, ts, "jobs", longLease, 1) // its lease outlasts the suspend
 			clk.Suspend(grace)

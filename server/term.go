@@ -13,21 +13,27 @@ var ErrNotLeader = errors.New("this node is not the leader")
 // table that grants nothing for grace (the failover grace, on the server's
 // clock; 0 for none). Tokens come from Config.NextToken, which the caller
 // has moved to the new epoch before this call.
-func (s *Server) BeginTerm(grace time.Duration) {
+//
+// carried is what the term takes over (protocol version 3): the claims of
+// earlier terms its grace admits, a planned handover's list, how long it
+// holds resumes before it answers them.
+func (s *Server) BeginTerm(grace time.Duration, carried Carried) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
 		return
 	}
+	now := s.now()
 	var noGrantBefore time.Time
 	if grace > 0 {
-		noGrantBefore = s.now().Add(grace)
+		noGrantBefore = now.Add(grace)
 	}
 	// EndTerm left the table empty; a new one carries the new grace.
-	s.table = newTable(s.cfg, noGrantBefore)
 	clear(s.moving)
 	s.m.locks.Set(0)
+	s.startTermLocked(now, noGrantBefore, carried)
 	s.serving.Store(true)
+	s.wakeTermLocked()
 	if !noGrantBefore.IsZero() {
 		s.wakeReaperLocked(noGrantBefore)
 	}
@@ -75,6 +81,7 @@ func (s *Server) EndTerm(reason EndReason, msg string) (holders int, allClosed <
 // is closed when that holder's client is seen to close. mu must be held.
 func (s *Server) endTermLocked(now time.Time, reason EndReason, msg string, watch bool) (gone []chan struct{}) {
 	s.serving.Store(false) // before the ends: no promotion on the way out
+	s.wakeTermLocked()
 	var all []*session
 	for c := range s.conns {
 		all = append(all, c)
@@ -133,6 +140,13 @@ func (s *Server) MaxLease() time.Duration {
 			m = in.Lease
 		}
 	}
+	// And the claims the table keeps without a session: pending ones of a
+	// handover, holders waiting out their leases after a broken connection.
+	_, pending := s.table.PendingClaims()
+	m = max(m, pending)
+	for _, lease := range s.detached {
+		m = max(m, lease)
+	}
 	return m
 }
 
@@ -149,8 +163,12 @@ func (s *Server) GraceRemaining() time.Duration {
 }
 
 func (s *Server) leaderHint() string {
-	if s.cfg.LeaderHint == nil {
-		return ""
+	hint := ""
+	if s.cfg.LeaderHint != nil {
+		hint = s.cfg.LeaderHint()
 	}
-	return s.cfg.LeaderHint()
+	if h := s.successorHint.Load(); hint == "" && h != nil && !s.serving.Load() {
+		return *h // a handover under way: its successor, before Raft names it
+	}
+	return hint
 }

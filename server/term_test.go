@@ -29,7 +29,7 @@ func TestReplicatedTerms(t *testing.T) {
 		t.Fatalf("before BeginTerm: got %v, want ERROR NOT_LEADER %q", f, hint)
 	}
 
-	ts.Srv.BeginTerm(0)
+	ts.Srv.BeginTerm(0, server.Carried{})
 	if !ts.Srv.Ready() {
 		t.Fatal("not ready after BeginTerm")
 	}
@@ -65,7 +65,7 @@ func TestReplicatedTerms(t *testing.T) {
 	}
 
 	// A new term with a grace: WAITING, NOWAIT gets BUSY, then the push.
-	ts.Srv.BeginTerm(300 * time.Millisecond)
+	ts.Srv.BeginTerm(300*time.Millisecond, server.Carried{})
 	n := batontest.Dial(t, ts.Addr)
 	n.Acquire("jobs", longLease, false, "")
 	if f := n.ReadFrame(5 * time.Second); f.Type != wire.TypeWaiting || f.Position != 1 {
@@ -88,7 +88,7 @@ func TestReplicatedTerms(t *testing.T) {
 func TestEndTermSeesResetClose(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, func(c *server.Config) { c.Replicated = true })
-	ts.Srv.BeginTerm(0)
+	ts.Srv.BeginTerm(0, server.Carried{})
 	h := batontest.Dial(t, ts.Addr)
 	h.Acquire("jobs", longLease, false, "")
 	if f := h.ReadFrame(5 * time.Second); f.Type != wire.TypeAcquired {

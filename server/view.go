@@ -16,6 +16,14 @@ type SessionView struct {
 	Token  uint64        // holder only
 	Since  time.Duration // how long it has held, or waited
 	Silent time.Duration // now - lastSeenAt
+	// Pending: a claim of a planned handover's list that has not come back
+	// yet (protocol v3); it has no connection, and keeps its slot or place
+	// until it does or its time is up.
+	Pending bool
+	// ResumedFromEpoch is the epoch of the token or ticket a resume of the
+	// claim named (protocol v3): the term it came from; 0 if it never
+	// resumed.
+	ResumedFromEpoch uint64
 }
 
 // LockView describes one lock that has a holder or waiters.
@@ -39,6 +47,10 @@ var (
 	ErrServerClosed = errors.New("server: closed")
 	// ErrNotHeld: force-release of a lock that nobody holds.
 	ErrNotHeld = errors.New("lock is not held")
+	// ErrEarlierClaimsRefused: force-release, in a crash grace, of a lock
+	// none of whose holders has come back yet: recorded, so that none of
+	// them will be taken back (protocol version 3).
+	ErrEarlierClaimsRefused = errors.New("no holder of the lock has come back since the crash; none of its claims of an earlier term will be taken back")
 	// ErrUnknownSession: kick of a session that is not in the table.
 	ErrUnknownSession = errors.New("no such session")
 	// ErrHolder: kick of a session that holds its lock (use release).

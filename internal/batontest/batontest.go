@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,11 @@ type Server struct {
 	Addr    string // protocol address, 127.0.0.1:port
 	Srv     *server.Server
 	DataDir string
+	// Store is the token store of the running server's data directory.
+	Store *tokenstore.Store
+	// GraceMax caps the crash grace and the leases that get a credential
+	// (baton serve's -crash-grace-max); a minute, as there.
+	GraceMax time.Duration
 
 	mutate []func(*server.Config)
 	served chan error
@@ -33,7 +39,7 @@ type Server struct {
 // mutate may change its Config. t.Cleanup shuts it down.
 func StartServer(t testing.TB, mutate ...func(*server.Config)) *Server {
 	t.Helper()
-	s := &Server{DataDir: t.TempDir(), mutate: mutate}
+	s := &Server{DataDir: t.TempDir(), mutate: mutate, GraceMax: time.Minute}
 	s.start(t, "127.0.0.1:0")
 	t.Cleanup(func() { s.shutdown(t) })
 	return s
@@ -50,8 +56,16 @@ func (s *Server) start(t testing.TB, addr string) {
 	// caps set them.
 	cfg.MaxConnsPerIP, cfg.MaxConnsPerIdentity = 0, 0
 	cfg.NextToken = store.Next
+	// Protocol version 3, as baton serve speaks it: resume-key, tickets,
+	// the claims a stop listed, the crash grace of a restart.
+	if _, err := server.ConfigureStandalone(&cfg, store, s.GraceMax); err != nil {
+		t.Fatalf("version 3 state of %s: %v", s.DataDir, err)
+	}
 	for _, m := range s.mutate {
 		m(&cfg)
+	}
+	if cfg.NoteLease != nil && reflect.ValueOf(cfg.NoteLease).Pointer() == reflect.ValueOf(durableMarker).Pointer() {
+		cfg.NoteLease = store.NoteLease
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -71,11 +85,41 @@ func (s *Server) start(t testing.TB, addr string) {
 	}
 	s.Addr = ln.Addr().String()
 	s.Srv = srv
+	s.Store = store
 	s.served = make(chan error, 1)
 	go func() { s.served <- srv.Serve(ln) }()
 }
 
+// durableMarker is the NoteLease of DurableLeases, which start replaces
+// with the token store's.
+func durableMarker(time.Duration) error { return errors.New("batontest: DurableLeases not replaced") }
+
+// DurableLeases makes the server record the longest lease in its data
+// directory (lease-bound), as baton serve does, so that a start after
+// Crash waits for the claims of the run before.
+func DurableLeases(c *server.Config) { c.NoteLease = durableMarker }
+
+// Crash stops the server as a crash would leave its data directory: no
+// list of claims, no mark of a clean stop (its sessions are still told
+// SHUTDOWN, which a crash would not tell them). Start starts it again.
+func (s *Server) Crash(t testing.TB) {
+	t.Helper()
+	s.stop(t, false)
+}
+
+// Start starts a server stopped by Crash (or Stop) again, on the same
+// address and data directory.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	s.start(t, s.Addr)
+}
+
 func (s *Server) shutdown(t testing.TB) {
+	t.Helper()
+	s.stop(t, true)
+}
+
+func (s *Server) stop(t testing.TB, clean bool) {
 	t.Helper()
 	if s.Srv == nil {
 		return
@@ -87,6 +131,19 @@ func (s *Server) shutdown(t testing.TB) {
 	}
 	if err := <-s.served; !errors.Is(err, server.ErrServerClosed) {
 		t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+	if !clean {
+		s.Srv = nil
+		return
+	}
+	// As baton serve: the claims the stop listed, then the clean mark.
+	if l := s.Srv.HandoverList(); l != nil {
+		if err := s.Store.WriteResumeList(server.EncodeHandover(l, 0)[0]); err != nil {
+			t.Errorf("write the resume list: %v", err)
+		}
+	}
+	if err := s.Store.MarkClean(); err != nil {
+		t.Errorf("mark the clean stop: %v", err)
 	}
 	s.Srv = nil
 }
@@ -164,6 +221,71 @@ func (c *Conn) AcquireV2(name string, lease time.Duration, shared bool, limit ui
 	c.Write(b)
 }
 
+// AcquireV3 sends a protocol version 3 ACQUIRE of a new claim: shared with
+// limit, or (shared false, limit 1) exclusive.
+func (c *Conn) AcquireV3(name string, lease time.Duration, shared bool, limit uint16, noWait bool, owner string) {
+	c.t.Helper()
+	a := wire.Acquire{Version: wire.Version3, LeaseMs: uint32(lease / time.Millisecond), Limit: limit, Name: name, Owner: owner}
+	if noWait {
+		a.Flags |= wire.FlagNoWait
+	}
+	if shared {
+		a.Flags |= wire.FlagShared
+	}
+	b, err := wire.AppendAcquire(nil, a)
+	if err != nil {
+		c.t.Fatalf("encode ACQUIRE: %v", err)
+	}
+	c.Write(b)
+}
+
+// Claim is what a raw client of version 3 keeps of a claim to resume it.
+type Claim struct {
+	Name       string
+	Lease      time.Duration
+	Shared     bool
+	Limit      uint16 // 1 for an exclusive claim
+	Held       bool   // ID is a token; else a ticket
+	ID         uint64
+	Generation uint32
+	Credential wire.Credential
+	Attempt    uint16 // the last attempt number used
+}
+
+// Update keeps what frame f of the claim's connection carries: a token or
+// a ticket, and a fresh credential. It reports whether f carried one.
+func (cl *Claim) Update(f Frame) bool {
+	switch {
+	case f.Type == wire.TypeAcquired && f.WithCredential:
+		cl.Held, cl.ID, cl.Generation, cl.Credential = true, f.Token, f.Generation, f.Credential
+	case f.Type == wire.TypeWaiting && f.WithTicket:
+		cl.Held, cl.ID, cl.Generation, cl.Credential = false, f.Ticket, f.Generation, f.Credential
+	default:
+		return false
+	}
+	return true
+}
+
+// ResumeFrame is the resume of the claim with the next attempt number
+// (which it takes), owner as given.
+func (cl *Claim) ResumeFrame(t testing.TB, owner string) []byte {
+	t.Helper()
+	cl.Attempt++
+	a := wire.Acquire{Version: wire.Version3, Flags: wire.FlagResume, LeaseMs: uint32(cl.Lease / time.Millisecond), Limit: cl.Limit,
+		Name: cl.Name, Owner: owner, Resume: wire.Resume{ID: cl.ID, Generation: cl.Generation, Attempt: cl.Attempt, Credential: cl.Credential}}
+	if cl.Held {
+		a.Flags |= wire.FlagHeld
+	}
+	if cl.Shared {
+		a.Flags |= wire.FlagShared
+	}
+	b, err := wire.AppendAcquire(nil, a)
+	if err != nil {
+		t.Fatalf("encode resume: %v", err)
+	}
+	return b
+}
+
 // Heartbeat sends a HEARTBEAT.
 func (c *Conn) Heartbeat() {
 	c.t.Helper()
@@ -178,13 +300,24 @@ type Frame struct {
 	Push     bool        // ACQUIRED
 	Token    uint64      // ACQUIRED
 	Err      *wire.Error // ERROR
+	// Version 3: an ACQUIRED with CREDENTIAL, a WAITING with TICKET.
+	WithCredential, WithTicket bool
+	Ticket                     uint64 // WAITING with TICKET
+	Generation                 uint32
+	Credential                 wire.Credential
 }
 
 func (f Frame) String() string {
 	switch f.Type {
 	case wire.TypeWaiting:
+		if f.WithTicket {
+			return fmt.Sprintf("WAITING %d ticket=%d generation=%d", f.Position, f.Ticket, f.Generation)
+		}
 		return fmt.Sprintf("WAITING %d", f.Position)
 	case wire.TypeAcquired:
+		if f.WithCredential {
+			return fmt.Sprintf("ACQUIRED push=%v token=%d generation=%d", f.Push, f.Token, f.Generation)
+		}
 		return fmt.Sprintf("ACQUIRED push=%v token=%d", f.Push, f.Token)
 	case wire.TypeError:
 		return fmt.Sprintf("ERROR %v %q", f.Err.Code, f.Err.Msg)
@@ -220,9 +353,13 @@ func (c *Conn) TryReadFrame(timeout time.Duration) (Frame, error) {
 	}
 	switch h.Type {
 	case wire.TypeWaiting:
-		f.Position, err = wire.DecodeWaiting(f.Payload)
+		var w wire.Waiting
+		w, err = wire.DecodeWaitingV3(f.Payload)
+		f.Position, f.WithTicket, f.Ticket, f.Generation, f.Credential = w.Position, w.WithTicket, w.Ticket, w.Generation, w.Credential
 	case wire.TypeAcquired:
-		f.Push, f.Token, err = wire.DecodeAcquired(f.Payload)
+		var a wire.Acquired
+		a, err = wire.DecodeAcquiredV3(f.Payload)
+		f.Push, f.Token, f.WithCredential, f.Generation, f.Credential = a.Push, a.Token, a.WithCredential, a.Generation, a.Credential
 	case wire.TypeError:
 		f.Err, err = wire.DecodeError(f.Payload)
 	default:

@@ -31,7 +31,8 @@ func acquireConn(t *testing.T, addr, name string, lease time.Duration) (net.Conn
 
 // TestBinaryCrashGrace: after kill -9 of a server whose session held a lock
 // with a 1500ms lease, the restarted server grants nothing for 1500ms (the
-// old holder may still believe it holds); after SIGTERM, it grants at once.
+// old holder may still believe it holds); after SIGTERM, whose holder
+// closed on SHUTDOWN, it grants at once.
 func TestBinaryCrashGrace(t *testing.T) {
 	t.Parallel()
 	const lease = 1500 * time.Millisecond
@@ -60,7 +61,14 @@ func TestBinaryCrashGrace(t *testing.T) {
 		t.Fatalf("after kill -9: granted %v after the restart began, want at least the lease of %v", at, lease)
 	}
 
+	// SIGTERM: the holder closes on SHUTDOWN, as every client does. (One
+	// that stays open is listed: its name waits for its time left,
+	// TestBinaryStandaloneSIGTERMKeepsClaims.)
 	cmd.Process.Signal(syscall.SIGTERM)
+	if h, p := readFrame(t, conn); h.Type != wire.TypeError || wire.Code(p[0]) != wire.CodeShutdown {
+		t.Fatalf("after SIGTERM: got %v % x, want ERROR SHUTDOWN", h.Type, p)
+	}
+	conn.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("baton serve after SIGTERM: %v, want exit 0", err)
 	}

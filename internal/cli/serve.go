@@ -457,10 +457,20 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		}
 		cfg.NextToken = store.Next
 		cfg.NoteLease = store.NoteLease
-		// Counted from the server's start, not from the crash: later is
-		// only safer.
-		grace = min(store.Grace(), o.crashGraceMax)
-		cfg.NoGrantFor = grace
+		// Protocol version 3: the key and generation, tickets, the claims
+		// a clean stop listed, the crash grace (counted from the server's
+		// start, not from the crash: later is only safer), capped by
+		// -crash-grace-max, which also caps the leases given credentials.
+		cfg.Logger = logger
+		if _, err := server.ConfigureStandalone(&cfg, store, o.crashGraceMax); err != nil {
+			unbind()
+			return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
+		}
+		grace = cfg.NoGrantFor
+		if perm := store.KeyPerm(); perm&0o077 != 0 {
+			logger.Warn("resume-key in the data directory can be read by users other than its owner, and whoever reads it can take over any claim: chmod 600 it",
+				"file", filepath.Join(o.dataDir, "resume-key"), "mode", fmt.Sprintf("%#o", perm))
+		}
 	}
 	closeNode := func() {
 		if node != nil {
@@ -573,6 +583,26 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	return r, exitOK
 }
 
+// writeResumeList writes the list of claims of version 3 the stop handed
+// on (server.Server.HandoverList) into the data directory.
+func (r *running) writeResumeList() error {
+	l := r.srv.HandoverList()
+	if l == nil {
+		return nil
+	}
+	if err := r.store.WriteResumeList(server.EncodeHandover(l, 0)[0]); err != nil {
+		return err
+	}
+	held := 0
+	for _, c := range l.Claims {
+		if c.Token != 0 {
+			held++
+		}
+	}
+	r.logger.Info("claims handed to the next start", "claims", len(l.Claims), "holders", held, "longest_left", l.LongestLeft().String())
+	return nil
+}
+
 // run serves until ctx is done or a server fails, then shuts down: the
 // protocol server first, then, after the linger, the ops server. It
 // returns the exit code.
@@ -622,10 +652,20 @@ wait:
 			r.logger.Warn("raft shutdown", "err", err)
 		}
 	}
+	listed := true
+	if r.store != nil {
+		// The claims the stop handed to the next start, before the clean
+		// mark: a list not written is a stop as after a crash.
+		if lerr := r.writeResumeList(); lerr != nil {
+			r.logger.Error("cannot write the list of claims for the next start; it will wait as after a crash", "err", lerr)
+			listed = false
+			code = exitFailure
+		}
+	}
 	if err != nil {
 		r.logger.Error("shutdown of the protocol server did not complete", "err", err)
 		code = exitFailure
-	} else if r.store == nil {
+	} else if r.store == nil || !listed {
 		// Replicated mode: nothing to mark; the log is the record.
 	} else if err := r.store.MarkClean(); err != nil {
 		// Every session was told; the next start only waits needlessly.

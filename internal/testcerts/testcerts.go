@@ -77,6 +77,8 @@ type Spec struct {
 	NotBefore time.Time // zero: an hour ago
 	NotAfter  time.Time // zero: a day from now
 	Server    bool      // server auth; else client auth
+	// Key is the certificate's key; nil: a new one. A renewal keeps it.
+	Key *ecdsa.PrivateKey
 }
 
 // Server issues a server certificate for 127.0.0.1, ::1 and localhost.
@@ -105,7 +107,10 @@ func (ca *CA) Client(t testing.TB, cn string, dns ...string) *Leaf {
 // Issue signs a certificate as spec says.
 func (ca *CA) Issue(t testing.TB, spec Spec) *Leaf {
 	t.Helper()
-	key := newKey(t)
+	key := spec.Key
+	if key == nil {
+		key = newKey(t)
+	}
 	nb, na := spec.NotBefore, spec.NotAfter
 	if nb.IsZero() {
 		nb = time.Now().Add(-time.Hour)

@@ -60,6 +60,14 @@ type Store struct {
 	// machine: a suspend makes MarkClean count less of the grace as
 	// passed, so it only makes it more careful.
 	graceEnds time.Time
+	// What protocol version 3 keeps (resume.go).
+	key        []byte
+	generation uint32
+	keyPerm    os.FileMode
+	ticket     uint64 // the ticket counter of the epoch (NextTicket)
+	planned    bool   // the run before ended with MarkClean
+	list       []byte // the resume list, as in its file
+	records    []byte // the records of ends, as in their file
 }
 
 // Open opens (creating if needed) the data directory dir and starts a new
@@ -110,8 +118,15 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	list, err := exists(filepath.Join(dir, listFile))
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{dir: dir}
 	if err := s.moveTo(prev + 1); err != nil {
+		return nil, err
+	}
+	if err := s.openResume(); err != nil {
 		return nil, err
 	}
 	// The marker goes before the first grant of this run, so a crash of
@@ -119,17 +134,33 @@ func Open(dir string) (*Store, error) {
 	// bound is dropped: every client was told, so it protects nobody. After
 	// a crash it is kept: clients of the crashed run may still believe in
 	// their locks, and a crash of this run during its grace period must
-	// leave the next run as careful.
+	// leave the next run as careful. After a clean end that listed claims
+	// of version 3 (listFile), the bound is kept too: those clients were
+	// told to come back, and a crash of this run before they all did must
+	// wait for them.
 	switch {
+	case clean && list:
+		if err := removeDurably(dir, cleanFile); err != nil {
+			return nil, err
+		}
+		s.lease, s.planned = bound, true
 	case clean:
 		if err := removeDurably(dir, cleanFile, leaseFile); err != nil {
 			return nil, err
 		}
+		s.planned = true
 	case prev > 0:
 		s.lease, s.grace = bound, bound
 		s.graceEnds = time.Now().Add(bound)
 	}
 	return s, nil
+}
+
+// LeaseBound is the longest lease recorded (NoteLease), as the run stands.
+func (s *Store) LeaseBound() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease
 }
 
 // Grace is how long the run that Open started must grant no lock: the
@@ -210,7 +241,7 @@ func (s *Store) moveTo(e uint64) error {
 	if err := writeDurably(s.dir, epochFile, []byte(strconv.FormatUint(e, 10)+"\n")); err != nil {
 		return err
 	}
-	s.epoch, s.counter = e, 0
+	s.epoch, s.counter, s.ticket = e, 0, 0
 	return nil
 }
 
@@ -220,7 +251,7 @@ func (s *Store) moveTo(e uint64) error {
 // one of them but no epoch file has lost its epoch.
 func runTraces(dir string) ([]string, error) {
 	var found []string
-	for _, name := range []string{lockFile, leaseFile, cleanFile} {
+	for _, name := range []string{lockFile, leaseFile, cleanFile, keyFile, listFile, recordsFile} {
 		ok, err := exists(filepath.Join(dir, name))
 		if err != nil {
 			return nil, err

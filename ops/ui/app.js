@@ -5,7 +5,7 @@ import { barChart, lineChart, parseMetrics, histogramQuantile } from "./charts.j
 import { HIDDEN } from "./hidden.js";
 
 const $ = (id) => document.getElementById(id);
-const EXIT_TYPES = ["released", "expired", "force_released", "kicked", "left"];
+const EXIT_TYPES = ["released", "expired", "force_released", "kicked", "left", "superseded"];
 const HISTORY_PER_LOCK = 100;
 const HISTORY_PRELOAD = 2000; // events asked for at the start, across all locks
 
@@ -29,6 +29,9 @@ function local(sess, now = Date.now()) {
   return {
     id: sess.id, owner: sess.owner, remote: sess.remote, lease: sess.lease_ms, shared: !!sess.shared,
     token: tokenOf(sess), sinceAt: now - (sess.since_ms || 0), seenAt: now - (sess.silent_ms || 0),
+    // Protocol version 3: listed by a planned handover and not back yet;
+    // the epoch a resumed claim came from (0: never resumed).
+    pending: !!sess.pending, resumedFrom: Number(sess.resumed_from_epoch) || 0,
   };
 }
 
@@ -98,6 +101,21 @@ function applyEvent(ev) {
     l.waiters = l.waiters.filter((w) => w.id !== s.id);
     l.holders = l.holders.filter((h) => h.id !== s.id);
     l.holders.push(local({ ...s, since_ms: 0 }, now)); // silent_ms: since its last heartbeat as a waiter
+  } else if (ev.type === "resumed") {
+    // The claim went on on a new session: in the place of the one it
+    // left (a connection, a pending claim), or, taken back after a crash,
+    // at its token's or ticket's place, which the lock's view tells.
+    const gone = (x) => x.id !== s.id && x.id !== ev.replaces;
+    const list = tokenOf(s) ? "holders" : "waiters";
+    const at = l[list].findIndex((x) => x.id === ev.replaces);
+    l.holders = l.holders.filter(gone);
+    l.waiters = l.waiters.filter(gone);
+    const fresh = local(s, now);
+    if (at >= 0) l[list].splice(Math.min(at, l[list].length), 0, fresh);
+    else {
+      l[list].push(fresh);
+      refreshLock(l.name);
+    }
   } else if (EXIT_TYPES.includes(ev.type)) {
     l.holders = l.holders.filter((h) => h.id !== s.id);
     l.waiters = l.waiters.filter((w) => w.id !== s.id);
@@ -124,6 +142,27 @@ async function fetchLimit(name) {
     }
   } finally {
     limitAsked.delete(name);
+  }
+}
+
+// refreshLock asks the server for lock name's holders and waiters in their
+// order, once at a time per name: a claim taken back after a crash takes
+// its place by its token or ticket, which events do not carry.
+const refreshAsked = new Set();
+async function refreshLock(name) {
+  if (refreshAsked.has(name) || !state.authed) return;
+  refreshAsked.add(name);
+  try {
+    const r = await api("GET", `/v1/locks/${encodeURIComponent(name)}`);
+    const l = state.locks.get(name);
+    if (r.ok && l && r.body && Array.isArray(r.body.waiters)) {
+      const now = Date.now();
+      l.holders = holdersOf(r.body).map((h) => local(h, now));
+      l.waiters = r.body.waiters.map((w) => local(w, now));
+      scheduleRender();
+    }
+  } finally {
+    refreshAsked.delete(name);
   }
 }
 
@@ -155,7 +194,7 @@ function connect() {
     for (const ev of JSON.parse(e.data).events) recordHistory(lockOf(ev.lock), ev);
     scheduleRender();
   });
-  for (const t of ["queued", "granted", ...EXIT_TYPES]) {
+  for (const t of ["queued", "granted", "resumed", ...EXIT_TYPES]) {
     es.addEventListener(t, (e) => applyEvent(JSON.parse(e.data)));
   }
   // overflow: the server ends the stream; EventSource reconnects by itself
@@ -456,11 +495,28 @@ function kindTag(l, s) {
   return el("span", { class: "tag kind " + (s.shared ? "shared" : "exclusive"), text: s.shared ? "shared" : "exclusive" });
 }
 
+// v3Tags mark a claim of protocol version 3 that a change of server
+// carried: pending (listed by a planned handover, not back yet: it keeps
+// its slot or place without a connection), or resumed, and from which
+// epoch. None for any other session.
+function v3Tags(s) {
+  const tags = [];
+  if (s.pending) {
+    tags.push(" ", el("span", { class: "tag v3 pending", text: "pending",
+      title: "Listed by a planned handover and not back yet: it keeps its place until its client resumes it or its time is up." }));
+  }
+  if (s.resumedFrom) {
+    tags.push(" ", el("span", { class: "tag v3 resumed", text: `resumed from epoch ${s.resumedFrom}`,
+      title: "Its client carried the claim to a new connection, keeping its token or its place." }));
+  }
+  return tags;
+}
+
 // holderCells are the table cells of one holder h of lock l.
 function holderCells(l, h, now) {
   const tp = tokenParts(h.token);
   return [
-    el("td", {}, el("span", { class: "who" }, el("span", {}, el("span", { text: h.owner || "(no owner)" }), " ", kindTag(l, h)), el("small", { text: h.remote }))),
+    el("td", {}, el("span", { class: "who" }, el("span", {}, el("span", { text: h.owner || "(no owner)" }), " ", kindTag(l, h), ...v3Tags(h)), el("small", { text: h.remote }))),
     el("td", { class: "num opt", text: String(h.token), title: tp ? `epoch ${tp.epoch}, grant ${tp.grant}` : "" }),
     since("td", { class: "num" }, h, now),
     el("td", {}, freshness(h, now)),
@@ -526,7 +582,7 @@ function renderLock(name) {
     const parts = tokenParts(h.token);
     holder.replaceChildren(
       el("dl", { class: "kv" },
-        el("dt", { text: "Owner" }), el("dd", { text: h.owner || "(none)" }),
+        el("dt", { text: "Owner" }), el("dd", {}, el("span", { text: h.owner || "(none)" }), ...v3Tags(h)),
         el("dt", { text: "Remote" }), el("dd", { text: h.remote }),
         el("dt", { text: "Session" }), el("dd", { text: h.id }),
         el("dt", { text: "Token" }), el("dd", { text: String(h.token) }),
@@ -541,7 +597,7 @@ function renderLock(name) {
         el("thead", {}, el("tr", {}, ...["Owner", "Session", "Token", "Held for", "Heartbeat"].map((t, i) =>
           el("th", { class: i === 1 || i === 2 ? "opt" : "", text: t })), el("th", {}, el("span", { class: "sr", text: "Action" })))),
         el("tbody", { id: "holders-body" }, ...l.holders.map((h) => el("tr", { "data-session": h.id },
-          el("td", {}, el("span", { class: "who" }, el("span", {}, el("span", { text: h.owner || "(none)" }), " ", kindTag(l, h)), el("small", { text: h.remote }))),
+          el("td", {}, el("span", { class: "who" }, el("span", {}, el("span", { text: h.owner || "(none)" }), " ", kindTag(l, h), ...v3Tags(h)), el("small", { text: h.remote }))),
           el("td", { class: "opt num", text: h.id }),
           el("td", { class: "opt num", text: String(h.token), title: tokenTitle(h.token) }),
           since("td", { class: "num" }, h, now),
@@ -555,7 +611,7 @@ function renderLock(name) {
   $("queue-empty").hidden = !state.loaded || l.waiters.length > 0;
   $("queue-body").replaceChildren(...l.waiters.map((w, i) => el("tr", { "data-session": w.id },
     el("td", { class: "num", text: String(i + 1) }),
-    el("td", {}, el("span", { text: w.owner || "(none)" }), kindTag(l, w) ? " " : null, kindTag(l, w)),
+    el("td", {}, el("span", { text: w.owner || "(none)" }), kindTag(l, w) ? " " : null, kindTag(l, w), ...v3Tags(w)),
     el("td", { class: "opt", text: w.remote }),
     el("td", { class: "opt num", text: w.id }),
     since("td", { class: "num" }, w, now),
@@ -564,6 +620,7 @@ function renderLock(name) {
     el("span", { class: "tag " + e.type, text: e.type.replace("_", " ") }), " ",
     el("span", { text: `${new Date(e.at).toLocaleTimeString()} · ${e.session.owner || "(no owner)"} · session ${e.session.id}` +
       (e.session.shared ? " · shared" : "") +
+      (e.session.resumed_from_epoch ? ` · from epoch ${e.session.resumed_from_epoch}` : "") +
       (tokenOf(e.session) ? ` · token ${tokenOf(e.session)}` : "") +
       (e.type === "granted" && e.session.since_ms ? ` · waited ${fmtDur(e.session.since_ms)}` : "") +
       (EXIT_TYPES.includes(e.type) && tokenOf(e.session) ? ` · held ${fmtDur(e.session.since_ms)}` : "") }))));

@@ -79,6 +79,16 @@ export interface ClientOptions {
     opsAddrs?: string[];
     /** The ops API's bearer token (the server's -admin-token-file), for leader() and observe(). */
     adminToken?: string;
+    /**
+     * Let claims move to the next server (protocol version 3, the default):
+     * when the server side ends a claim's connection (a restart, a change of
+     * leader, a crash), a holder keeps its lock and token and a waiter its
+     * place, within the claim's deadline. `false` sends today's version 1 and
+     * 2 frames, and a claim ends with its connection. Turn it off for clients
+     * that reach the servers through a TCP proxy that terminates connections
+     * (docs/protocol.md section 14). AcquireOptions can set it per claim.
+     */
+    resume?: boolean;
 }
 /**
  * What a waiter knows of its wait, for `onWaitState`: its place in the
@@ -117,6 +127,8 @@ export interface AcquireOptions {
     onWaitState?: (state: WaitState) => void;
     /** As ClientOptions.unref, for this claim. */
     unref?: boolean;
+    /** As ClientOptions.resume, for this claim. */
+    resume?: boolean;
     /** The owner text of this claim, instead of the Client's. */
     owner?: string;
     /**
@@ -151,6 +163,8 @@ export interface AcquireManyOptions {
     shared?: boolean;
     /** Makes every claim of the set a slot of `limit` (see AcquireOptions.limit). */
     limit?: number;
+    /** As ClientOptions.resume, for every claim of the set. */
+    resume?: boolean;
     /**
      * Gives names a kind of their own, in place of `shared` and `limit`:
      * `{ perName: { config: { shared: true } } }` holds a reader of config
@@ -219,5 +233,5 @@ export declare class Client {
      * operators see, and resolves with the Leadership; `resign()` gives it up
      * and the next candidate leads at once.
      */
-    campaign(name: string, value: string, opts?: Pick<AcquireOptions, "signal" | "onWaiting" | "onWaitState" | "unref">): Promise<Leadership>;
+    campaign(name: string, value: string, opts?: Pick<AcquireOptions, "signal" | "onWaiting" | "onWaitState" | "unref" | "resume">): Promise<Leadership>;
 }

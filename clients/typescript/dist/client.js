@@ -58,6 +58,8 @@ exports.DEFAULT_DIAL_TIMEOUT_MS = 5_000;
 exports.READER_LIMIT = wire.MAX_LIMIT;
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
+/** How long an address that answered VERSION to version 3 is sent version 1 and 2 only; then version 3 is tried again (an upgrade). */
+const VERSION_2_MEMORY_MS = 60_000;
 /** The version 2 fields of a claim from its options, or undefined for an exclusive claim (version 1). */
 function claimOf(opts) {
     if (opts.shared !== undefined && typeof opts.shared !== "boolean")
@@ -145,6 +147,11 @@ class Client {
     #backoff;
     #retries;
     #ops;
+    #resume;
+    /** The addresses that answered VERSION to version 3, with when (on #clock): sent version 1 and 2 for VERSION_2_MEMORY_MS. */
+    #speaksV2 = new Map();
+    /** How claims reach the servers when they move. */
+    #mover;
     /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
     #inUse = new Map();
     #last = 0;
@@ -174,6 +181,31 @@ class Client {
             throw new errors_js_1.BadRequestError(`retries ${this.#retries} is not a whole number >= 0`);
         }
         this.#ops = new ops_js_1.OpsAPI(opts.opsAddrs ?? [], opts.adminToken, opts.tls);
+        if (opts.resume !== undefined && typeof opts.resume !== "boolean")
+            throw new errors_js_1.BadRequestError(`resume ${String(opts.resume)} is not true or false`);
+        this.#resume = opts.resume ?? true;
+        this.#mover = {
+            addrs: this.addrs,
+            dial: (i, signal) => this.#dial(i, signal),
+            speaksV2: (i) => this.#rememberV2(i),
+        };
+    }
+    /** addrs[i] answered VERSION to version 3: send it versions 1 and 2 for a while. */
+    #rememberV2(i) {
+        if (!this.#speaksV2.has(i)) {
+            this.#log.info(`baton: ${this.addrs[i]} does not speak protocol version 3; sending it versions 1 and 2 for ${VERSION_2_MEMORY_MS / 1000} s (claims there cannot move to another server)`, { addr: this.addrs[i], event: "version-fallback" });
+        }
+        this.#speaksV2.set(i, this.#clock());
+    }
+    /** Whether addrs[i] is to be sent version 3 now. */
+    #speaksV3(i) {
+        const since = this.#speaksV2.get(i);
+        if (since === undefined)
+            return true;
+        if (this.#clock() - since < VERSION_2_MEMORY_MS)
+            return false;
+        this.#speaksV2.delete(i);
+        return true;
     }
     /**
      * The leader of election `name` now (its value and the token of its
@@ -237,7 +269,7 @@ class Client {
             claimOf(kind);
         }
         const kindOf = (name) => (opts.perName && Object.hasOwn(opts.perName, name) ? opts.perName[name] : general);
-        return (0, many_js_1.acquireAll)(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs, ...kindOf(name) }));
+        return (0, many_js_1.acquireAll)(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs, resume: opts.resume, ...kindOf(name) }));
     }
     /** Runs fn while holding every name (see acquireMany and withLock). */
     async withLocks(names, fn, opts = {}) {
@@ -259,8 +291,8 @@ class Client {
      */
     async campaign(name, value, opts = {}) {
         // An election has one leader: the claim is exclusive whatever opts hold.
-        const { signal, onWaiting, onWaitState, unref } = opts;
-        return new election_js_1.Leadership(await this.#claimed(name, { signal, onWaiting, onWaitState, unref, owner: value }, undefined), value);
+        const { signal, onWaiting, onWaitState, unref, resume } = opts;
+        return new election_js_1.Leadership(await this.#claimed(name, { signal, onWaiting, onWaitState, unref, resume, owner: value }, undefined), value);
     }
     /**
      * Acquires under the re-entrancy rule: the name counts as in use until its
@@ -269,9 +301,16 @@ class Client {
      * exclusive one, or as many shared ones as the limit, for a shared claim.
      */
     async #claimed(name, opts, claim) {
-        // An exclusive claim stays the version 1 frame that every server
-        // speaks; only a shared one needs version 2.
-        const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false, claim);
+        // Without resume, an exclusive claim stays the version 1 frame that
+        // every server speaks; only a shared one needs version 2. With resume,
+        // version 3, and those to a server that answers VERSION to it.
+        const owner = opts.owner ?? this.owner;
+        const legacy = wire.encodeAcquire(name, this.leaseMs, owner, opts.nowait ?? false, claim);
+        if (opts.resume !== undefined && typeof opts.resume !== "boolean")
+            throw new errors_js_1.BadRequestError(`resume ${String(opts.resume)} is not true or false`);
+        const kind = claim ?? { shared: false, limit: 1 };
+        const v3 = (opts.resume ?? this.#resume) ? wire.encodeAcquireV3(name, this.leaseMs, owner, opts.nowait ?? false, kind) : undefined;
+        const frames = { legacy, v3, claim: { name, owner, leaseMs: this.leaseMs, ...kind } };
         const maxHoldMs = opts.maxHoldMs;
         if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {
             throw new errors_js_1.BadRequestError(`maxHoldMs ${maxHoldMs} must be a positive number of milliseconds`);
@@ -304,7 +343,7 @@ class Client {
         };
         let s;
         try {
-            s = await this.#acquire(name, frame, opts);
+            s = await this.#acquire(name, frames, opts);
         }
         catch (e) {
             unclaim();
@@ -320,7 +359,7 @@ class Client {
         });
         return s;
     }
-    async #acquire(name, frame, opts) {
+    async #acquire(name, frames, opts) {
         const signal = opts.signal;
         const log = this.#log;
         let idx = this.#last % this.addrs.length;
@@ -374,13 +413,17 @@ class Client {
                 continue;
             }
             reached = true;
-            const s = new session_js_1.Session(sock, raw, this.addrs[idx], name, this.leaseMs, frame, {
+            const v3 = frames.v3 !== undefined && this.#speaksV3(idx);
+            const s = new session_js_1.Session(sock, raw, idx, v3 ? frames.v3 : frames.legacy, {
                 reset: !this.#normalClose,
                 maxHoldMs: opts.maxHoldMs,
                 onWaiting: waitingOf(opts),
                 unref: opts.unref ?? this.#unref,
                 log,
                 clock: this.#clock,
+                v3,
+                claim: frames.claim,
+                mover: this.#mover,
             });
             await new Promise((resolve) => {
                 if (s.state !== "waiting")
@@ -412,13 +455,23 @@ class Client {
             const err = s.error;
             if (err instanceof errors_js_1.LockLost)
                 throw err; // granted and lost before it could be handed over
+            idx = s.addrIndex; // a waiter that moved ended elsewhere
+            if (err instanceof errors_js_1.VersionError && v3) {
+                // A server of an older version: the same claim in version 1 or 2, at once, on a new connection.
+                this.#rememberV2(idx);
+                continue;
+            }
             lastErr = err;
             if (s.replied)
                 failures = 0;
             failures++;
             let atOnce = false;
             const here = this.addrs[idx];
-            if (err instanceof errors_js_1.NotLeaderError) {
+            if (err instanceof errors_js_1.ResumeRefusedError) {
+                // A waiter's place that could not be carried over: a new place, at once.
+                atOnce = failures <= 1;
+            }
+            else if (err instanceof errors_js_1.NotLeaderError) {
                 const hint = err.serverMessage;
                 if (this.addrs.includes(hint) && redirects < REDIRECT_BUDGET) {
                     idx = this.addrs.indexOf(hint);

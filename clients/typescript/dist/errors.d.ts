@@ -32,7 +32,9 @@ export declare class SharedClaim extends BatonError {
  * Ownership ended while the lock was held, for a reason other than release;
  * the guarded work must stop. `reason` is the error that ended it
  * (`Unconfirmed`, `ForceReleasedError`, `LeaseExpiredError`,
- * `ShutdownError`, `NotLeaderError`, `ConnectionBroken`, `MaxHoldReached`...).
+ * `ConnectionBroken`, `MaxHoldReached`, `ResumeRefusedError`,
+ * `SupersededError`, `MovedError`, and `ShutdownError` or `NotLeaderError`
+ * for a claim that could not move...).
  * `cause` is the same error, except where `withLock`'s callback failed
  * after the loss: there it is the callback's own error, so its stack is
  * kept.
@@ -119,6 +121,37 @@ export declare class BusyError extends ServerError {
     name: string;
     constructor(message?: string);
 }
+/**
+ * RESUME_REFUSED (0x14, version 3): the claim a move tried to continue
+ * cannot be continued there (it ended, the window for resumes after a
+ * crash closed, its credential is too old). A holder has lost the lock (a
+ * new acquire is a new claim, with a new token); a waiter has lost its
+ * place, and the client takes a new one by itself.
+ */
+export declare class ResumeRefusedError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/**
+ * SUPERSEDED (0x15, version 3): after a crash, a resumed claim with a
+ * higher token won the name. The claim had ended and its end never reached
+ * this client (a TCP proxy that closed both sides, see docs/protocol.md
+ * section 14): the client logs it as an error.
+ */
+export declare class SupersededError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
+/**
+ * MOVED (0x16, version 3): the claim was resumed on another connection.
+ * The client expects it on a connection its own move left; on the claim's
+ * own connection, with no move of its own under way, it means that another
+ * connection used the claim's credential: the lock is lost.
+ */
+export declare class MovedError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
 /** PROTOCOL (0x20): the server saw a malformed frame. */
 export declare class ProtocolError extends ServerError {
     name: string;
@@ -155,6 +188,15 @@ export declare class LimitMismatchError extends ServerError {
     readonly asked: number | undefined;
     constructor(message?: string, asked?: number);
 }
+/**
+ * BAD_CREDENTIAL (0x25, version 3): the server does not recognise the
+ * credential of a move (a claim of another cluster or data directory, a
+ * client key that changed, a forgery): the claim is lost, never retried.
+ */
+export declare class BadCredentialError extends ServerError {
+    name: string;
+    constructor(message?: string);
+}
 /** The error for an ERROR frame: its class if the code is known. */
 export declare function errorForCode(code: number, message?: string): ServerError;
 /**
@@ -188,13 +230,15 @@ export declare class AcquireTimeoutError extends BatonError {
  * network that may have passed, not a decision or a mistake that a new try
  * would meet again (Go's `baton.IsRetryable`). True for the server
  * conditions (ShutdownError, OverloadedError, NotLeaderError), Unconfirmed
- * and LeaseExpiredError, ConnectionBroken (a broken or refused connection:
- * a wrong address looks the same, so bound the tries), and an
- * AcquireTimeoutError whose cause is one of those. False for an operator's
- * decision (ForceReleasedError, KickedError), BusyError, MaxHoldReached,
- * client errors (BadRequestError, UnauthorizedError, VersionError,
- * ProtocolError, LimitMismatchError, AlreadyHeld), TLSError, and anything
- * that is not this package's. The client never retries a held lock by
+ * and LeaseExpiredError, ResumeRefusedError and SupersededError (a claim
+ * that could not be carried to the next server), ConnectionBroken (a
+ * broken or refused connection: a wrong address looks the same, so bound
+ * the tries), and an AcquireTimeoutError whose cause is one of those. False
+ * for an operator's decision (ForceReleasedError, KickedError), BusyError,
+ * MaxHoldReached, MovedError (another connection took the claim with its
+ * credential), client errors (BadRequestError, UnauthorizedError,
+ * VersionError, ProtocolError, LimitMismatchError, BadCredentialError,
+ * AlreadyHeld), TLSError, and anything that is not this package's. The client never retries a held lock by
  * itself: a new try is a new grant, with a new token.
  */
 export declare function isRetryable(err: unknown): boolean;

@@ -1,7 +1,7 @@
 "use strict";
 /** Baton's errors: one root, loss, and one class per wire error code. */
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.AcquireTimeoutError = exports.TLSError = exports.LimitMismatchError = exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.SharedClaim = exports.StaleToken = exports.BatonError = void 0;
+exports.AcquireTimeoutError = exports.TLSError = exports.BadCredentialError = exports.LimitMismatchError = exports.UnauthorizedError = exports.VersionError = exports.BadRequestError = exports.ProtocolError = exports.MovedError = exports.SupersededError = exports.ResumeRefusedError = exports.BusyError = exports.KickedError = exports.ForceReleasedError = exports.LeaseExpiredError = exports.NotLeaderError = exports.OverloadedError = exports.ShutdownError = exports.ServerError = exports.ConnectionBroken = exports.Unconfirmed = exports.MaxHoldReached = exports.AlreadyHeld = exports.LockLost = exports.SharedClaim = exports.StaleToken = exports.BatonError = void 0;
 exports.codeName = codeName;
 exports.errorForCode = errorForCode;
 exports.isRetryable = isRetryable;
@@ -13,11 +13,15 @@ const NAMES = {
     0x11: "FORCE_RELEASED",
     0x12: "KICKED",
     0x13: "BUSY",
+    0x14: "RESUME_REFUSED",
+    0x15: "SUPERSEDED",
+    0x16: "MOVED",
     0x20: "PROTOCOL",
     0x21: "BAD_REQUEST",
     0x22: "VERSION",
     0x23: "UNAUTHORIZED",
     0x24: "LIMIT_MISMATCH",
+    0x25: "BAD_CREDENTIAL",
 };
 /** The spec's name of an error code, or `0xNN` for an unknown one. */
 function codeName(code) {
@@ -59,7 +63,9 @@ exports.SharedClaim = SharedClaim;
  * Ownership ended while the lock was held, for a reason other than release;
  * the guarded work must stop. `reason` is the error that ended it
  * (`Unconfirmed`, `ForceReleasedError`, `LeaseExpiredError`,
- * `ShutdownError`, `NotLeaderError`, `ConnectionBroken`, `MaxHoldReached`...).
+ * `ConnectionBroken`, `MaxHoldReached`, `ResumeRefusedError`,
+ * `SupersededError`, `MovedError`, and `ShutdownError` or `NotLeaderError`
+ * for a claim that could not move...).
  * `cause` is the same error, except where `withLock`'s callback failed
  * after the loss: there it is the callback's own error, so its stack is
  * kept.
@@ -171,6 +177,40 @@ class BusyError extends ServerError {
     constructor(message = "") { super(0x13, message); }
 }
 exports.BusyError = BusyError;
+/**
+ * RESUME_REFUSED (0x14, version 3): the claim a move tried to continue
+ * cannot be continued there (it ended, the window for resumes after a
+ * crash closed, its credential is too old). A holder has lost the lock (a
+ * new acquire is a new claim, with a new token); a waiter has lost its
+ * place, and the client takes a new one by itself.
+ */
+class ResumeRefusedError extends ServerError {
+    name = "ResumeRefusedError";
+    constructor(message = "") { super(0x14, message); }
+}
+exports.ResumeRefusedError = ResumeRefusedError;
+/**
+ * SUPERSEDED (0x15, version 3): after a crash, a resumed claim with a
+ * higher token won the name. The claim had ended and its end never reached
+ * this client (a TCP proxy that closed both sides, see docs/protocol.md
+ * section 14): the client logs it as an error.
+ */
+class SupersededError extends ServerError {
+    name = "SupersededError";
+    constructor(message = "") { super(0x15, message); }
+}
+exports.SupersededError = SupersededError;
+/**
+ * MOVED (0x16, version 3): the claim was resumed on another connection.
+ * The client expects it on a connection its own move left; on the claim's
+ * own connection, with no move of its own under way, it means that another
+ * connection used the claim's credential: the lock is lost.
+ */
+class MovedError extends ServerError {
+    name = "MovedError";
+    constructor(message = "") { super(0x16, message); }
+}
+exports.MovedError = MovedError;
 /** PROTOCOL (0x20): the server saw a malformed frame. */
 class ProtocolError extends ServerError {
     name = "ProtocolError";
@@ -222,6 +262,16 @@ class LimitMismatchError extends ServerError {
     }
 }
 exports.LimitMismatchError = LimitMismatchError;
+/**
+ * BAD_CREDENTIAL (0x25, version 3): the server does not recognise the
+ * credential of a move (a claim of another cluster or data directory, a
+ * client key that changed, a forgery): the claim is lost, never retried.
+ */
+class BadCredentialError extends ServerError {
+    name = "BadCredentialError";
+    constructor(message = "") { super(0x25, message); }
+}
+exports.BadCredentialError = BadCredentialError;
 const CLASSES = {
     0x01: ShutdownError,
     0x02: OverloadedError,
@@ -230,11 +280,15 @@ const CLASSES = {
     0x11: ForceReleasedError,
     0x12: KickedError,
     0x13: BusyError,
+    0x14: ResumeRefusedError,
+    0x15: SupersededError,
+    0x16: MovedError,
     0x20: ProtocolError,
     0x21: BadRequestError,
     0x22: VersionError,
     0x23: UnauthorizedError,
     0x24: LimitMismatchError,
+    0x25: BadCredentialError,
 };
 /** The error for an ERROR frame: its class if the code is known. */
 function errorForCode(code, message = "") {
@@ -277,13 +331,15 @@ exports.AcquireTimeoutError = AcquireTimeoutError;
  * network that may have passed, not a decision or a mistake that a new try
  * would meet again (Go's `baton.IsRetryable`). True for the server
  * conditions (ShutdownError, OverloadedError, NotLeaderError), Unconfirmed
- * and LeaseExpiredError, ConnectionBroken (a broken or refused connection:
- * a wrong address looks the same, so bound the tries), and an
- * AcquireTimeoutError whose cause is one of those. False for an operator's
- * decision (ForceReleasedError, KickedError), BusyError, MaxHoldReached,
- * client errors (BadRequestError, UnauthorizedError, VersionError,
- * ProtocolError, LimitMismatchError, AlreadyHeld), TLSError, and anything
- * that is not this package's. The client never retries a held lock by
+ * and LeaseExpiredError, ResumeRefusedError and SupersededError (a claim
+ * that could not be carried to the next server), ConnectionBroken (a
+ * broken or refused connection: a wrong address looks the same, so bound
+ * the tries), and an AcquireTimeoutError whose cause is one of those. False
+ * for an operator's decision (ForceReleasedError, KickedError), BusyError,
+ * MaxHoldReached, MovedError (another connection took the claim with its
+ * credential), client errors (BadRequestError, UnauthorizedError,
+ * VersionError, ProtocolError, LimitMismatchError, BadCredentialError,
+ * AlreadyHeld), TLSError, and anything that is not this package's. The client never retries a held lock by
  * itself: a new try is a new grant, with a new token.
  */
 function isRetryable(err) {
@@ -294,6 +350,6 @@ function isRetryable(err) {
     if (err instanceof TLSError)
         return false;
     if (err instanceof ServerError)
-        return err.serverCondition || err.code === 0x10;
+        return err.serverCondition || err.code === 0x10 || err.code === 0x14 || err.code === 0x15;
     return err instanceof Unconfirmed || err instanceof ConnectionBroken;
 }

@@ -1,4 +1,5 @@
 /** A lock held by this process. */
+import { inspect, type InspectOptions } from "node:util";
 import type { Session } from "./session.js";
 import type { Claim } from "./wire.js";
 /**
@@ -11,6 +12,13 @@ import type { Claim } from "./wire.js";
  * `signal` is aborted by the client's timers and socket events, which a
  * blocked loop runs late: pass it to fetch, streams and timers so they stop,
  * but do not take its silence for ownership.
+ *
+ * When the server side ends the claim's connection (a restart, a change of
+ * leader, a crash), the client carries the claim to the next server within
+ * its deadline (protocol version 3): the lock stays held with the same
+ * token, `signal` is not aborted and `check()` does not throw; only a claim
+ * that cannot move in time is lost. The claim's credential, which lets a
+ * connection take the claim over, is never printed, inspected or serialised.
  */
 export declare class Held {
     protected readonly session: Session;
@@ -36,13 +44,16 @@ export declare class Held {
         shared: boolean;
         limit: number;
     };
+    /** What util.inspect and console.log show: the lock, never its connections or credential. */
+    [inspect.custom](_depth: number, options: InspectOptions): string;
     /** True once ownership has ended by a loss; reads the clock, as check() does. */
     get lost(): boolean;
     /**
      * The `performance.now()` from which the lock must be taken as lost even if
      * no reply has said so: the send time of the latest request the server
      * confirmed plus 0.8 × lease (or the maxHoldMs limit if that comes first).
-     * It moves on with every confirmed heartbeat.
+     * It moves on with every confirmed heartbeat, and, after a move to another
+     * server, from the send of the resume that server answered.
      *
      * The deadline is measured on a clock that counts a suspend of the
      * machine, which `performance.now()` does not: this is the time left when

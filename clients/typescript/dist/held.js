@@ -3,6 +3,7 @@
 Object.defineProperty(exports, "__esModule", { value: true });
 exports.Held = void 0;
 exports.failure = failure;
+const node_util_1 = require("node:util");
 const errors_js_1 = require("./errors.js");
 /**
  * A lock held by this process: the claim is its connection.
@@ -14,6 +15,13 @@ const errors_js_1 = require("./errors.js");
  * `signal` is aborted by the client's timers and socket events, which a
  * blocked loop runs late: pass it to fetch, streams and timers so they stop,
  * but do not take its silence for ownership.
+ *
+ * When the server side ends the claim's connection (a restart, a change of
+ * leader, a crash), the client carries the claim to the next server within
+ * its deadline (protocol version 3): the lock stays held with the same
+ * token, `signal` is not aborted and `check()` does not throw; only a claim
+ * that cannot move in time is lost. The claim's credential, which lets a
+ * connection take the claim over, is never printed, inspected or serialised.
  */
 class Held {
     session;
@@ -43,6 +51,11 @@ class Held {
     toJSON() {
         return { name: this.name, token: this.token.toString(), shared: this.shared, limit: this.limit };
     }
+    /** What util.inspect and console.log show: the lock, never its connections or credential. */
+    [node_util_1.inspect.custom](_depth, options) {
+        const shown = Object.fromEntries(Object.entries(this).filter(([k]) => k !== "session"));
+        return `${this.constructor.name} ${(0, node_util_1.inspect)(shown, options)}`;
+    }
     /** True once ownership has ended by a loss; reads the clock, as check() does. */
     get lost() {
         this.session.expireIfLate();
@@ -52,7 +65,8 @@ class Held {
      * The `performance.now()` from which the lock must be taken as lost even if
      * no reply has said so: the send time of the latest request the server
      * confirmed plus 0.8 × lease (or the maxHoldMs limit if that comes first).
-     * It moves on with every confirmed heartbeat.
+     * It moves on with every confirmed heartbeat, and, after a move to another
+     * server, from the send of the resume that server answered.
      *
      * The deadline is measured on a clock that counts a suspend of the
      * machine, which `performance.now()` does not: this is the time left when

@@ -21,6 +21,9 @@ exports.REDIS_FENCED_SET_LUA = exports.REDIS_FENCE_LUA = exports.POSTGRES_SQL = 
  * lock while the process lives; the client counts the lock as lost once the
  * server has confirmed nothing for 0.8 × lease, measured from the send of
  * the last confirmed request, and `held.check()` reads that clock itself.
+ * When the server side ends a claim's connection (a restart, a change of
+ * leader), the client carries the claim to the next server within that
+ * deadline (protocol version 3): the lock, its token and the work go on.
  *
  * @example
  * const client = new Client(["127.0.0.1:7070"], { leaseMs: 10_000 });

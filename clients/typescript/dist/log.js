@@ -11,5 +11,5 @@ function safeLogger(log) {
             // a logger that fails must not break the lock
         }
     };
-    return { debug: call(log?.debug), info: call(log?.info), warn: call(log?.warn) };
+    return { debug: call(log?.debug), info: call(log?.info), warn: call(log?.warn), error: call(log?.error ?? log?.warn) };
 }

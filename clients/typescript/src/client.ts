@@ -16,15 +16,17 @@ import {
   LimitMismatchError,
   LockLost,
   NotLeaderError,
+  ResumeRefusedError,
   ServerError,
   ShutdownError,
   Unconfirmed,
+  VersionError,
 } from "./errors.js";
 import { Held, failure } from "./held.js";
 import { safeLogger, type Logger } from "./log.js";
 import { HeldMany, acquireAll, order } from "./many.js";
 import { OpsAPI, type Leader } from "./ops.js";
-import { Session } from "./session.js";
+import { Session, type Mover, type SessionOptions } from "./session.js";
 import * as wire from "./wire.js";
 
 export const DEFAULT_LEASE_MS = 10_000;
@@ -39,6 +41,8 @@ export const READER_LIMIT = wire.MAX_LIMIT;
 
 /** Redirects (NOT_LEADER with a hint on the list) followed at once before backing off. */
 const REDIRECT_BUDGET = 3;
+/** How long an address that answered VERSION to version 3 is sent version 1 and 2 only; then version 3 is tried again (an upgrade). */
+const VERSION_2_MEMORY_MS = 60_000;
 
 /** Options of a Client. */
 export interface ClientOptions {
@@ -102,6 +106,16 @@ export interface ClientOptions {
   opsAddrs?: string[];
   /** The ops API's bearer token (the server's -admin-token-file), for leader() and observe(). */
   adminToken?: string;
+  /**
+   * Let claims move to the next server (protocol version 3, the default):
+   * when the server side ends a claim's connection (a restart, a change of
+   * leader, a crash), a holder keeps its lock and token and a waiter its
+   * place, within the claim's deadline. `false` sends today's version 1 and
+   * 2 frames, and a claim ends with its connection. Turn it off for clients
+   * that reach the servers through a TCP proxy that terminates connections
+   * (docs/protocol.md section 14). AcquireOptions can set it per claim.
+   */
+  resume?: boolean;
 }
 
 /**
@@ -142,6 +156,8 @@ export interface AcquireOptions {
   onWaitState?: (state: WaitState) => void;
   /** As ClientOptions.unref, for this claim. */
   unref?: boolean;
+  /** As ClientOptions.resume, for this claim. */
+  resume?: boolean;
   /** The owner text of this claim, instead of the Client's. */
   owner?: string;
   /**
@@ -178,6 +194,8 @@ export interface AcquireManyOptions {
   shared?: boolean;
   /** Makes every claim of the set a slot of `limit` (see AcquireOptions.limit). */
   limit?: number;
+  /** As ClientOptions.resume, for every claim of the set. */
+  resume?: boolean;
   /**
    * Gives names a kind of their own, in place of `shared` and `limit`:
    * `{ perName: { config: { shared: true } } }` holds a reader of config
@@ -273,6 +291,11 @@ export class Client {
   readonly #backoff: { baseMs: number; capMs: number };
   readonly #retries: number | undefined;
   readonly #ops: OpsAPI;
+  readonly #resume: boolean;
+  /** The addresses that answered VERSION to version 3, with when (on #clock): sent version 1 and 2 for VERSION_2_MEMORY_MS. */
+  readonly #speaksV2 = new Map<number, number>();
+  /** How claims reach the servers when they move. */
+  readonly #mover: Mover;
   /** Per name, this Client's claims under way or held: exclusive, shared, and the shared ones' limit. */
   readonly #inUse = new Map<string, { exclusive: number; shared: number; limit: number }>();
   #last = 0;
@@ -302,6 +325,30 @@ export class Client {
       throw new BadRequestError(`retries ${this.#retries} is not a whole number >= 0`);
     }
     this.#ops = new OpsAPI(opts.opsAddrs ?? [], opts.adminToken, opts.tls);
+    if (opts.resume !== undefined && typeof opts.resume !== "boolean") throw new BadRequestError(`resume ${String(opts.resume)} is not true or false`);
+    this.#resume = opts.resume ?? true;
+    this.#mover = {
+      addrs: this.addrs,
+      dial: (i, signal) => this.#dial(i, signal),
+      speaksV2: (i) => this.#rememberV2(i),
+    };
+  }
+
+  /** addrs[i] answered VERSION to version 3: send it versions 1 and 2 for a while. */
+  #rememberV2(i: number): void {
+    if (!this.#speaksV2.has(i)) {
+      this.#log.info(`baton: ${this.addrs[i]} does not speak protocol version 3; sending it versions 1 and 2 for ${VERSION_2_MEMORY_MS / 1000} s (claims there cannot move to another server)`, { addr: this.addrs[i], event: "version-fallback" });
+    }
+    this.#speaksV2.set(i, this.#clock());
+  }
+
+  /** Whether addrs[i] is to be sent version 3 now. */
+  #speaksV3(i: number): boolean {
+    const since = this.#speaksV2.get(i);
+    if (since === undefined) return true;
+    if (this.#clock() - since < VERSION_2_MEMORY_MS) return false;
+    this.#speaksV2.delete(i);
+    return true;
   }
 
   /**
@@ -367,7 +414,7 @@ export class Client {
       claimOf(kind);
     }
     const kindOf = (name: string): ClaimKind => (opts.perName && Object.hasOwn(opts.perName, name) ? opts.perName[name] : general);
-    return acquireAll(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs, ...kindOf(name) }));
+    return acquireAll(names, (name) => this.acquire(name, { signal: opts.signal, maxHoldMs: opts.maxHoldMs, resume: opts.resume, ...kindOf(name) }));
   }
 
   /** Runs fn while holding every name (see acquireMany and withLock). */
@@ -388,10 +435,10 @@ export class Client {
    * operators see, and resolves with the Leadership; `resign()` gives it up
    * and the next candidate leads at once.
    */
-  async campaign(name: string, value: string, opts: Pick<AcquireOptions, "signal" | "onWaiting" | "onWaitState" | "unref"> = {}): Promise<Leadership> {
+  async campaign(name: string, value: string, opts: Pick<AcquireOptions, "signal" | "onWaiting" | "onWaitState" | "unref" | "resume"> = {}): Promise<Leadership> {
     // An election has one leader: the claim is exclusive whatever opts hold.
-    const { signal, onWaiting, onWaitState, unref } = opts;
-    return new Leadership(await this.#claimed(name, { signal, onWaiting, onWaitState, unref, owner: value }, undefined), value);
+    const { signal, onWaiting, onWaitState, unref, resume } = opts;
+    return new Leadership(await this.#claimed(name, { signal, onWaiting, onWaitState, unref, resume, owner: value }, undefined), value);
   }
 
   /**
@@ -401,9 +448,15 @@ export class Client {
    * exclusive one, or as many shared ones as the limit, for a shared claim.
    */
   async #claimed(name: string, opts: AcquireOptions, claim: wire.Claim | undefined): Promise<Session> {
-    // An exclusive claim stays the version 1 frame that every server
-    // speaks; only a shared one needs version 2.
-    const frame = wire.encodeAcquire(name, this.leaseMs, opts.owner ?? this.owner, opts.nowait ?? false, claim);
+    // Without resume, an exclusive claim stays the version 1 frame that
+    // every server speaks; only a shared one needs version 2. With resume,
+    // version 3, and those to a server that answers VERSION to it.
+    const owner = opts.owner ?? this.owner;
+    const legacy = wire.encodeAcquire(name, this.leaseMs, owner, opts.nowait ?? false, claim);
+    if (opts.resume !== undefined && typeof opts.resume !== "boolean") throw new BadRequestError(`resume ${String(opts.resume)} is not true or false`);
+    const kind = claim ?? { shared: false, limit: 1 };
+    const v3 = (opts.resume ?? this.#resume) ? wire.encodeAcquireV3(name, this.leaseMs, owner, opts.nowait ?? false, kind) : undefined;
+    const frames = { legacy, v3, claim: { name, owner, leaseMs: this.leaseMs, ...kind } };
     const maxHoldMs = opts.maxHoldMs;
     if (maxHoldMs !== undefined && !(Number.isFinite(maxHoldMs) && maxHoldMs > 0)) {
       throw new BadRequestError(`maxHoldMs ${maxHoldMs} must be a positive number of milliseconds`);
@@ -431,7 +484,7 @@ export class Client {
     };
     let s: Session;
     try {
-      s = await this.#acquire(name, frame, opts);
+      s = await this.#acquire(name, frames, opts);
     } catch (e) {
       unclaim();
       if (e instanceof LimitMismatchError && claim) throw new LimitMismatchError(e.serverMessage, claim.limit);
@@ -446,7 +499,7 @@ export class Client {
     return s;
   }
 
-  async #acquire(name: string, frame: Buffer, opts: AcquireOptions): Promise<Session> {
+  async #acquire(name: string, frames: { legacy: Buffer; v3?: Buffer; claim: SessionOptions["claim"] }, opts: AcquireOptions): Promise<Session> {
     const signal = opts.signal;
     const log = this.#log;
     let idx = this.#last % this.addrs.length;
@@ -493,13 +546,17 @@ export class Client {
         continue;
       }
       reached = true;
-      const s = new Session(sock, raw!, this.addrs[idx], name, this.leaseMs, frame, {
+      const v3 = frames.v3 !== undefined && this.#speaksV3(idx);
+      const s = new Session(sock, raw!, idx, v3 ? frames.v3! : frames.legacy, {
         reset: !this.#normalClose,
         maxHoldMs: opts.maxHoldMs,
         onWaiting: waitingOf(opts),
         unref: opts.unref ?? this.#unref,
         log,
         clock: this.#clock,
+        v3,
+        claim: frames.claim,
+        mover: this.#mover,
       });
       await new Promise<void>((resolve) => {
         if (s.state !== "waiting") return resolve();
@@ -529,12 +586,21 @@ export class Client {
       }
       const err = s.error!;
       if (err instanceof LockLost) throw err; // granted and lost before it could be handed over
+      idx = s.addrIndex; // a waiter that moved ended elsewhere
+      if (err instanceof VersionError && v3) {
+        // A server of an older version: the same claim in version 1 or 2, at once, on a new connection.
+        this.#rememberV2(idx);
+        continue;
+      }
       lastErr = err;
       if (s.replied) failures = 0;
       failures++;
       let atOnce = false;
       const here = this.addrs[idx];
-      if (err instanceof NotLeaderError) {
+      if (err instanceof ResumeRefusedError) {
+        // A waiter's place that could not be carried over: a new place, at once.
+        atOnce = failures <= 1;
+      } else if (err instanceof NotLeaderError) {
         const hint = err.serverMessage;
         if (this.addrs.includes(hint) && redirects < REDIRECT_BUDGET) {
           idx = this.addrs.indexOf(hint);

@@ -8,11 +8,15 @@ const NAMES: Record<number, string> = {
   0x11: "FORCE_RELEASED",
   0x12: "KICKED",
   0x13: "BUSY",
+  0x14: "RESUME_REFUSED",
+  0x15: "SUPERSEDED",
+  0x16: "MOVED",
   0x20: "PROTOCOL",
   0x21: "BAD_REQUEST",
   0x22: "VERSION",
   0x23: "UNAUTHORIZED",
   0x24: "LIMIT_MISMATCH",
+  0x25: "BAD_CREDENTIAL",
 };
 
 /** The spec's name of an error code, or `0xNN` for an unknown one. */
@@ -56,7 +60,9 @@ export class SharedClaim extends BatonError {
  * Ownership ended while the lock was held, for a reason other than release;
  * the guarded work must stop. `reason` is the error that ended it
  * (`Unconfirmed`, `ForceReleasedError`, `LeaseExpiredError`,
- * `ShutdownError`, `NotLeaderError`, `ConnectionBroken`, `MaxHoldReached`...).
+ * `ConnectionBroken`, `MaxHoldReached`, `ResumeRefusedError`,
+ * `SupersededError`, `MovedError`, and `ShutdownError` or `NotLeaderError`
+ * for a claim that could not move...).
  * `cause` is the same error, except where `withLock`'s callback failed
  * after the loss: there it is the callback's own error, so its stack is
  * kept.
@@ -161,6 +167,37 @@ export class BusyError extends ServerError {
   override name = "BusyError";
   constructor(message = "") { super(0x13, message); }
 }
+/**
+ * RESUME_REFUSED (0x14, version 3): the claim a move tried to continue
+ * cannot be continued there (it ended, the window for resumes after a
+ * crash closed, its credential is too old). A holder has lost the lock (a
+ * new acquire is a new claim, with a new token); a waiter has lost its
+ * place, and the client takes a new one by itself.
+ */
+export class ResumeRefusedError extends ServerError {
+  override name = "ResumeRefusedError";
+  constructor(message = "") { super(0x14, message); }
+}
+/**
+ * SUPERSEDED (0x15, version 3): after a crash, a resumed claim with a
+ * higher token won the name. The claim had ended and its end never reached
+ * this client (a TCP proxy that closed both sides, see docs/protocol.md
+ * section 14): the client logs it as an error.
+ */
+export class SupersededError extends ServerError {
+  override name = "SupersededError";
+  constructor(message = "") { super(0x15, message); }
+}
+/**
+ * MOVED (0x16, version 3): the claim was resumed on another connection.
+ * The client expects it on a connection its own move left; on the claim's
+ * own connection, with no move of its own under way, it means that another
+ * connection used the claim's credential: the lock is lost.
+ */
+export class MovedError extends ServerError {
+  override name = "MovedError";
+  constructor(message = "") { super(0x16, message); }
+}
 /** PROTOCOL (0x20): the server saw a malformed frame. */
 export class ProtocolError extends ServerError {
   override name = "ProtocolError";
@@ -208,6 +245,16 @@ export class LimitMismatchError extends ServerError {
   }
 }
 
+/**
+ * BAD_CREDENTIAL (0x25, version 3): the server does not recognise the
+ * credential of a move (a claim of another cluster or data directory, a
+ * client key that changed, a forgery): the claim is lost, never retried.
+ */
+export class BadCredentialError extends ServerError {
+  override name = "BadCredentialError";
+  constructor(message = "") { super(0x25, message); }
+}
+
 const CLASSES: Record<number, new (message?: string) => ServerError> = {
   0x01: ShutdownError,
   0x02: OverloadedError,
@@ -216,11 +263,15 @@ const CLASSES: Record<number, new (message?: string) => ServerError> = {
   0x11: ForceReleasedError,
   0x12: KickedError,
   0x13: BusyError,
+  0x14: ResumeRefusedError,
+  0x15: SupersededError,
+  0x16: MovedError,
   0x20: ProtocolError,
   0x21: BadRequestError,
   0x22: VersionError,
   0x23: UnauthorizedError,
   0x24: LimitMismatchError,
+  0x25: BadCredentialError,
 };
 
 /** The error for an ERROR frame: its class if the code is known. */
@@ -265,19 +316,21 @@ export class AcquireTimeoutError extends BatonError {
  * network that may have passed, not a decision or a mistake that a new try
  * would meet again (Go's `baton.IsRetryable`). True for the server
  * conditions (ShutdownError, OverloadedError, NotLeaderError), Unconfirmed
- * and LeaseExpiredError, ConnectionBroken (a broken or refused connection:
- * a wrong address looks the same, so bound the tries), and an
- * AcquireTimeoutError whose cause is one of those. False for an operator's
- * decision (ForceReleasedError, KickedError), BusyError, MaxHoldReached,
- * client errors (BadRequestError, UnauthorizedError, VersionError,
- * ProtocolError, LimitMismatchError, AlreadyHeld), TLSError, and anything
- * that is not this package's. The client never retries a held lock by
+ * and LeaseExpiredError, ResumeRefusedError and SupersededError (a claim
+ * that could not be carried to the next server), ConnectionBroken (a
+ * broken or refused connection: a wrong address looks the same, so bound
+ * the tries), and an AcquireTimeoutError whose cause is one of those. False
+ * for an operator's decision (ForceReleasedError, KickedError), BusyError,
+ * MaxHoldReached, MovedError (another connection took the claim with its
+ * credential), client errors (BadRequestError, UnauthorizedError,
+ * VersionError, ProtocolError, LimitMismatchError, BadCredentialError,
+ * AlreadyHeld), TLSError, and anything that is not this package's. The client never retries a held lock by
  * itself: a new try is a new grant, with a new token.
  */
 export function isRetryable(err: unknown): boolean {
   if (err instanceof LockLost) err = err.reason;
   if (err instanceof AcquireTimeoutError) return err.cause !== err && isRetryable(err.cause);
   if (err instanceof TLSError) return false;
-  if (err instanceof ServerError) return err.serverCondition || err.code === 0x10;
+  if (err instanceof ServerError) return err.serverCondition || err.code === 0x10 || err.code === 0x14 || err.code === 0x15;
   return err instanceof Unconfirmed || err instanceof ConnectionBroken;
 }

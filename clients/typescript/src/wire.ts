@@ -1,11 +1,14 @@
-/** The bytes of Baton's wire protocol, versions 1 and 2 (docs/protocol.md). */
+/** The bytes of Baton's wire protocol, versions 1 to 3 (docs/protocol.md). */
 
+import { inspect } from "node:util";
 import { BadRequestError, ProtocolError } from "./errors.js";
 
-/** What an exclusive claim sends: every server speaks it. */
+/** What an exclusive claim sends without resume: every server speaks it. */
 export const VERSION = 1;
-/** What a shared claim sends: the SHARED flag and a limit. */
+/** What a shared claim sends without resume: the SHARED flag and a limit. */
 export const VERSION_2 = 2;
+/** A claim that can move to the next server (section 14): a credential, tickets, resumes. */
+export const VERSION_3 = 3;
 export const HEADER_SIZE = 3;
 export const MAX_PAYLOAD = 1024;
 export const T_ACQUIRE = 0x01;
@@ -17,7 +20,25 @@ export const MAX_LEASE_MS = 0xffffffff;
 export const MAX_LIMIT = 0xffff;
 export const FLAG_NOWAIT = 0x01;
 export const FLAG_SHARED = 0x02;
+/** ACQUIRE, version 3: the frame continues a claim; the resume block follows the limit. */
+export const FLAG_RESUME = 0x04;
+/** ACQUIRE, version 3, with RESUME: the claim holds (resume_id is its token, else its ticket). */
+export const FLAG_HELD = 0x08;
+/** ACQUIRED: an unsolicited promotion. */
+export const FLAG_PUSH = 0x01;
+/** ACQUIRED, version 3: a generation and a credential follow the token. */
+export const FLAG_CREDENTIAL = 0x02;
+/** WAITING, version 3: a ticket, a generation and a credential follow the position. */
+export const FLAG_TICKET = 0x01;
+export const CREDENTIAL_SIZE = 16;
+export const MAX_ATTEMPT = 0xffff;
+const MAX_U64 = 0xffffffffffffffffn;
+const MAX_U32 = 0xffffffff;
 export const HEARTBEAT = Buffer.from([T_HEARTBEAT, 0, 0]);
+
+function hex2(b: number): string {
+  return b.toString(16).padStart(2, "0");
+}
 
 function checkText(what: string, raw: Buffer, min: number): void {
   if (raw.length < min) throw new BadRequestError(`${what} is empty`);
@@ -104,6 +125,92 @@ export function encodeAcquire(name: string | Uint8Array, leaseMs: number, owner:
   return encodeFrame(T_ACQUIRE, payload);
 }
 
+const REDACTED = "credential(redacted)";
+
+/**
+ * What lets a connection take a claim over: 16 bytes that the server
+ * computed with its key. The bytes live in a private field: the object
+ * prints, inspects and serialises as a redacted text, so that no log, error
+ * or JSON can carry them; only `bytes()`, for the wire, gives them out.
+ */
+export class Credential {
+  readonly #bytes: Buffer;
+  constructor(bytes: Uint8Array) {
+    if (bytes.length !== CREDENTIAL_SIZE) throw new BadRequestError(`a credential is ${CREDENTIAL_SIZE} bytes, not ${bytes.length}`);
+    this.#bytes = Buffer.from(bytes);
+  }
+  /** A copy of the 16 bytes, to write into a resume. */
+  bytes(): Buffer {
+    return Buffer.from(this.#bytes);
+  }
+  toString(): string {
+    return REDACTED;
+  }
+  toJSON(): string {
+    return "redacted";
+  }
+  [inspect.custom](): string {
+    return REDACTED;
+  }
+}
+
+/** The resume block of a version 3 ACQUIRE: what the client kept of the claim it continues. */
+export interface Resume {
+  /** The claim holds the name: `id` is its token; else its ticket. */
+  held: boolean;
+  /** The token or the ticket; never 0. */
+  id: bigint;
+  /** The credential's generation, 1 to 2^32 - 1. */
+  generation: number;
+  /** This resume's number, 1 to 65535, higher than every earlier one of the claim. */
+  attempt: number;
+  credential: Credential;
+}
+
+/**
+ * A version 3 ACQUIRE, after the checks the server would make: a new claim
+ * (the layout of version 2 with version 3) or, with `resume`, a resume of
+ * the claim it names, whose lease, kind, limit and name must be those of
+ * the claim as it was granted.
+ */
+export function encodeAcquireV3(name: string | Uint8Array, leaseMs: number, owner: string | Uint8Array, nowait: boolean, claim: Claim, resume?: Resume): Buffer {
+  const n = checkName(name);
+  const o = checkOwner(owner);
+  const ms = checkLeaseMs(leaseMs);
+  const limit = checkLimit(claim.limit);
+  let flags = nowait ? FLAG_NOWAIT : 0;
+  if (claim.shared) flags |= FLAG_SHARED;
+  else if (limit !== 1) throw new BadRequestError(`limit ${limit} without SHARED: an exclusive claim's limit must be 1`);
+  let fixed = 9;
+  if (resume) {
+    if (nowait) throw new BadRequestError("NOWAIT with RESUME: a resume continues a claim, it never tries for one");
+    if (!(typeof resume.id === "bigint" && resume.id > 0n && resume.id <= MAX_U64)) throw new BadRequestError(`resume of id ${String(resume.id)}: a token or a ticket is 1 to 2^64 - 1`);
+    if (!(Number.isInteger(resume.generation) && resume.generation >= 1 && resume.generation <= MAX_U32)) {
+      throw new BadRequestError(`resume of generation ${resume.generation}: generations are 1 to ${MAX_U32}`);
+    }
+    if (!(Number.isInteger(resume.attempt) && resume.attempt >= 1 && resume.attempt <= MAX_ATTEMPT)) {
+      throw new BadRequestError(`resume attempt ${resume.attempt}: attempts are 1 to ${MAX_ATTEMPT}`);
+    }
+    flags |= FLAG_RESUME | (resume.held ? FLAG_HELD : 0);
+    fixed = 39;
+  }
+  const payload = Buffer.alloc(fixed + n.length + o.length);
+  payload[0] = VERSION_3;
+  payload[1] = flags;
+  payload.writeUInt32BE(ms, 2);
+  payload.writeUInt16BE(limit, 6);
+  if (resume) {
+    payload.writeBigUInt64BE(resume.id, 8);
+    payload.writeUInt32BE(resume.generation, 16);
+    payload.writeUInt16BE(resume.attempt, 20);
+    resume.credential.bytes().copy(payload, 22);
+  }
+  payload[fixed - 1] = n.length;
+  n.copy(payload, fixed);
+  o.copy(payload, fixed + n.length);
+  return encodeFrame(T_ACQUIRE, payload);
+}
+
 /** Any frame: type, u16 length, payload. */
 export function encodeFrame(type: number, payload: Uint8Array): Buffer {
   const b = Buffer.alloc(HEADER_SIZE + payload.length);
@@ -121,19 +228,45 @@ export interface Frame {
   token: bigint;
   code: number;
   message: string;
+  /** WAITING with TICKET: the waiter's ticket; 0 otherwise. */
+  ticket: bigint;
+  /** ACQUIRED with CREDENTIAL, WAITING with TICKET: the credential's generation; 0 otherwise. */
+  generation: number;
+  /** ACQUIRED with CREDENTIAL, WAITING with TICKET: the claim's credential. */
+  credential?: Credential;
 }
 
-/** Decodes a server frame's payload, or throws ProtocolError. */
-export function decode(type: number, p: Buffer): Frame {
-  const f: Frame = { type, position: 0, push: false, token: 0n, code: 0, message: "" };
+/**
+ * Decodes a server frame's payload, or throws ProtocolError. In a session
+ * of version 3 (`v3`), ACQUIRED and WAITING may carry a credential (29 and
+ * 33 bytes, with their flag); in one of version 1 or 2 they never do.
+ */
+export function decode(type: number, p: Buffer, v3 = false): Frame {
+  const f: Frame = { type, position: 0, push: false, token: 0n, code: 0, message: "", ticket: 0n, generation: 0 };
   if (type === T_WAITING) {
-    if (p.length !== 5) throw new ProtocolError(`WAITING payload of ${p.length} bytes, want 5`);
+    const long = v3 && p.length === 33;
+    if (p.length !== 5 && !long) throw new ProtocolError(`WAITING payload of ${p.length} bytes, want ${v3 ? "5 or 33" : "5"}`);
     f.position = p.readUInt32BE(1);
+    if (v3 && ((p[0] & FLAG_TICKET) !== 0) !== long) throw new ProtocolError(`WAITING payload of ${p.length} bytes with flags 0x${hex2(p[0])}: TICKET and 33 bytes go together`);
+    if (long) {
+      f.ticket = p.readBigUInt64BE(5);
+      f.generation = p.readUInt32BE(13);
+      if (f.ticket === 0n) throw new ProtocolError("WAITING with ticket 0");
+      if (f.generation === 0) throw new ProtocolError("WAITING with a credential of generation 0");
+      f.credential = new Credential(p.subarray(17, 33));
+    }
   } else if (type === T_ACQUIRED) {
-    if (p.length !== 9) throw new ProtocolError(`ACQUIRED payload of ${p.length} bytes, want 9`);
-    f.push = (p[0] & 1) !== 0;
+    const long = v3 && p.length === 29;
+    if (p.length !== 9 && !long) throw new ProtocolError(`ACQUIRED payload of ${p.length} bytes, want ${v3 ? "9 or 29" : "9"}`);
+    f.push = (p[0] & FLAG_PUSH) !== 0;
     f.token = p.readBigUInt64BE(1);
+    if (v3 && ((p[0] & FLAG_CREDENTIAL) !== 0) !== long) throw new ProtocolError(`ACQUIRED payload of ${p.length} bytes with flags 0x${hex2(p[0])}: CREDENTIAL and 29 bytes go together`);
     if (f.token === 0n) throw new ProtocolError("ACQUIRED with token 0");
+    if (long) {
+      f.generation = p.readUInt32BE(9);
+      if (f.generation === 0) throw new ProtocolError("ACQUIRED with a credential of generation 0");
+      f.credential = new Credential(p.subarray(13, 29));
+    }
   } else if (type === T_ERROR) {
     if (p.length < 1 || p.length > 513) throw new ProtocolError(`ERROR payload of ${p.length} bytes, want 1..513`);
     f.code = p[0];

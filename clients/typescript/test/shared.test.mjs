@@ -79,21 +79,19 @@ describe("the version 2 vectors", () => {
     assert.deepEqual([...types].sort(), ["ACQUIRE", "ERROR"]);
   });
 
-  test("a client's claims send them; an exclusive claim stays version 1", async () => {
+  test("a client's claims without resume send them; an exclusive claim stays version 1", async () => {
     for (const f of v2.frames.filter((f) => f.type === "ACQUIRE")) {
       const x = f.fields;
       const srv = await scriptedServer();
       try {
-        const c = new baton.Client([srv.addr], { leaseMs: x.lease_ms, owner: x.owner });
+        const c = new baton.Client([srv.addr], { leaseMs: x.lease_ms, owner: x.owner, resume: false });
         const held = await c.acquire(x.name, x.shared ? { nowait: x.nowait, limit: x.limit } : { nowait: x.nowait });
         const want = x.shared ? f.hex : wire.encodeAcquire(x.name, x.lease_ms, x.owner, x.nowait).toString("hex");
         assert.equal(srv.frames[0].toString("hex"), want, f.what);
         assert.deepEqual([held.shared, held.limit], x.shared ? [true, x.limit] : [false, 1], f.what);
-        // A vector's lease may be 1 ms: by now the claim may have run out,
-        // and release() reports that loss; the bytes are what is tested.
-        await held.release().catch((e) => {
-          if (!(e instanceof baton.LockLost)) throw e;
-        });
+        // A vector's lease may be 1 ms: on a loaded machine the claim can be
+        // lost before its release, which is not what this test is about.
+        await held.release().catch((e) => assert.ok(e instanceof baton.LockLost, String(e)));
       } finally {
         await srv.close();
       }
@@ -135,8 +133,9 @@ describe("the claim's kind", () => {
       for (const [i, [opts, shared, limit]] of cases.entries()) {
         const held = await c.acquire(`k${i}`, opts);
         const f = srv.frames[i];
-        assert.equal(f[3], shared ? wire.VERSION_2 : wire.VERSION, JSON.stringify(opts));
-        if (shared) assert.deepEqual([f[4] & wire.FLAG_SHARED, f.readUInt16BE(9)], [wire.FLAG_SHARED, limit], JSON.stringify(opts));
+        // Version 3 (resume, the default) has the layout of version 2.
+        assert.equal(f[3], wire.VERSION_3, JSON.stringify(opts));
+        assert.deepEqual([f[4] & wire.FLAG_SHARED, f.readUInt16BE(9)], [shared ? wire.FLAG_SHARED : 0, limit], JSON.stringify(opts));
         assert.deepEqual([held.shared, held.limit], [shared, limit], JSON.stringify(opts));
         await held.release();
       }
