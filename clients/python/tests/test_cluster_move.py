@@ -1,5 +1,6 @@
-"""End to end: the Python client's claims on a cluster of three real
-`baton serve` nodes (BATON_BIN, else built), at 10 s leases. SIGTERM of the
+"""End to end: the Python client's claims on real `baton serve` processes
+(BATON_BIN, else built), at 10 s leases: a cluster of three nodes, and a
+standalone server restarted on its data directory. SIGTERM of the
 leader (one step of a rolling restart: a planned handover) and kill -9 of
 the leader (a crash): every holder, on the thread and the asyncio driver,
 keeps its lock with the same token, and no LockLost; ``held.check()`` holds
@@ -22,10 +23,10 @@ import threading
 import time
 import unittest
 import urllib.request
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from movekit import LoopThread, capture, until
-from support import baton_bin
+from support import Server, ServerCase, baton_bin
 
 import baton
 
@@ -199,6 +200,19 @@ class Watch:
         self._thread.join(5)
 
 
+def moves(seen: Any, names: List[str], timeout: float) -> Dict[str, int]:
+    """Waits until the log says each of names moved; each one's move time
+    in ms."""
+    got: Dict[str, int] = {}
+
+    def all_moved() -> bool:
+        for m in MOVED.finditer(seen.text()):
+            got[m.group(1)] = int(m.group(4))
+        return all(n in got for n in names)
+    until(all_moved, f"the log says {names} moved:\n{seen.text()}", timeout)
+    return got
+
+
 def need_binary(case: unittest.TestCase) -> None:
     """The test needs a baton binary: BATON_BIN, or a go tool to build it.
     In CI its absence fails the test; elsewhere it is skipped, visibly."""
@@ -221,18 +235,6 @@ class TestClusterMove(unittest.TestCase):
         self.addCleanup(self.cluster.close)
         self.lt = LoopThread()
         self.addCleanup(self.lt.stop)
-
-    def moves(self, seen: Any, names: List[str], timeout: float) -> dict:
-        """Waits until the log says each of names moved; each one's move
-        time in ms."""
-        got: dict = {}
-
-        def all_moved() -> bool:
-            for m in MOVED.finditer(seen.text()):
-                got[m.group(1)] = int(m.group(4))
-            return all(n in got for n in names)
-        until(all_moved, f"the log says {names} moved:\n{seen.text()}", timeout)
-        return got
 
     def confirmed_after(self, get: Callable[[], float], after: float) -> None:
         """Waits until a claim's valid_until passes after: a heartbeat was
@@ -280,7 +282,7 @@ class TestClusterMove(unittest.TestCase):
         else:
             first.stop(signal.SIGKILL)
 
-        took = self.moves(seen, ["jobs", "jobs-aio"], 0.8 * LEASE)
+        took = moves(seen, ["jobs", "jobs-aio"], 0.8 * LEASE)
         moved = time.monotonic()
         second = cl.leader()
         self.assertIsNot(second, first)
@@ -324,6 +326,72 @@ class TestClusterMove(unittest.TestCase):
         """A crash: the successor knows no table; it takes back, in its
         grace, each claim whose deadline has not passed."""
         self.play("SIGKILL")
+
+
+class TestStandaloneRestart(ServerCase):
+    """A standalone server restarted on the same data directory and
+    address, at 10 s leases: the claims come back to it."""
+
+    def restart(self, sig: int) -> None:
+        addr, ops, data = self.srv.addr, self.srv.ops, self.srv.data_dir
+        self.srv.stop(sig)
+        self.srv = Server(data_dir=data, addr=addr, ops_addr=ops)
+        self.addCleanup(self.srv.stop)
+
+    def test_sigterm_restart_keeps_the_claims(self) -> None:
+        """SIGTERM (a clean stop), then the same server again: the holders of
+        both drivers keep their locks and tokens, the waiter its place."""
+        lt = LoopThread()
+        self.addCleanup(lt.stop)
+        log, seen = capture("test.standalone.sigterm")
+        c = self.client(lease=LEASE, logger=log)
+        h = c.acquire("py/restart")
+        ah = lt.run(c.aacquire("py/restart-aio"))
+        waited: List[Any] = []
+        w = threading.Thread(target=lambda: waited.append(self.client(lease=LEASE).acquire("py/restart", timeout=60)),
+                             daemon=True)
+        w.start()
+        self.await_waiters("py/restart", 1)
+        watch = Watch([h.check, lambda: lt.call(ah.check)])
+        self.addCleanup(watch.stop)
+        tokens = (h.token, ah.token)
+        started = time.monotonic()
+        self.restart(signal.SIGTERM)
+        took = moves(seen, ["py/restart", "py/restart-aio"], 0.8 * LEASE)
+        self.await_waiters("py/restart", 1)
+        watch.stop()
+        self.assertEqual(watch.errors, [], "held.check() raised through the restart")
+        self.assertEqual((h.token, ah.token), tokens)
+        self.assertEqual(waited, [], "the waiter was granted while the holder held")
+        h.release()
+        w.join(60)
+        self.assertEqual(len(waited), 1, "the waiter was not granted after the release")
+        self.assertGreater(waited[0].token, tokens[0])
+        waited[0].release()
+        lt.run(ah.release())
+        print(f"\nSIGTERM and restart of a standalone server: the claims moved back in {took['py/restart']} ms "
+              f"(threads) and {took['py/restart-aio']} ms (asyncio), {time.monotonic() - started:.1f} s after "
+              "the signal to the waiter's grant", file=sys.stderr)
+
+    def test_kill_9_and_restart_within_the_lease(self) -> None:
+        """kill -9, then the same server again within the lease: its crash
+        grace takes the holder back, with its token."""
+        log, seen = capture("test.standalone.kill9")
+        c = self.client(lease=LEASE, logger=log)
+        h = c.acquire("py/crash")
+        until(lambda: not h._s.core.pending, "no heartbeat in flight")
+        watch = Watch([h.check])
+        self.addCleanup(watch.stop)
+        token = h.token
+        self.restart(signal.SIGKILL)
+        took = moves(seen, ["py/crash"], 0.8 * LEASE)
+        watch.stop()
+        self.assertEqual(watch.errors, [])
+        self.assertEqual(h.token, token)
+        h.check()
+        h.release()
+        print(f"\nkill -9 and restart of a standalone server: the claim moved back in {took['py/crash']} ms",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
