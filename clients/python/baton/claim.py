@@ -56,6 +56,12 @@ class Silent(Error):
     a move; never what ends a claim."""
 
 
+class Gone(ConnectionBroken):
+    """The end of the claim's stream at a frame boundary, with no ERROR
+    before it: the server's process or host went away. What began a move;
+    never what ends a claim."""
+
+
 class PlaceLost(ConnectionBroken):
     """A waiter's move that no server answered within a lease: its place is
     given up, and the acquire takes a new one."""
@@ -479,7 +485,7 @@ class ClaimBase:
                 # or host went away. Same address first.
                 self._drop(link)
                 self.cur = None
-                self.begin_move(ConnectionBroken(f"server {link.addr} closed the connection without an ERROR "
+                self.begin_move(Gone(f"server {link.addr} closed the connection without an ERROR "
                                                  "(it went away)"), self.mover.index(link.addr) or 0, at)
                 return
             # A reset, an end inside a frame, a read error: the claim may have

@@ -9,7 +9,9 @@ connection when its server ended the claim's connection, or went silent
   end inside a frame, or the client's own close.
 - Each attempt is a new connection whose ACQUIRE resumes the claim with its
   token or ticket, its credential and a new, higher attempt number; a
-  holder checks its deadline right before the send. One open attempt per
+  holder checks its deadline right before the send; after the end of the
+  stream, the first attempt waits 50 to 100 ms (a dying process's
+  listening socket may still queue a connection, then reset it). One open attempt per
   address; another address lease/8 later if none has been answered; a
   short jittered wait between attempts that end at once, NOT_LEADER's hint
   followed while the redirect budget lasts.
@@ -27,7 +29,7 @@ import logging
 from typing import Optional
 
 from . import wire
-from .claim import ATTEMPT, CUR, ENDED, HELD, WAITING, ClaimBase, Dial, Link, PlaceLost, Position, Schedule, Send, Silent, Violation
+from .claim import ATTEMPT, CUR, ENDED, HELD, WAITING, ClaimBase, Dial, Gone, Link, PlaceLost, Position, Schedule, Send, Silent, Violation
 from .errors import BadCredential, Error, Moved, NotLeader, ServerError, Superseded, VersionError, error_for_code
 
 __all__ = ["Claim"]
@@ -62,6 +64,14 @@ class Claim(ClaimBase):
         if self.state == HELD:
             self._note(logging.INFO, "baton: lock %r (token %d): moving the claim from %s (%s); %.0f ms to its deadline",
                        self.name, self.token, self.addr, why, max(self.deadline - now, 0.0) * 1000)
+            if isinstance(why, Gone):
+                # A process that dies closes its connections a moment before
+                # its listening socket: a connection made in that moment is
+                # queued, then reset, and a reset of an attempt loses the
+                # claim. So the same address is dialled again after the
+                # first short wait between attempts, not at once.
+                self.next_at = now + QUICK_BASE + self.rand() * QUICK_BASE  # 50 to 100 ms
+                return
             self.attempt_now(now)
             return
         # A waiter believes nothing: its place is kept wherever a server

@@ -140,6 +140,26 @@ class RulesCase:
                 self.drv.release(h)
                 q.closed()
 
+    def test_end_of_stream_waits_before_the_same_address(self) -> None:
+        """After the end of the stream (its server's process went away) the
+        first attempt to the same address waits 50 to 100 ms: a dying
+        process closes its connections a moment before its listening
+        socket, and a connection queued there in that moment is reset,
+        which would lose the claim. It then resumes as any move."""
+        net = self.net()
+        c, _ = self.client(net, lease=10.0)
+        h, p = self.hold(net, c)
+        ended = time.monotonic()
+        p.eof()
+        q = net.accept()
+        self.resumed(q, attempt=1)
+        waited = time.monotonic() - ended
+        self.assertGreaterEqual(waited, 0.045, f"the same address dialled again {waited * 1000:.0f} ms after the end")
+        q.send(acquired_frame(TOKEN, 1, CRED))
+        until(lambda: core_of(self.drv, h, "cur_num") == 1, "adopted")
+        self.assertIsNone(check(self.drv, h))
+        self.drv.release(h)
+
     def test_loses_after(self) -> None:
         """The ends a claim is not carried across: a reset or an end inside a
         frame may have been a release on the server's side; the codes of the

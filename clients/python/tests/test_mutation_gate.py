@@ -41,6 +41,10 @@ MUTATIONS = [
     Mutation("every ERROR moves the claim, not only a server condition's (FORCE_RELEASED, LEASE_EXPIRED...)",
              "baton/claim.py", "if self.can_resume() and err.server_condition:", "if self.can_resume():",
              both("test_loses_after")),
+    Mutation("after the end of the stream, the same address is dialled again at once "
+             "(into a dying process's listening socket, which resets the attempt)",
+             "baton/move.py", "if isinstance(why, Gone):", "if False:",
+             both("test_end_of_stream_waits_before_the_same_address")),
     Mutation("a holder adopts an answer to a resume that arrived after its deadline",
              "baton/move.py", "if self.state == HELD and at >= self.deadline:\n            self.end(self.unconfirmed())",
              "if False:\n            self.end(self.unconfirmed())",
