@@ -327,8 +327,9 @@ class RulesCase:
         self.assertTrue(b.quiet(0.1), "the open attempt was closed")
         b.send(acquired_frame(TOKEN, 1, CRED))
         until(lambda: core_of(self.drv, h, "cur_num") == 1, "the attempt adopted")
-        self.assertIn("the claim stays on", seen.text())
-        self.assertIn("after the claim's connection answered again", seen.text())
+        # The thread driver logs after the claim's state changed: wait for the lines.
+        until(lambda: "the claim stays on" in seen.text(), f"the stop logged:\n{seen.text()}")
+        until(lambda: "after the claim's connection answered again" in seen.text(), f"the adoption logged:\n{seen.text()}")
         self.beat(h, clock, b)
         self.drv.release(h)
 
@@ -501,6 +502,8 @@ class RulesCase:
         self.resumed(r, gen=2, cred=CRED2, attempt=2)
         r.fail("BAD_CREDENTIAL")
         e = self.lost(h, baton.BadCredential)
+        # The thread driver logs after it sets lost: wait for the loss's lines.
+        until(lambda: "lost: BAD_CREDENTIAL" in seen.text(), f"the loss logged:\n{seen.text()}")
         shown += [str(e), repr(e), str(e.cause), repr(e.cause), seen.text()]
         text = "\n".join(shown)
         for cred in (CRED, CRED2):
