@@ -121,7 +121,9 @@ class Asyncio:
         return self.lt.call(f)
 
     def release(self, h: AnyHeld) -> None:
-        self.lt.run(h.release())  # type: ignore[arg-type]
+        # A release takes milliseconds: one that waits for a connection the
+        # claim never closes fails here, not after a minute.
+        self.lt.run(h.release(), 15)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.lt.stop()

@@ -52,6 +52,8 @@ MUTATIONS = [
     Mutation("an answer of a lower attempt than the claim's connection is adopted",
              "baton/move.py", "if link.number < self.cur_num:", "if False:",
              both("test_attempts_out_of_order")),
+    # The thread driver also closes every socket when its thread ends, so
+    # the asyncio driver's run is the one that catches this.
     Mutation("a release closes the claim's connection but not its open resume attempts",
              "baton/claim.py", "for link in list(self.links):\n            self._drop(link, reset)",
              "for link in [x for x in self.links if x is self.cur]:\n            self._drop(link, reset)",
