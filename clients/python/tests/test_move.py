@@ -74,7 +74,9 @@ class MoveCase:
         self.assert_moved(f, h, "py/m-shutdown", a)
         self.assertEqual(h.token, token)
         self.assertEqual(f.resumes_seen(), [(a, 1, True, "ACQUIRED")])
-        self.assertIn(f"INFO baton: lock 'py/m-shutdown' moved from {a} to {a} in ", seen.text())
+        # The thread driver logs after the claim's state changed: wait for the line.
+        until(lambda: f"INFO baton: lock 'py/m-shutdown' moved from {a} to {a} in " in seen.text(),
+              f"the move logged:\n{seen.text()}")
         # The claim goes on: heartbeats on the new connection keep it past
         # several leases, and the release frees the name.
         time.sleep(2.5)
