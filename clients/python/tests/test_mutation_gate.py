@@ -75,7 +75,8 @@ def failure_lines(out: str) -> List[str]:
     keep = []
     for line in out.splitlines():
         s = line.strip()
-        if s.startswith(("FAIL:", "ERROR:", "AssertionError", "baton.", "concurrent.futures")) or "Error:" in s:
+        bare = s.isidentifier() and s.endswith("Error")  # an exception with no message: "TimeoutError"
+        if s.startswith(("FAIL:", "ERROR:", "AssertionError", "baton.", "concurrent.futures")) or "Error:" in s or bare:
             keep.append(s if len(s) <= 240 else s[:240] + "...")
     return keep
 
