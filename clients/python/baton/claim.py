@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Callable, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from . import wire
 from .errors import (
@@ -54,6 +54,11 @@ class Silent(Error):
     """A server that did not answer: a holder's heartbeat, for half of the
     time left to its deadline, or a waiter, up to its deadline. What began
     a move; never what ends a claim."""
+
+
+# How long an address whose connection ended with no ERROR is not dialled
+# again (docs/protocol.md, section 14, the client's moves).
+QUIET_AFTER_END = 0.25
 
 
 class Gone(ConnectionBroken):
@@ -298,6 +303,9 @@ class ClaimBase:
         self.attempts: List[Link] = []  # open attempts, not answered yet
         self.left: List[Link] = []
         self.dialing: Set[str] = set()
+        # Addresses not dialled again before the time given: their
+        # connection ended with no ERROR (a server that went away).
+        self.quiet: Dict[str, float] = {}
         self.next_at: Optional[float] = None  # the next attempt
         self.give_up_at: Optional[float] = None  # a waiter's move that no server answers
 
@@ -470,6 +478,14 @@ class ClaimBase:
         else:
             self.broken(link, ConnectionBroken(f"connection to {link.addr} closed by the server"), at, clean=True)
 
+    def quiet_after_end(self, addr: str, now: float) -> None:
+        """addr's connection ended with no ERROR: it is not dialled again
+        for QUIET_AFTER_END (a process that dies closes its connections a
+        moment before its listening socket, and a connection made in that
+        moment is queued, then reset unread: a reset of an attempt loses
+        the claim)."""
+        self.quiet[addr] = now + QUIET_AFTER_END
+
     def broken(self, link: Link, err: BaseException, at: float, clean: bool = False) -> None:
         """A read of link failed (a reset, a TLS error...) or its stream
         ended (``eof``)."""
@@ -482,11 +498,12 @@ class ClaimBase:
                 return
             if clean and self.can_resume():
                 # The end of the stream with no ERROR: the server's process
-                # or host went away. Same address first.
+                # or host went away. The next address first.
                 self._drop(link)
                 self.cur = None
+                self.quiet_after_end(link.addr, at)
                 self.begin_move(Gone(f"server {link.addr} closed the connection without an ERROR "
-                                                 "(it went away)"), self.mover.index(link.addr) or 0, at)
+                                                 "(it went away)"), self.mover.next_index(link.addr), at)
                 return
             # A reset, an end inside a frame, a read error: the claim may have
             # been released on the way (a middlebox's reset reaches both ends).

@@ -43,7 +43,7 @@ MUTATIONS = [
              both("test_loses_after")),
     Mutation("after the end of the stream, the same address is dialled again at once "
              "(into a dying process's listening socket, which resets the attempt)",
-             "baton/move.py", "if isinstance(why, Gone):", "if False:",
+             "baton/move.py", "if q is not None and now < q:", "if False:",
              both("test_end_of_stream_waits_before_the_same_address")),
     Mutation("the deadline is not checked right before the resume's send (a slow connect sends it past the deadline)",
              "baton/move.py", "if held and now >= self.deadline:", "if False:",
