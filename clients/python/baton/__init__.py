@@ -17,6 +17,10 @@ pause is told before its next step. Only the fencing token protects the
 resource during the pause itself. ``asyncio`` programs use ``alock`` and
 the other ``a``-methods, on the event loop's own sockets.
 
+A restart of the server or a change of leader does not end the claim
+(protocol version 3): the client carries it to the next server within its
+deadline, keeping its token, and ``held`` sees nothing of it.
+
 Semaphores and read/write locks: ``client.lock(name, limit=4)`` takes one
 of 4 slots; ``client.lock(name, shared=True)`` is a reader, beside which
 the name's writers take ordinary (exclusive) claims. A shared claim whose
@@ -35,6 +39,7 @@ from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, Client, WaitState
 from .election import AsyncLeadership, Leadership
 from .errors import (
     AlreadyHeld,
+    BadCredential,
     BadRequest,
     Busy,
     ConnectionBroken,
@@ -46,15 +51,18 @@ from .errors import (
     LimitMismatch,
     LockLost,
     MaxHoldReached,
+    Moved,
     NotLeader,
     Overloaded,
     ProtocolError,
+    ResumeRefused,
     ServerError,
     SharedClaim,
     Shutdown,
     TLSError,
     TLSRefused,
     StaleToken,
+    Superseded,
     Unauthorized,
     Unconfirmed,
     VersionError,
@@ -100,6 +108,10 @@ __all__ = [
     "VersionError",
     "Unauthorized",
     "LimitMismatch",
+    "ResumeRefused",
+    "Superseded",
+    "Moved",
+    "BadCredential",
     "StaleToken",
     "SharedClaim",
 ]

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import aio, clock, wire
+from .aio import Frames
+from .claim import Mover, Spec
 from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, tls_failure
 from .election import acampaign, campaign
-from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, InsecureTLS, LimitMismatch
+from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, InsecureTLS, LimitMismatch, VersionError
 from .held import EXCLUSIVE, READER_LIMIT, AsyncHeld, CancelOnLoss, Held, Kind, claim_kind, release_leaving
 from .many import AsyncHeldMany, HeldMany, aacquire_many, acquire_many, alock_many, lock_many
 from .ops import Leader, OpsAPI
@@ -26,6 +28,14 @@ __all__ = ["Client", "Held", "AsyncHeld", "WaitState", "DEFAULT_LEASE", "DEFAULT
 
 DEFAULT_LEASE = 10.0
 DEFAULT_DIAL_TIMEOUT = 5.0
+
+# How long a Client sends an address protocol version 1 or 2 after it
+# answered VERSION to version 3, before it tries version 3 there again: a
+# server upgraded meanwhile then speaks it.
+V3_RETRY = 60.0
+
+# The arguments of one acquire: the name, its frames, timeout, max_hold.
+Args = Tuple[str, Frames, Optional[float], Optional[float]]
 
 
 # A position callback: called with the place in the queue (1 is next).
@@ -183,6 +193,24 @@ class Client:
     beside its own exclusive one, an exclusive claim beside its own shared
     ones) raises AlreadyHeld.
 
+    Claims survive a restart of the server and a change of leader
+    (protocol version 3, the default): when the server ends a claim's
+    connection itself (SHUTDOWN, NOT_LEADER, the end of the stream with no
+    ERROR) or goes silent, the client carries the claim to the next server
+    on a new connection, within its own deadline. A holder keeps its token
+    and its ``Held`` (``check()``, ``lost``, ``valid_until`` and the
+    ``with`` block go on through the move), a waiter its place in the
+    queue; the logger says that the claim moved, and how long it took. A
+    reset of the connection, or a deadline that passes during the move,
+    still loses the lock. ``resume=False`` (here, or per claim) sends
+    protocol version 1 (2 for a shared claim), byte for byte as before,
+    and a claim then ends with its connection: use it for clients behind a
+    TCP proxy that terminates connections on both sides (its own restart
+    closes both sides cleanly, which the server takes for a release and
+    the client for its server's going away). A server older than version
+    3 answers VERSION; the client then sends that address version 1 or 2
+    (one more round trip, once per address and Client, for a minute).
+
     A release (and a wait given up) resets the connection (RST): the server
     sees it at once, and no socket is left in TIME_WAIT, where a claim storm
     would run out of ports. A reset is sent once, where a FIN is
@@ -207,8 +235,16 @@ class Client:
         ops_addrs: Optional[Sequence[str]] = None,
         admin_token: Optional[str] = None,
         insecure_tls: bool = False,
+        resume: bool = True,
     ) -> None:
         self._insecure_tls = insecure_tls
+        if not isinstance(resume, bool):
+            raise BadRequest(f"resume {resume!r} is not True or False")
+        self._resume = resume
+        # When each address answered VERSION to protocol version 3 (on the
+        # monotonic clock): it is sent versions 1 and 2 for V3_RETRY.
+        self._no_v3_at: Dict[str, float] = {}
+        self._v3_mu = threading.Lock()
         if ssl_context is not None and not insecure_tls:
             _check_verifies(ssl_context)
         if isinstance(addrs, str):
@@ -238,6 +274,32 @@ class Client:
         # The clock of every lock's deadline (clock.py): it counts a
         # suspend of the machine. Tests replace it.
         self._clock: clock.Clock = clock.default()
+
+    def _speaks_v3(self, addr: str) -> bool:
+        """Whether a new claim to addr is sent as protocol version 3."""
+        key = addr.strip().lower()
+        with self._v3_mu:
+            at = self._no_v3_at.get(key)
+            if at is None:
+                return True
+            if time.monotonic() - at >= V3_RETRY:
+                del self._no_v3_at[key]
+                return True
+            return False
+
+    def _no_v3(self, addr: str) -> None:
+        """Records that addr answered VERSION to protocol version 3."""
+        with self._v3_mu:
+            self._no_v3_at[addr.strip().lower()] = time.monotonic()
+        self._log.info("baton: %s does not speak protocol version 3: its claims are sent as version 1 or 2, "
+                       "and end with their connections (for %.0fs)", addr, V3_RETRY)
+
+    def _mover(self) -> Mover:
+        """What a claim needs of this Client to move (see claim.Mover)."""
+        return Mover(self._addrs, self._answered, self._no_v3)
+
+    def _answered(self, i: int) -> None:
+        self._last = i  # a server took a claim over: new claims start there
 
     def _attempts(self, name: str, timeout: Optional[float]) -> Attempts:
         return Attempts(self._addrs, self._last, name, timeout, self._log,
@@ -273,7 +335,7 @@ class Client:
              max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
              on_wait_state: Optional[OnWaitState] = None,
              owner: Optional[str] = None, queue_behind_self: bool = False,
-             shared: bool = False, limit: Optional[int] = None) -> _LockContext:
+             shared: bool = False, limit: Optional[int] = None, resume: Optional[bool] = None) -> _LockContext:
         """``with client.lock(name) as held:`` waits for the lock, holds it for
         the block, and releases it on the way out.
 
@@ -293,8 +355,11 @@ class Client:
         ``limit`` gives one); writers are ordinary claims of the same name.
         Every shared claim of a name must give the same limit while the name
         has shared sessions: another raises LimitMismatch at once, never
-        retried. Without either the claim is exclusive."""
-        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        retried. Without either the claim is exclusive.
+
+        ``resume=False`` turns protocol version 3 off for this claim (see
+        the Client): it ends with its connection, as in version 2."""
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit, resume)
         waiting = _waiting(on_waiting, on_wait_state)
         return _LockContext(lambda: self._acquire(args, waiting, queue_behind_self or nowait, kind))
 
@@ -302,22 +367,23 @@ class Client:
                 max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
                 on_wait_state: Optional[OnWaitState] = None,
                 owner: Optional[str] = None, queue_behind_self: bool = False,
-                shared: bool = False, limit: Optional[int] = None) -> Held:
+                shared: bool = False, limit: Optional[int] = None, resume: Optional[bool] = None) -> Held:
         """Waits for the lock and returns it held (the arguments of lock());
         release it with ``held.release()``, or use it in ``with``, which
         releases on the way out."""
-        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit, resume)
         return self._acquire(args, _waiting(on_waiting, on_wait_state), queue_behind_self or nowait, kind)
 
     def alock(self, name: str, nowait: bool = False, timeout: Optional[float] = None, *,
               max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
               on_wait_state: Optional[OnWaitState] = None,
               owner: Optional[str] = None, queue_behind_self: bool = False,
-              shared: bool = False, limit: Optional[int] = None) -> _AsyncLockContext:
+              shared: bool = False, limit: Optional[int] = None,
+              resume: Optional[bool] = None) -> _AsyncLockContext:
         """``async with client.alock(name) as held:``, the asyncio form of
         lock(). On loss, the task running the block is cancelled at once and
         LockLost comes out of the block. ``on_waiting`` runs on the loop."""
-        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit, resume)
         waiting = _waiting(on_waiting, on_wait_state)
         return _AsyncLockContext(lambda: self._aacquire(args, waiting, queue_behind_self or nowait, kind))
 
@@ -325,12 +391,13 @@ class Client:
                        max_hold: Optional[float] = None, on_waiting: Optional[OnWaiting] = None,
                        on_wait_state: Optional[OnWaitState] = None,
                        owner: Optional[str] = None, queue_behind_self: bool = False,
-                       shared: bool = False, limit: Optional[int] = None) -> AsyncHeld:
+                       shared: bool = False, limit: Optional[int] = None,
+                       resume: Optional[bool] = None) -> AsyncHeld:
         """The asyncio form of acquire(): ``held = await client.aacquire(name)``
         then ``await held.release()``, or ``async with await
         client.aacquire(name) as held:``. Cancelling the awaiting task gives
         up the wait."""
-        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit)
+        args, kind = self._prepare(name, nowait, timeout, max_hold, owner, shared, limit, resume)
         return await self._aacquire(args, _waiting(on_waiting, on_wait_state), queue_behind_self or nowait, kind)
 
     def lock_many(self, names: Sequence[str], timeout: Optional[float] = None, *,
@@ -374,18 +441,24 @@ class Client:
     # The machinery.
 
     def _prepare(self, name: str, nowait: bool, timeout: Optional[float], max_hold: Optional[float],
-                 owner: Optional[str], shared: bool = False,
-                 limit: Optional[int] = None) -> Tuple[Tuple[str, bytes, Optional[float], Optional[float]], Kind]:
+                 owner: Optional[str], shared: bool = False, limit: Optional[int] = None,
+                 resume: Optional[bool] = None) -> Tuple[Args, Kind]:
         _check_seconds("timeout", timeout)
         _check_seconds("max_hold", max_hold)
         if max_hold is not None and max_hold <= 0:
             raise BadRequest(f"max_hold {max_hold}s must be positive")
+        if resume is not None and not isinstance(resume, bool):
+            raise BadRequest(f"resume {resume!r} is not True or False")
         kind = claim_kind(shared, limit)
-        # An exclusive claim stays the version 1 frame that every server
-        # speaks; only a shared one needs version 2.
-        frame = wire.encode_acquire(name, self._lease_ms, self.owner if owner is None else owner, nowait,
-                                    shared=kind[0], limit=kind[1])
-        return (name, frame, timeout, max_hold), kind
+        who = self.owner if owner is None else owner
+        # Without version 3, an exclusive claim stays the version 1 frame
+        # that every server speaks; only a shared one needs version 2.
+        legacy = wire.encode_acquire(name, self._lease_ms, who, nowait, shared=kind[0], limit=kind[1])
+        spec = Spec(name, who, self._lease_ms, kind[0], kind[1] or 1)
+        v3 = None
+        if self._resume if resume is None else resume:
+            v3 = wire.encode_acquire_v3(name, self._lease_ms, who, nowait, shared=spec.shared, limit=spec.limit)
+        return (name, Frames(v3, legacy, spec), timeout, max_hold), kind
 
     def _claim(self, name: str, kind: Kind, queue_behind_self: bool) -> None:
         """Counts one more claim of name, unless this Client's own claims of
@@ -435,7 +508,7 @@ class Client:
             self._unclaim(name, kind)
             raise
 
-    def _acquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
+    def _acquire(self, args: Args,
                  on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> Held:
         name = args[0]
         with self._counted(name, kind, queue_behind_self):
@@ -443,7 +516,7 @@ class Client:
         s.on_end(lambda: self._unclaim(name, kind))
         return Held(s, kind)
 
-    async def _aacquire(self, args: Tuple[str, bytes, Optional[float], Optional[float]],
+    async def _aacquire(self, args: Args,
                         on_waiting: Optional[OnWaiting], queue_behind_self: bool, kind: Kind = EXCLUSIVE) -> AsyncHeld:
         name = args[0]
         with self._counted(name, kind, queue_behind_self):
@@ -472,7 +545,7 @@ class Client:
             raise
         return sock
 
-    def _acquire_session(self, name: str, frame: bytes, timeout: Optional[float], max_hold: Optional[float],
+    def _acquire_session(self, name: str, frames: Frames, timeout: Optional[float], max_hold: Optional[float],
                          on_waiting: Optional[OnWaiting]) -> Session:
         at = self._attempts(name, timeout)
         while True:
@@ -490,8 +563,11 @@ class Client:
             if sock is None:
                 time.sleep(at.no_address())
                 continue
-            s = Session(sock, self._addrs[at.idx], name, self._lease_ms, frame, reset=not self._normal_close,
-                        max_hold=max_hold, on_waiting=on_waiting, log=self._log, clock=self._clock)
+            addr = self._addrs[at.idx]
+            v3 = frames.v3 is not None and self._speaks_v3(addr)
+            s = Session(sock, addr, name, self._lease_ms, frames.v3 if v3 and frames.v3 else frames.legacy,
+                        reset=not self._normal_close, max_hold=max_hold, on_waiting=on_waiting, log=self._log,
+                        clock=self._clock, v3=v3, spec=frames.spec, mover=self._mover(), dialer=self)
             s.start()
             try:
                 with s.cond:
@@ -505,12 +581,20 @@ class Client:
                 s.close()  # interrupted: give the place up at once
                 raise
             if state == HELD:
-                self._last = at.idx
+                if s.addr in self._addrs:
+                    self._last = self._addrs.index(s.addr)
                 return s
             if state != ENDED:
                 s.close()
                 raise at.timed_out()
             assert s.error is not None
+            if v3 and not s.replied and isinstance(s.error, VersionError):
+                # A server older than protocol version 3: the same claim as
+                # version 1 or 2 at once, on a new connection to the same
+                # address, which is then sent those for a while.
+                self._no_v3(addr)
+                continue
+            at.moved_to(s.addr)
             pause = at.ended(s.error, s.replied)
             if pause > 0:
                 time.sleep(pause)

@@ -25,6 +25,10 @@ __all__ = [
     "VersionError",
     "Unauthorized",
     "LimitMismatch",
+    "ResumeRefused",
+    "Superseded",
+    "Moved",
+    "BadCredential",
     "TLSError",
     "TLSRefused",
     "is_retryable",
@@ -43,7 +47,8 @@ class LockLost(Error):
 
     ``cause`` is the error that ended it (``Unconfirmed``, ``ForceReleased``,
     ``LeaseExpired``, ``Shutdown``, ``NotLeader``, ``ConnectionBroken``,
-    ``MaxHoldReached``...).
+    ``MaxHoldReached``; in a move of protocol version 3, ``ResumeRefused``,
+    ``Superseded``, ``Moved``, ``BadCredential``...).
     The work the lock guarded must stop.
     """
 
@@ -200,7 +205,9 @@ class BadRequest(ServerError):
 class VersionError(ServerError):
     """VERSION (0x22): the server does not speak the claim's protocol version:
     version 1, or version 2 for a shared claim (a server older than shared
-    claims refuses those)."""
+    claims refuses those). A server that does not speak version 3 is sent
+    version 1 or 2 instead, by the client itself: this error never comes
+    of version 3."""
 
     code = 0x22
 
@@ -234,6 +241,49 @@ class LimitMismatch(ServerError):
         return said if self.asked is None else f"{said}, this claim's is {self.asked}"
 
 
+class ResumeRefused(ServerError):
+    """RESUME_REFUSED (0x14, protocol version 3): the server cannot continue
+    a claim that the client carried to it (a move): the claim ended there
+    (released, expired, taken away by an operator, ended by the server), it
+    came back after the window for resumes, or its credential is too old.
+    A holder's lock is lost (a new acquire is a new grant, with a new
+    token); a waiter takes a new place at the end of the queue by itself.
+    Retryable, as LeaseExpired is."""
+
+    code = 0x14
+
+
+class Superseded(ServerError):
+    """SUPERSEDED (0x15, protocol version 3): after a crash of the server, a
+    claim of the same name with a higher token that cannot hold beside this
+    one came back too, and won. It means the claim had ended without the
+    client being told (a TCP proxy that terminates connections between
+    client and server, clocks that run at different rates, a credential in
+    other hands): logged at ERROR; not retryable: look into it."""
+
+    code = 0x15
+
+
+class Moved(ServerError):
+    """MOVED (0x16, protocol version 3): the server moved the claim to a
+    connection that is not this client's own (MOVED on the claim's
+    connection with no resume of this client open there): another
+    connection used the claim's credential. Logged at ERROR; not
+    retryable. (MOVED on a resume of this client's own is part of its move
+    and never reaches the caller.)"""
+
+    code = 0x16
+
+
+class BadCredential(ServerError):
+    """BAD_CREDENTIAL (0x25, protocol version 3): the server did not compute
+    the credential a resume carried: the address list mixes servers of two
+    clusters or data directories, the client certificate's key changed, or
+    a bug. A client error: never retried."""
+
+    code = 0x25
+
+
 class TLSRefused(Unauthorized, TLSError):
     """The server refused this client in the TLS handshake: no client
     certificate, an expired one, or one of a CA it does not trust. Both
@@ -250,21 +300,26 @@ def is_retryable(err: BaseException) -> bool:
     new try would meet again (Go's ``baton.IsRetryable``).
 
     True for the server conditions (Shutdown, Overloaded, NotLeader),
-    Unconfirmed and LeaseExpired (the confirmation did not get through),
-    ConnectionBroken (a broken or refused connection: a wrong address looks
-    the same, so bound the tries), and a TimeoutError whose wait saw no
-    answer. False for an operator's decision (ForceReleased, Kicked), Busy
-    (the caller asked not to wait), MaxHoldReached, client errors
-    (BadRequest, Unauthorized, VersionError, ProtocolError, LimitMismatch,
-    AlreadyHeld), TLSError, and anything that is not this package's. For a
-    LockLost, its cause decides. The client never retries a held lock by
-    itself: a new try is a new grant, with a new token."""
+    Unconfirmed, LeaseExpired and ResumeRefused (the confirmation, or the
+    claim's move, did not get through in time), ConnectionBroken (a broken
+    or refused connection: a wrong address looks the same, so bound the
+    tries), and a TimeoutError whose wait saw no answer. False for an
+    operator's decision (ForceReleased, Kicked), Busy (the caller asked not
+    to wait), MaxHoldReached, a claim that ended unseen or whose credential
+    another connection used (Superseded, Moved), client errors (BadRequest,
+    Unauthorized, VersionError, ProtocolError, LimitMismatch,
+    BadCredential, AlreadyHeld), TLSError, and anything that is not this
+    package's. For a LockLost, its cause decides. The client never retries
+    a held lock by itself: a new try is a new grant, with a new token.
+    (Carrying a claim to the next server in a move, protocol version 3, is
+    not a retry: the claim and its token stay the same, and the lock is
+    not lost.)"""
     if isinstance(err, LockLost):
         err = err.cause
     if isinstance(err, TLSError):
         return False
     if isinstance(err, ServerError):
-        return err.server_condition or err.code == LeaseExpired.code
+        return err.server_condition or err.code in (LeaseExpired.code, ResumeRefused.code)
     return isinstance(err, (Unconfirmed, ConnectionBroken))
 
 
@@ -283,6 +338,10 @@ _CLASSES: Dict[int, Type[ServerError]] = {
         VersionError,
         Unauthorized,
         LimitMismatch,
+        ResumeRefused,
+        Superseded,
+        Moved,
+        BadCredential,
     )
 }
 
@@ -294,11 +353,15 @@ _NAMES = {
     0x11: "FORCE_RELEASED",
     0x12: "KICKED",
     0x13: "BUSY",
+    0x14: "RESUME_REFUSED",
+    0x15: "SUPERSEDED",
+    0x16: "MOVED",
     0x20: "PROTOCOL",
     0x21: "BAD_REQUEST",
     0x22: "VERSION",
     0x23: "UNAUTHORIZED",
     0x24: "LIMIT_MISMATCH",
+    0x25: "BAD_CREDENTIAL",
 }
 
 

@@ -61,9 +61,9 @@ class _Many:
         for h in self.locks:
             h._s.on_loss(self.lost.set)
 
-    def _expire_if_late(self) -> None:
-        for h in self.locks:
-            h._s.expire_if_late()
+    def _expire_if_late(self) -> bool:
+        """Ends the names past their deadline; whether any is lost."""
+        return any([h._s._lost_now() for h in self.locks])
 
     @property
     def valid_until(self) -> float:

@@ -21,7 +21,8 @@ from test_client import Follower, Proxy
 
 import baton
 from baton import wire
-from baton.core import HELD, Core
+from baton.claim import HELD, Granted, Send
+from baton.move import Claim
 
 
 # An ACQUIRED reply with token 7.
@@ -29,27 +30,28 @@ GRANT_7 = wire.encode_frame(wire.T_ACQUIRED, bytes([0]) + (7).to_bytes(8, "big")
 
 
 class TestClockTrueCheck(unittest.TestCase):
-    """The Core alone, with a clock the test moves: the deadline counts from
+    """The Claim alone, with a clock the test moves: the deadline counts from
     the send of the latest answered request, whatever the threads did."""
 
     def test_overdue_from_the_send(self) -> None:
-        c = Core("jobs", "a:1", lease=1.0)
-        c.sent_acquire(100.0)
-        events, err = c.receive(GRANT_7, 100.3)
-        self.assertIsNone(err)
-        self.assertEqual((c.state, events), (HELD, [("granted", 7)]))
+        c = Claim("jobs", "a:1", 1000)
+        c.start(b"", 100.0)
+        link = c.first
+        c.feed(link, GRANT_7, 100.3)
+        self.assertEqual((c.state, [a for a in c.take() if isinstance(a, Granted)]), (HELD, [Granted(7)]))
         self.assertEqual(c.valid_until(), 100.8, "0.8 x lease from the ACQUIRE's send, not from the reply")
         self.assertIsNone(c.overdue(100.79))
         self.assertIsInstance(c.overdue(100.8), baton.Unconfirmed)
         # A reply that arrives past the deadline confirms nothing.
-        c.sent_beat(100.5)
-        _, err = c.receive(GRANT_7, 100.81)
-        self.assertIsInstance(err, baton.Unconfirmed)
+        c.tick(100.55)  # the heartbeat is due (a quarter lease after the reply, minus the RTT correction)
+        self.assertTrue(any(isinstance(a, Send) for a in c.take()), "no heartbeat sent")
+        c.feed(link, GRANT_7, 100.81)
+        self.assertIsInstance(c.cause, baton.Unconfirmed)
 
     def test_max_hold_deadline(self) -> None:
-        c = Core("jobs", "a:1", lease=10.0, max_hold=0.5)
-        c.sent_acquire(0.0)
-        c.receive(GRANT_7, 0.1)
+        c = Claim("jobs", "a:1", 10000, max_hold=0.5)
+        c.start(b"", 0.0)
+        c.feed(c.first, GRANT_7, 0.1)
         self.assertEqual(c.valid_until(), 0.6)
         self.assertIsInstance(c.overdue(0.6), baton.MaxHoldReached)
 

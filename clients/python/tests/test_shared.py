@@ -59,8 +59,9 @@ class TestVersion2Vectors(unittest.TestCase):
         self.assertEqual(kinds, {"ACQUIRE", "ERROR"})
 
     def test_claims_send_the_vectors(self) -> None:
-        """A shared claim of the client sends the vector's bytes; an exclusive
-        one stays the version 1 frame."""
+        """Without version 3 (resume off, or a server older than it), a
+        shared claim of the client sends the vector's bytes; an exclusive one
+        stays the version 1 frame."""
         for f in self.v["frames"]:
             if f["type"] != "ACQUIRE":
                 continue
@@ -68,12 +69,13 @@ class TestVersion2Vectors(unittest.TestCase):
             with self.subTest(f["what"]):
                 c = baton.Client(["127.0.0.1:1"], lease=fields["lease_ms"] / 1000.0, owner=fields["owner"])
                 if fields["shared"]:
-                    (_, frame, _, _), kind = c._prepare(fields["name"], fields["nowait"], None, None, None,
-                                                        limit=fields["limit"])
-                    self.assertEqual(frame.hex(), f["hex"])
+                    (_, frames, _, _), kind = c._prepare(fields["name"], fields["nowait"], None, None, None,
+                                                         limit=fields["limit"])
+                    self.assertEqual(frames.legacy.hex(), f["hex"])
                     self.assertEqual(kind, (True, fields["limit"]))
                 else:
-                    (_, frame, _, _), kind = c._prepare(fields["name"], fields["nowait"], None, None, None)
+                    (_, frames, _, _), kind = c._prepare(fields["name"], fields["nowait"], None, None, None)
+                    frame = frames.legacy
                     self.assertEqual(frame, wire.encode_acquire(fields["name"], fields["lease_ms"], fields["owner"],
                                                                 fields["nowait"]))
                     self.assertEqual(frame[3], wire.VERSION)
@@ -107,9 +109,11 @@ class TestKind(unittest.TestCase):
         for kw, want in [({}, (False, None)), ({"limit": 3}, (True, 3)), ({"shared": True}, (True, baton.READER_LIMIT)),
                          ({"shared": True, "limit": 4}, (True, 4)), ({"limit": 1}, (True, 1))]:
             with self.subTest(kw):
-                (_, frame, _, _), kind = c._prepare("jobs", False, None, None, None, **kw)
+                (_, frames, _, _), kind = c._prepare("jobs", False, None, None, None, **kw)
                 self.assertEqual(kind, want)
-                self.assertEqual(frame[3], wire.VERSION_2 if want[0] else wire.VERSION)
+                self.assertEqual(frames.legacy[3], wire.VERSION_2 if want[0] else wire.VERSION)
+                assert frames.v3 is not None
+                self.assertEqual((frames.v3[3], bool(frames.v3[4] & wire.FLAG_SHARED)), (wire.VERSION_3, want[0]))
 
     def test_refused(self) -> None:
         c = baton.Client(["127.0.0.1:1"])
