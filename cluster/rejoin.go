@@ -60,8 +60,9 @@ func decideJoin(cfg Config, log *slog.Logger, dial func(raft.ServerAddress, time
 			rpc.Respond(nil, errJoinUndecided)
 		}
 	}()
-	var lastLog time.Time
+	var lastLog, lastAsked time.Time
 	for {
+		lastAsked = time.Now()
 		var unreachable []string
 		for _, a := range addrs {
 			r, err := askHello(dial, a, cfg.NodeID)
@@ -95,10 +96,23 @@ func decideJoin(cfg Config, log *slog.Logger, dial func(raft.ServerAddress, time
 				} else {
 					rpc.Respond(nil, errJoinUndecided)
 				}
-				// A new sender is asked at once: a leader that has just
-				// added this node waits for it.
-				if a := rpcSender(rpc); a != "" && a != cfg.RaftAddr && !slices.Contains(addrs, a) && len(addrs) < maxAsked {
-					addrs = append(addrs, a)
+				// The sender is asked at once, first: a leader that has
+				// just added this node counts it in its quorum, and steps
+				// down after one leader lease timeout (200 ms) without
+				// its answer; with a member down, no leader can then be
+				// elected without this node, which waits for a leader.
+				a := rpcSender(rpc)
+				if a == "" || a == cfg.RaftAddr {
+					continue
+				}
+				if i := slices.Index(addrs, a); i >= 0 {
+					addrs = slices.Insert(slices.Delete(addrs, i, i+1), 0, a)
+				} else if len(addrs) < maxAsked {
+					addrs = slices.Insert(addrs, 0, a)
+				} else {
+					continue
+				}
+				if time.Since(lastAsked) >= askAgainAfter {
 					break wait
 				}
 			}
@@ -113,6 +127,11 @@ const (
 	maxAsked = 16
 	maxHeld  = 64
 )
+
+// askAgainAfter spaces the rounds of questions that RPCs start: a sender
+// has one or two in flight, and a flood of RPCs must not become a flood
+// of questions.
+const askAgainAfter = 20 * time.Millisecond
 
 // rpcSender is the Raft address an RPC names as its sender's, "" if none.
 func rpcSender(rpc raft.RPC) string {

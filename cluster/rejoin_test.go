@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -354,4 +355,64 @@ func TestStoredMarkOfNodeThatNeverVoted(t *testing.T) {
 	if _, err := checkDataDir(cfg, dir, bolt, bolt, snaps); err != nil {
 		t.Fatalf("restart of a node that never voted: %v", err)
 	}
+}
+
+// TestJoinWithAMemberDown: a node added with -join while one of three
+// founders is down makes a quorum of three of four at once, so the leader
+// needs the new node's answer within one leader lease timeout or it steps
+// down, and then no leader can be elected without the new node, which
+// waits for a leader to say it never held the log: the cluster would stay
+// leaderless until the founder came back. On plain TCP the new node's
+// questions before it is added go unanswered (it is no member yet), so it
+// must ask again the moment the leader's first message reaches it. Every
+// node has an IP of its own, as on separate hosts, and the test timers (a
+// leader lease timeout of 150 ms) make the race tight.
+func TestJoinWithAMemberDown(t *testing.T) {
+	c := newDiskCluster(t)
+	ids := []string{"n1", "n2", "n3", "n4"}
+	for i, a := range loopbackAddrs(t, len(ids)) {
+		_, port, _ := net.SplitHostPort(a)
+		dir, err := os.MkdirTemp(c.base, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.addrs[ids[i]], c.dirs[ids[i]] = net.JoinHostPort(loopbackSource(t, 30+i).String(), port), dir
+	}
+	open := func(id string, peers []Peer, join bool) *Node {
+		cfg := testConfig(id)
+		cfg.RaftAddr, cfg.DataDir, cfg.Peers, cfg.Join = c.addrs[id], c.dirs[id], peers, join
+		cfg.Addr, cfg.OpsAddr = "127.0.0.1:1", "127.0.0.1:2"
+		n, err := Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("open %s: %v", id, err)
+		}
+		n.Start(&nullServer{})
+		c.nodes[id] = n
+		return n
+	}
+	founders := c.peers("n1", "n2", "n3")
+	for _, p := range founders {
+		open(p.ID, founders, false)
+	}
+	lid, l := c.leading()
+	batontest.Eventually(t, settle, func() bool { return len(l.fsm.get().Joined) == 3 }, "founders not recorded as holding the log")
+	var up []string
+	down := ""
+	for _, p := range founders {
+		if p.ID != lid && down == "" {
+			down = p.ID
+			c.stop(down) // one founder down
+			continue
+		}
+		up = append(up, p.ID)
+	}
+	open("n4", c.peers(up...), true)
+	st := l.transport.(*leaseTransport).Transport.(*raftTransport).stream
+	batontest.Eventually(t, settle, func() bool { return st.refused[refusedQuestion].Load() > 0 },
+		"n4's question before it was added was answered: the race is not set up")
+	if err := l.AddMember("n4", c.addrs["n4"]); err != nil {
+		t.Fatalf("add n4 with a founder down: %v (the leader lost its quorum waiting for n4)", err)
+	}
+	batontest.Eventually(t, settle, func() bool { return slices.Contains(l.fsm.get().Joined, "n4") && l.Leading() },
+		"n4 not recorded as holding the log under a serving leader")
 }
