@@ -232,6 +232,22 @@ func (c *Cluster) Ready(ctx context.Context, nd *Node) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// Member reports whether nd's /readyz?member is 200: it leads, or it is
+// a voter that follows a leader it knows (what a rolling restart waits
+// for before it stops the next node).
+func (c *Cluster) Member(ctx context.Context, nd *Node) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nd.OpsAddr+"/readyz?member", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // Leader polls /readyz on every running node until one is 200, at most
 // within.
 func (c *Cluster) Leader(ctx context.Context, within time.Duration) (*Node, error) {
