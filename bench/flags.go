@@ -44,6 +44,7 @@ type options struct {
 
 	failovers    int      // faults of each kind in the failover scenario
 	rolling      rollingSizes
+	scaleVersion int // the protocol version of the scale scenario's sessions
 	clusterFlags []string // extra flags of every cluster node
 }
 
@@ -81,6 +82,7 @@ func defineFlags(fs *flag.FlagSet, o *options) listFlags {
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.IntVar(&o.scaleVersion, "scale-version", 1, "protocol version (1, 2 or 3) of the scale scenario's sessions, all exclusive claims: version 3 sessions get a credential and a ticket, the resume state the server keeps")
 	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")
 	fs.IntVar(&o.rolling.names, "rolling-names", 0, "names of the rolling scenario, each with a holder that holds through every step (default 100; 3 with -smoke)")
 	fs.IntVar(&o.rolling.waiters, "rolling-waiters", 0, "waiters queued on each of the rolling scenario's names (default 10; 2 with -smoke)")
@@ -174,6 +176,10 @@ func (o *options) setSizes(stderr io.Writer) error {
 		return fmt.Errorf("bad failovers")
 	}
 	defaultTo(&o.failovers, o.smoke, 100, 2)
+	if o.scaleVersion < 1 || o.scaleVersion > 3 {
+		fmt.Fprintf(stderr, "bench: -scale-version %d: want 1, 2 or 3\n", o.scaleVersion)
+		return fmt.Errorf("bad scale version")
+	}
 	if o.rolling.names < 0 || o.rolling.waiters < 0 || o.rolling.lease <= 0 {
 		fmt.Fprintf(stderr, "bench: -rolling-names %d and -rolling-waiters %d must not be negative, -rolling-lease %v must be positive\n", o.rolling.names, o.rolling.waiters, o.rolling.lease)
 		return fmt.Errorf("bad rolling sizes")
