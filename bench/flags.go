@@ -42,9 +42,9 @@ type options struct {
 	normalClose bool // the claims and hot-lock roles'
 	serverPID   int  // the hot-lock role's: the server whose CPU it reads
 
-	failovers    int      // faults of each kind in the failover scenario
+	failovers    int // faults of each kind in the failover scenario
 	rolling      rollingSizes
-	scaleVersion int // the protocol version of the scale scenario's sessions
+	scaleVersion int      // the protocol version of the scale scenario's sessions
 	clusterFlags []string // extra flags of every cluster node
 }
 

@@ -78,18 +78,18 @@ func RaiseNoFile() (uint64, error) {
 }
 
 type generator struct {
-	cfg        Config
-	heartbeats atomic.Int64
-	lost       atomic.Int64
-	promotions atomic.Int64
+	cfg         Config
+	heartbeats  atomic.Int64
+	lost        atomic.Int64
+	promotions  atomic.Int64
 	credentials atomic.Int64
-	lastLoss   atomic.Value
-	mu         sync.Mutex
-	rtts       []time.Duration
-	conns      sync.Map // *rawwire.Conn -> struct{}
-	wg         sync.WaitGroup
-	stopping   atomic.Bool
-	stop       chan struct{} // closed by closeAll: beats end their sleep
+	lastLoss    atomic.Value
+	mu          sync.Mutex
+	rtts        []time.Duration
+	conns       sync.Map // *rawwire.Conn -> struct{}
+	wg          sync.WaitGroup
+	stopping    atomic.Bool
+	stop        chan struct{} // closed by closeAll: beats end their sleep
 }
 
 // maxRTTSamples bounds the memory of one stats window.

@@ -32,7 +32,7 @@ type Conn struct {
 	net.Conn
 	buf  [wire.MaxFrame]byte // for writes
 	rbuf [wire.MaxFrame]byte
-	r, w int // unread bytes are rbuf[r:w]
+	r, w int  // unread bytes are rbuf[r:w]
 	v3   bool // the session began with a version 3 ACQUIRE: its frames may carry credentials
 }
 

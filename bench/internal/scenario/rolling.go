@@ -109,9 +109,9 @@ type RollingResult struct {
 	// MovesAfter counts moves reported after the last step was over (a
 	// waiter's move ends when its resume is answered, which may be its
 	// grant).
-	MovesAfter  int           `json:"moves_after_steps"`
-	ProbeErrors int           `json:"probe_errors"`
-	Problems    []string      `json:"problems,omitempty"` // the first few, for a look
+	MovesAfter  int      `json:"moves_after_steps"`
+	ProbeErrors int      `json:"probe_errors"`
+	Problems    []string `json:"problems,omitempty"` // the first few, for a look
 }
 
 // belief is one grant as its client saw it.

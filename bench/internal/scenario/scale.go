@@ -40,7 +40,7 @@ type ScaleResult struct {
 	Version     int `json:"version,omitempty"`
 	Credentials int `json:"credentials,omitempty"`
 	Opened      int `json:"opened"`
-	Failed   int `json:"failed"`
+	Failed      int `json:"failed"`
 	// Live is the server's baton_sessions when memory was sampled, at
 	// the start of the window; LiveEnd at its end.
 	Live    int `json:"live"`
