@@ -45,6 +45,7 @@ type options struct {
 	failovers    int // faults of each kind in the failover scenario
 	rolling      rollingSizes
 	scaleVersion int      // the protocol version of the scale scenario's sessions
+	batonTags    string   // build tags of the server measured
 	clusterFlags []string // extra flags of every cluster node
 }
 
@@ -82,6 +83,7 @@ func defineFlags(fs *flag.FlagSet, o *options) listFlags {
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.StringVar(&o.batonTags, "baton-tags", "", "build `tags` of the baton binary measured; faultinject lets the BATON_TEST_* variables of cluster/mutations_faultinject.go break the server on purpose, to see a scenario's checks fail")
 	fs.IntVar(&o.scaleVersion, "scale-version", 1, "protocol version (1, 2 or 3) of the scale scenario's sessions, all exclusive claims: version 3 sessions get a credential and a ticket, the resume state the server keeps")
 	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")
 	fs.IntVar(&o.rolling.names, "rolling-names", 0, "names of the rolling scenario, each with a holder that holds through every step (default 100; 3 with -smoke)")
