@@ -38,7 +38,11 @@ func (rollingScenario) Run(ctx context.Context, r *runner) {
 
 // runRolling runs the rolling scenario on a fresh cluster.
 func runRolling(ctx context.Context, o *options, bin, tmp string, cr *scenario.ClusterResult, logf func(string, ...any)) error {
-	cl, err := batonsys.StartCluster(ctx, bin, tmp, clusterNodes, o.clusterFlags...)
+	// Every client dials from 127.0.0.1, standing for many hosts: the
+	// nodes take more connections from one address than the default
+	// 1,024 (a claim on the move has two for a moment).
+	flags := append([]string{"-max-conns-per-ip", "4096"}, o.clusterFlags...)
+	cl, err := batonsys.StartCluster(ctx, bin, tmp, clusterNodes, flags...)
 	if err != nil {
 		return err
 	}
@@ -52,12 +56,12 @@ func runRolling(ctx context.Context, o *options, bin, tmp string, cr *scenario.C
 	rr, err := scenario.Rolling(ctx, cl, cfg)
 	cr.Rolling = &rr
 	for i, st := range rr.Steps {
-		logf("  step %d (%s %s): first grant %s, longest gap %s; %d holder and %d waiter moves, longest %s; longest unconfirmed %s; %d lost",
+		logf("  step %d (%s %s): first grant %s, longest gap %s; %d holder and %d waiter moves, longest %s; longest unconfirmed %s; %d holders lost, %d places lost; one name waited %s at most",
 			i+1, st.Kind, st.Node, report.Dur(st.FirstGrant), report.Dur(st.LongestGap), st.HolderMoves, st.WaiterMoves,
-			report.Dur(st.LongestMove), report.Dur(st.MostUnconfirmed), st.Lost)
+			report.Dur(st.LongestMove), report.Dur(st.MostUnconfirmed), st.Lost, st.PlacesLost, report.Dur(st.NameGap))
 	}
-	logf("  %d grants checked: %d holders lost, %d waiters failed, %d overlaps, %d tokens not rising, %d names out of order; waiters drained in %s",
-		rr.Grants, rr.HoldersLost, rr.WaitersFailed, rr.Overlaps, rr.TokensFell, rr.OutOfOrder, report.Dur(rr.Drain))
+	logf("  %d grants checked: %d holders lost, %d waiters failed, %d places lost, %d overlaps, %d tokens not rising, %d names out of order; waiters drained in %s",
+		rr.Grants, rr.HoldersLost, rr.WaitersFailed, rr.PlacesLost, rr.Overlaps, rr.TokensFell, rr.OutOfOrder, report.Dur(rr.Drain))
 	if err != nil {
 		for _, nd := range cl.Nodes {
 			logf("  %s's log, the end: %s", nd.ID, tailOf(nd.Log(), 1500))
