@@ -88,7 +88,7 @@ func defineFlags(fs *flag.FlagSet, o *options) listFlags {
 	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")
 	fs.IntVar(&o.rolling.names, "rolling-names", 0, "names of the rolling scenario, each with a holder that holds through every step (default 100; 3 with -smoke)")
 	fs.IntVar(&o.rolling.waiters, "rolling-waiters", 0, "waiters queued on each of the rolling scenario's names (default 10; 2 with -smoke)")
-	fs.DurationVar(&o.rolling.lease, "rolling-lease", 10*time.Second, "every session's lease in the rolling scenario")
+	fs.DurationVar(&o.rolling.lease, "rolling-lease", 0, "every session's lease in the rolling scenario (default 10s; 4s with -smoke)")
 	rollingSteps := fs.String("rolling-steps", "", "the rolling scenario's steps, comma-separated: follower (SIGTERM of a follower not restarted yet), leader (SIGTERM of the leader), crash (kill -9 of the leader) (default follower,follower,leader,crash; follower,follower,leader with -smoke)")
 	clusterFlags := fs.String("cluster-flags", "", "extra `flags` for every node of the cluster scenarios, space-separated (e.g. '-raft-heartbeat-timeout=300ms -raft-election-timeout=300ms')")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
@@ -182,12 +182,13 @@ func (o *options) setSizes(stderr io.Writer) error {
 		fmt.Fprintf(stderr, "bench: -scale-version %d: want 1, 2 or 3\n", o.scaleVersion)
 		return fmt.Errorf("bad scale version")
 	}
-	if o.rolling.names < 0 || o.rolling.waiters < 0 || o.rolling.lease <= 0 {
-		fmt.Fprintf(stderr, "bench: -rolling-names %d and -rolling-waiters %d must not be negative, -rolling-lease %v must be positive\n", o.rolling.names, o.rolling.waiters, o.rolling.lease)
+	if o.rolling.names < 0 || o.rolling.waiters < 0 || o.rolling.lease < 0 {
+		fmt.Fprintf(stderr, "bench: -rolling-names %d and -rolling-waiters %d must not be negative, -rolling-lease %v must not be negative\n", o.rolling.names, o.rolling.waiters, o.rolling.lease)
 		return fmt.Errorf("bad rolling sizes")
 	}
 	defaultTo(&o.rolling.names, o.smoke, 100, 3)
 	defaultTo(&o.rolling.waiters, o.smoke, 10, 2)
+	defaultTo(&o.rolling.lease, o.smoke, 10*time.Second, 4*time.Second)
 	if o.floorSess < 0 || o.floorSess == 1 {
 		fmt.Fprintf(stderr, "bench: -floor-sessions %d: want 2 or more\n", o.floorSess)
 		return fmt.Errorf("bad floor sessions")

@@ -113,6 +113,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("stdout lacks the handover table:\n%s", stdout.String())
 	}
 	checkClusterSmoke(t, &r, stdout.String())
+	checkRollingSmoke(t, &r, stdout.String())
 }
 
 func TestFlags(t *testing.T) {
