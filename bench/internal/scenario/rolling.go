@@ -120,9 +120,12 @@ type RollingResult struct {
 	// MovesAfter counts moves reported after the last step was over (a
 	// waiter's move ends when its resume is answered, which may be its
 	// grant).
-	MovesAfter  int      `json:"moves_after_steps"`
-	ProbeErrors int      `json:"probe_errors"`
-	Problems    []string `json:"problems,omitempty"` // the first few, for a look
+	MovesAfter int `json:"moves_after_steps"`
+	// SteadyUnconfirmed is MostUnconfirmed over the samples outside every
+	// step: a heartbeat interval (lease / 4) and its round trip.
+	SteadyUnconfirmed time.Duration `json:"steady_unconfirmed_ns"`
+	ProbeErrors       int           `json:"probe_errors"`
+	Problems          []string      `json:"problems,omitempty"` // the first few, for a look
 }
 
 // belief is one grant as its client saw it.
@@ -621,6 +624,17 @@ func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res 
 	}
 
 	// What each step saw.
+	for _, sm := range samples {
+		inStep := false
+		for _, w := range windows {
+			if !sm.at.Before(w[0]) && sm.at.Before(w[1]) {
+				inStep = true
+			}
+		}
+		if !inStep {
+			res.SteadyUnconfirmed = max(res.SteadyUnconfirmed, sm.unconfirmed)
+		}
+	}
 	if len(windows) > 0 {
 		end := windows[len(windows)-1][1]
 		for _, p := range append(append(slices.Clone(holders), probes...), flatten(waiters)...) {
