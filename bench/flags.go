@@ -44,9 +44,12 @@ type options struct {
 
 	failovers    int // faults of each kind in the failover scenario
 	rolling      rollingSizes
-	scaleVersion int      // the protocol version of the scale scenario's sessions
-	batonTags    string   // build tags of the server measured
-	clusterFlags []string // extra flags of every cluster node
+	scaleVersion int    // the protocol version of the scale scenario's sessions
+	batonTags    string // build tags of the server measured
+	// clusterResume: the cluster scenario's Go clients speak version 3
+	// (false: version 1, as before it).
+	clusterResume bool
+	clusterFlags  []string // extra flags of every cluster node
 }
 
 // listFlags are the flags that parseFlags reads as lists.
@@ -83,6 +86,7 @@ func defineFlags(fs *flag.FlagSet, o *options) listFlags {
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.BoolVar(&o.clusterResume, "cluster-resume", true, "the cluster scenario's Go clients claim in protocol version 3 (false: WithResume(false), version 1 as before it): what a claim that can move costs the grant path")
 	fs.StringVar(&o.batonTags, "baton-tags", "", "build `tags` of the baton binary measured; faultinject lets the BATON_TEST_* variables of cluster/mutations_faultinject.go break the server on purpose, to see a scenario's checks fail")
 	fs.IntVar(&o.scaleVersion, "scale-version", 1, "protocol version (1, 2 or 3) of the scale scenario's sessions, all exclusive claims: version 3 sessions get a credential and a ticket, the resume state the server keeps")
 	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")

@@ -381,7 +381,11 @@ type ClusterSystem struct {
 	leader *Node
 	bin    string
 	lease  time.Duration
+	opts   []baton.Option
 }
+
+// AddOptions gives every client made from now on opts too.
+func (s *ClusterSystem) AddOptions(opts ...baton.Option) { s.opts = append(s.opts, opts...) }
 
 // NewClusterSystem measures c, whose current leader is leader, with clients
 // holding leases of lease.
@@ -417,7 +421,7 @@ func (s *ClusterSystem) SetLeader(leader *Node) { s.leader = leader }
 
 // NewClient implements system.System.
 func (s *ClusterSystem) NewClient(_ context.Context, id int) (system.Client, error) {
-	c, err := baton.New(s.Addrs(), baton.WithLease(s.lease), baton.WithOwner(fmt.Sprintf("bench-cluster-%d", id)))
+	c, err := baton.New(s.Addrs(), append([]baton.Option{baton.WithLease(s.lease), baton.WithOwner(fmt.Sprintf("bench-cluster-%d", id))}, s.opts...)...)
 	if err != nil {
 		return nil, err
 	}
