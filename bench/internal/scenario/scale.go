@@ -94,7 +94,9 @@ func (r ScaleResult) ScheduledBeatsPerSession() float64 {
 // Scale runs one step of the scale scenario against a fresh Baton server.
 func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	res := ScaleResult{Sessions: cfg.Sessions, ShortLease: cfg.ShortLease, LongLease: cfg.LongLease}
-	srv, err := batonsys.StartServer(ctx, cfg.BatonBin, cfg.Dir)
+	// The load generator stands for many client hosts, a few thousand
+	// sessions from each of its source addresses: no cap per address.
+	srv, err := batonsys.StartServer(ctx, cfg.BatonBin, cfg.Dir, "-max-conns-per-ip", "0")
 	if err != nil {
 		return res, err
 	}
