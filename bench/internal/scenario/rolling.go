@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -452,6 +453,7 @@ func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res 
 
 	// The steps.
 	restarted := map[*batonsys.Node]bool{}
+	var stoppedLogs []string // each step's stopped node's log, its last life
 	var windows [][2]time.Time
 	for i, kind := range cfg.Steps {
 		leader, err := cl.WaitHealthy(ctx, time.Minute)
@@ -488,6 +490,7 @@ func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res 
 			cl.Start(ctx, nd)
 			return res, fmt.Errorf("step %d (%s of %s): %w", i+1, kind, nd.ID, err)
 		}
+		lastWords := nd.Log() // its log goes with the restart
 		if err := cl.Start(ctx, nd); err != nil {
 			return res, fmt.Errorf("step %d: starting %s again: %w", i+1, nd.ID, err)
 		}
@@ -547,6 +550,7 @@ func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res 
 		}
 		res.Steps = append(res.Steps, st)
 		windows = append(windows, [2]time.Time{start, time.Now()})
+		stoppedLogs = append(stoppedLogs, lastWords)
 		logf("  step %d: %s %s: stopped in %v, following again after %v, cluster healthy after %v (leader %s), no claim pending after %v",
 			i+1, kind, nd.ID, st.Stopped.Round(time.Millisecond), st.Member.Round(time.Millisecond), st.Healthy.Round(time.Millisecond), newLeader.ID,
 			st.ClaimsBack.Round(time.Millisecond))
@@ -681,6 +685,9 @@ func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res 
 			}
 			w.mu.Unlock()
 		}
+		if st.Lost > 0 || st.PlacesLost > 0 {
+			logf("  step %d lost %d claims and %d places; the log of %s's life it ended, the end:\n%s", i+1, st.Lost, st.PlacesLost, st.Node, lastLines(stoppedLogs[i], 40))
+		}
 		for _, s := range samples {
 			if in(s.at) {
 				st.MostUnconfirmed = max(st.MostUnconfirmed, s.unconfirmed)
@@ -784,4 +791,10 @@ func pause(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
