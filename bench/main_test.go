@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	code := run(ctx, []string{"-smoke", "-out", out, "-duration", "300ms", "-scale-sessions", "40"}, strings.NewReader(""), &stdout, &stderr)
 	if code != 0 {
