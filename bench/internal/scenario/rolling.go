@@ -509,7 +509,7 @@ func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res 
 		}
 		st.Healthy = time.Since(start)
 		// Then until the new leader counts no claim of a planned
-		// handover's list as pending (operations.md's rolling upgrade,
+		// handover's list as pending (docs/operations.md's rolling upgrade,
 		// step 4): every listed claim is back, or its time is up. Waiters
 		// spread their return over up to lease / 8.
 		for {
