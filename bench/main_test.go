@@ -125,6 +125,11 @@ func TestFlags(t *testing.T) {
 		{"-floor-sessions", "1"},
 		{"-semaphore-rounds", "-1"},
 		{"-dflockd", "/nonexistent/dflockd"},
+		{"-rolling-steps", "follower,reboot"},
+		{"-rolling-steps", "follower,follower,follower"}, // a 3-node cluster has 2 followers
+		{"-rolling-names", "-1"},
+		{"-rolling-lease", "-1s"},
+		{"-scale-version", "4"},
 		{"extra"},
 	} {
 		var stderr strings.Builder
