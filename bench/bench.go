@@ -102,7 +102,7 @@ func newRunner(ctx context.Context, o *options, stderr io.Writer) (*runner, erro
 	}
 	r.logf("building %s/cmd/baton", o.repo)
 	if !o.profile {
-		r.bin, err = batonsys.Build(ctx, o.repo, r.tmp)
+		r.bin, err = batonsys.Build(ctx, o.repo, r.tmp, o.batonTags)
 		return r, err
 	}
 	// The servers write their profiles here (package profsig); the

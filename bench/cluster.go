@@ -10,6 +10,7 @@ import (
 	"github.com/batonlock/baton/bench/internal/report"
 	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/system"
+	baton "github.com/batonlock/baton/clients/go"
 )
 
 // clusterNodes is the size of the cluster the bench measures: the
@@ -99,6 +100,10 @@ func compareCluster(ctx context.Context, o *options, bin, tmp string, cr *scenar
 	// The same lease as the standalone rows of the handover table.
 	sa := batonsys.NewSystem(srv, bin, 10*time.Second)
 	cs := batonsys.NewClusterSystem(cl, leader, bin, 10*time.Second)
+	if !o.clusterResume {
+		sa.AddOptions(baton.WithResume(false))
+		cs.AddOptions(baton.WithResume(false))
+	}
 	systems := []system.System{sa, cs}
 	cfgs := []scenario.HandoverConfig{
 		{Waiters: 8, Duration: o.duration},

@@ -84,3 +84,36 @@ func TestClusterFlags(t *testing.T) {
 		}
 	}
 }
+
+// checkRollingSmoke checks the rolling scenario of a smoke run: every
+// step measured, every claim kept through the planned steps, and the
+// checks over every grant clean.
+func checkRollingSmoke(t *testing.T, r *report.Results, md string) {
+	t.Helper()
+	if r.Cluster == nil || r.Cluster.Rolling == nil {
+		t.Fatal("no rolling results")
+	}
+	rr := r.Cluster.Rolling
+	if len(rr.Steps) != 3 {
+		t.Fatalf("rolling: %d steps, want 3 (two followers, then the leader): %+v", len(rr.Steps), rr.Steps)
+	}
+	for i, st := range rr.Steps {
+		if st.Member <= 0 || st.Healthy < st.Member || st.ClaimsBack < st.Healthy || st.FirstGrant <= 0 {
+			t.Errorf("rolling step %d without its times: %+v", i+1, st)
+		}
+		if st.Lost != 0 || st.PlacesLost != 0 {
+			t.Errorf("rolling step %d (%s): %d holders and %d waiters' places lost", i+1, st.Kind, st.Lost, st.PlacesLost)
+		}
+	}
+	// SIGTERM of the leader: every holder of a held name moves.
+	if st := rr.Steps[2]; st.Kind != scenario.StepLeader || st.HolderMoves < rr.Names || st.Resumes < float64(rr.Names) {
+		t.Errorf("the leader's step: %d holder moves and %v resumes, want at least %d: %+v", st.HolderMoves, st.Resumes, rr.Names, st)
+	}
+	if want := rr.Names * (1 + rr.Waiters); rr.Grants < want || rr.HoldersLost != 0 || rr.Overlaps != 0 || rr.TokensFell != 0 || rr.OutOfOrder != 0 || rr.WaitersFailed != 0 {
+		t.Errorf("rolling: %d grants (want %d or more), %d lost, %d overlaps, %d tokens not rising, %d out of order, %d failed: %v",
+			rr.Grants, want, rr.HoldersLost, rr.Overlaps, rr.TokensFell, rr.OutOfOrder, rr.WaitersFailed, rr.Problems)
+	}
+	if !strings.Contains(md, "### Replicated mode: a rolling restart under held claims") || !strings.Contains(md, "| 3. SIGTERM of the leader |") {
+		t.Errorf("markdown lacks the rolling table")
+	}
+}

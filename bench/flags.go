@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/bench/internal/peers"
+	"github.com/batonlock/baton/bench/internal/scenario"
 )
 
 type options struct {
@@ -41,12 +42,18 @@ type options struct {
 	normalClose bool // the claims and hot-lock roles'
 	serverPID   int  // the hot-lock role's: the server whose CPU it reads
 
-	failovers    int      // faults of each kind in the failover scenario
-	clusterFlags []string // extra flags of every cluster node
+	failovers    int // faults of each kind in the failover scenario
+	rolling      rollingSizes
+	scaleVersion int    // the protocol version of the scale scenario's sessions
+	batonTags    string // build tags of the server measured
+	// clusterResume: the cluster scenario's Go clients speak version 3
+	// (false: version 1, as before it).
+	clusterResume bool
+	clusterFlags  []string // extra flags of every cluster node
 }
 
 // listFlags are the flags that parseFlags reads as lists.
-type listFlags struct{ scenarios, systems, scale, clusterFlags *string }
+type listFlags struct{ scenarios, systems, scale, clusterFlags, rollingSteps *string }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -79,7 +86,14 @@ func defineFlags(fs *flag.FlagSet, o *options) listFlags {
 	fs.DurationVar(&o.duration, "duration", 0, "measured window of each handover and cycles run (default 5s, 1s with -smoke)")
 	scale := fs.String("scale-sessions", "", "comma-separated session counts of the scale scenario (default 10000,18000; 200 with -smoke)")
 	fs.StringVar(&o.repo, "repo", "..", "the Baton repository, whose ./cmd/baton is built and measured")
+	fs.BoolVar(&o.clusterResume, "cluster-resume", true, "the cluster scenario's Go clients claim in protocol version 3 (false: WithResume(false), version 1 as before it): what a claim that can move costs the grant path")
+	fs.StringVar(&o.batonTags, "baton-tags", "", "build `tags` of the baton binary measured; faultinject lets the BATON_TEST_* variables of cluster/mutations_faultinject.go break the server on purpose, to see a scenario's checks fail")
+	fs.IntVar(&o.scaleVersion, "scale-version", 1, "protocol version (1, 2 or 3) of the scale scenario's sessions, all exclusive claims: version 3 sessions get a credential and a ticket, the resume state the server keeps")
 	fs.IntVar(&o.failovers, "failovers", 0, "kill -9s of the leader in the failover scenario, and as many SIGTERMs (default 100, 2 with -smoke)")
+	fs.IntVar(&o.rolling.names, "rolling-names", 0, "names of the rolling scenario, each with a holder that holds through every step (default 100; 3 with -smoke)")
+	fs.IntVar(&o.rolling.waiters, "rolling-waiters", 0, "waiters queued on each of the rolling scenario's names (default 10; 2 with -smoke)")
+	fs.DurationVar(&o.rolling.lease, "rolling-lease", 0, "every session's lease in the rolling scenario (default 10s; 4s with -smoke)")
+	rollingSteps := fs.String("rolling-steps", "", "the rolling scenario's steps, comma-separated: follower (SIGTERM of a follower not restarted yet), leader (SIGTERM of the leader), crash (kill -9 of the leader) (default follower,follower,leader,crash; follower,follower,leader with -smoke)")
 	clusterFlags := fs.String("cluster-flags", "", "extra `flags` for every node of the cluster scenarios, space-separated (e.g. '-raft-heartbeat-timeout=300ms -raft-election-timeout=300ms')")
 	fs.StringVar(&o.doc, "doc", "", "markdown file whose generated results section is replaced by this run's tables (default ../docs/benchmarks.md for a full run, none with -smoke or -out)")
 
@@ -101,7 +115,7 @@ func defineFlags(fs *flag.FlagSet, o *options) listFlags {
 	fs.IntVar(&o.workers, "workers", 16, "internal: the claims role's workers, the hot-lock role's contenders")
 	fs.BoolVar(&o.normalClose, "normal-close", false, "internal: the claims and hot-lock roles' clients close normally instead of with a reset")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "internal: the hot-lock role's server, whose CPU time it reads over its window")
-	return listFlags{scen, syss, scale, clusterFlags}
+	return listFlags{scen, syss, scale, clusterFlags, rollingSteps}
 }
 
 // setLists reads the list flags into o.
@@ -126,6 +140,21 @@ func (o *options) setLists(l listFlags, stderr io.Writer) error {
 		o.systems[s] = true
 	}
 	o.clusterFlags = strings.Fields(*l.clusterFlags)
+	for _, s := range split(*l.rollingSteps) {
+		if !contains([]string{scenario.StepFollower, scenario.StepLeader, scenario.StepCrash}, s) {
+			fmt.Fprintf(stderr, "bench: -rolling-steps: %q is not a step (want follower, leader or crash)\n", s)
+			return fmt.Errorf("bad rolling step")
+		}
+		o.rolling.steps = append(o.rolling.steps, s)
+	}
+	if n := countOf(o.rolling.steps, scenario.StepFollower); n > clusterNodes-1 {
+		fmt.Fprintf(stderr, "bench: -rolling-steps: %d follower steps, but a %d-node cluster has %d followers\n", n, clusterNodes, clusterNodes-1)
+		return fmt.Errorf("bad rolling steps")
+	}
+	if len(o.rolling.steps) == 0 {
+		o.rolling.steps = pick(o.smoke, []string{scenario.StepFollower, scenario.StepFollower, scenario.StepLeader, scenario.StepCrash},
+			[]string{scenario.StepFollower, scenario.StepFollower, scenario.StepLeader})
+	}
 	for _, s := range split(*l.scale) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 2 {
@@ -153,6 +182,17 @@ func (o *options) setSizes(stderr io.Writer) error {
 		return fmt.Errorf("bad failovers")
 	}
 	defaultTo(&o.failovers, o.smoke, 100, 2)
+	if o.scaleVersion < 1 || o.scaleVersion > 3 {
+		fmt.Fprintf(stderr, "bench: -scale-version %d: want 1, 2 or 3\n", o.scaleVersion)
+		return fmt.Errorf("bad scale version")
+	}
+	if o.rolling.names < 0 || o.rolling.waiters < 0 || o.rolling.lease < 0 {
+		fmt.Fprintf(stderr, "bench: -rolling-names %d and -rolling-waiters %d must not be negative, -rolling-lease %v must not be negative\n", o.rolling.names, o.rolling.waiters, o.rolling.lease)
+		return fmt.Errorf("bad rolling sizes")
+	}
+	defaultTo(&o.rolling.names, o.smoke, 100, 3)
+	defaultTo(&o.rolling.waiters, o.smoke, 10, 2)
+	defaultTo(&o.rolling.lease, o.smoke, 10*time.Second, 4*time.Second)
 	if o.floorSess < 0 || o.floorSess == 1 {
 		fmt.Fprintf(stderr, "bench: -floor-sessions %d: want 2 or more\n", o.floorSess)
 		return fmt.Errorf("bad floor sessions")
@@ -207,4 +247,14 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }

@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	code := run(ctx, []string{"-smoke", "-out", out, "-duration", "300ms", "-scale-sessions", "40"}, strings.NewReader(""), &stdout, &stderr)
 	if code != 0 {
@@ -113,6 +113,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("stdout lacks the handover table:\n%s", stdout.String())
 	}
 	checkClusterSmoke(t, &r, stdout.String())
+	checkRollingSmoke(t, &r, stdout.String())
 }
 
 func TestFlags(t *testing.T) {
@@ -124,6 +125,11 @@ func TestFlags(t *testing.T) {
 		{"-floor-sessions", "1"},
 		{"-semaphore-rounds", "-1"},
 		{"-dflockd", "/nonexistent/dflockd"},
+		{"-rolling-steps", "follower,reboot"},
+		{"-rolling-steps", "follower,follower,follower"}, // a 3-node cluster has 2 followers
+		{"-rolling-names", "-1"},
+		{"-rolling-lease", "-1s"},
+		{"-scale-version", "4"},
 		{"extra"},
 	} {
 		var stderr strings.Builder

@@ -96,7 +96,7 @@ func runLoad(ctx context.Context, o *options, stdin io.Reader, stdout, stderr io
 		return 2
 	}
 	err := loadgen.Run(ctx, loadgen.Config{Addr: o.addr, Sessions: o.sessions, ShortLease: o.shortLease,
-		LongLease: o.longLease, Sources: o.sources, DialPar: o.dialPar, Prefix: o.prefix}, stdin, stdout)
+		LongLease: o.longLease, Sources: o.sources, DialPar: o.dialPar, Prefix: o.prefix, Version: o.scaleVersion}, stdin, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench load: %v\n", err)
 		return 1

@@ -40,15 +40,18 @@ func (scaleScenario) Run(ctx context.Context, r *runner) {
 			Settle:   pick(r.o.smoke, 5*time.Second, 500*time.Millisecond),
 			Window:   pick(r.o.smoke, 10*time.Second, time.Second),
 			Probe:    pick(r.o.smoke, 3*time.Second, 500*time.Millisecond),
-			BatonBin: r.bin, Dir: r.tmp,
+			BatonBin: r.bin, Dir: r.tmp, Version: r.o.scaleVersion,
 			LoadGen: func(cfg loadgen.Config) (string, []string) { return r.exe, scenario.LoadGenArgs(cfg) },
 		})
 		if err != nil {
 			r.fail("scale with %d sessions: %v", n, err)
 			continue
 		}
-		r.logf("  %d opened; RSS/session %.0f B, heap/session %.0f B, stacks/session %.0f B; %.0f heartbeats/s at %s CPU each; %d lost; handover p50 %s p99 %s",
-			sc.Opened, sc.RSSPerSession, sc.HeapPerSession, sc.StackPerSession, sc.HeartbeatsPerSec,
+		if sc.Version == 3 && sc.Credentials < sc.Opened {
+			r.fail("scale with %d sessions of version 3: %d of %d opened got a credential", n, sc.Credentials, sc.Opened)
+		}
+		r.logf("  %d opened (version %d, %d with a credential); RSS/session %.0f B, heap/session %.0f B, stacks/session %.0f B; %.0f heartbeats/s at %s CPU each; %d lost; handover p50 %s p99 %s",
+			sc.Opened, sc.Version, sc.Credentials, sc.RSSPerSession, sc.HeapPerSession, sc.StackPerSession, sc.HeartbeatsPerSec,
 			report.Dur(sc.CPUPerHeartbeat), sc.Lost, report.Dur(sc.Handover.Latency.P50), report.Dur(sc.Handover.Latency.P99))
 		r.res.Scale = append(r.res.Scale, sc)
 	}

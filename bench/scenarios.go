@@ -30,6 +30,7 @@ var registry = []Scenario{
 	scaleScenario{},
 	clusterScenario{},
 	failoverScenario{},
+	rollingScenario{},
 }
 
 // scenarioNames are the names -scenario takes: the baseline's (which

@@ -232,6 +232,22 @@ func (c *Cluster) Ready(ctx context.Context, nd *Node) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// Member reports whether nd's /readyz?member is 200: it leads, or it is
+// a voter that follows a leader it knows (what a rolling restart waits
+// for before it stops the next node).
+func (c *Cluster) Member(ctx context.Context, nd *Node) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nd.OpsAddr+"/readyz?member", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // Leader polls /readyz on every running node until one is 200, at most
 // within.
 func (c *Cluster) Leader(ctx context.Context, within time.Duration) (*Node, error) {
@@ -365,7 +381,11 @@ type ClusterSystem struct {
 	leader *Node
 	bin    string
 	lease  time.Duration
+	opts   []baton.Option
 }
+
+// AddOptions gives every client made from now on opts too.
+func (s *ClusterSystem) AddOptions(opts ...baton.Option) { s.opts = append(s.opts, opts...) }
 
 // NewClusterSystem measures c, whose current leader is leader, with clients
 // holding leases of lease.
@@ -401,7 +421,7 @@ func (s *ClusterSystem) SetLeader(leader *Node) { s.leader = leader }
 
 // NewClient implements system.System.
 func (s *ClusterSystem) NewClient(_ context.Context, id int) (system.Client, error) {
-	c, err := baton.New(s.Addrs(), baton.WithLease(s.lease), baton.WithOwner(fmt.Sprintf("bench-cluster-%d", id)))
+	c, err := baton.New(s.Addrs(), append([]baton.Option{baton.WithLease(s.lease), baton.WithOwner(fmt.Sprintf("bench-cluster-%d", id))}, s.opts...)...)
 	if err != nil {
 		return nil, err
 	}

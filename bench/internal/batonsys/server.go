@@ -21,11 +21,12 @@ import (
 	"github.com/batonlock/baton/bench/internal/proc"
 )
 
-// Build compiles ../cmd/baton from the repository at root into dir and
-// returns the binary's path.
-func Build(ctx context.Context, root, dir string) (string, error) {
+// Build compiles ../cmd/baton from the repository at root into dir, with
+// the build tags tags (comma-separated; none if empty), and returns the
+// binary's path.
+func Build(ctx context.Context, root, dir, tags string) (string, error) {
 	bin := filepath.Join(dir, "baton")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/baton")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", bin, "./cmd/baton")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build baton in %s: %w: %s", root, err, out)

@@ -36,6 +36,9 @@ func NewSystemAt(name, addr string, lease time.Duration, opts ...baton.Option) *
 // Name implements system.System.
 func (s *System) Name() string { return s.name }
 
+// AddOptions gives every client made from now on opts too.
+func (s *System) AddOptions(opts ...baton.Option) { s.opts = append(s.opts, opts...) }
+
 // Version is `baton version` plus the repository's commit.
 func (s *System) Version(ctx context.Context) (string, error) {
 	if s.bin == "" {

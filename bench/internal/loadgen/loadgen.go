@@ -36,6 +36,9 @@ type Config struct {
 	// Prefix starts every lock name, so that a run's names never meet
 	// the sessions of an earlier run the server has not ended yet.
 	Prefix string
+	// Version is the protocol version of every ACQUIRE (1, 2 or 3; 0 is
+	// 1): the same exclusive claims, in sessions of that version.
+	Version int
 }
 
 // Ready is the first line the generator prints.
@@ -47,6 +50,9 @@ type Ready struct {
 	// Lost counts sessions already lost while the others were opening.
 	Lost     int64         `json:"lost"`
 	OpenTime time.Duration `json:"open_ns"`
+	// Credentials counts the sessions whose first answer carried a
+	// credential (version 3 only): the server keeps resume state for them.
+	Credentials int `json:"credentials"`
 }
 
 // Stats answers "stats"; RTT covers the heartbeats since the last "stats".
@@ -72,17 +78,18 @@ func RaiseNoFile() (uint64, error) {
 }
 
 type generator struct {
-	cfg        Config
-	heartbeats atomic.Int64
-	lost       atomic.Int64
-	promotions atomic.Int64
-	lastLoss   atomic.Value
-	mu         sync.Mutex
-	rtts       []time.Duration
-	conns      sync.Map // *rawwire.Conn -> struct{}
-	wg         sync.WaitGroup
-	stopping   atomic.Bool
-	stop       chan struct{} // closed by closeAll: beats end their sleep
+	cfg         Config
+	heartbeats  atomic.Int64
+	lost        atomic.Int64
+	promotions  atomic.Int64
+	credentials atomic.Int64
+	lastLoss    atomic.Value
+	mu          sync.Mutex
+	rtts        []time.Duration
+	conns       sync.Map // *rawwire.Conn -> struct{}
+	wg          sync.WaitGroup
+	stopping    atomic.Bool
+	stop        chan struct{} // closed by closeAll: beats end their sleep
 }
 
 // maxRTTSamples bounds the memory of one stats window.
@@ -126,6 +133,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	open.Wait()
 	ready.Lost, ready.OpenTime = g.lost.Load(), time.Since(opening)
+	ready.Credentials = int(g.credentials.Load())
 	enc := json.NewEncoder(out)
 	if err := enc.Encode(ready); err != nil {
 		return err
@@ -202,7 +210,7 @@ func (g *generator) openPair(ctx context.Context, k int) (int, error) {
 		if err != nil {
 			return opened, fmt.Errorf("dial %s from %s: %w", g.cfg.Addr, laddr.IP, err)
 		}
-		if err := c.Acquire(name, lease, "bench-load"); err != nil {
+		if err := c.AcquireVersion(uint8(max(g.cfg.Version, 1)), name, lease, "bench-load"); err != nil {
 			c.Close()
 			return opened, err
 		}
@@ -214,6 +222,9 @@ func (g *generator) openPair(ctx context.Context, k int) (int, error) {
 				err = f.Err
 			}
 			return opened, fmt.Errorf("session %d on %s: got %v (%v), want %v", j, name, f.Type, err, want)
+		}
+		if f.Credential {
+			g.credentials.Add(1)
 		}
 		g.conns.Store(c, struct{}{})
 		opened++

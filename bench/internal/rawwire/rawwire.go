@@ -21,6 +21,9 @@ type Frame struct {
 	Token    uint64 // ACQUIRED
 	Position uint32 // WAITING
 	Err      *wire.Error
+	// Credential: in a version 3 session, the frame carried the claim's
+	// credential (an ACQUIRED with CREDENTIAL, a WAITING with TICKET).
+	Credential bool
 }
 
 // Conn is one session. Reads are buffered so that a reply costs one read
@@ -29,7 +32,8 @@ type Conn struct {
 	net.Conn
 	buf  [wire.MaxFrame]byte // for writes
 	rbuf [wire.MaxFrame]byte
-	r, w int // unread bytes are rbuf[r:w]
+	r, w int  // unread bytes are rbuf[r:w]
+	v3   bool // the session began with a version 3 ACQUIRE: its frames may carry credentials
 }
 
 // Dial connects to addr, from the local address laddr if not nil.
@@ -72,6 +76,21 @@ func (c *Conn) AcquireShared(name string, limit int, lease time.Duration, owner 
 	})
 }
 
+// AcquireVersion sends an exclusive ACQUIRE for name with lease in
+// protocol version (1, 2 or 3; a new claim, no resume): the same claim,
+// whose session differs by what the server keeps for it.
+func (c *Conn) AcquireVersion(version uint8, name string, lease time.Duration, owner string) error {
+	if version < wire.Version1 || version > wire.Version3 {
+		return fmt.Errorf("acquire %q: no protocol version %d", name, version)
+	}
+	a := wire.Acquire{Version: version, LeaseMs: uint32(lease / time.Millisecond), Name: name, Owner: owner}
+	if version > wire.Version1 {
+		a.Limit = 1
+	}
+	c.v3 = version == wire.Version3
+	return c.send(a)
+}
+
 func (c *Conn) send(a wire.Acquire) error {
 	b, err := wire.AppendAcquire(c.buf[:0], a)
 	if err != nil {
@@ -102,7 +121,7 @@ func (c *Conn) ReadFrame() (Frame, error) {
 			if c.r == c.w {
 				c.r, c.w = 0, 0
 			}
-			return decode(h, p)
+			return decode(h, p, c.v3)
 		}
 		if c.r > 0 { // keep the partial frame at the front
 			c.w = copy(c.rbuf[:], c.rbuf[c.r:c.w])
@@ -122,9 +141,21 @@ func (c *Conn) ReadFrame() (Frame, error) {
 	}
 }
 
-func decode(h wire.Header, p []byte) (Frame, error) {
+func decode(h wire.Header, p []byte, v3 bool) (Frame, error) {
 	f := Frame{Type: h.Type}
 	var err error
+	switch {
+	case v3 && h.Type == wire.TypeAcquired:
+		var a wire.Acquired
+		a, err = wire.DecodeAcquiredV3(p)
+		f.Push, f.Token, f.Credential = a.Push, a.Token, a.WithCredential
+		return f, err
+	case v3 && h.Type == wire.TypeWaiting:
+		var w wire.Waiting
+		w, err = wire.DecodeWaitingV3(p)
+		f.Position, f.Credential = w.Position, w.WithTicket
+		return f, err
+	}
 	switch h.Type {
 	case wire.TypeAcquired:
 		f.Push, f.Token, err = wire.DecodeAcquired(p)

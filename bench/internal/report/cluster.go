@@ -21,7 +21,7 @@ const FailoverTarget = 2500 * time.Millisecond
 // had none.
 func ClusterMarkdown(r *Results) string {
 	c := r.Cluster
-	if c == nil || (len(c.Runs) == 0 && c.Failover == nil) {
+	if c == nil || (len(c.Runs) == 0 && c.Failover == nil && c.Rolling == nil) {
 		return ""
 	}
 	var b strings.Builder
@@ -34,6 +34,9 @@ func ClusterMarkdown(r *Results) string {
 	}
 	if f := c.Failover; f != nil {
 		failoverTable(&b, f)
+	}
+	if rr := c.Rolling; rr != nil {
+		rollingTable(&b, rr)
 	}
 	return b.String()
 }

@@ -36,6 +36,7 @@ type ClusterResult struct {
 	LeaderChanges    int             `json:"leader_changes,omitempty"`
 	LastLeaderChange string          `json:"last_leader_change,omitempty"`
 	Failover         *FailoverResult `json:"failover,omitempty"`
+	Rolling          *RollingResult  `json:"rolling,omitempty"`
 }
 
 // ClusterIdle is CPU time per second of an idle window.

@@ -24,6 +24,8 @@ type ScaleConfig struct {
 	Probe      time.Duration // each handover probe
 	BatonBin   string        // the baton binary
 	Dir        string        // for data directories
+	// Version is the protocol version of the sessions' ACQUIRE (0: 1).
+	Version int
 	// LoadGen returns the command line that runs the load generator: the
 	// bench binary re-executed in its load role.
 	LoadGen func(cfg loadgen.Config) (string, []string)
@@ -32,8 +34,13 @@ type ScaleConfig struct {
 // ScaleResult is one step: a fresh server, idle, then under Sessions.
 type ScaleResult struct {
 	Sessions int `json:"sessions"`
-	Opened   int `json:"opened"`
-	Failed   int `json:"failed"`
+	// Version is the protocol version the sessions were opened in;
+	// Credentials how many of them the server gave a credential (resume
+	// state kept for them: version 3 only).
+	Version     int `json:"version,omitempty"`
+	Credentials int `json:"credentials,omitempty"`
+	Opened      int `json:"opened"`
+	Failed      int `json:"failed"`
 	// Live is the server's baton_sessions when memory was sampled, at
 	// the start of the window; LiveEnd at its end.
 	Live    int `json:"live"`
@@ -87,7 +94,9 @@ func (r ScaleResult) ScheduledBeatsPerSession() float64 {
 // Scale runs one step of the scale scenario against a fresh Baton server.
 func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	res := ScaleResult{Sessions: cfg.Sessions, ShortLease: cfg.ShortLease, LongLease: cfg.LongLease}
-	srv, err := batonsys.StartServer(ctx, cfg.BatonBin, cfg.Dir)
+	// The load generator stands for many client hosts, a few thousand
+	// sessions from each of its source addresses: no cap per address.
+	srv, err := batonsys.StartServer(ctx, cfg.BatonBin, cfg.Dir, "-max-conns-per-ip", "0")
 	if err != nil {
 		return res, err
 	}
@@ -105,13 +114,14 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	// programs on the machine may be using too.
 	res.Sources = cfg.Sessions/5000 + 1
 	lc := loadgen.Config{Addr: srv.Addr, Sessions: cfg.Sessions, ShortLease: cfg.ShortLease,
-		LongLease: cfg.LongLease, Sources: res.Sources, DialPar: 200}
+		LongLease: cfg.LongLease, Sources: res.Sources, DialPar: 200, Version: cfg.Version}
+	res.Version = max(cfg.Version, 1)
 	gen, ready, stop, err := StartLoadGen(ctx, cfg.LoadGen, lc)
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	res.Opened, res.Failed = ready.Opened, ready.Failed
+	res.Opened, res.Failed, res.Credentials = ready.Opened, ready.Failed, ready.Credentials
 	res.LostOpening, res.OpenTime = ready.Lost, ready.OpenTime
 	if ready.Opened == 0 {
 		return res, fmt.Errorf("load generator opened no session: %s", ready.FirstError)
@@ -215,7 +225,8 @@ func LoadGenArgs(cfg loadgen.Config) []string {
 	return []string{"-role", "load", "-addr", cfg.Addr,
 		"-sessions", strconv.Itoa(cfg.Sessions),
 		"-short-lease", cfg.ShortLease.String(), "-long-lease", cfg.LongLease.String(),
-		"-sources", strconv.Itoa(cfg.Sources), "-dial-par", strconv.Itoa(cfg.DialPar), "-lock-prefix", cfg.Prefix}
+		"-sources", strconv.Itoa(cfg.Sources), "-dial-par", strconv.Itoa(cfg.DialPar), "-lock-prefix", cfg.Prefix,
+		"-scale-version", strconv.Itoa(max(cfg.Version, 1))}
 }
 
 // StartLoadGen starts the load generator (a process of its own) with lc
