@@ -257,6 +257,9 @@ func limitConnOf(c net.Conn) *limitConn {
 // LimitListener which connections are idle between requests, and may
 // give way to new ones.
 func ConnState(c net.Conn, st http.ConnState) {
+	if st == http.StateActive {
+		server.HandshakeKnown(c) // a verified client certificate: not a stranger to the handshake gate
+	}
 	lc := limitConnOf(c)
 	if lc == nil {
 		return

@@ -354,13 +354,22 @@ func TestTLSHostileHandshake(t *testing.T) {
 }
 
 // TestMaxConnsPerIP: past the cap, connections from the same address are
-// closed at once; a closed one frees its place.
+// told ERROR OVERLOADED, which names the cap, and closed at once; a
+// closed one frees its place.
 func TestMaxConnsPerIP(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, func(c *server.Config) { c.MaxConnsPerIP = 2 })
 	a, _ := hold(t, ts, "ip-a", 10*time.Second)
 	hold(t, ts, "ip-b", 10*time.Second)
 	over := batontest.Dial(t, ts.Addr)
+	over.Acquire("ip-over", 10*time.Second, false, "")
+	f, err := over.TryReadFrame(frameWait)
+	if err != nil || f.Type != wire.TypeError {
+		t.Fatalf("past the cap: got %v, %v; want ERROR OVERLOADED", f, err)
+	}
+	if e, _ := wire.DecodeError(f.Payload); e.Code != wire.CodeOverloaded || !strings.Contains(e.Msg, "max-conns-per-ip") {
+		t.Errorf("past the cap: got %v, want OVERLOADED naming max-conns-per-ip", e)
+	}
 	over.ExpectClosed(frameWait)
 	if got := counterValue(ts, "baton_limit_refusals_total", "limit", "connections_per_ip"); got != 1 {
 		t.Errorf("refusals for connections_per_ip: %v, want 1", got)
