@@ -168,3 +168,52 @@ func mustVec(t *testing.T, reg *prometheus.Registry) *prometheus.CounterVec {
 	}
 	return are.ExistingCollector.(*prometheus.CounterVec)
 }
+
+// TestLimitListenerSlowHeadersGiveWay: when every place is held by
+// connections that have not sent their first request's headers (a
+// slowloris; the server's header timeout here is a minute), the oldest of
+// them gives way to a new connection once it has been slow for
+// SlowRequestAfter: a probe waits about that long, not the header timeout.
+func TestLimitListenerSlowHeadersGiveWay(t *testing.T) {
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 2}, ops.Config{})
+	slow := []*opsConn{dialOps(t, addr), dialOps(t, addr)}
+	for _, c := range slow {
+		c.begin("/healthz")
+	}
+	start := time.Now()
+	probe := dialOps(t, addr)
+	if code := probe.get("/healthz", 10*time.Second); code != 200 {
+		t.Fatalf("a probe beside slow connections holding every place: %d after %v, want 200 within about %v",
+			code, time.Since(start).Round(time.Millisecond), ops.SlowRequestAfter)
+	}
+	t.Logf("the probe was answered after %v", time.Since(start).Round(time.Millisecond))
+	if code := slow[0].finish("", time.Second); code != 0 {
+		t.Errorf("the oldest slow connection still served (%d), want it ended for the probe", code)
+	}
+}
+
+// TestSlowBodyNotDrained: a request with a body its handler does not read
+// (POST /healthz announcing 200,000 bytes, which never come) is answered
+// at once with "Connection: close" and its connection closed: the server
+// does not wait for the body, holding the place, until its read timeout.
+func TestSlowBodyNotDrained(t *testing.T) {
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 4}, ops.Config{})
+	c := dialOps(t, addr)
+	io.WriteString(c, "POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\nab")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("POST /healthz with a body still to come: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !resp.Close {
+		t.Errorf("the answer to a request whose body was not read lacks Connection: close")
+	}
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.r.ReadByte()
+	if err != io.EOF || time.Since(start) > time.Second {
+		t.Errorf("after the answer: %v after %v, want the connection closed at once (EOF) rather than drained", err, time.Since(start).Round(time.Millisecond))
+	}
+}

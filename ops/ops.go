@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/batonlock/baton/server"
 )
@@ -124,6 +123,10 @@ type Config struct {
 	// that stops reading is cut once its bounded buffer is full and a write
 	// has waited this long. Zero means DefaultEventWriteTimeout.
 	EventWriteTimeout time.Duration
+	// MetricsMaxAge is how long /metrics answers with the figures it
+	// gathered last (see metrics.go): scrapes from anyone then cost the
+	// lock sessions nothing noticeable. Zero gathers for every scrape.
+	MetricsMaxAge time.Duration
 }
 
 // Defaults of Config.
@@ -184,10 +187,7 @@ func NewHandler(cfg Config) http.Handler {
 		h.digest = sha256.Sum256([]byte(cfg.AdminToken))
 		h.token = cfg.AdminToken
 	}
-	h.metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
-		ErrorHandling: promhttp.ContinueOnError,
-	})
+	h.metrics = newMetricsHandler(g, cfg.MetricsMaxAge, log) // metrics.go
 	return h
 }
 
@@ -298,6 +298,10 @@ func (h *handler) memberNotReady() string {
 // to "/" (the lock named "/", sent as %2F), and it answers paths with dot
 // segments with a redirect, which an admin POST should never get.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	boundBody(w, r, h.serve) // body.go
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.EscapedPath(); {
 	case p == "/healthz":
 		if allow(w, r, methodsGet) {
