@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/batonlock/baton/server"
 )
@@ -36,9 +37,14 @@ type ListenerLimits struct {
 	// Logger receives a warn line for refused connections, rate-limited;
 	// nil means slog.Default().
 	Logger *slog.Logger
-	// Prefixes say which addresses are one for ConnsPerIP (an IPv6 host
-	// has a /64); the zero value counts each address apart.
+	// Prefixes say which addresses are one for ConnsPerIP and RequestRate
+	// (an IPv6 host has a /64); the zero value counts each address apart.
 	Prefixes server.SourcePrefixes
+	// RequestRate is how many requests a second the connections of one
+	// source that have made no authenticated request begin together
+	// (twice as many at once); more wait for their turn (requestrate.go).
+	// Zero means no limit.
+	RequestRate rate.Limit
 }
 
 // SlowRequestAfter is how long a connection may take to send its first
@@ -66,9 +72,11 @@ func LimitListener(l net.Listener, lim ListenerLimits) net.Listener {
 	if log == nil {
 		log = slog.Default()
 	}
+	refused := newRefusalCounters(lim.Registerer)
 	return &limitListener{Listener: l, lim: lim, sem: make(chan struct{}, lim.Conns), done: make(chan struct{}), becameIdle: make(chan struct{}, 1),
 		conns: make(map[*limitConn]struct{}), untrusted: make(map[netip.Prefix]int),
-		refused: newRefusalCounters(lim.Registerer)[refusedConnsPerIP], log: log, refusals: server.NewRefusalLog()}
+		refused: refused[refusedConnsPerIP], refusedRate: refused[refusedRequestRate], log: log, refusals: server.NewRefusalLog(),
+		requests: make(map[netip.Prefix]*rate.Limiter), requestsOverflow: rate.NewLimiter(lim.RequestRate, 2*int(max(1, lim.RequestRate)))}
 }
 
 type limitListener struct {
@@ -81,8 +89,10 @@ type limitListener struct {
 	// idle, and may give way.
 	becameIdle chan struct{}
 	refused    prometheus.Counter
-	log        *slog.Logger
-	refusals   *server.RefusalLog
+	// refusedRate counts requests answered 429 for their source's rate.
+	refusedRate prometheus.Counter
+	log         *slog.Logger
+	refusals    *server.RefusalLog
 
 	mu sync.Mutex
 	// conns are the open connections Accept returned or is placing.
@@ -90,6 +100,11 @@ type limitListener struct {
 	// untrusted counts, per source (lim.Prefixes), the open connections
 	// that have made no authenticated request.
 	untrusted map[netip.Prefix]int
+	// requests are the budgets of untrusted requests per source
+	// (requestrate.go), and requestsOverflow the one of sources past
+	// maxRequestSources.
+	requests         map[netip.Prefix]*rate.Limiter
+	requestsOverflow *rate.Limiter
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,5 +217,35 @@ func TestSlowBodyNotDrained(t *testing.T) {
 	_, err = c.r.ReadByte()
 	if err != io.EOF || time.Since(start) > time.Second {
 		t.Errorf("after the answer: %v after %v, want the connection closed at once (EOF) rather than drained", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestRequestRatePerSource: the connections of one address that have
+// made no authenticated request begin at most RequestRate requests a
+// second together (twice as many at once); the others wait for their
+// turn. A request with the admin token does not wait.
+func TestRequestRatePerSource(t *testing.T) {
+	const rate = 4
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 64, RequestRate: rate}, ops.Config{AdminToken: "tok"})
+	served := func(extra string) int {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for range 20 {
+			c := dialOps(t, addr)
+			wg.Go(func() {
+				c.begin("/healthz")
+				if c.finish(extra, 400*time.Millisecond) == 200 {
+					n.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return int(n.Load())
+	}
+	if n := served(""); n > 2*rate+2 {
+		t.Errorf("20 requests at once from one address without a credential: %d served within 400ms, want at most %d (the burst, and the rate)", n, 2*rate+2)
+	}
+	if n := served("Authorization: Bearer tok\r\n"); n != 20 {
+		t.Errorf("20 requests at once with the admin token: %d served within 400ms, want all", n)
 	}
 }

@@ -227,12 +227,13 @@ type handler struct {
 
 // The reasons of baton_ops_refusals_total.
 const (
-	refusedToken      = "token"              // no or a wrong admin token (401)
-	refusedClientCert = "client_cert"        // no verified client certificate (401)
-	refusedRules      = "access_rules"       // the access rules' admin grant (403)
-	refusedForgery    = "forgery"            // a cross-site or rebound browser request (403)
-	refusedStreams    = "event_streams"      // a stream past the caller's or the server's limit (429, 503)
-	refusedConnsPerIP = "connections_per_ip" // a connection past its address's cap, closed at once (listener.go)
+	refusedToken       = "token"              // no or a wrong admin token (401)
+	refusedClientCert  = "client_cert"        // no verified client certificate (401)
+	refusedRules       = "access_rules"       // the access rules' admin grant (403)
+	refusedForgery     = "forgery"            // a cross-site or rebound browser request (403)
+	refusedStreams     = "event_streams"      // a stream past the caller's or the server's limit (429, 503)
+	refusedConnsPerIP  = "connections_per_ip" // a connection past its address's cap, closed at once (listener.go)
+	refusedRequestRate = "request_rate"       // a request past its address's rate without a credential (429, requestrate.go)
 )
 
 func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter {
@@ -249,7 +250,7 @@ func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter
 		}
 	}
 	out := make(map[string]prometheus.Counter)
-	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams, refusedConnsPerIP} {
+	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams, refusedConnsPerIP, refusedRequestRate} {
 		out[r] = vec.WithLabelValues(r)
 	}
 	return out
@@ -298,7 +299,9 @@ func (h *handler) memberNotReady() string {
 // to "/" (the lock named "/", sent as %2F), and it answers paths with dot
 // segments with a redirect, which an admin POST should never get.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	boundBody(w, r, h.serve) // body.go
+	if requestTurn(w, r, h.provesItself(r)) { // requestrate.go
+		boundBody(w, r, h.serve) // body.go
+	}
 }
 
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
@@ -494,6 +497,20 @@ func splitPath(p string) ([]string, bool) {
 		segs[i] = u
 	}
 	return segs, true
+}
+
+// provesItself reports whether r carries a credential: a verified client
+// certificate, or the admin token. It answers nothing.
+func (h *handler) provesItself(r *http.Request) bool {
+	if callerIdentities(r) != nil {
+		return true
+	}
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !h.auth || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	d := sha256.Sum256([]byte(strings.TrimLeft(tok, " ")))
+	return subtle.ConstantTimeCompare(d[:], h.digest[:]) == 1
 }
 
 // authorized reports whether r carries the admin token, answering 401 if not.

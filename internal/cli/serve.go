@@ -586,7 +586,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	// A lock client that dialled the ops port is told where the lock
 	// protocol is, at once, instead of waiting for an HTTP request line.
 	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
-	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger, Prefixes: cfg.SourcePrefixes}
+	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger, Prefixes: cfg.SourcePrefixes, RequestRate: ops.DefaultRequestRate}
 	opsGate := server.NewHandshakeGate(server.HandshakeLimits{
 		Listener:     "ops",
 		HelloTimeout: server.DefaultHelloTimeout,
