@@ -233,7 +233,7 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 	h.atIP = q.PushBack(h)
 	if s.tls != nil {
 		// A stranger's handshake computes in its turn (raftHandshakes).
-		h.conn = tls.Server(s.hs.Wrap(c, !h.stranger), s.serverCfg)
+		h.conn = tls.Server(s.hs.Wrap(c, !h.stranger || strangerRateOff()), s.serverCfg)
 	}
 	return h, ended
 }

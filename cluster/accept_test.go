@@ -495,3 +495,39 @@ func openPastFlight(c net.Conn) bool {
 		}
 	}
 }
+
+// TestRaftPortStrangersHandshakeRate: a stranger's handshake costs the
+// node its key exchange and signature once its ClientHello is whole,
+// which a peer replaying a captured one pays nothing for. 48 replayed
+// from 12 addresses at once (4 each, what one address may hold) get at
+// most raftStrangerRate answered at once and raftStrangerRate a second
+// after; the others wait for their turn (or are cut at handshakeTimeout).
+// Unlimited, all 48 are answered at once: on a loaded machine such a
+// flood starved Raft's heartbeats into elections.
+func TestRaftPortStrangersHandshakeRate(t *testing.T) {
+	ca := testcerts.NewCA(t, "cluster CA")
+	addrs := loopbackAddrs(t, 2)
+	peers := []Peer{{ID: "n1", RaftAddr: addrs[0]}, {ID: "n2", RaftAddr: addrs[1]}}
+	openStream(t, ca, ca.Node(t, "n1"), "n1", addrs[0], peers)
+	hello := clientHello(t)
+	var answered atomic.Int32
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range 48 {
+		c := dialFrom(t, loopbackSource(t, 20+i/strangerHandshakesPerIP), addrs[0])
+		wg.Go(func() {
+			c.Write(hello)
+			c.SetReadDeadline(start.Add(500 * time.Millisecond))
+			var b [1]byte
+			if n, _ := c.Read(b[:]); n == 1 && b[0] == 0x16 { // a ServerHello: the node computed
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	limit := raftStrangerRate + raftStrangerRate/2 + 2 // the burst, and half a second's rate
+	t.Logf("48 ClientHellos replayed from 12 addresses: %d answered within 500ms", answered.Load())
+	if got := int(answered.Load()); got > limit {
+		t.Errorf("strangers' replayed ClientHellos answered within 500ms: %d of 48, want at most %d (raftStrangerRate)", got, limit)
+	}
+}
