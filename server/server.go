@@ -112,6 +112,10 @@ type Server struct {
 	hs       *HandshakeGate
 	hsTLS    *tls.Config
 	maxConns int
+	// open counts the protocol connections accepted and not yet closed
+	// (as baton_connections): a session leaves conns when it ends, and
+	// closes its connection, freeing the descriptor, a moment later.
+	open atomic.Int64
 	// fds holds the protocol listener's spare descriptors (fdreserve.go).
 	fds fdReserve
 
@@ -357,7 +361,7 @@ func (s *Server) startPollerLocked() {
 // is shutting down or flooded far past its session limit.
 func (s *Server) accept(conn net.Conn) {
 	s.mu.Lock()
-	if len(s.conns) >= s.maxConns {
+	if int(s.open.Load()) >= s.maxConns {
 		s.mu.Unlock()
 		if !s.roomForOne() { // a TLS handshake in progress cut for it (tlsgate.go)
 			s.m.refusedConns.Inc()
@@ -375,6 +379,7 @@ func (s *Server) accept(conn net.Conn) {
 	}
 	s.conns[c] = struct{}{}
 	s.m.connections.Inc()
+	s.open.Add(1)
 	if c.raw == nil {
 		s.wg.Add(1)
 		go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
@@ -389,6 +394,7 @@ func (s *Server) accept(conn net.Conn) {
 	if !s.goLocked(c.serve) { // stopped: its end found it unparked already
 		c.conn.Close()
 		s.m.connections.Dec()
+		s.open.Add(-1)
 	}
 	s.mu.Unlock()
 }

@@ -132,6 +132,7 @@ func (c *session) end(reason EndReason, msg string) {
 	defer func() {
 		c.conn.Close()
 		s.m.connections.Dec()
+		s.open.Add(-1)
 	}()
 	// A session the server ended (closing is set after its end, its reason
 	// and its ERROR) owes the table nothing more: its reader does not take

@@ -88,7 +88,8 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
 		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
 		opsMaxConns: 256, opsMaxConnsIP: 32, reserveFDs: 32,
-		sec: securityOptions{maxConnsPerIP: 1024, maxConnsPerIdentity: 4096},
+		sec: securityOptions{maxConnsPerIP: 1024, maxConnsPerIdentity: 4096, maxPendingHandshakes: 1024, handshakeRate: 64,
+			ipv4Prefix: 32, ipv6Prefix: 64},
 		cl: clusterOptions{heartbeatTimeout: 200 * time.Millisecond, electionTimeout: 200 * time.Millisecond,
 			leaderLeaseTimeout: 200 * time.Millisecond, handoverDrain: time.Second},
 	}
