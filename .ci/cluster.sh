@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI for replicated mode (issue 13), called by .ci/run before the tests:
+# CI for replicated mode, called by .ci/run before the tests:
 # the fault-injection build compiles and vets, the Raft port's tests catch
 # each of its protections switched off, and three real `baton serve`
 # nodes on loopback elect a leader, serve only there, and hand over on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI steps of the dashboard and event stream (issue 15): install Debian's
+# CI steps of the dashboard and event stream: install Debian's
 # chromium for the browser tests in ops/ (they fail under CI=true without
 # it), then a smoke run of GET / and GET /v1/events against the real binary.
 set -euo pipefail

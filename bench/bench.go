@@ -17,390 +17,285 @@ import (
 	"github.com/batonlock/baton/bench/internal/proc"
 	"github.com/batonlock/baton/bench/internal/profsig"
 	"github.com/batonlock/baton/bench/internal/report"
-	"github.com/batonlock/baton/bench/internal/scenario"
 	"github.com/batonlock/baton/bench/internal/system"
 )
 
-// sizes are the scenario sizes of a full run or a smoke run.
-type sizes struct {
-	baseline      baseline.Sizes
-	waiters       []int // handover queue depths
-	holdWaiters   int   // queue depth of the run with a hold
-	hold          time.Duration
-	cycleClients  []int
-	detectLeases  []time.Duration
-	detectSamples []int
-	detectPar     int
-	scaleSettle   time.Duration
-	scaleWindow   time.Duration
-	scaleProbe    time.Duration
-	pollQueue     int // waiters beside the polling scenario's handover
-}
+// runner is one run of the bench: what it built and started for the
+// scenarios, and the results so far.
+type runner struct {
+	o        *options
+	out, doc string // the results directory, and the page the tables go into ("" for none)
+	tmp      string // removed at the end of the run
+	exe      string // this program, re-executed in its roles
+	bin      string // the baton binary built from o.repo
+	prof     *profiler
+	res      *report.Results
+	logf     func(format string, args ...any)
 
-func sizesFor(o *options) sizes {
-	if o.smoke {
-		return sizes{
-			baseline:      baseline.Sizes{RoundTrips: 2000, IdleTrips: 20, Connects: 200},
-			waiters:       []int{8, 50},
-			holdWaiters:   8,
-			hold:          baseline.Idle,
-			cycleClients:  []int{4, 16},
-			detectLeases:  []time.Duration{50 * time.Millisecond},
-			detectSamples: []int{10},
-			detectPar:     5,
-			scaleSettle:   500 * time.Millisecond,
-			scaleWindow:   time.Second,
-			scaleProbe:    500 * time.Millisecond,
-			pollQueue:     200,
-		}
-	}
-	return sizes{
-		baseline:      baseline.Sizes{RoundTrips: 20000, IdleTrips: 250, Connects: 3000},
-		waiters:       []int{8, 1000},
-		holdWaiters:   8,
-		hold:          baseline.Idle,
-		cycleClients:  []int{16, 256},
-		detectLeases:  []time.Duration{100 * time.Millisecond, time.Second},
-		detectSamples: []int{200, 40},
-		detectPar:     10,
-		scaleSettle:   5 * time.Second,
-		scaleWindow:   10 * time.Second,
-		scaleProbe:    3 * time.Second,
-		pollQueue:     10000,
-	}
+	// srv is the shared standalone server of the scenarios that use one
+	// (Scenario.UsesServer), while it runs; systems are Baton through it
+	// and the peers, those that answered.
+	srv     *batonsys.Server
+	systems []system.System
 }
 
 func runBench(ctx context.Context, o *options, stdout, stderr io.Writer) int {
-	started := time.Now()
-	logf := func(format string, args ...any) {
+	r, err := newRunner(ctx, o, stderr)
+	if r != nil {
+		defer r.close()
+	}
+	if err == nil {
+		err = r.measureBaseline(ctx)
+	}
+	if err == nil {
+		err = r.startSystems(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %v\n", time.Now().Format("15:04:05"), err)
+		return 1
+	}
+	last := lastUsingServer()
+	for i, s := range registry {
+		if o.scenarios[s.Name()] {
+			s.Run(ctx, r)
+		}
+		if i == last && r.srv != nil {
+			r.srv.Stop() // the scenarios after it start servers of their own
+		}
+	}
+	return r.finish(ctx, stdout)
+}
+
+// newRunner prepares a run: the directories, and the baton binary built
+// from o.repo. An error ends the run before any figure.
+func newRunner(ctx context.Context, o *options, stderr io.Writer) (*runner, error) {
+	r := &runner{o: o, out: o.out, doc: o.doc}
+	r.logf = func(format string, args ...any) {
 		fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
+	r.res = &report.Results{Started: time.Now(), Command: commandLine(), Smoke: o.smoke, Machine: report.ThisMachine(), Versions: map[string]string{}}
 	if _, err := loadgen.RaiseNoFile(); err != nil {
-		logf("warning: %v", err)
+		r.logf("warning: %v", err)
 	}
-	sz := sizesFor(o)
-	out, doc := o.out, o.doc
-	if out == "" && doc == "" && !o.smoke {
-		doc = filepath.Join(o.repo, "docs", "benchmarks.md")
+	if r.out == "" && r.doc == "" && !o.smoke {
+		r.doc = filepath.Join(o.repo, "docs", "benchmarks.md")
 	}
-	if out == "" {
-		out = filepath.Join(o.repo, "docs", "bench")
+	var err error
+	if r.out == "" {
+		r.out = filepath.Join(o.repo, "docs", "bench")
 		if o.smoke {
-			dir, err := os.MkdirTemp("", "baton-bench-smoke-")
-			if err != nil {
-				logf("%v", err)
-				return 1
+			if r.out, err = os.MkdirTemp("", "baton-bench-smoke-"); err != nil {
+				return nil, err
 			}
-			out = dir
 		}
 	}
-	tmp, err := os.MkdirTemp("", "baton-bench-")
-	if err != nil {
-		logf("%v", err)
-		return 1
+	if r.tmp, err = os.MkdirTemp("", "baton-bench-"); err != nil {
+		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	exe, err := proc.Executable()
-	if err != nil {
-		logf("%v", err)
-		return 1
+	if r.exe, err = proc.Executable(); err != nil {
+		return r, err
 	}
-
-	res := &report.Results{
-		Started:  started,
-		Command:  commandLine(),
-		Smoke:    o.smoke,
-		Machine:  report.ThisMachine(),
-		Versions: map[string]string{},
-	}
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		res.Failures = append(res.Failures, msg)
-		logf("FAILED: %s", msg)
-	}
-	// A peer that cannot run a scenario (too many clients for its
-	// connection limit, say) is skipped with the reason; Baton failing
-	// one is a failure of the run.
-	failOrSkip := func(sys string, format string, args ...any) {
-		if strings.HasPrefix(sys, "baton") {
-			fail(format, args...)
-			return
+	if o.floorBefore != "" {
+		if err := loadFloorBefore(o.floorBefore, r.res); err != nil {
+			r.fail("-floor-before: %v", err)
 		}
-		msg := fmt.Sprintf(format, args...)
-		res.Skipped = append(res.Skipped, msg)
-		logf("skipped: %s", msg)
 	}
+	r.logf("building %s/cmd/baton", o.repo)
+	if !o.profile {
+		r.bin, err = batonsys.Build(ctx, o.repo, r.tmp)
+		return r, err
+	}
+	// The servers write their profiles here (package profsig); the
+	// children inherit the variable.
+	r.prof = &profiler{profDir: filepath.Join(r.tmp, "profiles"), out: r.out, logf: r.logf}
+	if err := os.MkdirAll(r.prof.profDir, 0o755); err != nil {
+		return r, err
+	}
+	os.Setenv(profsig.Env, r.prof.profDir)
+	r.bin, err = batonsys.BuildProfiled(ctx, o.repo, r.tmp, profsig.MainSource)
+	return r, err
+}
 
-	var (
-		prof *profiler
-		bin  string
-	)
-	logf("building %s/cmd/baton", o.repo)
-	if o.profile {
-		// The servers write their profiles here (package profsig); the
-		// children inherit the variable.
-		prof = &profiler{profDir: filepath.Join(tmp, "profiles"), out: out, logf: logf}
-		if err := os.MkdirAll(prof.profDir, 0o755); err != nil {
-			logf("%v", err)
-			return 1
-		}
-		os.Setenv(profsig.Env, prof.profDir)
-		bin, err = batonsys.BuildProfiled(ctx, o.repo, tmp, profsig.MainSource)
-	} else {
-		bin, err = batonsys.Build(ctx, o.repo, tmp)
+// close stops whatever the run still has running and removes its
+// temporary directory.
+func (r *runner) close() {
+	for _, s := range r.systems {
+		s.Close()
 	}
-	if err != nil {
-		logf("%v", err)
-		return 1
+	if r.srv != nil {
+		r.srv.Stop()
 	}
+	os.RemoveAll(r.tmp)
+}
 
-	// The baseline: an echo server in a process of its own.
-	echo, err := proc.Start(exe, "-role", "echo")
+// fail records that a measurement failed: the run goes on and exits 1.
+func (r *runner) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.res.Failures = append(r.res.Failures, msg)
+	r.logf("FAILED: %s", msg)
+}
+
+// failOrSkip is fail for Baton; a peer that cannot run a scenario (too
+// many clients for its connection limit, say) is skipped with the reason.
+func (r *runner) failOrSkip(sys string, format string, args ...any) {
+	if strings.HasPrefix(sys, "baton") {
+		r.fail(format, args...)
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	r.res.Skipped = append(r.res.Skipped, msg)
+	r.logf("skipped: %s", msg)
+}
+
+// skip records what the run left out, and why.
+func (r *runner) skip(msg string) {
+	r.res.Skipped = append(r.res.Skipped, msg)
+	r.logf("%s", msg)
+}
+
+// want reports whether the run measures system name (-systems).
+func (r *runner) want(name string) bool { return len(r.o.systems) == 0 || r.o.systems[name] }
+
+// measureBaseline measures the machine's loopback against an echo server
+// in a process of its own: the yardstick of every figure.
+func (r *runner) measureBaseline(ctx context.Context) error {
+	echo, err := proc.Start(r.exe, "-role", "echo")
 	if err != nil {
-		logf("%v", err)
-		return 1
+		return err
 	}
 	defer echo.Stop(5 * time.Second)
-	lineCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	line, err := echo.ReadLine(lineCtx)
-	cancel()
-	echoAddr, notifyAddr, ok := strings.Cut(strings.TrimSpace(line), " ")
-	if err == nil && !ok {
-		err = fmt.Errorf("first line %q, want two addresses", line)
-	}
+	echoAddr, notifyAddr, err := twoAddrs(ctx, echo)
 	if err != nil {
-		logf("echo server: %v", err)
-		return 1
+		return fmt.Errorf("echo server: %w", err)
 	}
-	logf("baseline against the echo server at %s, close-notify at %s (pid %d)", echoAddr, notifyAddr, echo.PID())
-	bl, err := baseline.Measure(ctx, echoAddr, notifyAddr, sz.baseline)
+	r.logf("baseline against the echo server at %s, close-notify at %s (pid %d)", echoAddr, notifyAddr, echo.PID())
+	bl, err := baseline.Measure(ctx, echoAddr, notifyAddr, baselineSizes(r.o.smoke))
 	if err != nil {
-		fail("baseline: %v", err)
-	} else {
-		res.Baseline = &bl
-		logf("  loopback RTT p50 %s p99 %s; after 20 ms idle p50 %s p99 %s; connect+close p50 %s; connect+echo+close p50 %s; close-notify p50 %s, after 20 ms idle %s",
-			report.Dur(bl.RTT.P50), report.Dur(bl.RTT.P99), report.Dur(bl.RTTAfterIdle.P50), report.Dur(bl.RTTAfterIdle.P99),
-			report.Dur(bl.ConnectClose.P50), report.Dur(bl.ConnectEchoClose.P50), report.Dur(bl.CloseNotify.P50), report.Dur(bl.CloseNotifyAfterIdle.P50))
+		r.fail("baseline: %v", err)
+		return nil
 	}
-	echo.Stop(5 * time.Second)
+	r.res.Baseline = &bl
+	r.logf("  loopback RTT p50 %s p99 %s; after 20 ms idle p50 %s p99 %s; connect+close p50 %s; connect+echo+close p50 %s; close-notify p50 %s, after 20 ms idle %s",
+		report.Dur(bl.RTT.P50), report.Dur(bl.RTT.P99), report.Dur(bl.RTTAfterIdle.P50), report.Dur(bl.RTTAfterIdle.P99),
+		report.Dur(bl.ConnectClose.P50), report.Dur(bl.ConnectEchoClose.P50), report.Dur(bl.CloseNotify.P50), report.Dur(bl.CloseNotifyAfterIdle.P50))
+	return nil
+}
 
-	// Baton: the real server, a process of its own.
+func baselineSizes(smoke bool) baseline.Sizes {
+	if smoke {
+		return baseline.Sizes{RoundTrips: 2000, IdleTrips: 20, Connects: 200}
+	}
+	return baseline.Sizes{RoundTrips: 20000, IdleTrips: 250, Connects: 3000}
+}
+
+// twoAddrs reads the first line of a role that serves on two addresses,
+// "ADDR ADDR".
+func twoAddrs(ctx context.Context, p *proc.Process) (string, string, error) {
+	lineCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	line, err := p.ReadLine(lineCtx)
+	if err != nil {
+		return "", "", err
+	}
+	a, b, ok := strings.Cut(strings.TrimSpace(line), " ")
+	if !ok {
+		return "", "", fmt.Errorf("first line %q, want two addresses", line)
+	}
+	return a, b, nil
+}
+
+// startSystems starts the shared Baton server, if a scenario of the run
+// uses it, and finds the systems to measure: Baton through that server,
+// and outside -smoke the peers the environment names. A system that does
+// not answer is skipped with the reason.
+func (r *runner) startSystems(ctx context.Context) error {
+	uses, flags := false, []string(nil)
+	for _, s := range registry {
+		if u, f := s.UsesServer(); u && r.o.scenarios[s.Name()] {
+			uses, flags = true, append(flags, f...)
+		}
+	}
 	var systems []system.System
-	var srv *batonsys.Server
-	needServer := o.scenarios["handover"] || o.scenarios["cycles"] || o.scenarios["semaphore"] || o.scenarios["detect"] || o.scenarios["floor"] || o.scenarios["polling"]
-	if (want(o, "baton") || want(o, "baton-wire")) && needServer {
-		var extra []string
-		if o.scenarios["floor"] {
-			// Every address, so that each of the floor scenario's runs
-			// dials it at a loopback address of its own (floor.Fresh).
-			extra = []string{"-addr", "0.0.0.0:0"}
-		}
-		srv, err = batonsys.StartServer(ctx, bin, tmp, extra...)
+	if uses && (r.want("baton") || r.want("baton-wire")) {
+		srv, err := batonsys.StartServer(ctx, r.bin, r.tmp, flags...)
 		if err != nil {
-			logf("%v", err)
-			return 1
+			return err
 		}
-		defer srv.Stop()
-		logf("baton serving at %s (pid %d)", srv.Addr, srv.PID())
-		if want(o, "baton") {
-			systems = append(systems, batonsys.NewSystem(srv, bin, 10*time.Second))
+		r.srv = srv
+		r.logf("baton serving at %s (pid %d)", srv.Addr, srv.PID())
+		if r.want("baton") {
+			systems = append(systems, batonsys.NewSystem(srv, r.bin, 10*time.Second))
 		}
-		if want(o, "baton-wire") {
+		if r.want("baton-wire") {
 			systems = append(systems, batonsys.NewRawSystem(srv))
 		}
 	}
-	if !o.smoke {
-		for _, p := range peers.Systems(peers.ConfigFromEnv()) {
-			if want(o, p.Name()) {
-				systems = append(systems, p)
-			} else {
-				p.Close()
-			}
-		}
-		for _, name := range []string{"redis", "redis-1ms", "postgres", "etcd", "zookeeper"} {
-			if want(o, name) && !has(systems, name) {
-				res.Skipped = append(res.Skipped, fmt.Sprintf("%s: not configured: BENCH_* not set (start the peers with bench/peers/start.sh and source /tmp/baton-peers/peers.env)", name))
-			}
-		}
+	if !r.o.smoke {
+		systems = append(systems, r.peers()...)
 	}
-	var live []system.System
 	for _, s := range systems {
 		vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		v, err := s.Version(vctx)
 		cancel()
 		if err != nil {
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s: %v", s.Name(), err))
-			logf("skipping %s: %v", s.Name(), err)
+			r.res.Skipped = append(r.res.Skipped, fmt.Sprintf("%s: %v", s.Name(), err))
+			r.logf("skipping %s: %v", s.Name(), err)
 			s.Close()
 			continue
 		}
-		res.Versions[s.Name()] = v
-		live = append(live, s)
+		r.res.Versions[s.Name()] = v
+		r.systems = append(r.systems, s)
 	}
-	defer func() {
-		for _, s := range live {
-			s.Close()
-		}
-	}()
-	for _, s := range res.Skipped {
-		logf("skipped: %s", s)
+	for _, s := range r.res.Skipped {
+		r.logf("skipped: %s", s)
 	}
+	return nil
+}
 
-	if o.scenarios["handover"] {
-		for _, s := range live {
-			runs := make([]scenario.HandoverConfig, 0, len(sz.waiters)+1)
-			for _, n := range sz.waiters {
-				runs = append(runs, scenario.HandoverConfig{Waiters: n, Duration: o.duration})
-			}
-			runs = append(runs, scenario.HandoverConfig{Waiters: sz.holdWaiters, Hold: sz.hold, Duration: o.duration})
-			for i, cfg := range runs {
-				if ctx.Err() != nil {
-					break
-				}
-				cfg.Name = fmt.Sprintf("handover-%d", i)
-				logf("handover: %s, %d waiters, hold %v, %v", s.Name(), cfg.Waiters, cfg.Hold, cfg.Duration)
-				var m0 map[string]float64
-				if srv != nil && strings.HasPrefix(s.Name(), "baton") {
-					m0, _ = srv.Metrics(ctx)
-				}
-				h, err := scenario.Handover(ctx, s, cfg)
-				if m0 != nil {
-					h.ServerMean = serverHandoverMean(ctx, srv, m0)
-				}
-				if err != nil {
-					failOrSkip(s.Name(), "handover %s with %d waiters: %v", s.Name(), cfg.Waiters, err)
-					continue
-				}
-				logf("  p50 %s p99 %s max %s; %.0f handoffs/s; fairness %s; %d errors",
-					report.Dur(h.Latency.P50), report.Dur(h.Latency.P99), report.Dur(h.Latency.Max), h.HandoffsPerSec,
-					report.Fairness(h.GrantsMin, h.GrantsMax), h.Errors)
-				res.Handover = append(res.Handover, h)
-			}
-		}
-	}
-	if o.scenarios["polling"] && srv != nil && want(o, "baton") && ctx.Err() == nil {
-		loadgen.RaiseNoFile() // the queue's sessions are this process's connections
-		cfg := scenario.PollingConfig{OpsAddr: srv.OpsAddr, Addr: srv.Addr, Queue: sz.pollQueue, Pollers: 20,
-			Waiters: 8, Window: o.duration, Rounds: 2}
-		logf("polling: baton, handover of 8 waiters beside %d queued sessions, without and with %d loops polling GET /v1/locks, %d rounds of %v each", cfg.Queue, cfg.Pollers, cfg.Rounds, cfg.Window)
-		p, err := scenario.Polling(ctx, batonsys.NewSystem(srv, bin, 10*time.Second), cfg)
-		if err != nil {
-			fail("polling: %v", err)
+// peers are the lock servers the environment names (BENCH_*) that the run
+// measures; a wanted one that is not named is skipped with how to name it.
+func (r *runner) peers() []system.System {
+	var systems []system.System
+	configured := map[string]bool{}
+	for _, p := range peers.Systems(peers.ConfigFromEnv()) {
+		configured[p.Name()] = true
+		if r.want(p.Name()) {
+			systems = append(systems, p)
 		} else {
-			logf("  handover p50 %s p99 %s without polling, p50 %s p99 %s with %d pollers (%d listings, p50 %s each); %d errors",
-				report.Dur(p.Quiet.P50), report.Dur(p.Quiet.P99), report.Dur(p.Polled.P50), report.Dur(p.Polled.P99),
-				p.Pollers, p.Listings, report.Dur(p.ListingP50), p.Errors)
-			res.Polling = &p
+			p.Close()
 		}
 	}
-	if o.scenarios["cycles"] {
-		for _, s := range live {
-			for _, n := range sz.cycleClients {
-				if ctx.Err() != nil {
-					break
-				}
-				logf("cycles: %s, %d clients, %v", s.Name(), n, o.duration)
-				c, err := scenario.Cycles(ctx, s, n, o.duration)
-				if err != nil {
-					failOrSkip(s.Name(), "cycles %s with %d clients: %v", s.Name(), n, err)
-					continue
-				}
-				logf("  p50 %s p99 %s max %s; %.0f cycles/s; %d errors", report.Dur(c.Latency.P50),
-					report.Dur(c.Latency.P99), report.Dur(c.Latency.Max), c.CyclesPerSec, c.Errors)
-				res.Cycles = append(res.Cycles, c)
-			}
+	for _, name := range []string{"redis", "redis-1ms", "postgres", "etcd", "zookeeper"} {
+		if r.want(name) && !configured[name] {
+			r.res.Skipped = append(r.res.Skipped, fmt.Sprintf("%s: not configured: BENCH_* not set (start the peers with bench/peers/start.sh and source /tmp/baton-peers/peers.env)", name))
 		}
 	}
-	if o.scenarios["semaphore"] {
-		runSemaphore(ctx, o, srv, res, logf, failOrSkip)
-	}
-	if o.scenarios["detect"] && srv != nil {
-		for i, lease := range sz.detectLeases {
-			if ctx.Err() != nil {
-				break
-			}
-			logf("detect: baton, lease %v, %d samples", lease, sz.detectSamples[i])
-			d, err := scenario.Detect(ctx, srv.Addr, lease, sz.detectSamples[i], sz.detectPar)
-			if err != nil {
-				fail("detect with lease %v: %v", lease, err)
-				continue
-			}
-			logf("  error p50 %s p99 %s max %s; %d early", report.Dur(d.Error.P50), report.Dur(d.Error.P99), report.Dur(d.Error.Max), d.Early)
-			res.Detect = append(res.Detect, d)
-		}
-	}
-	if o.scenarios["floor"] && srv != nil && ctx.Err() == nil {
-		fl, err := runFloorScenario(ctx, o, exe, bin, srv, prof, logf)
-		if err != nil {
-			fail("floor: %v", err)
-		}
-		res.Floor = fl
-	}
-	if srv != nil {
-		srv.Stop() // the scale steps each start a fresh server
-	}
-	if o.scenarios["scale"] && want(o, "baton") {
-		nofile, _ := loadgen.RaiseNoFile()
-		for _, n := range o.scale {
-			if ctx.Err() != nil {
-				break
-			}
-			// The server holds a descriptor per session, and so does the
-			// load generator: leave each some for everything else.
-			if most := int(nofile) - 1500; nofile > 0 && n > most {
-				msg := fmt.Sprintf("scale step of %d sessions: the open-file limit (%d) allows %d; measuring %d", n, nofile, most, most)
-				res.Skipped = append(res.Skipped, msg)
-				logf("%s", msg)
-				n = most
-			}
-			if n < 2 {
-				break
-			}
-			logf("scale: baton, %d sessions", n)
-			sc, err := scenario.Scale(ctx, scenario.ScaleConfig{
-				Sessions: n, ShortLease: o.shortLease, LongLease: 30 * time.Second,
-				Settle: sz.scaleSettle, Window: sz.scaleWindow, Probe: sz.scaleProbe,
-				BatonBin: bin, Dir: tmp,
-				LoadGen: func(cfg loadgen.Config) (string, []string) { return exe, scenario.LoadGenArgs(cfg) },
-			})
-			if err != nil {
-				fail("scale with %d sessions: %v", n, err)
-				continue
-			}
-			logf("  %d opened; RSS/session %.0f B, heap/session %.0f B, stacks/session %.0f B; %.0f heartbeats/s at %s CPU each; %d lost; handover p50 %s p99 %s",
-				sc.Opened, sc.RSSPerSession, sc.HeapPerSession, sc.StackPerSession, sc.HeartbeatsPerSec,
-				report.Dur(sc.CPUPerHeartbeat), sc.Lost, report.Dur(sc.Handover.Latency.P50), report.Dur(sc.Handover.Latency.P99))
-			res.Scale = append(res.Scale, sc)
-		}
-	}
+	return systems
+}
 
-	if o.floorBefore != "" {
-		if err := loadFloorBefore(o.floorBefore, res); err != nil {
-			fail("-floor-before: %v", err)
-		}
-	}
-	runCluster(ctx, o, bin, tmp, res, logf, fail)
-
-	res.Elapsed = time.Since(started)
-	res.Machine.LoadEnd = report.LoadAvg()
+// finish writes the results and the tables, and returns the exit code:
+// 1 if any measurement failed.
+func (r *runner) finish(ctx context.Context, stdout io.Writer) int {
+	r.res.Elapsed = time.Since(r.res.Started)
+	r.res.Machine.LoadEnd = report.LoadAvg()
 	if ctx.Err() != nil {
-		res.Failures = append(res.Failures, "interrupted: "+ctx.Err().Error())
+		r.res.Failures = append(r.res.Failures, "interrupted: "+ctx.Err().Error())
 	}
-	if err := report.Write(out, res); err != nil {
-		logf("writing results to %s: %v", out, err)
+	if err := report.Write(r.out, r.res); err != nil {
+		r.logf("writing results to %s: %v", r.out, err)
 		return 1
 	}
-	md := report.Markdown(res)
-	if doc != "" {
-		if err := report.UpdateDoc(doc, md); err != nil {
-			logf("%v", err)
+	md := report.Markdown(r.res)
+	if r.doc != "" {
+		if err := report.UpdateDoc(r.doc, md); err != nil {
+			r.logf("%v", err)
 			return 1
 		}
-		logf("tables written into %s", doc)
+		r.logf("tables written into %s", r.doc)
 	}
 	fmt.Fprint(stdout, md)
-	logf("results in %s", out)
-	if len(res.Failures) > 0 {
+	r.logf("results in %s", r.out)
+	if len(r.res.Failures) > 0 {
 		return 1
 	}
 	return 0
@@ -443,17 +338,6 @@ func runRender(o *options, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func want(o *options, name string) bool { return len(o.systems) == 0 || o.systems[name] }
-
-func has(systems []system.System, name string) bool {
-	for _, s := range systems {
-		if s.Name() == name {
-			return true
-		}
-	}
-	return false
-}
-
 // serverHandoverMean is Baton's own mean handover time since its metrics
 // read m0 (baton_handover_latency_seconds: from the end of the holder's
 // session to the push written), or 0 if none or unknown.
@@ -462,6 +346,12 @@ func serverHandoverMean(ctx context.Context, srv *batonsys.Server, m0 map[string
 	if err != nil {
 		return 0
 	}
+	return handoverMean(m0, m1)
+}
+
+// handoverMean is the mean of baton_handover_latency_seconds between the
+// metrics m0 and m1, or 0 if no handover was counted.
+func handoverMean(m0, m1 map[string]float64) time.Duration {
 	n := m1["baton_handover_latency_seconds_count"] - m0["baton_handover_latency_seconds_count"]
 	if n <= 0 {
 		return 0

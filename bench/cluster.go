@@ -16,30 +16,49 @@ import (
 // smallest that survives losing a node.
 const clusterNodes = 3
 
-// runCluster runs the replicated-mode scenarios: "cluster" (handover and
-// hot-lock rate on a cluster's leader against a standalone server, in
-// alternating rounds) and "failover" (kill -9 and SIGTERM of the leader).
+// clusterScenario: handover and hot-lock rate on a cluster's leader
+// against a standalone server, in alternating rounds.
+type clusterScenario struct{ noServer }
+
+func (clusterScenario) Name() string { return "cluster" }
+
+func (clusterScenario) Run(ctx context.Context, r *runner) {
+	cr := r.clusterResult()
+	if cr == nil || ctx.Err() != nil {
+		return
+	}
+	if err := compareCluster(ctx, r.o, r.bin, r.tmp, cr, r.logf); err != nil {
+		r.fail("cluster against standalone: %v", err)
+	}
+}
+
+// failoverScenario: kill -9 and SIGTERM of a cluster's leader, and how
+// soon the new leader grants.
+type failoverScenario struct{ noServer }
+
+func (failoverScenario) Name() string { return "failover" }
+
+func (failoverScenario) Run(ctx context.Context, r *runner) {
+	cr := r.clusterResult()
+	if cr == nil || ctx.Err() != nil {
+		return
+	}
+	if err := runFailover(ctx, r.o, r.bin, r.tmp, cr, r.logf); err != nil {
+		r.fail("failover: %v", err)
+	}
+}
+
+// clusterResult is where the replicated-mode scenarios put their figures,
+// made by the first of them; nil when the run leaves out baton-cluster.
 // Each starts its own servers and stops them before it returns.
-func runCluster(ctx context.Context, o *options, bin, tmp string, res *report.Results,
-	logf func(string, ...any), fail func(string, ...any)) {
-	if !o.scenarios["cluster"] && !o.scenarios["failover"] {
-		return
+func (r *runner) clusterResult() *scenario.ClusterResult {
+	if !r.want("baton-cluster") {
+		return nil
 	}
-	if !want(o, "baton-cluster") {
-		return
+	if r.res.Cluster == nil {
+		r.res.Cluster = &scenario.ClusterResult{Nodes: clusterNodes, NodeFlags: r.o.clusterFlags}
 	}
-	cr := &scenario.ClusterResult{Nodes: clusterNodes, NodeFlags: o.clusterFlags}
-	res.Cluster = cr
-	if o.scenarios["cluster"] && ctx.Err() == nil {
-		if err := compareCluster(ctx, o, bin, tmp, cr, logf); err != nil {
-			fail("cluster against standalone: %v", err)
-		}
-	}
-	if o.scenarios["failover"] && ctx.Err() == nil {
-		if err := runFailover(ctx, o, bin, tmp, cr, logf); err != nil {
-			fail("failover: %v", err)
-		}
-	}
+	return r.res.Cluster
 }
 
 // compareCluster runs the same handover runs (8 waiters back to back, and
@@ -176,12 +195,9 @@ func compareRun(ctx context.Context, s system.System, cfg scenario.HandoverConfi
 	if err != nil {
 		return run, "", err
 	}
-	run = scenario.ClusterRun{HandoverResult: h, ServerCPU: c1 - c0, FollowersCPU: f1 - f0}
+	run = scenario.ClusterRun{HandoverResult: h, Cost: scenario.Cost{ServerCPU: c1 - c0}, FollowersCPU: f1 - f0}
 	if m0 != nil && m1 != nil {
-		if n := m1["baton_handover_latency_seconds_count"] - m0["baton_handover_latency_seconds_count"]; n > 0 {
-			sum := m1["baton_handover_latency_seconds_sum"] - m0["baton_handover_latency_seconds_sum"]
-			run.ServerMean = time.Duration(sum / n * 1e9)
-		}
+		run.ServerMean = handoverMean(m0, m1)
 	}
 	return run, "", nil
 }

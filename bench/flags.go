@@ -45,12 +45,33 @@ type options struct {
 	clusterFlags []string // extra flags of every cluster node
 }
 
-var allScenarios = []string{"baseline", "handover", "polling", "cycles", "semaphore", "detect", "scale", "floor", "cluster", "failover"}
+// listFlags are the flags that parseFlags reads as lists.
+type listFlags struct{ scenarios, systems, scale, clusterFlags *string }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	lists := defineFlags(fs, o)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument")
+	}
+	if err := o.setLists(lists, stderr); err != nil {
+		return nil, err
+	}
+	if err := o.setSizes(stderr); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// defineFlags defines the flags of fs into o, but for those read as lists.
+func defineFlags(fs *flag.FlagSet, o *options) listFlags {
+	allScenarios := scenarioNames()
 	scen := fs.String("scenario", "all", "comma-separated scenarios: "+strings.Join(allScenarios, ",")+", or all (the baseline always runs)")
 	syss := fs.String("systems", "", "comma-separated systems to measure (baton, baton-wire: the same server in raw frames without the Go client, baton-cluster: the cluster and failover scenarios, redis, redis-1ms: redis retrying every millisecond, postgres, etcd, zookeeper, and in the semaphore scenario dflockd: a connection per claim, dflockd-conn: one kept connection per client, beside baton-wire, which baton selects there too); empty: every one available")
 	fs.BoolVar(&o.smoke, "smoke", false, "tiny sizes, about a second a scenario, no peers (what CI runs)")
@@ -80,15 +101,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.workers, "workers", 16, "internal: the claims role's workers, the hot-lock role's contenders")
 	fs.BoolVar(&o.normalClose, "normal-close", false, "internal: the claims and hot-lock roles' clients close normally instead of with a reset")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "internal: the hot-lock role's server, whose CPU time it reads over its window")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
-		return nil, fmt.Errorf("unexpected argument")
-	}
+	return listFlags{scen, syss, scale, clusterFlags}
+}
+
+// setLists reads the list flags into o.
+func (o *options) setLists(l listFlags, stderr io.Writer) error {
+	allScenarios := scenarioNames()
 	o.scenarios = map[string]bool{"baseline": true}
-	for _, s := range split(*scen) {
+	for _, s := range split(*l.scenarios) {
 		if s == "all" {
 			for _, a := range allScenarios {
 				o.scenarios[a] = true
@@ -97,61 +117,64 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		if !contains(allScenarios, s) {
 			fmt.Fprintf(stderr, "bench: unknown scenario %q (want %s or all)\n", s, strings.Join(allScenarios, ","))
-			return nil, fmt.Errorf("bad scenario")
+			return fmt.Errorf("bad scenario")
 		}
 		o.scenarios[s] = true
 	}
 	o.systems = map[string]bool{}
-	for _, s := range split(*syss) {
+	for _, s := range split(*l.systems) {
 		o.systems[s] = true
 	}
-	if o.duration < 0 {
-		fmt.Fprintf(stderr, "bench: -duration %v must not be negative\n", o.duration)
-		return nil, fmt.Errorf("bad duration")
-	}
-	defaultTo(&o.duration, o.smoke, 5*time.Second, time.Second)
-	o.clusterFlags = strings.Fields(*clusterFlags)
-	if o.failovers < 0 {
-		fmt.Fprintf(stderr, "bench: -failovers %d must not be negative\n", o.failovers)
-		return nil, fmt.Errorf("bad failovers")
-	}
-	defaultTo(&o.failovers, o.smoke, 100, 2)
-	for _, s := range split(*scale) {
+	o.clusterFlags = strings.Fields(*l.clusterFlags)
+	for _, s := range split(*l.scale) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 2 {
 			fmt.Fprintf(stderr, "bench: -scale-sessions: %q is not a session count of 2 or more\n", s)
-			return nil, fmt.Errorf("bad scale")
+			return fmt.Errorf("bad scale")
 		}
 		o.scale = append(o.scale, n)
 	}
+	if len(o.scale) == 0 {
+		o.scale = pick(o.smoke, []int{10000, 18000}, []int{200})
+	}
+	return nil
+}
+
+// setSizes checks the sizes given and gives the others their default,
+// the full run's or -smoke's.
+func (o *options) setSizes(stderr io.Writer) error {
+	if o.duration < 0 {
+		fmt.Fprintf(stderr, "bench: -duration %v must not be negative\n", o.duration)
+		return fmt.Errorf("bad duration")
+	}
+	defaultTo(&o.duration, o.smoke, 5*time.Second, time.Second)
+	if o.failovers < 0 {
+		fmt.Fprintf(stderr, "bench: -failovers %d must not be negative\n", o.failovers)
+		return fmt.Errorf("bad failovers")
+	}
+	defaultTo(&o.failovers, o.smoke, 100, 2)
 	if o.floorSess < 0 || o.floorSess == 1 {
 		fmt.Fprintf(stderr, "bench: -floor-sessions %d: want 2 or more\n", o.floorSess)
-		return nil, fmt.Errorf("bad floor sessions")
+		return fmt.Errorf("bad floor sessions")
 	}
 	defaultTo(&o.floorSess, o.smoke, 10000, 40)
 	if o.floorRounds < 0 {
 		fmt.Fprintf(stderr, "bench: -floor-rounds %d must not be negative\n", o.floorRounds)
-		return nil, fmt.Errorf("bad floor rounds")
+		return fmt.Errorf("bad floor rounds")
 	}
 	defaultTo(&o.floorRounds, o.smoke, 3, 1)
 	if o.semRounds < 0 {
 		fmt.Fprintf(stderr, "bench: -semaphore-rounds %d must not be negative\n", o.semRounds)
-		return nil, fmt.Errorf("bad semaphore rounds")
+		return fmt.Errorf("bad semaphore rounds")
 	}
 	defaultTo(&o.semRounds, o.smoke, 3, 1)
 	if o.dflockd != "" {
 		if _, err := peers.FindDflockd(o.dflockd); err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return nil, err
+			return err
 		}
 	}
-	if len(o.scale) == 0 {
-		o.scale = []int{10000, 18000}
-		if o.smoke {
-			o.scale = []int{200}
-		}
-	}
-	return o, nil
+	return nil
 }
 
 // defaultTo sets *v, if it is zero (the flag not given), to full, or to

@@ -90,6 +90,28 @@ func (p *profiler) tops(ctx context.Context) map[string]string {
 	return m
 }
 
+// floorScenario: Baton against the floor lock server, a server that does
+// only what the model needs, on the same clients in the same minutes.
+type floorScenario struct{}
+
+func (floorScenario) Name() string { return "floor" }
+
+// UsesServer: the shared server listens on every address, so that each
+// of the floor scenario's runs dials it at a loopback address of its own
+// (floor.Fresh).
+func (floorScenario) UsesServer() (bool, []string) { return true, []string{"-addr", "0.0.0.0:0"} }
+
+func (floorScenario) Run(ctx context.Context, r *runner) {
+	if r.srv == nil || ctx.Err() != nil {
+		return
+	}
+	fl, err := runFloorScenario(ctx, r.o, r.exe, r.bin, r.srv, r.prof, r.logf)
+	if err != nil {
+		r.fail("floor: %v", err)
+	}
+	r.res.Floor = fl
+}
+
 // runFloorScenario starts the floor server (the bench binary in its floor
 // role) and compares it with the Baton server srv.
 func runFloorScenario(ctx context.Context, o *options, exe, bin string, srv *batonsys.Server, prof *profiler, logf func(string, ...any)) (*floor.Result, error) {
@@ -98,13 +120,7 @@ func runFloorScenario(ctx context.Context, o *options, exe, bin string, srv *bat
 		return nil, err
 	}
 	defer fp.Stop(5 * time.Second)
-	lineCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	line, err := fp.ReadLine(lineCtx)
-	cancel()
-	lockAddr, bareAddr, ok := strings.Cut(strings.TrimSpace(line), " ")
-	if err == nil && !ok {
-		err = fmt.Errorf("first line %q, want two addresses", line)
-	}
+	lockAddr, bareAddr, err := twoAddrs(ctx, fp)
 	if err != nil {
 		return nil, fmt.Errorf("floor server: %w", err)
 	}

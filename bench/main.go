@@ -8,7 +8,11 @@
 //	go run . -smoke                 # CI: tiny sizes, ~1-2 s a scenario, no peers
 //	go run .                        # the full run, Baton and the peers named by BENCH_* (bench/peers/start.sh)
 //
-// Results (results.json, results.md and PNG charts) go to -out.
+// Results (results.json, the tables as Markdown, and PNG charts) go to -out.
+//
+// Each scenario is a Scenario in a file of its own (handover.go, scale.go,
+// ...) and a row of the registry (scenarios.go); runner (bench.go) builds
+// the server, measures the baseline and starts what the scenarios share.
 package main
 
 import (

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,6 +151,27 @@ func TestRoleArgs(t *testing.T) {
 		}
 		if !strings.Contains(stderr.String(), "need -addr") {
 			t.Errorf("bench %v: stderr %q, want what it needs", args, stderr.String())
+		}
+	}
+}
+
+// TestRegistry: every scenario has a name of its own, which -scenario
+// takes, and the scenarios that measure the shared server come before
+// those that start servers of their own (the run stops it after the last
+// of them).
+func TestRegistry(t *testing.T) {
+	seen := map[string]bool{"baseline": true}
+	for i, s := range registry {
+		if s.Name() == "" || seen[s.Name()] {
+			t.Errorf("registry row %d: name %q empty or taken", i, s.Name())
+		}
+		seen[s.Name()] = true
+		o, err := parseFlags([]string{"-scenario", s.Name()}, io.Discard)
+		if err != nil || !o.scenarios[s.Name()] || !o.scenarios["baseline"] || len(o.scenarios) != 2 {
+			t.Errorf("-scenario %s: %v, %v", s.Name(), o, err)
+		}
+		if uses, _ := s.UsesServer(); uses != (i <= lastUsingServer()) {
+			t.Errorf("registry row %d (%s): uses the shared server %v, but row %d is the last that does", i, s.Name(), uses, lastUsingServer())
 		}
 	}
 }

@@ -169,11 +169,9 @@ func claimsInNetns(ctx context.Context, ip, exe, bin string, workers int, window
 			return fmt.Errorf("claims role: %q: %w", line, err)
 		}
 		r := out.Cycles
-		c.PerSec, c.Latency, c.Errors, c.LastError, c.TimeWait = r.CyclesPerSec, r.Latency, r.Errors, r.LastError, out.TimeWait
+		c.PerSec, c.Latency, c.Failures, c.TimeWait = r.CyclesPerSec, r.Latency, r.Failures, out.TimeWait
 		c.ServerCPU = c1 - c0
-		if r.Latency.N > 0 {
-			c.CPUPerClaim = c.ServerCPU / time.Duration(r.Latency.N)
-		}
+		c.CPUPerClaim = c.Per(r.Latency.N)
 		return nil
 	})
 	return c, err

@@ -27,24 +27,28 @@ type semSystem struct {
 	pid int
 }
 
-// runSemaphore runs the semaphore scenario: Baton (srv, raw version 2
-// frames) and, outside -smoke, dflockd both ways, in o.semRounds rounds
+// semaphoreScenario: Baton (the shared server, raw version 2 frames)
+// and, outside -smoke, dflockd both ways, in -semaphore-rounds rounds
 // whose order of systems turns each round.
-func runSemaphore(ctx context.Context, o *options, srv *batonsys.Server, res *report.Results,
-	logf func(string, ...any), failOrSkip func(string, string, ...any)) {
+type semaphoreScenario struct{ sharedServer }
+
+func (semaphoreScenario) Name() string { return "semaphore" }
+
+func (semaphoreScenario) Run(ctx context.Context, r *runner) {
+	srv, o := r.srv, r.o
 	var systems []semSystem
-	if srv != nil && (want(o, "baton") || want(o, "baton-wire")) {
+	if srv != nil && (r.want("baton") || r.want("baton-wire")) {
 		systems = append(systems, semSystem{batonsys.NewRawSystem(srv), srv.PID()})
 	}
-	if !o.smoke && (want(o, "dflockd") || want(o, "dflockd-conn")) {
-		dflockd, err := startDflockd(ctx, o, logf)
+	if !o.smoke && (r.want("dflockd") || r.want("dflockd-conn")) {
+		dflockd, err := startDflockd(ctx, o, r.logf)
 		if err != nil {
-			res.Skipped = append(res.Skipped, err.Error())
-			logf("skipped: %v", err)
+			r.res.Skipped = append(r.res.Skipped, err.Error())
+			r.logf("skipped: %v", err)
 		} else {
 			defer dflockd.Stop()
 			for _, v := range []peers.DflockdOptions{{Name: "dflockd"}, {Name: "dflockd-conn", KeepConnection: true}} {
-				if want(o, v.Name) {
+				if r.want(v.Name) {
 					v.Version = dflockd.Version
 					systems = append(systems, semSystem{peers.NewDflockd(dflockd.Addr, v), dflockd.PID()})
 				}
@@ -57,14 +61,20 @@ func runSemaphore(ctx context.Context, o *options, srv *batonsys.Server, res *re
 		v, err := s.sys.Version(vctx)
 		cancel()
 		if err != nil {
-			failOrSkip(s.sys.Name(), "semaphore %s: %v", s.sys.Name(), err)
+			r.failOrSkip(s.sys.Name(), "semaphore %s: %v", s.sys.Name(), err)
 			continue
 		}
-		if _, ok := res.Versions[s.sys.Name()]; !ok {
-			res.Versions[s.sys.Name()] = v
+		if _, ok := r.res.Versions[s.sys.Name()]; !ok {
+			r.res.Versions[s.sys.Name()] = v
 		}
 		live = append(live, s)
 	}
+	semRounds(ctx, r, live)
+}
+
+// semRounds runs the semaphore scenario's rounds over the live systems.
+func semRounds(ctx context.Context, r *runner, live []semSystem) {
+	srv, o := r.srv, r.o
 	for round := range o.semRounds {
 		for hi, hold := range semHolds {
 			for i := range live {
@@ -74,27 +84,27 @@ func runSemaphore(ctx context.Context, o *options, srv *batonsys.Server, res *re
 				s := live[(i+round)%len(live)]
 				cfg := scenario.SemaphoreConfig{Limit: semLimit, Contenders: semContenders, Hold: hold, Duration: o.duration,
 					Name: fmt.Sprintf("sem-%s-r%d-h%d", s.sys.Name(), round, hi), Round: round + 1, ServerPID: s.pid}
-				logf("semaphore: %s, round %d, limit %d, %d contenders, hold %v, %v", s.sys.Name(), round+1, cfg.Limit, cfg.Contenders, hold, cfg.Duration)
+				r.logf("semaphore: %s, round %d, limit %d, %d contenders, hold %v, %v", s.sys.Name(), round+1, cfg.Limit, cfg.Contenders, hold, cfg.Duration)
 				var m0 map[string]float64
 				if srv != nil && s.pid == srv.PID() {
 					m0, _ = srv.Metrics(ctx)
 				}
-				r, err := scenario.Semaphore(ctx, s.sys, cfg)
+				sr, err := scenario.Semaphore(ctx, s.sys, cfg)
 				if m0 != nil {
-					r.ServerMean = serverHandoverMean(ctx, srv, m0)
+					sr.ServerMean = serverHandoverMean(ctx, srv, m0)
 				}
 				if err != nil {
-					failOrSkip(s.sys.Name(), "semaphore %s, hold %v: %v", s.sys.Name(), hold, err)
+					r.failOrSkip(s.sys.Name(), "semaphore %s, hold %v: %v", s.sys.Name(), hold, err)
 					continue
 				}
 				mean := ""
-				if r.ServerMean > 0 {
-					mean = " (server mean " + report.Dur(r.ServerMean) + ")"
+				if sr.ServerMean > 0 {
+					mean = " (server mean " + report.Dur(sr.ServerMean) + ")"
 				}
-				logf("  handover p50 %s p99 %s%s; %.0f slot changes/s; server CPU %s each; at most %d holders; fairness %s; %d errors",
-					report.Dur(r.Handover.P50), report.Dur(r.Handover.P99), mean, r.SlotChangesPerSec, report.Dur(r.ServerCPUPerChange),
-					r.MostHolders, report.Fairness(r.GrantsMin, r.GrantsMax), r.Errors)
-				res.Semaphore = append(res.Semaphore, r)
+				r.logf("  handover p50 %s p99 %s%s; %.0f slot changes/s; server CPU %s each; at most %d holders; fairness %s; %d errors",
+					report.Dur(sr.Handover.P50), report.Dur(sr.Handover.P99), mean, sr.SlotChangesPerSec, report.Dur(sr.ServerCPUPerChange),
+					sr.MostHolders, report.Fairness(sr.GrantsMin, sr.GrantsMax), sr.Errors)
+				r.res.Semaphore = append(r.res.Semaphore, sr)
 			}
 		}
 	}

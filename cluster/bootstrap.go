@@ -269,36 +269,11 @@ func readMarker(dir string) (clusterMarker, error) {
 	return m, nil
 }
 
-// writeMarker replaces dir's marker durably (a temporary file, fsync,
-// rename, fsync of the directory).
+// writeMarker replaces dir's marker durably.
 func writeMarker(dir string, m clusterMarker) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, markerFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, markerFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileDurably(dir, markerFile, append(b, '\n'))
 }

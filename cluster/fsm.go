@@ -220,6 +220,19 @@ func (f *fsm) applyEpochLocked(c command) any {
 	return epochResult{Epoch: f.st.Epoch, LeaseBound: f.st.LeaseBound, Grace: grace, Planned: planned}
 }
 
+// leaderLeaseFactor ties the leader's own lease to the grace: a leader
+// confirms and grants until leaderLeaseSpan(its leader lease timeout)
+// after the latest send a quorum acknowledged (openWith), and every crash
+// grace budgets exactly leaderLeaseSpan of the longest leader lease
+// timeout recorded for the old leader (graceOf). One constant, so that
+// the lease can never outlast what the grace covers
+// (TestLeaderLeaseWithinGrace).
+const leaderLeaseFactor = 2
+
+// leaderLeaseSpan is the leader lease of a node whose leader lease
+// timeout is llt.
+func leaderLeaseSpan(llt time.Duration) time.Duration { return leaderLeaseFactor * llt }
+
 // graceOf is the failover grace of the epoch after st's. After a planned
 // handoff by st's own epoch it is the handoff. Otherwise the previous
 // leader may have crashed or been cut off: its clients may believe for
@@ -233,7 +246,7 @@ func graceOf(st state, maxLeaderLease time.Duration) (grace time.Duration, plann
 	if st.HandoffEpoch != 0 && st.HandoffEpoch == st.Epoch {
 		return st.Handoff, true
 	}
-	grace = st.LeaseBound + 2*maxLeaderLease
+	grace = st.LeaseBound + leaderLeaseSpan(maxLeaderLease)
 	if !st.GraceServed {
 		grace = max(grace, st.Inherited)
 	}

@@ -35,6 +35,10 @@ const (
 	// NoStrangerRateVar: strangers' TLS handshakes compute at once, as
 	// members' do: no rate, no CPU slot of their own.
 	NoStrangerRateVar = "BATON_TEST_NO_STRANGER_RATE"
+	// WipedJoinStartsVar: a node started with -join and no Raft state
+	// starts Raft at once, without asking whether it held the log: a
+	// member added with -join that lost its data directory votes.
+	WipedJoinStartsVar = "BATON_TEST_WIPED_JOIN_STARTS"
 )
 
 func graceDisabled() bool  { return os.Getenv(DisableGraceVar) == "1" }
@@ -54,3 +58,4 @@ func memberAddr(addr string) string {
 func memberRoomOff() bool       { return os.Getenv(NoMemberRoomVar) == "1" }
 func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1" }
 func strangerRateOff() bool     { return os.Getenv(NoStrangerRateVar) == "1" }
+func wipedJoinStarts() bool     { return os.Getenv(WipedJoinStartsVar) == "1" }

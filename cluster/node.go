@@ -133,7 +133,11 @@ type Node struct {
 // whether the cluster exists (bootstrap.go), for as long as it takes or
 // until ctx ends: it bootstraps a new cluster, starts without
 // bootstrapping (the cluster exists and it never held the log), or refuses
-// with ErrLostData (it held the log and lost it).
+// with ErrLostData (it held the log and lost it). A node with Join and no
+// Raft state likewise asks the members whether it held the log
+// (rejoin.go), and starts Raft once the leader says it did not. A data
+// directory that holds less than this node acknowledged is refused at
+// once: ErrRolledBack, or ErrLostData with no Raft state (logmark.go).
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -166,12 +170,20 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store in %s: %w", dir, err)
 	}
+	// Before anything listens: a data directory that holds less than this
+	// node acknowledged (logmark.go).
+	mark, err := checkDataDir(cfg, dir, bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		return nil, err
+	}
+	stores := newMarkedStores(dir, bolt, bolt, mark)
 	trans, err := newTransport(cfg, rc.Logger)
 	if err != nil {
 		bolt.Close()
 		return nil, err
 	}
-	n, err := openWith(ctx, cfg, log, rc, bolt, bolt, snaps, trans)
+	n, err := openWith(ctx, cfg, log, rc, stores, stores, snaps, trans)
 	if err != nil {
 		trans.(interface{ Close() error }).Close()
 		bolt.Close()
@@ -189,15 +201,15 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	// Twice the leader lease timeout: what every failover grace budgets for
-	// an old leader (see graceOf), so the grace still covers every
-	// confirmation it makes, and a loaded machine's stall shorter than that
+	// What every failover grace budgets for an old leader (graceOf), so
+	// the grace still covers every confirmation it makes; twice the leader
+	// lease timeout, so that a loaded machine's stall shorter than that
 	// does not end a term.
 	now := cfg.Now
 	if now == nil {
 		now = clock.Now
 	}
-	lease := newLeaderLease(raft.ServerID(cfg.NodeID), 2*cfg.LeaderLeaseTimeout, now)
+	lease := newLeaderLease(raft.ServerID(cfg.NodeID), leaderLeaseSpan(cfg.LeaderLeaseTimeout), now)
 	n := &Node{
 		cfg: cfg, log: log, fsm: newFSM(), transport: &leaseTransport{Transport: trans, lease: lease}, lease: lease, now: now,
 		termLost:  make(chan struct{}, 1),
@@ -216,7 +228,12 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		n.markerV = m
 		n.fsm.record = n.record
 	}
-	if !real || has || cfg.Join {
+	ask := real && !has
+	if ask && cfg.Join && wipedJoinStarts() {
+		log.Warn("a joining node with no state starts without asking whether it held the log (faultinject build): a member that lost its data may vote")
+		ask = false
+	}
+	if !ask {
 		if real && !has {
 			rt.beforeRaft(nil) // no configuration yet: any node certificate, as a joining node admits
 		}
@@ -225,8 +242,10 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 		}
 		return n, nil
 	}
-	// A founder with no state: ask the others first, without holding up
-	// the node's start (its ops endpoints say what it waits for).
+	// No state: ask the others first, without holding up the node's start
+	// (its ops endpoints say what it waits for). A founder asks the other
+	// founders whether to bootstrap (bootstrap.go); a joining node, the
+	// current members whether it held the log (rejoin.go).
 	rt.beforeRaft(cfg.Peers)
 	n.starting = make(chan struct{})
 	go func() {
@@ -241,9 +260,16 @@ func openWith(ctx context.Context, cfg Config, log *slog.Logger, rc *raft.Config
 			}
 			close(stop)
 		}()
-		d, err := decideBootstrap(cfg, log, rt.stream.Dial, stop)
-		if err == nil {
-			err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+		var err error
+		if cfg.Join {
+			if err = decideJoin(cfg, log, rt.stream.Dial, rt.Consumer(), stop); err == nil {
+				err = n.startRaft(rc, logs, stable, snaps, false)
+			}
+		} else {
+			var d bootstrapDecision
+			if d, err = decideBootstrap(cfg, log, rt.stream.Dial, stop); err == nil {
+				err = n.startRaft(rc, logs, stable, snaps, d == bootstrapNew)
+			}
 		}
 		if err != nil {
 			n.failed <- err

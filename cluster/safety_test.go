@@ -133,13 +133,23 @@ func TestDrainGivingUpHandsOffTheBound(t *testing.T) {
 // TestLoweringRacesFastPath: an ACQUIRE with a long lease that arrives
 // while a lower bound is being committed is not admitted on the old
 // bound: it waits, and raises the bound again before it is answered.
+//
+// The ACQUIRE is made to arrive inside the lowering: the hook, which runs
+// just before the lower bound is committed, waits until NoteLease has
+// noted the ACQUIRE's lease (it has then read the bound it would be
+// admitted on). And the cluster's leader lease is long: a loaded machine
+// that stalls the leader for a moment must not end its term (NOT_LEADER)
+// in the middle of the race.
 func TestLoweringRacesFastPath(t *testing.T) {
 	const long = 5 * time.Minute
-	c := newTestCluster(t, 3)
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	})
 	l := c.leader()
 	first := holdOn(t, l, "long", long) // raises the bound to 5 min
 	first.Conn.Close()
 	admitted := make(chan *batontest.Conn, 1)
+	inside := make(chan bool, 1)
 	hook := func() {
 		go func() {
 			conn, got := acquire(t, l.addr, "again", long, false)
@@ -148,17 +158,25 @@ func TestLoweringRacesFastPath(t *testing.T) {
 			}
 			admitted <- conn
 		}()
-		// Give the ACQUIRE every chance to slip through on the old bound.
-		time.Sleep(300 * time.Millisecond)
+		// The ACQUIRE has passed NoteLease's look at the bound once its
+		// lease is noted; the lowering then commits.
+		deadline := time.Now().Add(settle)
+		for time.Duration(l.node.noted.Load()) < long && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		inside <- time.Duration(l.node.noted.Load()) >= long
 	}
 	l.node.beforeLowerCommit.Store(&hook)
 	var conn *batontest.Conn
 	select {
 	case conn = <-admitted:
-	case <-time.After(settle):
+	case <-time.After(2 * settle):
 		t.Fatal("no lowering was attempted, or the ACQUIRE never got an answer")
 	}
 	defer conn.Conn.Close()
+	if !<-inside {
+		t.Fatal("the ACQUIRE did not reach NoteLease while the lowering waited: the race was not run")
+	}
 	// The lowering commits after the hook; then later looks pass.
 	time.Sleep(5 * testConfig("x").BoundLowerEvery)
 	if b := l.node.bound(); b < long {

@@ -881,42 +881,54 @@ func (t *Table) dropIfEmpty(l *lock) {
 	}
 }
 
+// sessionList is one of a lock's two lists of sessions, linked through
+// the sessions' prev/next, by its two ends: the holders (first, last) or
+// the queue (head, tail). A session is in one list at a time.
+type sessionList struct{ first, last **session }
+
+// push appends s, which is in no list, at the end of the list.
+func (q sessionList) push(s *session) {
+	s.prev, s.next = *q.last, nil
+	if *q.last != nil {
+		(*q.last).next = s
+	} else {
+		*q.first = s
+	}
+	*q.last = s
+}
+
+// remove takes s out of the list.
+func (q sessionList) remove(s *session) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		*q.first = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else {
+		*q.last = s.prev
+	}
+	s.prev, s.next = nil, nil
+}
+
+func (l *lock) holderList() sessionList { return sessionList{&l.first, &l.last} }
+func (l *lock) queue() sessionList      { return sessionList{&l.head, &l.tail} }
+
 // addHolder appends s to l's holders.
 func (l *lock) addHolder(s *session) {
-	s.prev, s.next = l.last, nil
-	if l.last != nil {
-		l.last.next = s
-	} else {
-		l.first = s
-	}
-	l.last = s
+	l.holderList().push(s)
 	l.holders++
 }
 
 // removeHolder takes s out of l's holders.
 func (l *lock) removeHolder(s *session) {
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		l.first = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	} else {
-		l.last = s.prev
-	}
-	s.prev, s.next = nil, nil
+	l.holderList().remove(s)
 	l.holders--
 }
 
 func (l *lock) enqueue(s *session) {
-	s.prev, s.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = s
-	} else {
-		l.head = s
-	}
-	l.tail = s
+	l.queue().push(s)
 	l.waiters++
 }
 
@@ -928,16 +940,6 @@ func (l *lock) unlink(s *session) {
 		l.middleRemovals++
 	}
 	s.posValid = false
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		l.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	} else {
-		l.tail = s.prev
-	}
-	s.prev, s.next = nil, nil
+	l.queue().remove(s)
 	l.waiters--
 }

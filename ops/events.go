@@ -52,7 +52,7 @@ const (
 	eventRetryMS = 1000
 )
 
-// The JSON of an EVENT (OPS.md) and of the stream's own events.
+// The JSON of an EVENT (docs/operations.md) and of the stream's own events.
 type (
 	eventJSON struct {
 		Seq     uint64      `json:"seq"`

@@ -11,7 +11,7 @@ import (
 	"github.com/batonlock/baton/server"
 )
 
-// The JSON shapes of OPS.md, field for field and in its order.
+// The JSON shapes of docs/operations.md, field for field and in its order.
 type (
 	sessionJSON struct {
 		ID      string  `json:"id"`

@@ -1,4 +1,4 @@
-// Package ops serves Baton's operator HTTP API of OPS.md: /healthz,
+// Package ops serves Baton's operator HTTP API of docs/operations.md: /healthz,
 // /readyz, /metrics and the admin endpoints under /v1/, which a bearer
 // token can protect.
 package ops
@@ -138,7 +138,8 @@ const (
 	DefaultEventWriteTimeout        = 10 * time.Second
 )
 
-// NewHandler returns the http.Handler of OPS.md's "Ops HTTP" section.
+// NewHandler returns the http.Handler of docs/operations.md's "The ops
+// HTTP API".
 func NewHandler(cfg Config) http.Handler {
 	if cfg.Backend == nil {
 		panic("ops: Config.Backend is nil")

@@ -2,7 +2,8 @@
 # Builds baton's release archives: one tar.gz per platform with the binary,
 # LICENSE and NOTICE, the licence texts of the modules linked into the
 # binary (licenses/), the README and docs/ (so the README's links resolve
-# inside the archive), the systemd unit, the Grafana dashboard and the Helm chart, and
+# inside the archive), the fencing kits (fence/postgres, fence/redis), the
+# systemd unit, the Grafana dashboard and the Helm chart, and
 # SHA256SUMS over them, in dist/.
 #
 #   scripts/dist.sh [-v VERSION] [GOOS/GOARCH ...]
@@ -47,6 +48,8 @@ for target in "${targets[@]}"; do
     -o "$stage/$name/baton" ./cmd/baton
   cp README.md LICENSE NOTICE "$stage/$name/"
   cp -r docs "$stage/$name/"
+  mkdir -p "$stage/$name/fence"
+  cp -r fence/postgres fence/redis "$stage/$name/fence/"
   scripts/licenses.sh "$stage/$name/licenses" "$target"
   mkdir -p "$stage/$name/deploy"
   cp -r deploy/systemd deploy/grafana "$stage/$name/deploy/"

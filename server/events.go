@@ -10,7 +10,7 @@ import (
 	"github.com/batonlock/baton/locktable"
 )
 
-// The event types of OPS.md's EVENT.
+// The event types of docs/operations.md's EVENT.
 const (
 	EventQueued        = "queued"         // a session joined a lock's queue
 	EventGranted       = "granted"        // a session got the lock (at once or by promotion)
@@ -25,7 +25,8 @@ const (
 // resume after a dropped stream.
 const EventHistory = 10000
 
-// Event is one change of the lock table, as OPS.md's EVENT describes it.
+// Event is one change of the lock table, as docs/operations.md's EVENT
+// describes it.
 type Event struct {
 	Seq  uint64 // rises by one per event, from 1, for the life of the process
 	At   time.Time

@@ -1,16 +1,10 @@
 package server
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,27 +26,8 @@ func TestReserveServesSessionsWhenFull(t *testing.T) {
 		reserveChild(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReserveServesSessionsWhenFull$")
-	cmd.Env = append(os.Environ(), "BATON_TEST_RESERVE_CHILD=1")
-	stdin, _ := cmd.StdinPipe() // the child ends when it closes
-	stdout, _ := cmd.StdoutPipe()
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "child.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	cmd.Stderr = logFile
-	logs := childLog(logFile.Name())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer stdin.Close()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("child: %v; %s", err, logs)
-	}
-	addr := strings.TrimSpace(strings.TrimPrefix(line, "addr "))
+	child := startChild(t, "TestReserveServesSessionsWhenFull", "BATON_TEST_RESERVE_CHILD=1")
+	addr, logs := child.Addr(t), child.Logs
 	for i := range reserveSessions {
 		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if err != nil {
@@ -74,29 +49,7 @@ func TestReserveServesSessionsWhenFull(t *testing.T) {
 func reserveChild(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ReserveFDs = reserveSessions
-	var next atomic.Uint64
-	cfg.NextToken = func() uint64 { return next.Add(1) }
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := Listen(t.Context(), cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	// One session first, so that whatever the server opens once is open.
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 30000, Name: "warm"})
-	nc.Write(frame)
-	var reply [12]byte
-	if _, err := io.ReadFull(nc, reply[:]); err != nil {
-		t.Fatal(err)
-	}
+	s, ln, nc := childServer(t, cfg)
 	// Every free descriptor taken, as idle ops connections would take them.
 	var hogs []*os.File
 	for {
@@ -107,8 +60,7 @@ func reserveChild(t *testing.T) {
 		hogs = append(hogs, f)
 	}
 	fmt.Fprintln(os.Stderr, "child: took", len(hogs), "descriptors")
-	fmt.Println("addr", ln.Addr())
-	io.Copy(io.Discard, os.Stdin)
+	awaitParent(ln)
 	for _, f := range hogs {
 		f.Close()
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/batonlock/baton/internal/batontest"
 )
 
-// TestVectors plays the server's side of every test vector of PROTOCOL.md.
+// TestVectors plays the server's side of every test vector of docs/protocol.md.
 func TestVectors(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t)

@@ -485,13 +485,23 @@ func (s *Server) reap() {
 		var fx effects
 		s.mu.Lock()
 		now := s.now()
-		s.mayServeLocked(now) // an expiry may promote, and the grace's end grants
-		s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
-		if s.table.Moving() {
-			s.settleLocked(now, s.table.Promote(now, s.exits[:0]), &fx)
+		// Every push checks the leader lease first: an expiry promotes a
+		// waiter, a queue moves on, the grace's end grants. A server that
+		// may not serve (it just failed closed, or leads no term) has
+		// ended every session with its term, and has nothing to wait for
+		// until BeginTerm wakes the reaper with a new table.
+		var (
+			moving, ok bool
+			next       time.Time
+		)
+		if s.mayServeLocked(now) {
+			s.settleLocked(now, s.table.Expire(now, s.exits[:0]), &fx)
+			if s.table.Moving() {
+				s.settleLocked(now, s.table.Promote(now, s.exits[:0]), &fx)
+			}
+			moving = s.table.Moving()
+			next, ok = s.table.NextDeadline()
 		}
-		moving := s.table.Moving()
-		next, ok := s.table.NextDeadline()
 		if ok {
 			s.armedFor = next
 		} else {

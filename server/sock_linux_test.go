@@ -1,15 +1,11 @@
 package server
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -376,28 +372,9 @@ func TestAcceptRefusesAtTheDoorWhenFull(t *testing.T) {
 }
 
 func testRefusesAtTheDoor(t *testing.T, loop string) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptRefusesAtTheDoorWhenFull$")
-	cmd.Env = append(os.Environ(), "BATON_TEST_EMFILE_CHILD="+loop)
-	stdin, _ := cmd.StdinPipe() // the child ends when it closes
-	stdout, _ := cmd.StdoutPipe()
-	// The child's logs go to a file, read when a check fails.
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "child.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	cmd.Stderr = logFile
-	logs := childLog(logFile.Name())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer stdin.Close()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("child: %v; %s", err, logs)
-	}
-	addr := strings.TrimSpace(strings.TrimPrefix(line, "addr "))
+	child := startChild(t, "TestAcceptRefusesAtTheDoorWhenFull", "BATON_TEST_EMFILE_CHILD="+loop)
+	logs := child.Logs
+	addr := child.Addr(t)
 
 	acquire := func(name string) net.Conn {
 		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -466,29 +443,9 @@ func emfileChild(t *testing.T, raw bool) {
 	cfg := DefaultConfig()
 	cfg.ParkIdle = raw // without the idle poller, net's accept
 	cfg.ReserveFDs = 0 // the server's own spares only; the listener's have their own test
-	var next atomic.Uint64
-	cfg.NextToken = func() uint64 { return next.Add(1) }
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := Listen(t.Context(), cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	// One session first, so that whatever the server opens once is open.
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: 30000, Name: "warm"})
-	nc.Write(frame)
-	var reply [12]byte
-	if _, err := io.ReadFull(nc, reply[:]); err != nil {
-		t.Fatal(err)
-	}
+	// One session first (childServer), so that whatever the server opens
+	// once is open.
+	s, ln, nc := childServer(t, cfg)
 	// The client's half-close ends the session; the server's FIN comes
 	// after it has closed its end.
 	nc.(*net.TCPConn).CloseWrite()
@@ -508,17 +465,8 @@ func emfileChild(t *testing.T, raw bool) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Println("addr", ln.Addr())
-	io.Copy(io.Discard, os.Stdin)
+	awaitParent(ln)
 	s.Shutdown(t.Context())
-}
-
-// childLog is a child's log file, read each time it is printed.
-type childLog string
-
-func (l childLog) String() string {
-	b, _ := os.ReadFile(string(l))
-	return string(b)
 }
 
 // TestSockaddrTCP: the raw accept names a client as net's accept would

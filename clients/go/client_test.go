@@ -105,7 +105,7 @@ func mustHex(t *testing.T, s string) []byte {
 	return b
 }
 
-// TestVectors runs PROTOCOL.md's test vectors through the client: the bytes
+// TestVectors runs docs/protocol.md's test vectors through the client: the bytes
 // it sends, and its reading of the bytes it receives.
 func TestVectors(t *testing.T) {
 	for _, tc := range []struct {

@@ -131,7 +131,7 @@
 //
 // Each lock's connection has one permanent reader, so the server's promotion
 // of a waiter is seen the moment it arrives, and one loop that sends
-// heartbeats, as PROTOCOL.md prescribes:
+// heartbeats, as docs/protocol.md prescribes:
 //
 //	baseInterval  = lease / 4
 //	clientTimeout = lease * 0.8

@@ -20,7 +20,7 @@ const minHeartbeatInterval = time.Millisecond
 // 1/rttAlphaInv = 0.2, as the protocol prescribes.
 const rttAlphaInv = 5
 
-// schedule is the heartbeat schedule of one session, from PROTOCOL.md:
+// schedule is the heartbeat schedule of one session, from docs/protocol.md:
 //
 //	baseInterval  = lease / 4
 //	clientTimeout = lease * 0.8

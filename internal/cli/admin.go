@@ -38,7 +38,7 @@ const (
 // adminEnv holds the admin token itself, for when no file is given.
 const adminEnv = "BATON_ADMIN_TOKEN"
 
-// The JSON shapes of the ops API (OPS.md).
+// The JSON shapes of the ops API (docs/operations.md).
 type (
 	opsSession struct {
 		ID       string  `json:"id"`

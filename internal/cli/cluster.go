@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// opsCluster is GET /v1/cluster (OPS.md, CLUSTER).
+// opsCluster is GET /v1/cluster (docs/operations.md, CLUSTER).
 type opsCluster struct {
 	NodeID string `json:"node_id"`
 	Role   string `json:"role"`

@@ -100,7 +100,7 @@ func TestServeRaftTLSBadFiles(t *testing.T) {
 	}
 }
 
-// tlsClusterPKI is security.md's set-up for a cluster: one CA for
+// tlsClusterPKI is docs/security.md's set-up for a cluster: one CA for
 // everything, each node's certificate for server auth only (the usual
 // kind) naming the node by baton://node/<id>, the lock client "worker",
 // the operator "operator", access rules and a token.
@@ -149,7 +149,7 @@ func (p *tlsClusterPKI) opsCall(t *testing.T, cert testcerts.Files, method, opsA
 }
 
 // TestBinaryClusterTLS is the attack on a cluster set up as
-// security.md says, by a caller with the token and a certificate but no
+// docs/security.md says, by a caller with the token and a certificate but no
 // admin grant: force-release and membership changes are refused (403)
 // through the leader and through a follower alike; the operator's
 // force-release through a follower works, and the leader's log line names

@@ -176,8 +176,9 @@ func TestBrowserDashboardOnFollower(t *testing.T) {
 	defer again.Release()
 	b.wait(`!!document.querySelector('tr[data-lock="deploy/after-failover"]') && !document.querySelector('tr[data-lock="deploy/db"]')`, 15*time.Second, "the new leader's locks on the page")
 	b.wait(`document.getElementById("live").textContent === "live"`, 5*time.Second, "stream live again")
-	// While no leader is known the follower answers 503 (OPS.md), and the
-	// browser logs that answer to a reconnection; nothing else may show.
+	// While no leader is known the follower answers 503
+	// (docs/operations.md), and the browser logs that answer to a
+	// reconnection; nothing else may show.
 	for _, e := range b.consoleErrors() {
 		if !strings.Contains(e, "status of 503") && !strings.Contains(e, "status of 502") {
 			t.Errorf("console error during the failover: %s", e)

@@ -109,7 +109,7 @@ func TestBinaryRaftFloodLeaderChange(t *testing.T) {
 	}
 }
 
-// startTLSNodeQuiet starts node c over mutual TLS as security.md sets it
+// startTLSNodeQuiet starts node c over mutual TLS as docs/security.md sets it
 // up, with its log in a file (a node that logs a lot under a flood must
 // never block on a pipe nobody reads), and returns the file's path;
 // cleanup kills it.

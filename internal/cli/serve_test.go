@@ -151,7 +151,8 @@ func readFrame(t *testing.T, conn net.Conn) (wire.Header, []byte) {
 }
 
 // TestServeEndToEnd runs baton serve in-process: both listeners answer, a
-// session acquires a lock, and cancelling ctx shuts down as OPS.md says.
+// session acquires a lock, and cancelling ctx shuts down as
+// docs/operations.md says.
 func TestServeEndToEnd(t *testing.T) {
 	t.Parallel()
 	const linger = 1500 * time.Millisecond

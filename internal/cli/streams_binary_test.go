@@ -166,7 +166,7 @@ func TestBinaryClusterEventStreamsPerCaller(t *testing.T) {
 	}
 }
 
-// startTLSCluster starts three nodes set up as security.md says (mutual TLS
+// startTLSCluster starts three nodes set up as docs/security.md says (mutual TLS
 // on every listener, the access rules and the token of p), and waits for
 // the leader to be ready.
 func startTLSCluster(t *testing.T, p *tlsClusterPKI) (leader *clusterProc, followers []*clusterProc) {

@@ -21,7 +21,7 @@ const (
 	watchMaxLine = 1 << 20
 )
 
-// opsEvent is OPS.md's EVENT.
+// opsEvent is docs/operations.md's EVENT.
 type opsEvent struct {
 	Seq     uint64     `json:"seq"`
 	At      time.Time  `json:"at"`

@@ -16,7 +16,11 @@ import (
 const (
 	pausedHolderEnv  = "BATON_TEST_PAUSED_HOLDER"      // the server's address
 	pausedHolderMode = "BATON_TEST_PAUSED_HOLDER_MODE" // also the lock's name
-	pausedLease      = time.Second
+	// pausedLease is long enough that the holder, one thread under the
+	// race detector, keeps its lock on a loaded machine until it is
+	// stopped (with 1 s, its heartbeats went unconfirmed for 0.8 s beside
+	// the whole suite, and the waiter was granted before the pause).
+	pausedLease = 3 * time.Second
 	// pauseThreshold is a gap between two checks that counts as the pause:
 	// far above what a loaded machine steals from a running process, below
 	// the lease that the parent's SIGSTOP outlasts.

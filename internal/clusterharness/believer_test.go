@@ -17,7 +17,7 @@ import (
 
 // A believer is a raw wire client that holds a lock for many seconds and
 // knows, from its own send times, exactly how long it may believe it holds
-// it (PROTOCOL.md, "Client heartbeat schedule"): until 0.8 × lease after
+// it (docs/protocol.md, "The heartbeat schedule"): until 0.8 × lease after
 // the send time of the latest frame whose reply has arrived, or until it
 // sees the loss (an ERROR, the close), whichever comes first. A reply that
 // arrives after that moment confirms nothing. Its hold in the checker is
@@ -133,7 +133,7 @@ func (b *believer) run(addrs []string) {
 		}
 		node := indexOf(addrs, addr) + 1
 		if node == 0 {
-			hint = "" // a hint outside the list is not followed (PROTOCOL.md)
+			hint = "" // a hint outside the list is not followed (docs/protocol.md)
 			continue
 		}
 		hold := b.holdMin + time.Duration(rng.Int64N(int64(b.holdMax-b.holdMin)+1))

@@ -14,7 +14,7 @@ import (
 // but 0): they take minutes and want root for network namespaces, so a
 // plain `go test ./...` skips them, saying so; .ci/clusterfaults.sh sets it.
 // BATON_CLUSTER_SCHEDULE=long runs many rounds of the schedule instead of
-// one (BATON_CLUSTER_ROUNDS sets how many; 17 by default, some 200 faults
+// one (BATON_CLUSTER_ROUNDS sets how many; 18 by default, some 300 faults
 // in about an hour).
 // BATON_CLUSTER_NETNS=0 forces the loopback network; BATON_CLUSTER_LOGS=dir
 // keeps every node's log there.

@@ -11,7 +11,11 @@ import (
 // build, which must pass.
 //
 // Each knob runs the short schedule (stopping at its first violation)
-// except the leader's own lease: the schedule's holders never have a
+// except two. A wiped joined member that starts is harmless beside
+// members that are up to date; it runs the reviewer's scenario instead
+// (a joined member replaces a founder, then lagAndWipe), in which its
+// vote elects a lagging founder whose tokens go back. And the leader's
+// own lease: the schedule's holders never have a
 // heartbeat queued at a paused leader that its answer on SIGCONT would
 // confirm for longer than the grace, and that answer races the leader's
 // step-down, so it runs the paused-leader scenario, in cycles, until the
@@ -37,6 +41,13 @@ var mutations = []struct {
 	{"BATON_TEST_NO_LEADER_LEASE", "the leader confirms without its own send-anchored lease", false, func(t *testing.T, env []string) verdict {
 		v, _ := pausedLeader(t, faultBin, env, true)
 		return v
+	}},
+	{"BATON_TEST_WIPED_JOIN_STARTS", "a member added with -join that lost its disk starts under its id", false, func(t *testing.T, env []string) verdict {
+		if why := netnsReason(); why != "" {
+			t.Skipf("membership faults need network namespaces (%s)", why)
+		}
+		return runSchedule(t, faultBin, env, []step{{phaseFast, replaceMember}, {phaseFast, wipeJoinedLagging}},
+			func(v verdict) bool { return !v.ok() }).verdict
 	}},
 }
 

@@ -153,10 +153,11 @@ func (nw *network) startProxies(t *testing.T) {
 	}
 }
 
-// peers is node i's -peers: every node at the address node i reaches it by.
-func (nw *network) peers(i int) string {
+// peers is founder i's -peers: the founders, slots 1 to n, each at the
+// address node i reaches it by.
+func (nw *network) peers(i, n int) string {
 	var p []string
-	for j := 1; j <= nw.n; j++ {
+	for j := 1; j <= n; j++ {
 		addr := nw.raftAddr(j)
 		if nw.proxies != nil && i != j {
 			addr = nw.proxies[i][j].Addr()

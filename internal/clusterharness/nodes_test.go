@@ -22,22 +22,33 @@ const (
 	leaderWait = 20 * time.Second // a cluster to have a serving leader
 )
 
-// testCluster is three (or more) `baton serve` nodes of one cluster.
+// testCluster is three (or more) `baton serve` nodes of one cluster, in
+// the slots of its network: the founders in the first slots, and slots
+// for the members added later (membership_test.go).
 type testCluster struct {
 	t     *testing.T
 	nw    *network
 	bin   string
 	env   []string // extra environment of every node
-	nodes []*node
+	nodes []*node  // one per slot of the network
+	// founders is how many slots the founders took; nextID numbers the
+	// next member added.
+	founders, nextID int
 	// token is the ops API's bearer token (in tokenFile): the ops ports
 	// are not on loopback in namespaces, so /v1/ needs one.
 	token, tokenFile string
 }
 
-// node is one member; its process changes with every restart, its data
-// directory and addresses do not.
+// node is one slot and the member in it; its process changes with every
+// restart, its data directory and addresses do not (a member replaced
+// under a new id gets a new data directory in the same slot).
 type node struct {
-	i     int
+	i  int
+	id string // the member's node id; "" while the slot is vacant
+	// join and peers are its -join and -peers flags, the same at every
+	// restart, as a unit file gives them.
+	join  bool
+	peers string
 	dir   string
 	flags []string // extra flags (Raft timers)
 	p     *proctest.Proc
@@ -45,16 +56,21 @@ type node struct {
 	up    bool                // started and not yet seen to exit
 }
 
-// newCluster makes an n-node cluster on nw; flags[i] are extra flags of
-// node i+1 (may be shorter than n). Nodes are not started.
+// newCluster makes an n-node cluster on nw, its founders in slots 1 to n
+// (the other slots of nw vacant); flags[i] are extra flags of node i+1
+// (may be shorter than n). Nodes are not started.
 func newCluster(t *testing.T, nw *network, bin string, env []string, n int, flags ...[]string) *testCluster {
-	c := &testCluster{t: t, nw: nw, bin: bin, env: env, token: fmt.Sprintf("harness-token-%032d", time.Now().UnixNano())}
+	c := &testCluster{t: t, nw: nw, bin: bin, env: env, token: fmt.Sprintf("harness-token-%032d", time.Now().UnixNano()), founders: n, nextID: n + 1}
 	c.tokenFile = filepath.Join(t.TempDir(), "admin-token")
 	if err := os.WriteFile(c.tokenFile, []byte(c.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i <= n; i++ {
-		nd := &node{i: i, dir: filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i)), log: &proctest.LogBuffer{}}
+	for i := 1; i <= nw.n; i++ {
+		nd := &node{i: i, log: &proctest.LogBuffer{}}
+		if i <= n {
+			nd.id, nd.peers = fmt.Sprintf("n%d", i), nw.peers(i, n)
+			nd.dir = filepath.Join(t.TempDir(), nd.id)
+		}
 		if i <= len(flags) {
 			nd.flags = flags[i-1]
 		}
@@ -64,7 +80,10 @@ func newCluster(t *testing.T, nw *network, bin string, env []string, n int, flag
 		// BATON_CLUSTER_LOGS=dir keeps every node's log there.
 		if dir := os.Getenv("BATON_CLUSTER_LOGS"); dir != "" {
 			for _, nd := range c.nodes {
-				f := filepath.Join(dir, fmt.Sprintf("%s-n%d.log", t.Name(), nd.i))
+				if nd.log.String() == "" {
+					continue // a slot never used
+				}
+				f := filepath.Join(dir, fmt.Sprintf("%s-slot%d.log", strings.ReplaceAll(t.Name(), "/", "-"), nd.i))
 				if err := os.WriteFile(f, []byte(nd.log.String()+"\n"), 0o644); err != nil {
 					t.Logf("keep node log: %v", err)
 				}
@@ -72,7 +91,9 @@ func newCluster(t *testing.T, nw *network, bin string, env []string, n int, flag
 		}
 		if t.Failed() {
 			for _, nd := range c.nodes {
-				t.Logf("=== node n%d log (last lines):\n%s", nd.i, tail(nd.log.String(), 80))
+				if nd.log.String() != "" {
+					t.Logf("=== slot %d (now %q) log (last lines):\n%s", nd.i, nd.id, tail(nd.log.String(), 80))
+				}
 			}
 		}
 	})
@@ -89,7 +110,8 @@ func tail(s string, n int) string {
 
 func (c *testCluster) node(i int) *node { return c.nodes[i-1] }
 
-// clientAddrs is every node's client address, in node order.
+// clientAddrs is every slot's client address, in slot order (a vacant
+// slot refuses connections, as a node that is down does).
 func (c *testCluster) clientAddrs() []string {
 	var a []string
 	for _, nd := range c.nodes {
@@ -98,13 +120,13 @@ func (c *testCluster) clientAddrs() []string {
 	return a
 }
 
-// startAll starts every node that is not running and waits for each to
+// startAll starts every member that is not running and waits for each to
 // report its addresses (a leader is another matter: waitLeader).
 func (c *testCluster) startAll() {
 	c.t.Helper()
 	var started []chan error
 	for _, nd := range c.nodes {
-		if !nd.up {
+		if nd.id != "" && !nd.up {
 			started = append(started, c.launch(nd))
 		}
 	}
@@ -126,13 +148,18 @@ func (c *testCluster) start(i int) {
 // launch starts nd's process; the channel says when it serves, or why not.
 func (c *testCluster) launch(nd *node) chan error {
 	c.t.Helper()
-	args := append([]string{c.bin, "serve",
-		"-node-id", fmt.Sprintf("n%d", nd.i), "-raft-addr", c.nw.raftAddr(nd.i), "-peers", c.nw.peers(nd.i),
-		"-addr", c.nw.clientAddr(nd.i), "-ops-addr", c.nw.opsAddr(nd.i),
-		"-data-dir", nd.dir, "-shutdown-linger", "0s", "-log-format", "json", "-admin-token-file", c.tokenFile}, nd.flags...)
+	args := []string{c.bin, "serve", "-node-id", nd.id, "-raft-addr", c.nw.raftAddr(nd.i)}
+	if nd.join {
+		args = append(args, "-join")
+	}
+	if nd.peers != "" {
+		args = append(args, "-peers", nd.peers)
+	}
+	args = append(append(args, "-addr", c.nw.clientAddr(nd.i), "-ops-addr", c.nw.opsAddr(nd.i),
+		"-data-dir", nd.dir, "-shutdown-linger", "0s", "-log-format", "json", "-admin-token-file", c.tokenFile), nd.flags...)
 	cmd := c.nw.command(nd.i, args...)
 	cmd.Env = append(cmd.Environ(), c.env...)
-	nd.log.Add(fmt.Sprintf("--- start %s", time.Now().Format("15:04:05.000")))
+	nd.log.Add(fmt.Sprintf("--- start %s %s", nd.id, time.Now().Format("15:04:05.000")))
 	serving := make(chan struct{})
 	var once sync.Once
 	line := func(l string) {
@@ -150,9 +177,9 @@ func (c *testCluster) launch(nd *node) chan error {
 		case <-serving:
 			res <- nil
 		case <-p.Exited:
-			res <- fmt.Errorf("node n%d exited with %d before serving; log:\n%s", nd.i, p.Code, tail(nd.log.String(), 40))
+			res <- fmt.Errorf("node %s exited with %d before serving; log:\n%s", nd.id, p.Code, tail(nd.log.String(), 40))
 		case <-time.After(startWait):
-			res <- fmt.Errorf("node n%d did not report its addresses within %v; log:\n%s", nd.i, startWait, tail(nd.log.String(), 40))
+			res <- fmt.Errorf("node %s did not report its addresses within %v; log:\n%s", nd.id, startWait, tail(nd.log.String(), 40))
 		}
 	}()
 	return res
@@ -276,11 +303,11 @@ func (c *testCluster) waitLeader(not ...int) int {
 // waitFollows waits until node i sees node leader as the leader.
 func (c *testCluster) waitFollows(i, leader int) {
 	c.t.Helper()
-	id := fmt.Sprintf("n%d", leader)
+	id := c.node(leader).id
 	c.eventually(leaderWait, func() bool {
 		v, err := c.view(i)
 		return err == nil && v.Leader != nil && v.Leader.ID == id
-	}, "node n%d does not follow n%d", i, leader)
+	}, "node %s does not follow %s", c.node(i).id, id)
 }
 
 // eventually polls cond until it holds (for states no event announces:

@@ -2,6 +2,8 @@
 // every relative link and anchor resolves to a tracked file and a heading
 // in it, no page names a .md file the repository does not have, every
 // heading renders, and README's "Where things are" matches the folders.
+// The comments of the source files are held to the same names: a comment
+// that sends its reader to a page must name one the repository has.
 // Its test runs the checks over the repository, so `go test ./...` and CI
 // keep the docs honest.
 package doccheck

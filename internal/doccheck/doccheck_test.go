@@ -221,3 +221,34 @@ func TestFolders(t *testing.T) {
 		t.Errorf("internal/ has no files of its own: its folders name it; got\n%s", got)
 	}
 }
+
+func TestCheckCommentsNamesOfMissingPages(t *testing.T) {
+	tr := tree(t, map[string]string{
+		"docs/protocol.md": "# P\n",
+		"README.md":        "# R\n",
+		"server/a.go": "// Package a speaks docs/protocol.md, not PROTOCOL.md.\npackage a\n\n" +
+			"var s = \"a string may name GONE.md\"\n\n/* see\n   OPS.md */\nvar r = `raw NOPE.md`\n",
+		"clients/c.py": "\"\"\"The bytes of docs/protocol.md and\nSPEC.md.\"\"\"\n\nx = 'STRING.md'  # but this names HASH.md\n" +
+			"y = \"#NOT.md\"\n# README.md is at the root; https://example.com/x/OTHER.md is another site's\n",
+		"clients/s.ts": "/** The bytes of WIRE.md. */\nconst a = \"//NOT.md\", b = `/* NOR.md */`;\n// LINE.md\n",
+		"scripts/x.sh": "#!/bin/sh\necho \"# NOT.md\" '#NEITHER.md' # TAIL.md\n",
+		".ci/run":      "#!/usr/bin/env bash\n# RUN.md\n",
+		"notes.txt":    "# TEXT.md: not source\n",
+	})
+	probs, err := tr.CheckComments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := messages(probs)
+	want := ".ci/run:2: a comment names RUN.md, which is not a file of the repository\n" +
+		"clients/c.py:2: a comment names SPEC.md, which is not a file of the repository\n" +
+		"clients/c.py:4: a comment names HASH.md, which is not a file of the repository\n" +
+		"clients/s.ts:1: a comment names WIRE.md, which is not a file of the repository\n" +
+		"clients/s.ts:3: a comment names LINE.md, which is not a file of the repository\n" +
+		"scripts/x.sh:2: a comment names TAIL.md, which is not a file of the repository\n" +
+		"server/a.go:1: a comment names PROTOCOL.md, which is not a file of the repository\n" +
+		"server/a.go:7: a comment names OPS.md, which is not a file of the repository\n"
+	if got != want {
+		t.Errorf("got:\n%swant:\n%s", got, want)
+	}
+}

@@ -66,3 +66,14 @@ func TestRepositoryFolderTable(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+func TestRepositoryComments(t *testing.T) {
+	tr := repository(t)
+	probs, err := tr.CheckComments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Error(p)
+	}
+}

@@ -1,9 +1,9 @@
-// Package layering checks that imports run one way (STYLE.md): the codec,
-// the clock, the lock table and the token store use only the standard
-// library; the client uses only the codec and the clock, and all three are
-// the client's own module, which the server's packages import and never
-// the reverse; the server never reaches up to ops, the CLI or the client;
-// test helpers stay out of production code.
+// Package layering checks that imports run one way: the codec, the clock,
+// the lock table and the token store use only the standard library; the
+// client uses only the codec and the clock, and all three are the client's
+// own module, which the server's packages import and never the reverse;
+// the server never reaches up to ops, the CLI or the client; test helpers
+// stay out of production code.
 package layering
 
 import (

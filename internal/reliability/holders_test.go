@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/faultproxy"
 )
 
@@ -43,7 +44,7 @@ func TestHolderKill9HandsOverAtOnce(t *testing.T) {
 	if code := waiter.Wait(t, eventWait); code != 0 {
 		t.Errorf("waiter exited %d, want its command's 0", code)
 	}
-	eventually(t, eventWait, func() bool { return processGone(pid1) }, "the killed holder's command %d still runs", pid1)
+	batontest.Eventually(t, eventWait, func() bool { return processGone(pid1) }, "the killed holder's command %d still runs", pid1)
 	t.Logf("kill -9 of the holder: next command started %v later", l.at.Sub(killedAt).Round(time.Millisecond))
 }
 
@@ -79,7 +80,7 @@ func TestHolderPausedPastLease(t *testing.T) {
 	if code := holder.Wait(t, eventWait); code != 77 {
 		t.Errorf("resumed holder exited %d, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
 	}
-	eventually(t, eventWait, func() bool { return processGone(pid1) }, "the paused holder's command %d still runs after the loss", pid1)
+	batontest.Eventually(t, eventWait, func() bool { return processGone(pid1) }, "the paused holder's command %d still runs after the loss", pid1)
 	t.Logf("SIGSTOP: waiter started %v after the stop; resumed holder exited 77 %v after SIGCONT",
 		l.at.Sub(stoppedAt).Round(time.Millisecond), holder.ExitedAt.Sub(resumedAt).Round(time.Millisecond))
 }
@@ -109,7 +110,7 @@ func TestHolderLinkFrozen(t *testing.T) {
 	if code := holder.Wait(t, eventWait); code != 77 {
 		t.Errorf("frozen holder exited %d, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
 	}
-	eventually(t, eventWait, func() bool { return processGone(pid1) }, "the frozen holder's command %d still runs", pid1)
+	batontest.Eventually(t, eventWait, func() bool { return processGone(pid1) }, "the frozen holder's command %d still runs", pid1)
 	t.Logf("link frozen: holder exited 77 at +%v, waiter started at +%v",
 		holder.ExitedAt.Sub(frozeAt).Round(time.Millisecond), l.at.Sub(frozeAt).Round(time.Millisecond))
 }
@@ -228,7 +229,7 @@ func TestSlowReader(t *testing.T) {
 		return srv.metric(t, `baton_sessions_ended_total{reason="write_timeout"}`),
 			srv.metric(t, `baton_sessions_ended_total{reason="read_timeout"}`)
 	}
-	eventually(t, eventWait, func() bool { w, r := ended(); return w+r == 1 },
+	batontest.Eventually(t, eventWait, func() bool { w, r := ended(); return w+r == 1 },
 		"want the slow reader, and only it, ended at io-timeout; write and read timeouts: %v", fmt.Sprint(ended()))
 	other.expectHolds(t, otherTok)
 	waiter.expectHolds(t, tok)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/proctest"
 )
 
@@ -172,20 +173,8 @@ func (s *server) locks(t *testing.T) map[string]lockView {
 // waitWaiters waits until lock name has n waiters.
 func (s *server) waitWaiters(t *testing.T, name string, n int) {
 	t.Helper()
-	eventually(t, eventWait, func() bool { return len(s.locks(t)[name].Waiters) == n },
+	batontest.Eventually(t, eventWait, func() bool { return len(s.locks(t)[name].Waiters) == n },
 		"lock %q: want %d waiters; locks: %+v", name, n, s.locks(t))
-}
-
-// eventually polls cond until it holds (for states that no event announces,
-// such as the server's table seen through the ops API).
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: "+msg, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // runner is a `baton run` child process; its command's output lines

@@ -10,6 +10,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/tokenstore"
 )
 
@@ -56,7 +57,7 @@ func TestServerStopDuringHandovers(t *testing.T) {
 			}
 			defer wg.Wait() // after stop, also on a failure
 
-			eventually(t, 2*eventWait, func() bool { return len(res.done()) >= 40 }, "fewer than 40 handovers before the stop")
+			batontest.Eventually(t, 2*eventWait, func() bool { return len(res.done()) >= 40 }, "fewer than 40 handovers before the stop")
 			stoppedAt := time.Now()
 			srv.Signal(t, tc.sig)
 			code := srv.Wait(t, 2*eventWait)
@@ -74,7 +75,7 @@ func TestServerStopDuringHandovers(t *testing.T) {
 				// The queue re-forms while nothing may be granted.
 				// The grace period began after restartAt: a holder seen
 				// before restartAt+lease was granted during it.
-				eventually(t, lease, func() bool {
+				batontest.Eventually(t, lease, func() bool {
 					waiting := 0
 					locks := srv.locks(t)
 					inGrace := time.Now().Before(restartAt.Add(lease))
@@ -91,7 +92,7 @@ func TestServerStopDuringHandovers(t *testing.T) {
 				}, "want all %d clients queued during the grace period; locks: %+v", clients, srv.locks(t))
 			}
 			newRun := func(s *section) bool { return s.token>>tokenstore.CounterBits > oldEpoch }
-			eventually(t, lease+3*eventWait, func() bool {
+			batontest.Eventually(t, lease+3*eventWait, func() bool {
 				per := map[int]int{}
 				for _, s := range res.done() {
 					if newRun(s) {
@@ -188,7 +189,7 @@ func TestServerKillWithRunQueue(t *testing.T) {
 	if code := holder.Wait(t, eventWait); code != 77 {
 		t.Errorf("holder exited %d after the server's kill -9, want 77 (lock lost); stderr:\n%s", code, holder.stderr)
 	}
-	eventually(t, eventWait, func() bool { return processGone(pid) }, "the holder's command %d still runs", pid)
+	batontest.Eventually(t, eventWait, func() bool { return processGone(pid) }, "the holder's command %d still runs", pid)
 
 	restartAt := time.Now()
 	srv = restartServer(t, srv)

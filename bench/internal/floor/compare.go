@@ -120,17 +120,15 @@ type GoClient struct {
 // HotLock is Contenders clients on one lock, each re-queuing as soon as
 // it lets go.
 type HotLock struct {
-	RST           bool          `json:"rst"`
-	Grants        int           `json:"grants"`
-	Window        time.Duration `json:"window_ns"`
-	ServerCPU     time.Duration `json:"server_cpu_ns"`
+	RST    bool          `json:"rst"`
+	Grants int           `json:"grants"`
+	Window time.Duration `json:"window_ns"`
+	scenario.Cost
 	CPUPerGrant   time.Duration `json:"cpu_per_grant_ns"`
 	ChangesPerSec float64       `json:"owner_changes_per_sec"`
 	// Latency is close -> push read, back to back.
 	Latency stats.Summary `json:"latency"`
-	Errors  int           `json:"errors"`
-	// LastError is the last failed Lock or Unlock's error, if any failed.
-	LastError string `json:"last_error,omitempty"`
+	scenario.Failures
 	// TimeWait is the machine's TIME_WAIT count as the window closed.
 	TimeWait TimeWait `json:"time_wait"`
 }
@@ -138,12 +136,12 @@ type HotLock struct {
 // Heartbeat is the server's CPU per heartbeat with Sessions held sessions
 // heartbeating from the load generator.
 type Heartbeat struct {
-	Sessions   int           `json:"sessions"`
-	Opened     int           `json:"opened"`
-	Failed     int           `json:"failed"`
-	Beats      int64         `json:"beats"`
-	Window     time.Duration `json:"window_ns"`
-	ServerCPU  time.Duration `json:"server_cpu_ns"`
+	Sessions int           `json:"sessions"`
+	Opened   int           `json:"opened"`
+	Failed   int           `json:"failed"`
+	Beats    int64         `json:"beats"`
+	Window   time.Duration `json:"window_ns"`
+	scenario.Cost
 	CPUPerBeat time.Duration `json:"cpu_per_heartbeat_ns"`
 	LoadGenCPU time.Duration `json:"loadgen_cpu_ns"`
 	// LostBefore counts sessions lost before the window (while opening
@@ -158,17 +156,15 @@ type Heartbeat struct {
 // Claims is Workers clients each claiming its own lock on a new
 // connection and releasing it, back to back.
 type Claims struct {
-	Workers     int           `json:"workers"`
-	RST         bool          `json:"rst"`
-	PerSec      float64       `json:"per_sec"`
-	Latency     stats.Summary `json:"latency"`
-	ServerCPU   time.Duration `json:"server_cpu_ns"`
+	Workers int           `json:"workers"`
+	RST     bool          `json:"rst"`
+	PerSec  float64       `json:"per_sec"`
+	Latency stats.Summary `json:"latency"`
+	scenario.Cost
 	CPUPerClaim time.Duration `json:"cpu_per_claim_ns"`
-	Errors      int           `json:"errors"`
+	scenario.Failures
 	// TimeWait is the machine's TIME_WAIT count at the end of the run.
 	TimeWait TimeWait `json:"time_wait"`
-	// LastError is the last claim's failure, if any failed.
-	LastError string `json:"last_error,omitempty"`
 }
 
 // RealNetwork is the Go client's uncontended claims and hot lock on
@@ -216,101 +212,8 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 	}
 	// A random start: the runs of a bench started within a minute of
 	// another's do not dial the addresses whose TIME_WAIT sockets it left.
-	fresh := Fresh{n: rand.IntN(200) * 250}
-	logHot := func(t Target, how string, h HotLock) {
-		logf("  %s, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s; %v",
-			t.Name, how, h.Grants, h.ChangesPerSec, dur(h.CPUPerGrant), dur(h.Latency.P50), h.TimeWait)
-	}
-	logClaims := func(t Target, how string, c Claims) {
-		logf("  %s, %s: %.0f claims/s, %s server CPU per claim, p50 %s; %v", t.Name, how, c.PerSec, dur(c.CPUPerClaim), dur(c.Latency.P50), c.TimeWait)
-	}
-	for _, step := range []struct {
-		name      string
-		batonOnly bool
-		run       func(t Target, f *Figures, round int) error
-		// both, instead of run, runs the scenario for both sides at once
-		// (in the round's order).
-		both func(sides [2]side) error
-	}{
-		{"hot lock, normal close and RST release", false, func(t Target, f *Figures, round int) error {
-			return releases(round, func(rst bool) error {
-				sys := batonsys.NewRawSystemAt(t.Name, fresh.Addr(t, t.Addr), rst)
-				h, err := hotLock(ctx, cfg, t, sys, rst, "raw-wire")
-				if err == nil {
-					logHot(t, ReleaseName(rst), h)
-					*Pick(rst, &f.HotLock, &f.HotLockRST) = h
-				}
-				return err
-			})
-		}, nil},
-		{name: "handover after idle", both: func(sides [2]side) error {
-			var pooled [2][]time.Duration
-			slice := max(cfg.Duration/IdleSlices, minIdleSlice)
-			for j := range IdleSlices {
-				order := [2]int{0, 1}
-				if j%2 == 1 {
-					order = [2]int{1, 0}
-				}
-				for _, k := range order {
-					t := sides[k].t
-					if j > 0 {
-						t.Profile = nil // the first slice's profile only
-					}
-					samples, err := afterIdle(ctx, cfg, t, fresh.Addr(t, t.Addr), slice)
-					if err != nil {
-						return fmt.Errorf("%s: %w", t.Name, err)
-					}
-					pooled[k] = append(pooled[k], samples...)
-				}
-			}
-			for k, sd := range sides {
-				sd.f.AfterIdle = stats.Summarize(pooled[k])
-				logf("  %s: close → push after %v idle p50 %s p99 %s (%d in %d windows)", sd.t.Name, Idle, dur(sd.f.AfterIdle.P50), dur(sd.f.AfterIdle.P99), sd.f.AfterIdle.N, IdleSlices)
-			}
-			return nil
-		}},
-		{"uncontended claims, normal close and RST release", false, func(t Target, f *Figures, round int) error {
-			return releases(round, func(rst bool) error {
-				sys := batonsys.NewRawSystemAt(t.Name, fresh.Addr(t, t.ClaimAddr), rst)
-				c, err := claims(ctx, cfg, t, sys, rst, "raw-wire")
-				if err == nil {
-					logClaims(t, ReleaseName(rst), c)
-					*Pick(rst, &f.Claims, &f.ClaimsRST) = c
-				}
-				return err
-			})
-		}, nil},
-		{"Go client: claims and hot lock, normal close and RST release", true, func(t Target, f *Figures, round int) error {
-			g := f.GoClient
-			if err := releases(round, func(rst bool) error {
-				c, err := claims(ctx, cfg, t, goClient(t, fresh.Addr(t, t.ClaimAddr), rst), rst, "go")
-				if err == nil {
-					logClaims(t, "Go client, "+ReleaseName(rst), c)
-					*Pick(rst, &g.Claims, &g.ClaimsRST) = c
-				}
-				return err
-			}); err != nil {
-				return err
-			}
-			return releases(round, func(rst bool) error {
-				h, err := hotLock(ctx, cfg, t, goClient(t, fresh.Addr(t, t.Addr), rst), rst, "go")
-				if err == nil {
-					logHot(t, "Go client, "+ReleaseName(rst), h)
-					*Pick(rst, &g.HotLock, &g.HotLockRST) = h
-				}
-				return err
-			})
-		}, nil},
-		{"heartbeats", false, func(t Target, f *Figures, round int) error {
-			var err error
-			f.Heartbeat, err = heartbeats(ctx, cfg, t, round)
-			if err == nil {
-				logf("  %s: %d sessions, %d heartbeats in %v, %s server CPU each, round trip p50 %s p99 %s; sessions lost %d before the window, %d in it (last: %s)", t.Name, f.Heartbeat.Opened,
-					f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), dur(f.Heartbeat.RTT.P50), dur(f.Heartbeat.RTT.P99), f.Heartbeat.LostBefore, f.Heartbeat.Lost, f.Heartbeat.LastLoss)
-			}
-			return err
-		}, nil},
-	} {
+	c := &comparison{ctx: ctx, cfg: cfg, fresh: Fresh{n: rand.IntN(200) * 250}, logf: logf}
+	for _, step := range c.steps() {
 		for i := range res.Rounds {
 			logf("floor: %s, round %d of %d", step.name, i+1, len(res.Rounds))
 			sides := [2]side{{floor, &res.Rounds[i].Floor}, {baton, &res.Rounds[i].Baton}}
@@ -320,30 +223,169 @@ func Compare(ctx context.Context, cfg Config, floor, baton Target, logf func(str
 			if i > 0 {
 				sides[0].t.Profile, sides[1].t.Profile = nil, nil // one profile per scenario: the first round's
 			}
-			if step.both != nil {
-				if err := ctx.Err(); err != nil {
-					return res, err
-				}
-				if err := step.both(sides); err != nil {
-					return res, fmt.Errorf("%s, %w", step.name, err)
-				}
-				continue
-			}
-			for _, sd := range sides {
-				if err := ctx.Err(); err != nil {
-					return res, err
-				}
-				t := sd.t
-				if step.batonOnly && t.Name != baton.Name {
-					continue
-				}
-				if err := step.run(t, sd.f, i); err != nil {
-					return res, fmt.Errorf("%s, %s: %w", step.name, t.Name, err)
-				}
+			if err := c.round(step, sides, i, baton.Name); err != nil {
+				return res, err
 			}
 		}
 	}
 	return res, nil
+}
+
+// comparison is one run of Compare: what its steps share.
+type comparison struct {
+	ctx   context.Context
+	cfg   Config
+	fresh Fresh
+	logf  func(string, ...any)
+}
+
+// compareStep is one scenario of the comparison.
+type compareStep struct {
+	name      string
+	batonOnly bool
+	run       func(t Target, f *Figures, round int) error
+	// both, instead of run, runs the scenario for both sides at once
+	// (in the round's order).
+	both func(sides [2]side) error
+}
+
+// steps are the comparison's scenarios, in their order.
+func (c *comparison) steps() []compareStep {
+	return []compareStep{
+		{"hot lock, normal close and RST release", false, c.hotLock, nil},
+		{name: "handover after idle", both: c.afterIdle},
+		{"uncontended claims, normal close and RST release", false, c.claims, nil},
+		{"Go client: claims and hot lock, normal close and RST release", true, c.goClient, nil},
+		{"heartbeats", false, c.heartbeats, nil},
+	}
+}
+
+// round runs one round of step over both sides, in their order; a side
+// that is not batonName's is left out of a Baton-only step.
+func (c *comparison) round(step compareStep, sides [2]side, round int, batonName string) error {
+	if step.both != nil {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		if err := step.both(sides); err != nil {
+			return fmt.Errorf("%s, %w", step.name, err)
+		}
+		return nil
+	}
+	for _, sd := range sides {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		t := sd.t
+		if step.batonOnly && t.Name != batonName {
+			continue
+		}
+		if err := step.run(t, sd.f, round); err != nil {
+			return fmt.Errorf("%s, %s: %w", step.name, t.Name, err)
+		}
+	}
+	return nil
+}
+
+func (c *comparison) logHot(t Target, how string, h HotLock) {
+	c.logf("  %s, %s: %d grants, %.0f owner changes/s, %s server CPU per grant, close → push p50 %s; %v",
+		t.Name, how, h.Grants, h.ChangesPerSec, dur(h.CPUPerGrant), dur(h.Latency.P50), h.TimeWait)
+}
+
+func (c *comparison) logClaims(t Target, how string, cl Claims) {
+	c.logf("  %s, %s: %.0f claims/s, %s server CPU per claim, p50 %s; %v", t.Name, how, cl.PerSec, dur(cl.CPUPerClaim), dur(cl.Latency.P50), cl.TimeWait)
+}
+
+// hotLock is the hot lock of raw-wire clients, with a normal close and
+// with the reset.
+func (c *comparison) hotLock(t Target, f *Figures, round int) error {
+	return releases(round, func(rst bool) error {
+		sys := batonsys.NewRawSystemAt(t.Name, c.fresh.Addr(t, t.Addr), rst)
+		h, err := hotLock(c.ctx, c.cfg, t, sys, rst, "raw-wire")
+		if err == nil {
+			c.logHot(t, ReleaseName(rst), h)
+			*Pick(rst, &f.HotLock, &f.HotLockRST) = h
+		}
+		return err
+	})
+}
+
+// afterIdle is the handover after Idle, both sides in alternated slices
+// whose samples are pooled.
+func (c *comparison) afterIdle(sides [2]side) error {
+	var pooled [2][]time.Duration
+	slice := max(c.cfg.Duration/IdleSlices, minIdleSlice)
+	for j := range IdleSlices {
+		order := [2]int{0, 1}
+		if j%2 == 1 {
+			order = [2]int{1, 0}
+		}
+		for _, k := range order {
+			t := sides[k].t
+			if j > 0 {
+				t.Profile = nil // the first slice's profile only
+			}
+			samples, err := afterIdle(c.ctx, c.cfg, t, c.fresh.Addr(t, t.Addr), slice)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.Name, err)
+			}
+			pooled[k] = append(pooled[k], samples...)
+		}
+	}
+	for k, sd := range sides {
+		sd.f.AfterIdle = stats.Summarize(pooled[k])
+		c.logf("  %s: close → push after %v idle p50 %s p99 %s (%d in %d windows)", sd.t.Name, Idle, dur(sd.f.AfterIdle.P50), dur(sd.f.AfterIdle.P99), sd.f.AfterIdle.N, IdleSlices)
+	}
+	return nil
+}
+
+// claims are the uncontended claims of raw-wire clients, with a normal
+// close and with the reset.
+func (c *comparison) claims(t Target, f *Figures, round int) error {
+	return releases(round, func(rst bool) error {
+		sys := batonsys.NewRawSystemAt(t.Name, c.fresh.Addr(t, t.ClaimAddr), rst)
+		cl, err := claims(c.ctx, c.cfg, t, sys, rst, "raw-wire")
+		if err == nil {
+			c.logClaims(t, ReleaseName(rst), cl)
+			*Pick(rst, &f.Claims, &f.ClaimsRST) = cl
+		}
+		return err
+	})
+}
+
+// goClient is the claims and the hot lock again with the Go client.
+func (c *comparison) goClient(t Target, f *Figures, round int) error {
+	g := f.GoClient
+	if err := releases(round, func(rst bool) error {
+		cl, err := claims(c.ctx, c.cfg, t, goClient(t, c.fresh.Addr(t, t.ClaimAddr), rst), rst, "go")
+		if err == nil {
+			c.logClaims(t, "Go client, "+ReleaseName(rst), cl)
+			*Pick(rst, &g.Claims, &g.ClaimsRST) = cl
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	return releases(round, func(rst bool) error {
+		h, err := hotLock(c.ctx, c.cfg, t, goClient(t, c.fresh.Addr(t, t.Addr), rst), rst, "go")
+		if err == nil {
+			c.logHot(t, "Go client, "+ReleaseName(rst), h)
+			*Pick(rst, &g.HotLock, &g.HotLockRST) = h
+		}
+		return err
+	})
+}
+
+// heartbeats is the server's CPU per heartbeat of cfg.Sessions held
+// sessions.
+func (c *comparison) heartbeats(t Target, f *Figures, round int) error {
+	var err error
+	f.Heartbeat, err = heartbeats(c.ctx, c.cfg, t, round)
+	if err == nil {
+		c.logf("  %s: %d sessions, %d heartbeats in %v, %s server CPU each, round trip p50 %s p99 %s; sessions lost %d before the window, %d in it (last: %s)", t.Name, f.Heartbeat.Opened,
+			f.Heartbeat.Beats, f.Heartbeat.Window.Round(time.Millisecond), dur(f.Heartbeat.CPUPerBeat), dur(f.Heartbeat.RTT.P50), dur(f.Heartbeat.RTT.P99), f.Heartbeat.LostBefore, f.Heartbeat.Lost, f.Heartbeat.LastLoss)
+	}
+	return err
 }
 
 // releases runs one scenario with a normal close and with an RST release,
@@ -446,15 +488,13 @@ func hotLock(ctx context.Context, cfg Config, t Target, sys system.System, rst b
 	if e0 != nil || e1 != nil {
 		return r, fmt.Errorf("server CPU: %v %v", e0, e1)
 	}
-	r.Grants, r.Latency, r.Errors, r.LastError = h.Latency.N, h.Latency, h.Errors, h.LastError
+	r.Grants, r.Latency, r.Failures = h.Latency.N, h.Latency, h.Failures
 	r.ChangesPerSec = h.HandoffsPerSec
 	if h.HandoffsPerSec > 0 {
 		r.Window = time.Duration(float64(h.Latency.N) / h.HandoffsPerSec * 1e9)
 	}
 	r.ServerCPU = c1 - c0
-	if r.Grants > 0 {
-		r.CPUPerGrant = r.ServerCPU / time.Duration(r.Grants)
-	}
+	r.CPUPerGrant = r.Per(r.Grants)
 	return r, nil
 }
 
@@ -495,11 +535,9 @@ func claims(ctx context.Context, cfg Config, t Target, sys system.System, rst bo
 		return r, err
 	}
 	r.TimeWait = ReadTimeWait()
-	r.PerSec, r.Latency, r.Errors, r.LastError = c.CyclesPerSec, c.Latency, c.Errors, c.LastError
+	r.PerSec, r.Latency, r.Failures = c.CyclesPerSec, c.Latency, c.Failures
 	r.ServerCPU = c1 - c0
-	if c.Latency.N > 0 {
-		r.CPUPerClaim = r.ServerCPU / time.Duration(c.Latency.N)
-	}
+	r.CPUPerClaim = r.Per(c.Latency.N)
 	return r, nil
 }
 
@@ -571,9 +609,7 @@ func heartbeats(ctx context.Context, cfg Config, t Target, round int) (Heartbeat
 	if s1.LastLoss != "" {
 		r.LastLoss = s1.LastLoss
 	}
-	if r.Beats > 0 {
-		r.CPUPerBeat = r.ServerCPU / time.Duration(r.Beats)
-	}
+	r.CPUPerBeat = r.Per(int(r.Beats))
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // A Row is one figure of the comparison: the floor's, Baton's, their
-// ratio (Baton ÷ floor) and, where issue 16 sets one, the target. A Self
+// ratio (Baton ÷ floor) and, where Baton has one, the target. A Self
 // row is Baton against itself instead: its RST release ÷ its normal
 // close, measured in the same round.
 type Row struct {
@@ -101,7 +101,7 @@ func (r *Result) Rows() []Row {
 	return append(rows, r.selfRows()...)
 }
 
-// Issue 16's targets for the Go client's reset release against its normal
+// The targets for the Go client's reset release against its normal
 // close, on Baton: claims/s and hot-lock owner changes/s.
 const (
 	TargetClaimsRST  = 2.0
@@ -109,7 +109,7 @@ const (
 )
 
 // selfRows are Baton's RST release ÷ its normal close, each round's from
-// the two runs of that round: with the Go client (issue 16's targets)
+// the two runs of that round: with the Go client (the RST targets)
 // and with the bench's raw-wire clients.
 func (r *Result) selfRows() []Row {
 	type spec struct {
@@ -161,7 +161,7 @@ func (r *Result) selfRows() []Row {
 			Floor:  "–", Baton: fmt.Sprintf("%.0f / %.0f", rn.ClaimsRST.PerSec, rn.Claims.PerSec), Measured: true,
 			Ratio: ratio, Ratios: []float64{ratio}, AtLeast: true, Self: true, HigherBetter: true})
 		if rn.HotLockSkipped == "" && (rn.HotLock.ChangesPerSec != 0 || rn.HotLockRST.ChangesPerSec != 0) {
-			// Issue 16's hot-lock target where the normal close runs out of
+			// The hot-lock RST target where the normal close runs out of
 			// ports, as between two hosts; the loopback row above keeps it too.
 			ratio := ratioOf(rn.HotLockRST.ChangesPerSec, rn.HotLock.ChangesPerSec)
 			rows = append(rows, Row{Key: "self-hot-go-netns",

@@ -2,8 +2,9 @@
 // of its own (the bench re-executes itself) so the server's figures are not
 // mixed with the clients'. It holds many sessions in raw wire frames (two
 // small goroutines per pair of sessions, no Go client machinery),
-// heartbeating every lease/4 as PROTOCOL.md's schedule does on loopback, and
-// answers "stats" and "stop" on stdin with JSON lines on stdout.
+// heartbeating every lease/4 as docs/protocol.md's schedule does on
+// loopback, and answers "stats" and "stop" on stdin with JSON lines on
+// stdout.
 package loadgen
 
 import (

@@ -11,7 +11,7 @@ import (
 )
 
 func clusterRun(sys string, round int, hold, p50, p99 time.Duration, rate float64) scenario.ClusterRun {
-	return scenario.ClusterRun{Round: round, ServerCPU: time.Second, HandoverResult: scenario.HandoverResult{
+	return scenario.ClusterRun{Round: round, Cost: scenario.Cost{ServerCPU: time.Second}, HandoverResult: scenario.HandoverResult{
 		System: sys, Waiters: 8, Hold: hold, HandoffsPerSec: rate,
 		Latency: stats.Summary{N: 1000, P50: p50, P99: p99}}}
 }

@@ -44,7 +44,7 @@ type Results struct {
 	Cluster         *scenario.ClusterResult `json:"cluster,omitempty"`
 }
 
-// Write puts results.json, results.md and the charts in dir.
+// Write puts results.json, the tables as Markdown and the charts in dir.
 func Write(dir string, r *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

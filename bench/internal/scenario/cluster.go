@@ -14,7 +14,7 @@ type ClusterRun struct {
 	// ServerCPU is the CPU time of the process serving the sessions (the
 	// standalone server, or the leader) over the run; FollowersCPU is the
 	// other nodes' together (0 for standalone).
-	ServerCPU    time.Duration `json:"server_cpu_ns"`
+	Cost
 	FollowersCPU time.Duration `json:"followers_cpu_ns,omitempty"`
 }
 

@@ -32,8 +32,7 @@ type contendConfig struct {
 type contention struct {
 	window               time.Duration
 	grantsMin, grantsMax int // the fewest and most counted grants of one client
-	errors               int
-	lastError            string
+	Failures
 }
 
 // contend runs one goroutine per client: each takes cfg.name, holds it
@@ -127,9 +126,9 @@ func contend(ctx context.Context, clients []system.Client, cfg contendConfig) (c
 		}
 		res.grantsMax = max(res.grantsMax, g)
 	}
-	res.errors = int(errs.Load())
+	res.Errors = int(errs.Load())
 	if s, ok := lastErr.Load().(string); ok {
-		res.lastError = s
+		res.LastError = s
 	}
 	return res, ctx.Err()
 }

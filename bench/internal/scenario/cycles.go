@@ -19,8 +19,7 @@ type CyclesResult struct {
 	// new connection, ACQUIRE, ACQUIRED, close).
 	Latency      stats.Summary `json:"latency"`
 	CyclesPerSec float64       `json:"cycles_per_sec"`
-	Errors       int           `json:"errors"`
-	LastError    string        `json:"last_error,omitempty"`
+	Failures
 }
 
 // Cycles runs clients clients, each acquiring and releasing its own lock

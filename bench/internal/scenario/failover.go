@@ -180,6 +180,46 @@ func Failover(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig) (re
 	return res, nil
 }
 
+// awaitNewHolders times the waiters' events (ev) from the signal at t0
+// until every name has a new holder or 15 s have passed (why says how
+// many names had none); tokens are the old holders'. out is nil when ctx
+// ended first.
+func awaitNewHolders(ctx context.Context, ev <-chan waiterEvent, tokens []uint64, t0 time.Time) (out *faultOutcome, why error) {
+	out = &faultOutcome{since: t0}
+	granted := make([]bool, len(tokens))
+	left := len(tokens)
+	timeout := time.After(15 * time.Second)
+	for left > 0 {
+		select {
+		case e := <-ev:
+			d := e.at.Sub(t0)
+			if out.elected == 0 {
+				out.elected = d
+			}
+			if !e.granted || granted[e.k] {
+				continue
+			}
+			granted[e.k] = true
+			left--
+			if out.first == 0 {
+				out.first = d
+				out.leaders = int(e.token>>epochShift) - int(tokens[e.k]>>epochShift)
+			}
+			if e.token <= tokens[e.k] {
+				out.backwards++
+			}
+			if left == 0 {
+				out.all = d
+			}
+		case <-timeout:
+			return out, fmt.Errorf("%d of %d names without a new holder 15s after the signal", left, len(tokens))
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+	return out, nil
+}
+
 // faultOutcome is what one fault measured.
 type faultOutcome struct {
 	elected, first, all time.Duration
@@ -249,41 +289,10 @@ func oneFault(ctx context.Context, cl *batonsys.Cluster, cfg FailoverConfig, kil
 			sigErr <- cl.Term(leader, 15*time.Second)
 		}
 	}()
-	out := &faultOutcome{since: t0}
-	granted := make([]bool, cfg.Names)
-	left := cfg.Names
-	timeout := time.After(15 * time.Second)
-	var why error
-wait:
-	for left > 0 {
-		select {
-		case e := <-ev:
-			d := e.at.Sub(t0)
-			if out.elected == 0 {
-				out.elected = d
-			}
-			if !e.granted || granted[e.k] {
-				continue
-			}
-			granted[e.k] = true
-			left--
-			if out.first == 0 {
-				out.first = d
-				out.leaders = int(e.token>>epochShift) - int(tokens[e.k]>>epochShift)
-			}
-			if e.token <= tokens[e.k] {
-				out.backwards++
-			}
-			if left == 0 {
-				out.all = d
-			}
-		case <-timeout:
-			why = fmt.Errorf("%d of %d names without a new holder 15s after the signal", left, cfg.Names)
-			break wait
-		case <-ctx.Done():
-			<-sigErr
-			return nil, leader, ctx.Err()
-		}
+	out, why := awaitNewHolders(ctx, ev, tokens, t0)
+	if out == nil {
+		<-sigErr
+		return nil, leader, ctx.Err()
 	}
 	cancel()
 	wg.Wait()
@@ -378,7 +387,7 @@ func (w *failoverWaiter) run(ctx context.Context) {
 		if next == "" || !slices.Contains(w.addrs, next) {
 			next = w.addrs[(slices.Index(w.addrs, addr)+1)%len(w.addrs)]
 		}
-		// A short jittered pause before the next attempt, as PROTOCOL.md
+		// A short jittered pause before the next attempt, as docs/protocol.md
 		// asks of clients; short, since it is in the figures.
 		sleepCtx(ctx, time.Millisecond+rand.N(2*time.Millisecond))
 		addr = next

@@ -40,10 +40,9 @@ type HandoverResult struct {
 	HandoffsPerSec float64       `json:"handoffs_per_sec"`
 	// GrantsMin and GrantsMax are the fewest and most grants one client got
 	// in the window: fairness is GrantsMax/GrantsMin.
-	GrantsMin int    `json:"grants_min"`
-	GrantsMax int    `json:"grants_max"`
-	Errors    int    `json:"errors"`
-	LastError string `json:"last_error,omitempty"`
+	GrantsMin int `json:"grants_min"`
+	GrantsMax int `json:"grants_max"`
+	Failures
 	// ServerMean is, for Baton, the server's own mean handover time over
 	// the run (baton_handover_latency_seconds: from the end of the
 	// holder's session to the push written), to tell the server's part
@@ -93,7 +92,7 @@ func Handover(ctx context.Context, sys system.System, cfg HandoverConfig) (Hando
 	}
 	res.HandoffsPerSec = float64(res.Latency.N) / run.window.Seconds()
 	res.GrantsMin, res.GrantsMax = run.grantsMin, run.grantsMax
-	res.Errors, res.LastError = run.errors, run.lastError
+	res.Failures = run.Failures
 	if err != nil {
 		return res, err
 	}

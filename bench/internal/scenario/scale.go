@@ -54,10 +54,10 @@ type ScaleResult struct {
 	// live session: what the stacks are made of.
 	GoroutinesPerSession float64 `json:"goroutines_per_session"`
 	// Heartbeats the server counted in the window, and its CPU time.
-	HeartbeatsPerSec float64       `json:"heartbeats_per_sec"`
-	ServerCPU        time.Duration `json:"server_cpu_ns"`
-	Window           time.Duration `json:"window_ns"`
-	CPUPerHeartbeat  time.Duration `json:"cpu_per_heartbeat_ns"`
+	HeartbeatsPerSec float64 `json:"heartbeats_per_sec"`
+	Cost
+	Window          time.Duration `json:"window_ns"`
+	CPUPerHeartbeat time.Duration `json:"cpu_per_heartbeat_ns"`
 	// LoadGenCPU is the load generator's CPU time in the window: it
 	// shares the 2 cores with the server.
 	LoadGenCPU time.Duration `json:"loadgen_cpu_ns"`

@@ -54,8 +54,7 @@ type SemaphoreResult struct {
 	// ServerMean is, for Baton, the server's own mean handover time over
 	// the run (baton_handover_latency_seconds), set by the caller.
 	ServerMean time.Duration `json:"server_mean_ns,omitempty"`
-	Errors     int           `json:"errors"`
-	LastError  string        `json:"last_error,omitempty"`
+	Failures
 }
 
 // Semaphore runs cfg.Contenders clients on one semaphore of cfg.Limit
@@ -117,7 +116,7 @@ func Semaphore(ctx context.Context, sys system.Semaphores, cfg SemaphoreConfig) 
 	}
 	res.GrantsMin, res.GrantsMax = run.grantsMin, run.grantsMax
 	res.MostHolders = int(most.Load())
-	res.Errors, res.LastError = run.errors, run.lastError
+	res.Failures = run.Failures
 	switch {
 	case err != nil:
 		return res, err

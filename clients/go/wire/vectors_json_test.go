@@ -85,10 +85,10 @@ func unhex(t *testing.T, s string) []byte {
 func TestVectorsFile(t *testing.T) {
 	v := loadVectors(t)
 	if len(v.Frames) < 15 {
-		t.Fatalf("%d frames in the vectors file, want the table of PROTOCOL.md and more", len(v.Frames))
+		t.Fatalf("%d frames in the vectors file, want the table of docs/protocol.md and more", len(v.Frames))
 	}
 	if len(v.Version2.Frames) < 3 || len(v.Version2.BadFrames) == 0 || len(v.Version2.ErrorCodes) == 0 {
-		t.Fatalf("version_2: %d frames, %d bad frames, %d error codes, want PROTOCOL.md's version 2 vectors",
+		t.Fatalf("version_2: %d frames, %d bad frames, %d error codes, want docs/protocol.md's version 2 vectors",
 			len(v.Version2.Frames), len(v.Version2.BadFrames), len(v.Version2.ErrorCodes))
 	}
 	t.Run("version 1", func(t *testing.T) { checkSections(t, v.VectorSections, wire.Version1) })

@@ -13,7 +13,7 @@ import (
 	"github.com/batonlock/baton/clients/go/wire"
 )
 
-// vector is one row of PROTOCOL.md's "Test vectors", with the fields the
+// vector is one row of docs/protocol.md's "Test vectors", with the fields the
 // bytes stand for. Each row is tested both ways: encode gives exactly the
 // bytes, Split and Decode of the bytes give the fields.
 type vector struct {
@@ -32,7 +32,7 @@ type vector struct {
 	errMsg   string       // TypeError
 }
 
-// vectors is every row of PROTOCOL.md's "Test vectors" section, in order.
+// vectors is every row of docs/protocol.md's "Test vectors" section, in order.
 var vectors = []vector{
 	{
 		what:    "ACQUIRE v1, no flags, lease 2000 ms, name jobs, no owner",
@@ -670,7 +670,7 @@ func TestCodeClass(t *testing.T) {
 			t.Errorf("Code(%#02x).Class(): got %v, want %v", c, got, want)
 		}
 	}
-	// Every named code sits in the class of PROTOCOL.md's table.
+	// Every named code sits in the class of docs/protocol.md's table.
 	named := map[wire.Code]wire.Class{
 		wire.CodeShutdown:      wire.ClassServer,
 		wire.CodeOverloaded:    wire.ClassServer,

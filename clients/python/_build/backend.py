@@ -27,6 +27,9 @@ import tarfile
 import zipfile
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+if sys.version_info >= (3, 11):
+    import tomllib
+
 PACKAGE = "baton"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,8 +47,6 @@ def project() -> Dict[str, Any]:
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         data = f.read()
     if sys.version_info >= (3, 11):
-        import tomllib
-
         return tomllib.loads(data.decode("utf-8"))["project"]
     return read_toml(data.decode("utf-8"))["project"]
 

@@ -24,8 +24,14 @@ limit differs from the name's raises ``LimitMismatch``.
 """
 
 import logging as _logging
+import os as _os
+import sys as _sys
+from importlib import metadata as _metadata
 
-from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, READER_LIMIT, AsyncHeld, Client, Held, WaitState
+if _sys.version_info >= (3, 11):
+    import tomllib as _tomllib
+
+from .client import DEFAULT_DIAL_TIMEOUT, DEFAULT_LEASE, Client, WaitState
 from .election import AsyncLeadership, Leadership
 from .errors import (
     AlreadyHeld,
@@ -54,6 +60,7 @@ from .errors import (
     VersionError,
     is_retryable,
 )
+from .held import READER_LIMIT, AsyncHeld, Held
 from .many import AsyncHeldMany, HeldMany
 from .ops import Leader
 
@@ -107,25 +114,19 @@ def _version() -> str:
     """The version in pyproject.toml, the one source: read from it in a source
     tree, else from the installed distribution's metadata (which the build
     backend wrote from it)."""
-    import os
-    import sys
-    from importlib.metadata import PackageNotFoundError, version
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    pyproject = os.path.join(os.path.dirname(here), "pyproject.toml")
-    if sys.version_info >= (3, 11) and os.path.exists(pyproject):
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    pyproject = _os.path.join(_os.path.dirname(here), "pyproject.toml")
+    if _sys.version_info >= (3, 11) and _os.path.exists(pyproject):
         try:
-            import tomllib
-
             with open(pyproject, "rb") as f:
-                project = tomllib.load(f).get("project", {})
+                project = _tomllib.load(f).get("project", {})
             if project.get("name") == "baton-client":
                 return str(project["version"])
         except (OSError, ValueError, KeyError):
             pass  # not our file: the metadata says
     try:
-        return version("baton-client")
-    except PackageNotFoundError:
+        return _metadata.version("baton-client")
+    except _metadata.PackageNotFoundError:
         return "unknown"
 
 

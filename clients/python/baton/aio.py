@@ -14,17 +14,35 @@ import logging
 import socket
 import ssl
 import struct
-from typing import TYPE_CHECKING, Callable, Optional
+import typing
+from typing import Callable, List, Optional, Tuple
 
 from . import wire
 from .clock import Clock
 from .core import ENDED, HELD, Attempts, SessionBase, tls_failure
 from .errors import ConnectionBroken, MaxHoldReached, TLSRefused
 
-if TYPE_CHECKING:
-    from .client import Client
-
 __all__ = ["AioSession", "acquire"]
+
+
+class Dialer(typing.Protocol):
+    """What the asyncio acquire loop reads of the Client that calls it (the
+    addresses, the dial and session settings), and ``_last``, where it
+    notes the address that answered."""
+
+    _addrs: List[str]
+    _hosts: List[Tuple[str, int]]
+    _lease_ms: int
+    _ssl: Optional[ssl.SSLContext]
+    _dial_timeout: float
+    _normal_close: bool
+    _log: logging.Logger
+    _last: int
+    _clock: Clock
+
+    def _attempts(self, name: str, timeout: Optional[float]) -> Attempts: ...
+
+    def _dial_ssl(self) -> Optional[ssl.SSLContext]: ...
 
 
 class AioSession(SessionBase, asyncio.Protocol):
@@ -197,7 +215,7 @@ class AioSession(SessionBase, asyncio.Protocol):
             await asyncio.shield(self.closed)
 
 
-async def _dial(client: "Client", i: int, at: Attempts, make: Callable[[], AioSession]) -> AioSession:
+async def _dial(client: Dialer, i: int, at: Attempts, make: Callable[[], AioSession]) -> AioSession:
     host, port = client._hosts[i]
     r = at.remaining()
     t = client._dial_timeout if r is None else min(client._dial_timeout, max(r, 0.001))
@@ -209,7 +227,7 @@ async def _dial(client: "Client", i: int, at: Attempts, make: Callable[[], AioSe
 
 
 async def acquire(
-    client: "Client",
+    client: Dialer,
     name: str,
     frame: bytes,
     timeout: Optional[float],

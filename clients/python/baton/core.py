@@ -3,7 +3,7 @@
 Both drivers, the thread of session.py and the asyncio protocol of aio.py,
 feed it the bytes they read and the time on the client's clock (clock.py:
 it counts a suspend of the machine), and act on what it answers, so the
-rules of PROTOCOL.md live in one place. The acquire loop's choices after a
+rules of docs/protocol.md live in one place. The acquire loop's choices after a
 failed attempt (reconnect where, after how long) are here too, for the
 same reason.
 """
@@ -49,7 +49,7 @@ class Violation(Error):
 
 
 class Schedule:
-    """The heartbeat schedule of PROTOCOL.md:
+    """The heartbeat schedule of docs/protocol.md:
 
     base = lease/4; timeout = 0.8 x lease; srtt an EWMA (alpha 0.2) of reply
     round trips, the first sample taken whole;

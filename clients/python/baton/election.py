@@ -6,13 +6,10 @@ lost."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from . import wire
-from .client import AsyncHeld, CancelOnLoss, Held, release_leaving
-
-if TYPE_CHECKING:
-    from .client import Client
+from .held import Acquirer, AsyncHeld, CancelOnLoss, Held, release_leaving
 
 __all__ = ["Leadership", "AsyncLeadership", "campaign", "acampaign"]
 
@@ -44,7 +41,7 @@ class campaign:
     raises LockLost if leadership was lost inside it; check ``leader.check()``
     before each step a leader alone may take."""
 
-    def __init__(self, client: "Client", name: str, value: str, timeout: Optional[float] = None) -> None:
+    def __init__(self, client: Acquirer, name: str, value: str, timeout: Optional[float] = None) -> None:
         wire.check_owner(value)
         self._client, self._name, self._value, self._timeout = client, name, value, timeout
         self._leader: Optional[Leadership] = None
@@ -66,7 +63,7 @@ class acampaign:
     runs the block is cancelled at once when leadership is lost, and
     LockLost comes out of the block."""
 
-    def __init__(self, client: "Client", name: str, value: str, timeout: Optional[float] = None) -> None:
+    def __init__(self, client: Acquirer, name: str, value: str, timeout: Optional[float] = None) -> None:
         wire.check_owner(value)
         self._client, self._name, self._value, self._timeout = client, name, value, timeout
         self._leader: Optional[AsyncLeadership] = None

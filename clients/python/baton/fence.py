@@ -40,7 +40,7 @@ import os
 import tempfile
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, NamedTuple, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 from .errors import SharedClaim, StaleToken
 
@@ -97,12 +97,21 @@ def _check(held: Any) -> Tuple[str, int]:
     return name, token
 
 
-_PLACEHOLDERS = {
-    "format": ("SELECT baton_fence(%s, %s::numeric)", lambda n, t: (n, t)),
-    "pyformat": ("SELECT baton_fence(%(name)s, %(token)s::numeric)", lambda n, t: {"name": n, "token": t}),
-    "qmark": ("SELECT baton_fence(?, ?::numeric)", lambda n, t: (n, t)),
-    "numeric": ("SELECT baton_fence(:1, :2::numeric)", lambda n, t: (n, t)),
-    "named": ("SELECT baton_fence(:name, :token::numeric)", lambda n, t: {"name": n, "token": t}),
+def _positional(name: str, token: str) -> Any:
+    return (name, token)
+
+
+def _named(name: str, token: str) -> Any:
+    return {"name": name, "token": token}
+
+
+# The query and its parameters for each DB-API paramstyle.
+_PLACEHOLDERS: Dict[str, Tuple[str, Callable[[str, str], Any]]] = {
+    "format": ("SELECT baton_fence(%s, %s::numeric)", _positional),
+    "pyformat": ("SELECT baton_fence(%(name)s, %(token)s::numeric)", _named),
+    "qmark": ("SELECT baton_fence(?, ?::numeric)", _positional),
+    "numeric": ("SELECT baton_fence(:1, :2::numeric)", _positional),
+    "named": ("SELECT baton_fence(:name, :token::numeric)", _named),
 }
 
 
@@ -134,7 +143,7 @@ def install_postgres(cursor: Any) -> None:
     cursor.execute(POSTGRES_SQL)
 
 
-def _eval(do: Callable[..., Any], name: str, token: int, script: str, sha: str, keys: list, args: list) -> None:
+def _eval(do: Callable[..., Any], name: str, token: int, script: str, sha: str, keys: List[str], args: List[str]) -> None:
     try:
         try:
             reply = do("EVALSHA", sha, len(keys), *keys, *args)

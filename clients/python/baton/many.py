@@ -11,14 +11,11 @@ can only climb the order, and ends."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union, cast
 
-from .client import AsyncHeld, CancelOnLoss, Held, claim_kind, release_leaving
 from .core import LostEvent
 from .errors import BadRequest, LockLost
-
-if TYPE_CHECKING:
-    from .client import Client
+from .held import Acquirer, AsyncHeld, CancelOnLoss, Held, claim_kind, release_leaving
 
 __all__ = ["HeldMany", "AsyncHeldMany", "lock_many", "alock_many"]
 
@@ -125,7 +122,7 @@ class AsyncHeldMany(_Many):
             raise first
 
 
-def acquire_many(client: "Client", names: Sequence[str], timeout: Optional[float] = None,
+def acquire_many(client: Acquirer, names: Sequence[str], timeout: Optional[float] = None,
                  max_hold: Optional[float] = None, *, shared: bool = False, limit: Optional[int] = None,
                  per_name: PerName = None) -> HeldMany:
     """Acquires every name, in sorted order; on any failure releases those it
@@ -150,7 +147,7 @@ def acquire_many(client: "Client", names: Sequence[str], timeout: Optional[float
     return HeldMany(held)
 
 
-async def aacquire_many(client: "Client", names: Sequence[str], timeout: Optional[float] = None,
+async def aacquire_many(client: Acquirer, names: Sequence[str], timeout: Optional[float] = None,
                         max_hold: Optional[float] = None, *, shared: bool = False, limit: Optional[int] = None,
                         per_name: PerName = None) -> AsyncHeldMany:
     """The asyncio form of acquire_many."""
@@ -174,7 +171,7 @@ class lock_many:
     the block or none. Leaving the block releases them all and raises
     LockLost if any one was lost inside it."""
 
-    def __init__(self, client: "Client", names: Sequence[str], timeout: Optional[float], max_hold: Optional[float],
+    def __init__(self, client: Acquirer, names: Sequence[str], timeout: Optional[float], max_hold: Optional[float],
                  *, shared: bool = False, limit: Optional[int] = None, per_name: PerName = None) -> None:
         _kinds(_order(names), shared, limit, per_name)
         self._args = (client, names, timeout, max_hold)
@@ -195,7 +192,7 @@ class alock_many:
     runs the block is cancelled at once when any one name is lost, and
     LockLost comes out of the block."""
 
-    def __init__(self, client: "Client", names: Sequence[str], timeout: Optional[float], max_hold: Optional[float],
+    def __init__(self, client: Acquirer, names: Sequence[str], timeout: Optional[float], max_hold: Optional[float],
                  *, shared: bool = False, limit: Optional[int] = None, per_name: PerName = None) -> None:
         _kinds(_order(names), shared, limit, per_name)
         self._args = (client, names, timeout, max_hold)

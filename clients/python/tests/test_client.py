@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -306,8 +307,6 @@ def make_certs(d: str) -> None:
 @unittest.skipIf(shutil.which("openssl") is None, "SKIPPED: no openssl command to make certificates")
 class TestTLS(unittest.TestCase):
     def test_client_certificate(self) -> None:
-        import ssl
-
         d = tempfile.mkdtemp(prefix="baton-py-tls-")
         make_certs(d)
         data = tempfile.mkdtemp(prefix="baton-py-data-")
@@ -557,8 +556,6 @@ class Follower:
     NOT_LEADER carrying hint, and counts the connections."""
 
     def __init__(self, hint: str) -> None:
-        import socket
-
         self.hint = hint
         self.accepted = 0
         self.ln = socket.socket()

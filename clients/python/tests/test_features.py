@@ -21,6 +21,7 @@ from test_client import Follower, Proxy
 
 import baton
 from baton import wire
+from baton.core import HELD, Core
 
 
 # An ACQUIRED reply with token 7.
@@ -32,8 +33,6 @@ class TestClockTrueCheck(unittest.TestCase):
     the send of the latest answered request, whatever the threads did."""
 
     def test_overdue_from_the_send(self) -> None:
-        from baton.core import HELD, Core
-
         c = Core("jobs", "a:1", lease=1.0)
         c.sent_acquire(100.0)
         events, err = c.receive(GRANT_7, 100.3)
@@ -48,8 +47,6 @@ class TestClockTrueCheck(unittest.TestCase):
         self.assertIsInstance(err, baton.Unconfirmed)
 
     def test_max_hold_deadline(self) -> None:
-        from baton.core import Core
-
         c = Core("jobs", "a:1", lease=10.0, max_hold=0.5)
         c.sent_acquire(0.0)
         c.receive(GRANT_7, 0.1)

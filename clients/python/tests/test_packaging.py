@@ -90,6 +90,54 @@ class TestPythonVersions(unittest.TestCase):
                     ast.parse(f.read(), filename=name, feature_version=(3, 9))
 
 
+def package_imports() -> "dict[str, tuple[set[str], list[str]]]":
+    """Each module of the package: the package's modules it imports
+    (TYPE_CHECKING blocks included: a cycle there is a cycle a reader and
+    a type checker must follow), and the imports that stand inside a
+    function, as "module:line"."""
+    base = os.path.join(PACKAGE_DIR, "baton")
+    modules = {n[:-3] for n in os.listdir(base) if n.endswith(".py")}
+    out: "dict[str, tuple[set[str], list[str]]]" = {}
+    for mod in sorted(modules):
+        with open(os.path.join(base, mod + ".py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=mod)
+        deps: "set[str]" = set()
+        inside: "list[str]" = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside += [f"{mod}:{n.lineno}" for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                deps |= {n for n in names if n in modules}
+        out[mod] = (deps - {mod}, inside)
+    return out
+
+
+class TestImports(unittest.TestCase):
+    """The package's modules import one way (client imports many and
+    election, all three import held), at the top of each module."""
+
+    def test_no_cycle(self) -> None:
+        graph = {m: deps for m, (deps, _) in package_imports().items()}
+        done: "set[str]" = set()
+
+        def visit(mod: str, path: "list[str]") -> None:
+            if mod in path:
+                self.fail("import cycle: " + " -> ".join(path[path.index(mod):] + [mod]))
+            if mod in done:
+                return
+            for dep in sorted(graph[mod]):
+                visit(dep, path + [mod])
+            done.add(mod)
+
+        for mod in sorted(graph):
+            visit(mod, [])
+
+    def test_no_import_inside_a_function(self) -> None:
+        inside = [where for _, (_, w) in sorted(package_imports().items()) for where in w]
+        self.assertEqual(inside, [], "imports inside functions")
+
+
 class TestInstallsWithNoIndex(unittest.TestCase):
     """Python 3.9 and 3.10 have no tomllib: the backend must read
     pyproject.toml without asking the installer for tomli (which needs a

@@ -10,7 +10,7 @@ export declare class Violation extends BatonError {
     name: string;
 }
 /**
- * The heartbeat schedule of PROTOCOL.md: base = lease/4; timeout = 0.8 ×
+ * The heartbeat schedule of docs/protocol.md: base = lease/4; timeout = 0.8 ×
  * lease; srtt an EWMA (alpha 0.2) of reply round trips, the first sample
  * taken whole; interval = clamp(base − 2 × srtt, min, base), from the reply.
  */

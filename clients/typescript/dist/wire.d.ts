@@ -1,4 +1,4 @@
-/** The bytes of Baton's wire protocol, versions 1 and 2 (PROTOCOL.md). */
+/** The bytes of Baton's wire protocol, versions 1 and 2 (docs/protocol.md). */
 /** What an exclusive claim sends: every server speaks it. */
 export declare const VERSION = 1;
 /** What a shared claim sends: the SHARED flag and a limit. */

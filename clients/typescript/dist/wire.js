@@ -1,5 +1,5 @@
 "use strict";
-/** The bytes of Baton's wire protocol, versions 1 and 2 (PROTOCOL.md). */
+/** The bytes of Baton's wire protocol, versions 1 and 2 (docs/protocol.md). */
 Object.defineProperty(exports, "__esModule", { value: true });
 exports.HEARTBEAT = exports.FLAG_SHARED = exports.FLAG_NOWAIT = exports.MAX_LIMIT = exports.MAX_LEASE_MS = exports.T_ACQUIRED = exports.T_WAITING = exports.T_ERROR = exports.T_HEARTBEAT = exports.T_ACQUIRE = exports.MAX_PAYLOAD = exports.HEADER_SIZE = exports.VERSION_2 = exports.VERSION = void 0;
 exports.checkName = checkName;

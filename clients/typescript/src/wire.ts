@@ -1,4 +1,4 @@
-/** The bytes of Baton's wire protocol, versions 1 and 2 (PROTOCOL.md). */
+/** The bytes of Baton's wire protocol, versions 1 and 2 (docs/protocol.md). */
 
 import { BadRequestError, ProtocolError } from "./errors.js";
 

@@ -244,10 +244,10 @@ func TestNoPushWithoutLeaderLease(t *testing.T) {
 	}
 }
 
-// TestV2Metrics: grants are counted by claim; with -metrics-lock-names
+// TestSharedClaimMetrics: grants are counted by claim; with -metrics-lock-names
 // each published name shows its holders and limit, and without it no name
 // appears.
-func TestV2Metrics(t *testing.T) {
+func TestSharedClaimMetrics(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, func(c *server.Config) { c.MetricsLockNames = 2 })
 	reg := ts.Srv.Registry()
