@@ -130,6 +130,11 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		{"flag beats env", []string{"-io-timeout=2s", "-log-level", "error"},
 			map[string]string{"BATON_IO_TIMEOUT": "1s", "BATON_LOG_LEVEL": "debug", "BATON_MAX_WAITERS": "7"},
 			func(o *serveOptions) { o.ioTimeout, o.logLevel, o.maxWaiters = 2*time.Second, "error", 7 }},
+		{"handshake and source flags", []string{"-max-pending-handshakes=7", "-handshake-rate-per-ip=2.5", "-ipv4-prefix=24"},
+			map[string]string{"BATON_IPV6_PREFIX": "56"},
+			func(o *serveOptions) {
+				o.sec.maxPendingHandshakes, o.sec.handshakeRate, o.sec.ipv4Prefix, o.sec.ipv6Prefix = 7, 2.5, 24, 56
+			}},
 		{"flag beats a bad env value", []string{"-io-timeout=2s"}, map[string]string{"BATON_IO_TIMEOUT": "garbage"},
 			func(o *serveOptions) { o.ioTimeout = 2 * time.Second }},
 		{"other variables are ignored", nil, map[string]string{"IO_TIMEOUT": "1s", "BATON_IOTIMEOUT": "1s", "baton_io_timeout": "1s"},
