@@ -83,17 +83,23 @@ func (c *session) admitIdentity() (EndReason, string, bool) {
 	}
 	ic, ok := identityConnOf(tc.NetConn())
 	ids := connIdentities(c.conn)
-	if !ok || len(ids) == 0 {
-		return 0, "", true
+	if !ok || (len(ids) == 0 && len(tc.ConnectionState().VerifiedChains) == 0) {
+		return 0, "", true // no verified certificate: no identity to count
 	}
+	// A verified certificate that names no identity counts too: all such
+	// are one client (key "").
 	key := strings.Join(ids, "\x00")
 	if ic.hold(l, key) {
 		return 0, "", true
 	}
+	who := identityText(ids)
+	if len(ids) == 0 {
+		who = "with a certificate that names no identity"
+	}
 	s.m.refusedPerID.Inc()
 	s.sec.refusals.Warn(s.log, "session refused: its client identity has as many connections open as it may",
 		"identities", ids, "remote", c.remote, "max_conns_per_identity", l.max)
-	return ReasonOverloaded, fmt.Sprintf("client %s has %d connections open, the most one client identity may (max-conns-per-identity)", identityText(ids), l.max), false
+	return ReasonOverloaded, fmt.Sprintf("client %s has %d connections open, the most one client identity may (max-conns-per-identity)", who, l.max), false
 }
 
 // idLimiter counts open connections per client identity (the identities

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -471,4 +472,28 @@ func TestMaxConnsPerIdentity(t *testing.T) {
 		defer c.Conn.Close()
 		return f.Type == wire.TypeAcquired
 	}, "no session of the identity accepted after one of its two closed")
+}
+
+// TestMaxConnsPerIdentityNoIdentity: a verified certificate that names no
+// identity (no CN, no SAN) is counted too: all such certificates are one
+// client, which the cap bounds like any other.
+func TestMaxConnsPerIdentityNoIdentity(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ca")
+	s := startTLS(t, ca, []*testcerts.CA{ca}, func(c *server.Config) { c.MaxConnsPerIdentity = 2 })
+	nameless := ca.Issue(t, testcerts.Spec{})
+	for i := range 3 {
+		c, err := dialTLS(t, s.ts.Addr, s.clientConfig(nameless))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Acquire("nameless-"+strconv.Itoa(i), 10*time.Second, false, "")
+		f := c.ReadFrame(frameWait)
+		if i < 2 && f.Type != wire.TypeAcquired {
+			t.Fatalf("session %d of a certificate without identities: %v, want ACQUIRED", i, f)
+		}
+		if i == 2 && (f.Type != wire.TypeError || f.Err.Code != wire.CodeOverloaded || !strings.Contains(f.Err.Msg, "names no identity")) {
+			t.Fatalf("third session of certificates without identities: %v, want ERROR OVERLOADED", f)
+		}
+	}
 }
