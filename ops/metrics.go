@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+	"golang.org/x/time/rate"
 
 	"github.com/batonlock/baton/server"
 )
@@ -19,16 +20,22 @@ import (
 // costs is paid for anyone's: gathering every collector and encoding the
 // text costs about a millisecond and a half of CPU, and a few hundred
 // scrapes a second from anywhere would take a share of a CPU from the lock
-// sessions. So a scrape within MetricsMaxAge of the last is answered with
-// the bytes that one made (per format and compression), and scrapes that
-// arrive together wait for one gathering. A scraper asks every few
-// seconds at most; its figures are then at most MetricsMaxAge old.
+// sessions. So scrapes gather anew at most freshGathers a second (twice
+// as many at once); past that, a scrape within MetricsMaxAge of the last
+// gathering is answered with the bytes it made (per format and
+// compression), and scrapes that arrive together wait for one gathering.
+// A scraper, or a tool that reads a figure after an action, gets fresh
+// figures; a flood gets figures at most MetricsMaxAge old.
 //
 // What the scrape fails to write is the caller's affair (it went away):
 // nothing is logged for it. Collectors' errors are logged, rate-limited.
 
 // DefaultMetricsMaxAge is the MetricsMaxAge of baton serve.
 const DefaultMetricsMaxAge = time.Second
+
+// freshGathers is how many scrapes a second gather anew within
+// MetricsMaxAge of the last gathering.
+const freshGathers = 4
 
 // metricsHandler serves /metrics from g, cached for maxAge.
 type metricsHandler struct {
@@ -37,6 +44,7 @@ type metricsHandler struct {
 	now    func() time.Time
 	log    *slog.Logger
 	errs   *server.RefusalLog
+	fresh  *rate.Limiter // gatherings within maxAge of the last
 
 	mu      sync.Mutex // held while a scrape is gathered: the others wait for it
 	at      time.Time  // when cached was gathered
@@ -50,7 +58,8 @@ type metricsKey struct {
 }
 
 func newMetricsHandler(g prometheus.Gatherer, maxAge time.Duration, log *slog.Logger) *metricsHandler {
-	return &metricsHandler{g: g, maxAge: maxAge, now: time.Now, log: log, errs: server.NewRefusalLog(), cached: map[metricsKey][]byte{}}
+	return &metricsHandler{g: g, maxAge: maxAge, now: time.Now, log: log, errs: server.NewRefusalLog(), cached: map[metricsKey][]byte{},
+		fresh: rate.NewLimiter(freshGathers, 2*freshGathers)}
 }
 
 func (m *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -80,8 +89,12 @@ func (m *metricsHandler) body(key metricsKey) ([]byte, error) {
 		clear(m.cached)
 		m.at = time.Time{}
 	}
-	if b, ok := m.cached[key]; ok {
+	if b, ok := m.cached[key]; ok && !m.fresh.AllowN(now, 1) {
 		return b, nil
+	}
+	if len(m.cached) > 0 {
+		clear(m.cached) // gathered anew: the other formats' bytes are older
+		m.at = time.Time{}
 	}
 	families, err := m.g.Gather()
 	m.gathers++
