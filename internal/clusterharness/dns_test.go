@@ -242,7 +242,7 @@ type dnsCluster struct {
 // step that failed (the control's expected failure among them), the
 // verdict the checker's over every grant until then.
 func (dn *dnsNet) run(t *testing.T, bin string, env []string) (verdict, error) {
-	c := &dnsCluster{t: t, dn: dn, bin: bin, env: env, token: fmt.Sprintf("dns-%d", time.Now().UnixNano())}
+	c := &dnsCluster{t: t, dn: dn, bin: bin, env: env, token: fmt.Sprintf("dns-token-%032d", time.Now().UnixNano())}
 	c.tfile = filepath.Join(t.TempDir(), "admin-token")
 	if err := os.WriteFile(c.tfile, []byte(c.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
