@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -150,7 +151,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		req.Snapshot, req.History = false, 0
 	}
 
-	caller, who := streamCaller(r)
+	caller, who := streamCaller(r, h.prefixes)
 	if status, msg := h.streams.enter(caller, who, h.mayAdminSome(r)); status != 0 {
 		h.refuse(refusedStreams, "ops: event stream refused", "reason", msg, "client", r.RemoteAddr)
 		w.Header().Set("Retry-After", "5")
@@ -401,15 +402,24 @@ func (l *streamLimits) leave(caller string) {
 }
 
 // streamCaller names r's caller for the limit of streams per caller: the
-// identities of its verified client certificate, else its IP address (a
-// follower passes its caller's on over TLS); and the same for people.
-func streamCaller(r *http.Request) (key, who string) {
+// identities of its verified client certificate, else its address, an
+// IPv6 one by its prefix (prefixes; a follower passes its caller's on over
+// TLS); and the same for people.
+func streamCaller(r *http.Request, prefixes server.SourcePrefixes) (key, who string) {
 	if ids := callerIdentities(r); len(ids) > 0 {
 		return "id:" + strings.Join(ids, "\x00"), "client identity " + strings.Join(quoteAll(ids), ", ")
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		k := prefixes.Key(a)
+		if k.IsSingleIP() {
+			host = k.Addr().String()
+		} else {
+			host = k.String()
+		}
 	}
 	return "ip:" + host, "address " + host
 }

@@ -123,6 +123,10 @@ type Config struct {
 	// that stops reading is cut once its bounded buffer is full and a write
 	// has waited this long. Zero means DefaultEventWriteTimeout.
 	EventWriteTimeout time.Duration
+	// SourcePrefixes say which addresses are one caller without a
+	// certificate, for the event streams per caller (an IPv6 host has a
+	// /64). The zero value means server.DefaultSourcePrefixes.
+	SourcePrefixes server.SourcePrefixes
 	// MetricsMaxAge is how long /metrics answers with the figures it
 	// gathered last (see metrics.go): scrapes from anyone then cost the
 	// lock sessions nothing noticeable. Zero gathers for every scrape.
@@ -189,6 +193,10 @@ func NewHandler(cfg Config) http.Handler {
 		h.token = cfg.AdminToken
 	}
 	h.metrics = newMetricsHandler(g, cfg.MetricsMaxAge, log) // metrics.go
+	h.prefixes = cfg.SourcePrefixes
+	if h.prefixes == (server.SourcePrefixes{}) {
+		h.prefixes = server.DefaultSourcePrefixes()
+	}
 	return h
 }
 
@@ -222,8 +230,9 @@ type handler struct {
 	// counts every one of them, by reason.
 	refusals *server.RefusalLog
 	refused  map[string]prometheus.Counter
-	streams  streamLimits  // of GET /v1/events (events.go)
-	listing  chan struct{} // a place for the one listing of the locks made at a time
+	streams  streamLimits          // of GET /v1/events (events.go)
+	prefixes server.SourcePrefixes // which addresses are one caller (events.go)
+	listing  chan struct{}         // a place for the one listing of the locks made at a time
 }
 
 // The reasons of baton_ops_refusals_total.

@@ -553,6 +553,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 				ProxyTLS:          opsCfg.ProxyTLS,
 				Registerer:        srv.Registry(),
 				MetricsMaxAge:     ops.DefaultMetricsMaxAge,
+				SourcePrefixes:    cfg.SourcePrefixes,
 			}),
 			ReadHeaderTimeout: opsReadHeaderTimeout,
 			ReadTimeout:       opsReadTimeout,
