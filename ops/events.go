@@ -427,21 +427,38 @@ func streamCaller(r *http.Request, prefixes server.SourcePrefixes) (key, who str
 // connKey is the context key of the connection a request came on.
 type connKey struct{}
 
-// ConnContext is the http.Server.ConnContext of the ops listener: it keeps
-// each request's connection at hand, so that an event stream can bound its
-// kernel send buffer (eventSendBuffer).
+// ConnSendBuffer bounds the kernel send buffer of every ops connection
+// (ConnContext). Left to the system, a peer that pipelines requests and
+// never reads the answers (the dashboard's script, 64 times) makes the
+// kernel grow the buffer to its maximum, 4 MiB, which the peer keeps
+// pinned for as long as it likes, and which outlives the connection as an
+// orphan: 256 of them held about 1 GiB of the host's TCP memory. Bounded,
+// a connection pins at most twice this (the kernel's bookkeeping).
+const ConnSendBuffer = 128 << 10
+
+// ConnContext is the http.Server.ConnContext of the ops listener: it
+// bounds each connection's kernel send buffer (ConnSendBuffer), and keeps
+// each request's connection at hand, so that an event stream can bound it
+// further (eventSendBuffer).
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	setSendBuffer(c, ConnSendBuffer)
 	return context.WithValue(ctx, connKey{}, c)
 }
 
 // boundSendBuffer sets the send buffer of the stream's TCP connection to
 // eventSendBuffer, if ConnContext gave its connection (best effort: a
-// stream without it keeps the system's buffer).
+// stream without it keeps the connection's buffer).
 func boundSendBuffer(ctx context.Context) {
 	c, _ := ctx.Value(connKey{}).(net.Conn)
-	for c != nil { // through TLS and LimitListener's wrappers
+	setSendBuffer(c, eventSendBuffer)
+}
+
+// setSendBuffer sets the send buffer of the TCP connection under c (through
+// TLS and LimitListener's wrappers) to n bytes, best effort.
+func setSendBuffer(c net.Conn, n int) {
+	for c != nil {
 		if tcp, ok := c.(*net.TCPConn); ok {
-			tcp.SetWriteBuffer(eventSendBuffer)
+			tcp.SetWriteBuffer(n)
 			return
 		}
 		w, ok := c.(interface{ NetConn() net.Conn })
