@@ -80,8 +80,9 @@ func decideJoin(cfg Config, log *slog.Logger, dial func(raft.ServerAddress, time
 		}
 		if time.Since(lastLog) >= 10*time.Second {
 			lastLog = time.Now()
-			log.Warn("no Raft state here: waiting to be added, and for the cluster's leader to say that this node never held its log (it takes part in nothing until then)",
-				"node", cfg.NodeID, "asked", addrs, "unreachable", unreachable)
+			log.Warn(fmt.Sprintf("waiting to be added: run baton cluster add %s %s on a member", cfg.NodeID, cfg.advertised()),
+				"node", cfg.NodeID, "state", "no Raft state here: it takes part in nothing until the cluster's leader says that it never held the log",
+				"asked", addrs, "unreachable", unreachable)
 		}
 	wait:
 		for {

@@ -21,7 +21,11 @@ import (
 func TestRunStoppedWatchdogEnforcesDeadline(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
-	const lease = time.Second
+	// The watchdog acts 0.8 x lease after the last confirmed send and the
+	// server a lease after the last heartbeat it read: a 3 s lease leaves
+	// the watchdog 600 ms, which a loaded 2-core machine's scheduling
+	// delays (200 ms seen at 1 s) do not eat.
+	const lease = 3 * time.Second
 	p := startBaton(t, "run", "-lease", lease.String(), "-addr", srv.Addr, "jobs/stopped", "--",
 		"sh", "-c", `echo $$ > c.pid; while :; do sleep 0.02; done`)
 	pid := mustInt(t, readFileWhenThere(t, filepath.Join(p.dir, "c.pid")))
