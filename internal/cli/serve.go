@@ -357,6 +357,31 @@ func readAdminToken(file string) (string, error) {
 // guessed through the ops API, a short word can.
 const minAdminTokenLen = 32
 
+// minTokenDistinct is the fewest different characters an admin token has
+// without a warning: 32 random hex digits have about 14, one repeated
+// character or a word typed over and over has a handful.
+const minTokenDistinct = 8
+
+// distinctRunes counts the different characters of s.
+func distinctRunes(s string) int {
+	seen := map[rune]bool{}
+	for _, r := range s {
+		seen[r] = true
+	}
+	return len(seen)
+}
+
+// othersMayReplace reports whether users other than dir's owner may
+// replace the files in it: it is writable by group or others, and not
+// sticky (as /tmp is, where only a file's owner may replace it).
+func othersMayReplace(dir string) bool {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	return fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0
+}
+
 // readServerToken reads the server's admin token from file (see
 // readAdminToken) and refuses one shorter than minAdminTokenLen.
 // perm is the file's permission bits, for the warning (once the logger
@@ -453,6 +478,16 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	if tokenPerm&0o077 != 0 {
 		logger.Warn("admin-token-file can be read or written by users other than its owner, and whoever reads it can release any lock: chmod 600 it",
 			"file", o.adminTokenFile, "mode", fmt.Sprintf("%#o", tokenPerm))
+	}
+	if token != "" {
+		if n := distinctRunes(token); n < minTokenDistinct {
+			logger.Warn("the admin token has few different characters, so it can be guessed: make one with openssl rand -hex 32",
+				"file", o.adminTokenFile, "distinct_characters", n)
+		}
+		if dir := filepath.Dir(o.adminTokenFile); othersMayReplace(dir) {
+			logger.Warn("the directory of admin-token-file can be written by users other than its owner, who can replace the token: keep it in a directory only its owner writes",
+				"dir", dir)
+		}
 	}
 	// Both listeners are bound before the data directory is touched: a port
 	// in use must leave nothing behind, and opening the token store spends
