@@ -15,4 +15,5 @@ func leaderLeaseOff() bool { return false }
 func memberAddr(addr string) string { return addr }
 func memberRoomOff() bool           { return false }
 func strangerEvictionOff() bool     { return false }
+func strangerRateOff() bool         { return false }
 func wipedJoinStarts() bool         { return false }

@@ -32,6 +32,9 @@ const (
 	// NoStrangerEvictionVar: when the strangers' handshakes are all
 	// taken, a new connection is closed instead of one of theirs.
 	NoStrangerEvictionVar = "BATON_TEST_NO_STRANGER_EVICTION"
+	// NoStrangerRateVar: strangers' TLS handshakes compute at once, as
+	// members' do: no rate, no CPU slot of their own.
+	NoStrangerRateVar = "BATON_TEST_NO_STRANGER_RATE"
 	// WipedJoinStartsVar: a node started with -join and no Raft state
 	// starts Raft at once, without asking whether it held the log: a
 	// member added with -join that lost its data directory votes.
@@ -54,4 +57,5 @@ func memberAddr(addr string) string {
 }
 func memberRoomOff() bool       { return os.Getenv(NoMemberRoomVar) == "1" }
 func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1" }
+func strangerRateOff() bool     { return os.Getenv(NoStrangerRateVar) == "1" }
 func wipedJoinStarts() bool     { return os.Getenv(WipedJoinStartsVar) == "1" }
