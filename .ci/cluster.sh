@@ -14,10 +14,12 @@ go test -tags faultinject -count=1 -run "TestMutationKnobs|TestResolveOnceKnob" 
 go build -tags faultinject -o /dev/null ./cmd/baton
 
 echo "--- cluster: the Raft port's admission with a protection switched off: its tests must fail"
-# Each knob removes one protection against a flood of handshakes that never
-# finish (cluster/accept.go); the tests named beside it must then fail.
+# Each knob removes one protection against a flood of handshakes (that never
+# finish, or replay a ClientHello; cluster/accept.go); the tests named
+# beside it must then fail.
 for mutation in "BATON_TEST_NO_MEMBER_ROOM TestRaftPortFloodFromMembersIP|TestRaftPortReservesConfiguredPeers" \
-                "BATON_TEST_NO_STRANGER_EVICTION TestRaftPortStrangersShareTheRest"; do
+                "BATON_TEST_NO_STRANGER_EVICTION TestRaftPortStrangersShareTheRest" \
+                "BATON_TEST_NO_STRANGER_RATE TestRaftPortStrangersHandshakeRate"; do
   knob=${mutation%% *}
   tests=${mutation#* }
   out=$(env "$knob=1" go test -tags faultinject -count=1 -run "^($tests)\$" ./cluster 2>&1) || true

@@ -44,6 +44,17 @@ import (
 //
 // A stranger is not refused Raft for being one: over TLS its certificate
 // decides, and on plain TCP anyone who reaches the port is the cluster.
+//
+// Over TLS a stranger's handshake also costs CPU once its ClientHello is
+// whole (the key exchange and this node's signature), which a peer that
+// replays a captured ClientHello pays nothing for: enough of them starve
+// Raft's heartbeats, and the cluster elects again and again. So the
+// handshakes of strangers go through a server.HandshakeGate: a whole
+// ClientHello within a second of the accept, then at most
+// raftStrangerRate a second in all (raftSourceRate from one address),
+// computing in the process's CPU slots for strangers, which leave Raft a
+// P. Members' IPs wait for nothing: a member needs few handshakes, and
+// never waits behind strangers.
 const (
 	handshakeTimeout        = 2 * time.Second
 	memberHandshakes        = 8 // for each member at an IP; its Raft pool and heartbeats need a few
@@ -55,6 +66,11 @@ const (
 	// handshake (anyone's, on plain TCP) never take the members' room.
 	maxInbound         = 256
 	maxStrangerInbound = 64
+	// raftStrangerRate is how many handshakes a second strangers begin in
+	// all (a burst of as many), and raftSourceRate from one address (twice
+	// as many at once): a member behind NAT needs a few, a flood gets few.
+	raftStrangerRate = 16
+	raftSourceRate   = 4
 )
 
 var errTooManyInbound = errors.New("raft: too many open connections from this class of address")
@@ -170,6 +186,10 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 	if memberRoomOff() {
 		members = 0
 	}
+	if members == 0 {
+		// A stranger's share is its source's: an IPv6 host has a /64.
+		ip = s.prefixes.Key(ip).Masked().Addr()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -212,7 +232,8 @@ func (s *stream) startHandshake(c *watchConn) (h *handshake, ended net.Conn) {
 	}
 	h.atIP = q.PushBack(h)
 	if s.tls != nil {
-		h.conn = tls.Server(c, s.serverCfg)
+		// A stranger's handshake computes in its turn (raftHandshakes).
+		h.conn = tls.Server(s.hs.Wrap(c, !h.stranger || strangerRateOff()), s.serverCfg)
 	}
 	return h, ended
 }
@@ -261,6 +282,9 @@ var errEnded = errors.New("raft: handshake ended to make room for a newer one")
 // place among the handshakes, and tracks it.
 func (s *stream) admitInbound(h *handshake) (net.Conn, error) {
 	c, peer, err := runHandshake(h)
+	if s.hs != nil {
+		s.hs.Done(h.conn)
+	}
 	// Out of the handshakes before Raft gets it: from here on no newer
 	// connection can end it.
 	if !s.endHandshake(h) {
@@ -287,8 +311,10 @@ func (s *stream) admitInbound(h *handshake) (net.Conn, error) {
 // names; on plain TCP the first byte must come. It returns the connection
 // to give Raft.
 func runHandshake(h *handshake) (net.Conn, string, error) {
-	h.raw.SetDeadline(time.Now().Add(handshakeTimeout))
-	defer h.raw.SetDeadline(time.Time{})
+	// Through the TLS connection: the gate under it keeps its ClientHello's
+	// shorter deadline.
+	h.conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer h.conn.SetDeadline(time.Time{})
 	if tc, ok := h.conn.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
 			return nil, "", err

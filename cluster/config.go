@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/batonlock/baton/server"
 )
 
 // Peer is one founding member of the cluster.
@@ -69,6 +71,14 @@ type Config struct {
 	// suspend of the machine: a leader whose host slept past its lease
 	// must wake up knowing it is not valid.
 	Now func() time.Time
+	// HandshakeCPU is the slots in which strangers' TLS handshakes on the
+	// Raft port compute, shared with the process's other TLS listeners;
+	// nil gives the Raft port slots of its own.
+	HandshakeCPU *server.HandshakeCPU
+	// SourcePrefixes say which addresses are one source of strangers on
+	// the Raft port (their handshakes' rate per source); members are told
+	// by their exact IPs.
+	SourcePrefixes server.SourcePrefixes
 }
 
 // DefaultConfig returns the timers of `baton serve`, tuned for locks on a

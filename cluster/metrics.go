@@ -18,6 +18,9 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
 				ConstLabels: prometheus.Labels{"reason": name}},
 				func() float64 { return float64(rt.stream.refused[r].Load()) }))
 		}
+		if rt.stream.hs != nil {
+			rt.stream.hs.Register(reg) // baton_handshakes_cut_total{listener="raft"}
+		}
 	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "baton_cluster_leader", Help: "1 while this node leads with its epoch committed, else 0."},

@@ -18,4 +18,5 @@ func strangerEvictionOff() bool     { return false }
 func listIgnored() bool             { return false }
 func initialWaitRemoved() bool      { return false }
 func recordSkipped() bool           { return false }
+func strangerRateOff() bool         { return false }
 func wipedJoinStarts() bool         { return false }

@@ -34,6 +34,9 @@ const (
 	// NoStrangerEvictionVar: when the strangers' handshakes are all
 	// taken, a new connection is closed instead of one of theirs.
 	NoStrangerEvictionVar = "BATON_TEST_NO_STRANGER_EVICTION"
+	// NoStrangerRateVar: strangers' TLS handshakes compute at once, as
+	// members' do: no rate, no CPU slot of their own.
+	NoStrangerRateVar = "BATON_TEST_NO_STRANGER_RATE"
 
 	// Protocol version 3. IgnoreListVar: the successor of a planned
 	// handover ignores its list (grants at once: every listed holder that
@@ -76,4 +79,5 @@ func strangerEvictionOff() bool { return os.Getenv(NoStrangerEvictionVar) == "1"
 func listIgnored() bool         { return os.Getenv(IgnoreListVar) == "1" }
 func initialWaitRemoved() bool  { return os.Getenv(NoInitialWaitVar) == "1" }
 func recordSkipped() bool       { return os.Getenv(SkipRecordVar) == "1" }
+func strangerRateOff() bool     { return os.Getenv(NoStrangerRateVar) == "1" }
 func wipedJoinStarts() bool     { return os.Getenv(WipedJoinStartsVar) == "1" }

@@ -8,7 +8,7 @@ import "testing"
 // only the value "1".
 func TestMutationKnobs(t *testing.T) {
 	knobs := map[string]func() bool{DisableGraceVar: graceDisabled, HandoffZeroVar: handoffZero, NoLeaderLeaseVar: leaderLeaseOff,
-		NoMemberRoomVar: memberRoomOff, NoStrangerEvictionVar: strangerEvictionOff,
+		NoMemberRoomVar: memberRoomOff, NoStrangerEvictionVar: strangerEvictionOff, NoStrangerRateVar: strangerRateOff,
 		IgnoreListVar: listIgnored, NoInitialWaitVar: initialWaitRemoved, SkipRecordVar: recordSkipped, WipedJoinStartsVar: wipedJoinStarts}
 	for name, on := range knobs {
 		for v, want := range map[string]bool{"1": true, "": false, "0": false, "true": false} {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/batonlock/baton/server"
 )
 
 // Raft transport pool and I/O bounds.
@@ -238,7 +240,7 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	// written, the same string as in the membership: a name is not
 	// resolved here, but at every dial (Dial).
 	adv := advertisedAddr(memberAddr(cfg.advertised()))
-	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, peers: cfg.Peers, names: newNameCache(),
+	st := &stream{adv: adv, tls: cfg.TLS, self: cfg.NodeID, peers: cfg.Peers, names: newNameCache(), prefixes: cfg.SourcePrefixes,
 		conns: map[net.Conn]connKind{}, gate: gate{byIP: map[netip.Addr]*list.List{}},
 		admitted: make(chan net.Conn), done: make(chan struct{})}
 	if la, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr); err == nil && la.IP != nil && !la.IP.IsUnspecified() {
@@ -250,7 +252,18 @@ func newTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 		st.source = &net.TCPAddr{IP: la.IP, Zone: la.Zone}
 	}
 	if cfg.TLS != nil {
-		st.serverCfg = st.serverTLS()
+		st.hs = server.NewHandshakeGate(server.HandshakeLimits{
+			Listener:      "raft",
+			HelloTimeout:  server.DefaultHelloTimeout,
+			Timeout:       handshakeTimeout,
+			SourceRate:    raftSourceRate,
+			SourceBurst:   2 * raftSourceRate,
+			StrangerRate:  raftStrangerRate,
+			StrangerBurst: raftStrangerRate,
+			CPU:           cfg.HandshakeCPU,
+			Prefixes:      cfg.SourcePrefixes,
+		})
+		st.serverCfg = st.hs.Config(st.serverTLS())
 	}
 	var err error
 	st.ln, err = net.Listen("tcp", cfg.RaftAddr) // the accept loop runs TLS over each connection
@@ -274,13 +287,17 @@ type stream struct {
 	adv    net.Addr
 	source *net.TCPAddr // what Dial binds: the IP of adv (nil if adv's is unspecified)
 	tls    *tls.Config
-	// serverCfg is serverTLS(), for accepted connections (nil on plain TCP).
+	// serverCfg is serverTLS() through hs, for accepted connections (both
+	// nil on plain TCP).
 	serverCfg *tls.Config
+	hs        *server.HandshakeGate
 	members   atomic.Pointer[membership] // nil until Raft runs (or the founders are asked)
 	// peers are the configured ones (-peers); names resolves the host
 	// names of members' addresses. Both tell members' IPs (accept.go).
 	peers []Peer
 	names *nameCache
+	// prefixes say which addresses are one stranger (accept.go).
+	prefixes server.SourcePrefixes
 	// self is this node's id; hello answers the founders' question
 	// (bootstrap.go) on accepted connections.
 	self  string

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -154,7 +155,7 @@ func (h *handler) streamEvents(w http.ResponseWriter, r *http.Request, stillAuth
 		req.Snapshot, req.History = false, 0
 	}
 
-	caller, who := streamCaller(r)
+	caller, who := streamCaller(r, h.prefixes)
 	if status, msg := h.streams.enter(caller, who, h.mayAdminSome(r)); status != 0 {
 		h.refuse(refusedStreams, "ops: event stream refused", "reason", msg, "client", r.RemoteAddr)
 		w.Header().Set("Retry-After", "5")
@@ -405,9 +406,10 @@ func (l *streamLimits) leave(caller string) {
 }
 
 // streamCaller names r's caller for the limit of streams per caller: the
-// identities of its verified client certificate, else its IP address (a
-// follower passes its caller's on over TLS); and the same for people.
-func streamCaller(r *http.Request) (key, who string) {
+// identities of its verified client certificate, else its address, an
+// IPv6 one by its prefix (prefixes; a follower passes its caller's on over
+// TLS); and the same for people.
+func streamCaller(r *http.Request, prefixes server.SourcePrefixes) (key, who string) {
 	if ids := callerIdentities(r); len(ids) > 0 {
 		return "id:" + strings.Join(ids, "\x00"), "client identity " + strings.Join(quoteAll(ids), ", ")
 	}
@@ -415,27 +417,52 @@ func streamCaller(r *http.Request) (key, who string) {
 	if err != nil {
 		host = r.RemoteAddr
 	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		k := prefixes.Key(a)
+		if k.IsSingleIP() {
+			host = k.Addr().String()
+		} else {
+			host = k.String()
+		}
+	}
 	return "ip:" + host, "address " + host
 }
 
 // connKey is the context key of the connection a request came on.
 type connKey struct{}
 
-// ConnContext is the http.Server.ConnContext of the ops listener: it keeps
-// each request's connection at hand, so that an event stream can bound its
-// kernel send buffer (eventSendBuffer).
+// ConnSendBuffer bounds the kernel send buffer of every ops connection
+// (ConnContext). Left to the system, a peer that pipelines requests and
+// never reads the answers (the dashboard's script, 64 times) makes the
+// kernel grow the buffer to its maximum, 4 MiB, which the peer keeps
+// pinned for as long as it likes, and which outlives the connection as an
+// orphan: 256 of them held about 1 GiB of the host's TCP memory. Bounded,
+// a connection pins at most twice this (the kernel's bookkeeping).
+const ConnSendBuffer = 128 << 10
+
+// ConnContext is the http.Server.ConnContext of the ops listener: it
+// bounds each connection's kernel send buffer (ConnSendBuffer), and keeps
+// each request's connection at hand, so that an event stream can bound it
+// further (eventSendBuffer).
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	setSendBuffer(c, ConnSendBuffer)
 	return context.WithValue(ctx, connKey{}, c)
 }
 
 // boundSendBuffer sets the send buffer of the stream's TCP connection to
 // eventSendBuffer, if ConnContext gave its connection (best effort: a
-// stream without it keeps the system's buffer).
+// stream without it keeps the connection's buffer).
 func boundSendBuffer(ctx context.Context) {
 	c, _ := ctx.Value(connKey{}).(net.Conn)
-	for c != nil { // through TLS and LimitListener's wrappers
+	setSendBuffer(c, eventSendBuffer)
+}
+
+// setSendBuffer sets the send buffer of the TCP connection under c (through
+// TLS and LimitListener's wrappers) to n bytes, best effort.
+func setSendBuffer(c net.Conn, n int) {
+	for c != nil {
 		if tcp, ok := c.(*net.TCPConn); ok {
-			tcp.SetWriteBuffer(eventSendBuffer)
+			tcp.SetWriteBuffer(n)
 			return
 		}
 		w, ok := c.(interface{ NetConn() net.Conn })

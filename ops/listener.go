@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/batonlock/baton/server"
 )
@@ -36,16 +37,34 @@ type ListenerLimits struct {
 	// Logger receives a warn line for refused connections, rate-limited;
 	// nil means slog.Default().
 	Logger *slog.Logger
+	// Prefixes say which addresses are one for ConnsPerIP and RequestRate
+	// (an IPv6 host has a /64); the zero value counts each address apart.
+	Prefixes server.SourcePrefixes
+	// RequestRate is how many requests a second the connections of one
+	// source that have made no authenticated request begin together
+	// (twice as many at once); more wait for their turn (requestrate.go).
+	// Zero means no limit.
+	RequestRate rate.Limit
 }
+
+// SlowRequestAfter is how long a connection may take to send its first
+// request's headers (its TLS handshake included) before, the listener
+// being full, it gives way to a new connection: a client sends them at
+// once, so the oldest that has not is a slow one, or one that holds its
+// place on purpose, which would otherwise keep it for the server's whole
+// header timeout, renewed as often as the peer likes.
+const SlowRequestAfter = time.Second
 
 // LimitListener bounds the connections of the ops listener by lim. A
 // keep-alive connection that waits for its next request holds nothing a
 // new caller needs: when the listener is full, or an address is at its
-// cap, the longest idle one gives way. So idle connections, however many
-// and from wherever, never keep a probe, a scraper or an operator out, and
-// one address's connections that are not idle (requests in progress, or
-// headers still to come, within the server's header timeout) take at most
-// ConnsPerIP places. Its connections give the one they wrap (NetConn), so
+// cap, the longest idle one gives way; when the listener is full and none
+// is idle, the oldest that has not sent its first request's headers
+// within SlowRequestAfter does. So idle and slow connections, however
+// many and from wherever, never keep a probe, a scraper or an operator out
+// for much more than SlowRequestAfter, and one address's connections that
+// are not idle (requests in progress, or headers still to come, within
+// the server's header timeout) take at most ConnsPerIP places. Its connections give the one they wrap (NetConn), so
 // that a stream can bound its socket's send buffer (ConnContext); the
 // http.Server must report their states with ConnState.
 func LimitListener(l net.Listener, lim ListenerLimits) net.Listener {
@@ -53,9 +72,11 @@ func LimitListener(l net.Listener, lim ListenerLimits) net.Listener {
 	if log == nil {
 		log = slog.Default()
 	}
+	refused := newRefusalCounters(lim.Registerer)
 	return &limitListener{Listener: l, lim: lim, sem: make(chan struct{}, lim.Conns), done: make(chan struct{}), becameIdle: make(chan struct{}, 1),
-		conns: make(map[*limitConn]struct{}), untrusted: make(map[netip.Addr]int),
-		refused: newRefusalCounters(lim.Registerer)[refusedConnsPerIP], log: log, refusals: server.NewRefusalLog()}
+		conns: make(map[*limitConn]struct{}), untrusted: make(map[netip.Prefix]int),
+		refused: refused[refusedConnsPerIP], refusedRate: refused[refusedRequestRate], log: log, refusals: server.NewRefusalLog(),
+		requests: make(map[netip.Prefix]*rate.Limiter), requestsOverflow: rate.NewLimiter(lim.RequestRate, 2*int(max(1, lim.RequestRate)))}
 }
 
 type limitListener struct {
@@ -68,15 +89,22 @@ type limitListener struct {
 	// idle, and may give way.
 	becameIdle chan struct{}
 	refused    prometheus.Counter
-	log        *slog.Logger
-	refusals   *server.RefusalLog
+	// refusedRate counts requests answered 429 for their source's rate.
+	refusedRate prometheus.Counter
+	log         *slog.Logger
+	refusals    *server.RefusalLog
 
 	mu sync.Mutex
 	// conns are the open connections Accept returned or is placing.
 	conns map[*limitConn]struct{}
-	// untrusted counts, per address, the open connections that have made
-	// no authenticated request.
-	untrusted map[netip.Addr]int
+	// untrusted counts, per source (lim.Prefixes), the open connections
+	// that have made no authenticated request.
+	untrusted map[netip.Prefix]int
+	// requests are the budgets of untrusted requests per source
+	// (requestrate.go), and requestsOverflow the one of sources past
+	// maxRequestSources.
+	requests         map[netip.Prefix]*rate.Limiter
+	requestsOverflow *rate.Limiter
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -112,17 +140,38 @@ func (l *limitListener) place(lc *limitConn) bool {
 	for {
 		l.mu.Lock()
 		v := l.idlestLocked(func(*limitConn) bool { return true })
+		var slowIn time.Duration
+		if v == nil {
+			v, slowIn = l.slowestLocked(time.Now())
+		}
 		l.mu.Unlock()
 		if v != nil {
 			v.Close() // gives its place back
 		}
+		var slow <-chan time.Time
+		var timer *time.Timer
+		if slowIn > 0 {
+			timer = time.NewTimer(slowIn)
+			slow = timer.C
+		}
+		placed, closed := false, false
 		select {
 		case l.sem <- struct{}{}:
-			return true
+			placed = true
 		case <-l.becameIdle:
+		case <-slow: // the oldest still without its headers is slow now
 		case <-l.done:
+			closed = true
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if closed {
 			lc.Close()
 			return false
+		}
+		if placed {
+			return true
 		}
 	}
 }
@@ -131,10 +180,7 @@ func (l *limitListener) place(lc *limitConn) bool {
 // address's longest idle connection if it is at its cap; nil, with c
 // closed, when there is none.
 func (l *limitListener) admit(c net.Conn) *limitConn {
-	lc := &limitConn{Conn: c, l: l}
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		lc.addr = ap.Addr().Unmap()
-	}
+	lc := &limitConn{Conn: c, l: l, accepted: time.Now(), addr: l.lim.Prefixes.KeyOf(c.RemoteAddr())}
 	var victim *limitConn
 	l.mu.Lock()
 	if max := l.lim.ConnsPerIP; max > 0 && lc.addr.IsValid() && l.untrusted[lc.addr] >= max {
@@ -158,6 +204,30 @@ func (l *limitListener) admit(c net.Conn) *limitConn {
 		victim.Close()
 	}
 	return lc
+}
+
+// slowestLocked returns the oldest placed connection that has not sent
+// its first request's headers within SlowRequestAfter of its accept, and
+// else how long until the oldest that has not will be (0: none is
+// waiting for them). l.mu must be held.
+func (l *limitListener) slowestLocked(now time.Time) (*limitConn, time.Duration) {
+	var oldest *limitConn
+	for c := range l.conns {
+		if !c.placed || c.started.Load() {
+			continue
+		}
+		if oldest == nil || c.accepted.Before(oldest.accepted) {
+			oldest = c
+		}
+	}
+	if oldest == nil {
+		return nil, 0
+	}
+	if wait := oldest.accepted.Add(SlowRequestAfter).Sub(now); wait > 0 {
+		return nil, wait
+	}
+	oldest.started.Store(true) // given way once: not chosen again
+	return oldest, 0
 }
 
 // idlestLocked returns the connection that has been idle longest among
@@ -192,8 +262,12 @@ func (l *limitListener) Close() error {
 type limitConn struct {
 	net.Conn
 	l    *limitListener
-	addr netip.Addr // invalid when the peer is not an IP address
+	addr netip.Prefix // its source; invalid when the peer is not an IP address
 	once sync.Once
+	// accepted is when it was accepted; started, that a request's headers
+	// were whole on it (ConnState), or that it was ended for being slow.
+	accepted time.Time
+	started  atomic.Bool
 
 	// idleSince is when it went idle between requests (unix nanoseconds),
 	// 0 while it is not: from the first byte of a request (Read) until
@@ -257,9 +331,15 @@ func limitConnOf(c net.Conn) *limitConn {
 // LimitListener which connections are idle between requests, and may
 // give way to new ones.
 func ConnState(c net.Conn, st http.ConnState) {
+	if st == http.StateActive {
+		server.HandshakeKnown(c) // a verified client certificate: not a stranger to the handshake gate
+	}
 	lc := limitConnOf(c)
 	if lc == nil {
 		return
+	}
+	if st == http.StateActive {
+		lc.started.Store(true)
 	}
 	if st == http.StateIdle {
 		lc.idleSince.Store(time.Now().UnixNano())

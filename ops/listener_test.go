@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +169,83 @@ func mustVec(t *testing.T, reg *prometheus.Registry) *prometheus.CounterVec {
 		t.Fatalf("baton_ops_refusals_total is not registered: %v", err)
 	}
 	return are.ExistingCollector.(*prometheus.CounterVec)
+}
+
+// TestLimitListenerSlowHeadersGiveWay: when every place is held by
+// connections that have not sent their first request's headers (a
+// slowloris; the server's header timeout here is a minute), the oldest of
+// them gives way to a new connection once it has been slow for
+// SlowRequestAfter: a probe waits about that long, not the header timeout.
+func TestLimitListenerSlowHeadersGiveWay(t *testing.T) {
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 2}, ops.Config{})
+	slow := []*opsConn{dialOps(t, addr), dialOps(t, addr)}
+	for _, c := range slow {
+		c.begin("/healthz")
+	}
+	start := time.Now()
+	probe := dialOps(t, addr)
+	if code := probe.get("/healthz", 10*time.Second); code != 200 {
+		t.Fatalf("a probe beside slow connections holding every place: %d after %v, want 200 within about %v",
+			code, time.Since(start).Round(time.Millisecond), ops.SlowRequestAfter)
+	}
+	t.Logf("the probe was answered after %v", time.Since(start).Round(time.Millisecond))
+	if code := slow[0].finish("", time.Second); code != 0 {
+		t.Errorf("the oldest slow connection still served (%d), want it ended for the probe", code)
+	}
+}
+
+// TestSlowBodyNotDrained: a request with a body its handler does not read
+// (POST /healthz announcing 200,000 bytes, which never come) is answered
+// at once with "Connection: close" and its connection closed: the server
+// does not wait for the body, holding the place, until its read timeout.
+func TestSlowBodyNotDrained(t *testing.T) {
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 4}, ops.Config{})
+	c := dialOps(t, addr)
+	io.WriteString(c, "POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\nab")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("POST /healthz with a body still to come: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !resp.Close {
+		t.Errorf("the answer to a request whose body was not read lacks Connection: close")
+	}
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.r.ReadByte()
+	if err != io.EOF || time.Since(start) > time.Second {
+		t.Errorf("after the answer: %v after %v, want the connection closed at once (EOF) rather than drained", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestRequestRatePerSource: the connections of one address that have
+// made no authenticated request begin at most RequestRate requests a
+// second together (twice as many at once); the others wait for their
+// turn. A request with the admin token does not wait.
+func TestRequestRatePerSource(t *testing.T) {
+	const rate = 4
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 64, RequestRate: rate}, ops.Config{AdminToken: "tok"})
+	served := func(extra string) int {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for range 20 {
+			c := dialOps(t, addr)
+			wg.Go(func() {
+				c.begin("/healthz")
+				if c.finish(extra, 400*time.Millisecond) == 200 {
+					n.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return int(n.Load())
+	}
+	if n := served(""); n > 2*rate+2 {
+		t.Errorf("20 requests at once from one address without a credential: %d served within 400ms, want at most %d (the burst, and the rate)", n, 2*rate+2)
+	}
+	if n := served("Authorization: Bearer tok\r\n"); n != 20 {
+		t.Errorf("20 requests at once with the admin token: %d served within 400ms, want all", n)
+	}
 }

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/batonlock/baton/server"
 )
@@ -124,6 +123,14 @@ type Config struct {
 	// that stops reading is cut once its bounded buffer is full and a write
 	// has waited this long. Zero means DefaultEventWriteTimeout.
 	EventWriteTimeout time.Duration
+	// SourcePrefixes say which addresses are one caller without a
+	// certificate, for the event streams per caller (an IPv6 host has a
+	// /64). The zero value means server.DefaultSourcePrefixes.
+	SourcePrefixes server.SourcePrefixes
+	// MetricsMaxAge is how long /metrics answers with the figures it
+	// gathered last (see metrics.go): scrapes from anyone then cost the
+	// lock sessions nothing noticeable. Zero gathers for every scrape.
+	MetricsMaxAge time.Duration
 }
 
 // Defaults of Config.
@@ -185,10 +192,11 @@ func NewHandler(cfg Config) http.Handler {
 		h.digest = sha256.Sum256([]byte(cfg.AdminToken))
 		h.token = cfg.AdminToken
 	}
-	h.metrics = promhttp.HandlerFor(g, promhttp.HandlerOpts{
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
-		ErrorHandling: promhttp.ContinueOnError,
-	})
+	h.metrics = newMetricsHandler(g, cfg.MetricsMaxAge, log) // metrics.go
+	h.prefixes = cfg.SourcePrefixes
+	if h.prefixes == (server.SourcePrefixes{}) {
+		h.prefixes = server.DefaultSourcePrefixes()
+	}
 	return h
 }
 
@@ -222,18 +230,20 @@ type handler struct {
 	// counts every one of them, by reason.
 	refusals *server.RefusalLog
 	refused  map[string]prometheus.Counter
-	streams  streamLimits  // of GET /v1/events (events.go)
-	listing  chan struct{} // a place for the one listing of the locks made at a time
+	streams  streamLimits          // of GET /v1/events (events.go)
+	prefixes server.SourcePrefixes // which addresses are one caller (events.go)
+	listing  chan struct{}         // a place for the one listing of the locks made at a time
 }
 
 // The reasons of baton_ops_refusals_total.
 const (
-	refusedToken      = "token"              // no or a wrong admin token (401)
-	refusedClientCert = "client_cert"        // no verified client certificate (401)
-	refusedRules      = "access_rules"       // the access rules' admin grant (403)
-	refusedForgery    = "forgery"            // a cross-site or rebound browser request (403)
-	refusedStreams    = "event_streams"      // a stream past the caller's or the server's limit (429, 503)
-	refusedConnsPerIP = "connections_per_ip" // a connection past its address's cap, closed at once (listener.go)
+	refusedToken       = "token"              // no or a wrong admin token (401)
+	refusedClientCert  = "client_cert"        // no verified client certificate (401)
+	refusedRules       = "access_rules"       // the access rules' admin grant (403)
+	refusedForgery     = "forgery"            // a cross-site or rebound browser request (403)
+	refusedStreams     = "event_streams"      // a stream past the caller's or the server's limit (429, 503)
+	refusedConnsPerIP  = "connections_per_ip" // a connection past its address's cap, closed at once (listener.go)
+	refusedRequestRate = "request_rate"       // a request past its address's rate without a credential (429, requestrate.go)
 )
 
 func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter {
@@ -250,7 +260,7 @@ func newRefusalCounters(reg prometheus.Registerer) map[string]prometheus.Counter
 		}
 	}
 	out := make(map[string]prometheus.Counter)
-	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams, refusedConnsPerIP} {
+	for _, r := range []string{refusedToken, refusedClientCert, refusedRules, refusedForgery, refusedStreams, refusedConnsPerIP, refusedRequestRate} {
 		out[r] = vec.WithLabelValues(r)
 	}
 	return out
@@ -299,6 +309,12 @@ func (h *handler) memberNotReady() string {
 // to "/" (the lock named "/", sent as %2F), and it answers paths with dot
 // segments with a redirect, which an admin POST should never get.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if requestTurn(w, r, h.provesItself(r)) { // requestrate.go
+		boundBody(w, r, h.serve) // body.go
+	}
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.EscapedPath(); {
 	case p == "/healthz":
 		if allow(w, r, methodsGet) {
@@ -491,6 +507,20 @@ func splitPath(p string) ([]string, bool) {
 		segs[i] = u
 	}
 	return segs, true
+}
+
+// provesItself reports whether r carries a credential: a verified client
+// certificate, or the admin token. It answers nothing.
+func (h *handler) provesItself(r *http.Request) bool {
+	if callerIdentities(r) != nil {
+		return true
+	}
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !h.auth || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	d := sha256.Sum256([]byte(strings.TrimLeft(tok, " ")))
+	return subtle.ConstantTimeCompare(d[:], h.digest[:]) == 1
 }
 
 // authorized reports whether r carries the admin token, answering 401 if not.

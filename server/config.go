@@ -174,6 +174,33 @@ type Config struct {
 	// a label. /metrics is open, so names given series are public to whoever
 	// reaches the ops listener. Must not be negative.
 	MetricsLockNames int
+
+	// PendingHandshakes caps the TLS handshakes in progress (see
+	// HandshakeGate): past it, one of the source with the most in progress
+	// (its oldest that has not sent its whole ClientHello, else its
+	// oldest) is cut for the new one. Each costs up to about 32 KiB. Zero
+	// means no cap; must not be negative.
+	PendingHandshakes int
+	// HandshakeRate is how many TLS handshakes a second one source of
+	// unknown clients (SourcePrefixes) may begin computing, twice as many
+	// at once; more wait for their turn within IOTimeout. A client is
+	// known for an hour after a handshake with a verified certificate.
+	// Zero means no limit; must not be negative.
+	HandshakeRate float64
+	// HandshakeCPU is the slots in which the handshakes of unknown
+	// clients compute, shared with the process's other TLS listeners; nil
+	// gives the server slots of its own (NewHandshakeCPU).
+	HandshakeCPU *HandshakeCPU
+	// SourcePrefixes say which addresses are one source for MaxConnsPerIP
+	// and HandshakeRate; the zero value counts each address apart.
+	SourcePrefixes SourcePrefixes
+	// KeepFDs is how many descriptors the protocol listener's connections
+	// never take, beside ReserveFDs and the server's own: those of the
+	// rest of the process (the ops listener, Raft, files). Past the
+	// open-file limit less all these, a new connection is closed at once,
+	// after a TLS handshake in progress, if any, was cut for it. Zero
+	// keeps none; must not be negative.
+	KeepFDs int
 }
 
 // DefaultConfig returns the defaults of `baton serve`, without NextToken.
@@ -192,6 +219,9 @@ func DefaultConfig() Config {
 		// to a quarter of the open-file limit).
 		MaxConnsPerIP:       1024,
 		MaxConnsPerIdentity: 4096,
+		PendingHandshakes:   DefaultPendingHandshakes,
+		HandshakeRate:       DefaultHandshakeRate,
+		SourcePrefixes:      DefaultSourcePrefixes(),
 	}
 }
 
@@ -221,6 +251,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max-conns-per-ip (%d) must not be negative", c.MaxConnsPerIP)
 	case c.MaxConnsPerIdentity < 0:
 		return fmt.Errorf("max-conns-per-identity (%d) must not be negative", c.MaxConnsPerIdentity)
+	case c.PendingHandshakes < 0:
+		return fmt.Errorf("max-pending-handshakes (%d) must not be negative", c.PendingHandshakes)
+	case c.HandshakeRate < 0:
+		return fmt.Errorf("handshake-rate-per-ip (%v) must not be negative", c.HandshakeRate)
+	case c.KeepFDs < 0:
+		return fmt.Errorf("keep-fds (%d) must not be negative", c.KeepFDs)
+	case c.SourcePrefixes.Validate() != nil:
+		return c.SourcePrefixes.Validate()
 	case c.TCPFastOpen && !fastOpenSupported:
 		return fmt.Errorf("tcp-fastopen is supported on Linux only")
 	case c.NextToken == nil:

@@ -761,6 +761,7 @@ func (c *session) closeInShard(err error) bool {
 	c.park.shard.forget(c)
 	c.conn.Close()
 	s.m.connections.Dec()
+	s.open.Add(-1)
 	return true
 }
 

@@ -33,7 +33,7 @@ func (sec *security) init(cfg Config) {
 		sec.acl.Store(cfg.ACL)
 	}
 	if cfg.MaxConnsPerIP > 0 {
-		sec.perAddr = &addrLimiter{max: cfg.MaxConnsPerIP, open: make(map[netip.Addr]int)}
+		sec.perAddr = &addrLimiter{max: cfg.MaxConnsPerIP, prefixes: cfg.SourcePrefixes, open: make(map[netip.Prefix]int)}
 	}
 	if cfg.MaxConnsPerIdentity > 0 && cfg.TLS != nil {
 		sec.perID = &idLimiter{max: cfg.MaxConnsPerIdentity, open: make(map[string]int)}
@@ -48,15 +48,15 @@ func (s *Server) SetACL(a *ACL) { s.sec.acl.Store(a) }
 func (s *Server) ACL() *ACL { return s.sec.acl.Load() }
 
 // admit is the accept loop's security hook: it applies the cap of
-// connections per source address, closing conn and returning nil past it,
-// and wraps conn in TLS when the server speaks it (the handshake itself
-// runs later, in the session's goroutine).
+// connections per source address, refusing conn and returning nil past it
+// (refuseOverAddress), and wraps conn in the handshake gate and TLS when
+// the server speaks it (the handshake itself runs later, in the session's
+// goroutine).
 func (s *Server) admit(conn net.Conn) net.Conn {
 	if l := s.sec.perAddr; l != nil {
-		c, ok := l.admit(conn)
+		c, key, ok := l.admit(conn)
 		if !ok {
-			s.m.refusedPerAddr.Inc()
-			conn.Close()
+			s.refuseOverAddress(conn, sourceText(key))
 			return nil
 		}
 		conn = c
@@ -65,7 +65,7 @@ func (s *Server) admit(conn net.Conn) net.Conn {
 		if s.sec.perID != nil {
 			conn = &identityConn{Conn: conn} // counted after its handshake (admitIdentity)
 		}
-		conn = tls.Server(conn, s.cfg.TLS)
+		conn = s.gateTLS(conn) // tlsgate.go
 	}
 	return conn
 }
@@ -81,19 +81,25 @@ func (c *session) admitIdentity() (EndReason, string, bool) {
 	if l == nil || !ok {
 		return 0, "", true
 	}
-	ic, ok := tc.NetConn().(*identityConn)
+	ic, ok := identityConnOf(tc.NetConn())
 	ids := connIdentities(c.conn)
-	if !ok || len(ids) == 0 {
-		return 0, "", true
+	if !ok || (len(ids) == 0 && len(tc.ConnectionState().VerifiedChains) == 0) {
+		return 0, "", true // no verified certificate: no identity to count
 	}
+	// A verified certificate that names no identity counts too: all such
+	// are one client (key "").
 	key := strings.Join(ids, "\x00")
 	if ic.hold(l, key) {
 		return 0, "", true
 	}
+	who := identityText(ids)
+	if len(ids) == 0 {
+		who = "with a certificate that names no identity"
+	}
 	s.m.refusedPerID.Inc()
 	s.sec.refusals.Warn(s.log, "session refused: its client identity has as many connections open as it may",
 		"identities", ids, "remote", c.remote, "max_conns_per_identity", l.max)
-	return ReasonOverloaded, fmt.Sprintf("client %s has %d connections open, the most one client identity may (max-conns-per-identity)", identityText(ids), l.max), false
+	return ReasonOverloaded, fmt.Sprintf("client %s has %d connections open, the most one client identity may (max-conns-per-identity)", who, l.max), false
 }
 
 // idLimiter counts open connections per client identity (the identities
@@ -113,6 +119,33 @@ type identityConn struct {
 	l      *idLimiter // set while it holds a place
 	key    string
 	closed bool
+}
+
+// identityConnOf finds the identityConn under c (the handshake gate's
+// connection wraps it).
+func identityConnOf(c net.Conn) (*identityConn, bool) {
+	for c != nil {
+		if ic, ok := c.(*identityConn); ok {
+			return ic, true
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil, false
+		}
+		c = w.NetConn()
+	}
+	return nil, false
+}
+
+// NetConn is the connection c wraps.
+func (c *identityConn) NetConn() net.Conn { return c.Conn }
+
+// CloseWrite half-closes when the connection can.
+func (c *identityConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // hold takes a place of l for key, false if key has every place.
@@ -212,31 +245,32 @@ func (l *RefusalLog) Warn(log *slog.Logger, msg string, args ...any) {
 	log.Warn(msg, args...)
 }
 
-// addrLimiter counts open connections per source IP address.
+// addrLimiter counts open connections per source (an IP address, or an
+// IPv6 prefix: see SourcePrefixes).
 type addrLimiter struct {
-	max  int
-	mu   sync.Mutex
-	open map[netip.Addr]int
+	max      int
+	prefixes SourcePrefixes
+	mu       sync.Mutex
+	open     map[netip.Prefix]int
 }
 
-// admit counts conn against its address, false if that address is at the
+// admit counts conn against its source, false if that source is at the
 // cap. The returned connection gives the count back when closed.
-func (l *addrLimiter) admit(conn net.Conn) (net.Conn, bool) {
-	ap, err := netip.ParseAddrPort(conn.RemoteAddr().String())
-	if err != nil {
-		return conn, true // not an IP peer (a test pipe): nothing to count
+func (l *addrLimiter) admit(conn net.Conn) (net.Conn, netip.Prefix, bool) {
+	key := l.prefixes.KeyOf(conn.RemoteAddr())
+	if !key.IsValid() {
+		return conn, key, true // not an IP peer (a test pipe): nothing to count
 	}
-	addr := ap.Addr().Unmap()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open[addr] >= l.max {
-		return nil, false
+	if l.open[key] >= l.max {
+		return nil, key, false
 	}
-	l.open[addr]++
-	return &countedConn{Conn: conn, l: l, addr: addr}, true
+	l.open[key]++
+	return &countedConn{Conn: conn, l: l, addr: key}, key, true
 }
 
-func (l *addrLimiter) release(addr netip.Addr) {
+func (l *addrLimiter) release(addr netip.Prefix) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[addr]--; l.open[addr] <= 0 {
@@ -249,7 +283,7 @@ type countedConn struct {
 	net.Conn
 	once sync.Once
 	l    *addrLimiter
-	addr netip.Addr
+	addr netip.Prefix
 }
 
 // Unwrap is the connection under the count (resetConn).

@@ -25,6 +25,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -105,6 +106,16 @@ type Server struct {
 	poller *idlePoller
 
 	sec security // TLS, access rules, per-address cap (security.go)
+	// hs bounds the TLS handshakes in progress, and hsTLS is the TLS
+	// configuration over it (tlsgate.go); nil without TLS. maxConns is
+	// the most connections kept open.
+	hs       *HandshakeGate
+	hsTLS    *tls.Config
+	maxConns int
+	// open counts the protocol connections accepted and not yet closed
+	// (as baton_connections): a session leaves conns when it ends, and
+	// closes its connection, freeing the descriptor, a moment later.
+	open atomic.Int64
 	// fds holds the protocol listener's spare descriptors (fdreserve.go).
 	fds fdReserve
 
@@ -189,6 +200,7 @@ func New(cfg Config) (*Server, error) {
 		reg.MustRegister(newSlotsCollector(s))
 	}
 	s.sec.init(cfg)
+	s.initGate()
 	s.fds.init(cfg.ReserveFDs)
 	if cfg.NoGrantFor > 0 {
 		log.Info("crash recovery: no grants until the grace period ends",
@@ -411,11 +423,14 @@ func (s *Server) connsHoldersFirstLocked(now time.Time) []*session {
 // is shutting down or flooded far past its session limit.
 func (s *Server) accept(conn net.Conn) {
 	s.mu.Lock()
-	if len(s.conns) >= s.cfg.MaxSessions+pendingSlack {
+	if int(s.open.Load()) >= s.maxConns {
 		s.mu.Unlock()
-		s.m.refusedConns.Inc()
-		conn.Close() // no ERROR: reading the ACQUIRE would cost a goroutine per flooding connection
-		return
+		if !s.roomForOne() { // a TLS handshake in progress cut for it (tlsgate.go)
+			s.m.refusedConns.Inc()
+			conn.Close() // no ERROR: reading the ACQUIRE would cost a goroutine per flooding connection
+			return
+		}
+		s.mu.Lock()
 	}
 	s.nextID++
 	c := newSession(s, s.nextID, conn)
@@ -426,6 +441,7 @@ func (s *Server) accept(conn net.Conn) {
 	}
 	s.conns[c] = struct{}{}
 	s.m.connections.Inc()
+	s.open.Add(1)
 	if c.raw == nil {
 		s.wg.Add(1)
 		go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
@@ -440,6 +456,7 @@ func (s *Server) accept(conn net.Conn) {
 	if !s.goLocked(c.serve) { // stopped: its end found it unparked already
 		c.conn.Close()
 		s.m.connections.Dec()
+		s.open.Add(-1)
 	}
 	s.mu.Unlock()
 }

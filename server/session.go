@@ -138,6 +138,7 @@ func (c *session) end(reason EndReason, msg string) {
 	defer func() {
 		c.conn.Close()
 		s.m.connections.Dec()
+		s.open.Add(-1)
 	}()
 	// A session the server ended (closing is set after its end, its reason
 	// and its ERROR) owes the table nothing more: its reader does not take
@@ -256,6 +257,16 @@ func (c *session) readFirst(buf []byte) (wire.Header, []byte, error) {
 // heartbeat in flight ever reaches its end.
 const framesPerTurn = 16
 
+// pipelinePace tells a session that pipelines: one whose turn of
+// framesPerTurn frames took less sends more than 64 frames a second. A
+// client that waits for each answer heartbeats every quarter lease at the
+// most, 16 times a second at the shortest lease baton run allows (250
+// ms), and takes a second for a turn. The measure is the frames' rate,
+// not how long the server took to answer them: a session whose every
+// answer is a TLS write of its own takes over a millisecond a turn on a
+// loaded machine, however fast it sends.
+const pipelinePace = 250 * time.Millisecond
+
 // serveLoop answers the frames after ACQUIRE until the session ends or
 // parks, in turns of framesPerTurn frames.
 func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
@@ -302,19 +313,18 @@ func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
 // socket: its shard finds them at once, and reads them at its pace beside
 // every other session of the shard (answerNext). One that cannot (TLS,
 // -park-idle=false, frames already read into extra) goes to the back of
-// the run queue; and if its turn took less than morePace, it is
-// pipelining (no client that waits for each answer sends framesPerTurn
-// frames so fast), and its next turn waits for the server's budget of
-// such turns (pipelineTurns), shared by every such session: so that,
-// however many pipeline, the process is idle enough for the system to run
-// it at once when a heartbeat comes. Either way it is read less often,
-// never ended for it.
+// the run queue; and if its turn took less than pipelinePace, it is
+// pipelining, and its next turn waits for the server's budget of such
+// turns (pipelineTurns), shared by every such session: so that, however
+// many pipeline, the process is idle enough for the system to run it at
+// once when a heartbeat comes. Either way it is read less often, never
+// ended for it.
 func (c *session) yield(took time.Duration) bool {
 	s := c.srv
 	if c.raw != nil && len(c.extra) == 0 && c.readErr == nil && s.poller.park(c) {
 		return true
 	}
-	if took < morePace {
+	if took < pipelinePace {
 		s.pipelining.Wait(s.stopCtx) // ends at once when the server stops
 		return false
 	}

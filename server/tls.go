@@ -123,7 +123,8 @@ func LoadCertPool(file string) (*x509.CertPool, error) {
 
 // handshake runs the TLS handshake of a session that speaks TLS, in the
 // session's own goroutine, before its first frame is read, within
-// io-timeout. A failed handshake ends the session without an ERROR: there
+// io-timeout (its ClientHello within DefaultHelloTimeout, and a stranger's
+// computing when its turn comes: see HandshakeGate). A failed handshake ends the session without an ERROR: there
 // is no channel to send one on. A peer that speaks the plain protocol to a
 // TLS listener is told ERROR UNAUTHORIZED in plain bytes, since it could
 // not read anything else.
@@ -138,6 +139,7 @@ func (c *session) handshake() (EndReason, string, bool) {
 	ctx, cancel := context.WithTimeout(s.stopCtx, s.cfg.IOTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
+	s.handshakeEnded(tc, err) // out of the gate's handshakes in progress (tlsgate.go)
 	if err == nil {
 		return c.admitIdentity() // the cap per client identity (security.go)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -354,13 +355,22 @@ func TestTLSHostileHandshake(t *testing.T) {
 }
 
 // TestMaxConnsPerIP: past the cap, connections from the same address are
-// closed at once; a closed one frees its place.
+// told ERROR OVERLOADED, which names the cap, and closed at once; a
+// closed one frees its place.
 func TestMaxConnsPerIP(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, func(c *server.Config) { c.MaxConnsPerIP = 2 })
 	a, _ := hold(t, ts, "ip-a", 10*time.Second)
 	hold(t, ts, "ip-b", 10*time.Second)
 	over := batontest.Dial(t, ts.Addr)
+	over.Acquire("ip-over", 10*time.Second, false, "")
+	f, err := over.TryReadFrame(frameWait)
+	if err != nil || f.Type != wire.TypeError {
+		t.Fatalf("past the cap: got %v, %v; want ERROR OVERLOADED", f, err)
+	}
+	if e, _ := wire.DecodeError(f.Payload); e.Code != wire.CodeOverloaded || !strings.Contains(e.Msg, "max-conns-per-ip") {
+		t.Errorf("past the cap: got %v, want OVERLOADED naming max-conns-per-ip", e)
+	}
 	over.ExpectClosed(frameWait)
 	if got := counterValue(ts, "baton_limit_refusals_total", "limit", "connections_per_ip"); got != 1 {
 		t.Errorf("refusals for connections_per_ip: %v, want 1", got)
@@ -462,4 +472,28 @@ func TestMaxConnsPerIdentity(t *testing.T) {
 		defer c.Conn.Close()
 		return f.Type == wire.TypeAcquired
 	}, "no session of the identity accepted after one of its two closed")
+}
+
+// TestMaxConnsPerIdentityNoIdentity: a verified certificate that names no
+// identity (no CN, no SAN) is counted too: all such certificates are one
+// client, which the cap bounds like any other.
+func TestMaxConnsPerIdentityNoIdentity(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ca")
+	s := startTLS(t, ca, []*testcerts.CA{ca}, func(c *server.Config) { c.MaxConnsPerIdentity = 2 })
+	nameless := ca.Issue(t, testcerts.Spec{})
+	for i := range 3 {
+		c, err := dialTLS(t, s.ts.Addr, s.clientConfig(nameless))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Acquire("nameless-"+strconv.Itoa(i), 10*time.Second, false, "")
+		f := c.ReadFrame(frameWait)
+		if i < 2 && f.Type != wire.TypeAcquired {
+			t.Fatalf("session %d of a certificate without identities: %v, want ACQUIRED", i, f)
+		}
+		if i == 2 && (f.Type != wire.TypeError || f.Err.Code != wire.CodeOverloaded || !strings.Contains(f.Err.Msg, "names no identity")) {
+			t.Fatalf("third session of certificates without identities: %v, want ERROR OVERLOADED", f)
+		}
+	}
 }

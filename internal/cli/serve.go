@@ -47,6 +47,11 @@ const (
 	// ops connections may hold (-ops-max-conns is lowered to it): the rest
 	// are the lock sessions'.
 	opsConnsShare = 4
+	// opsHandshakeRate is how many TLS handshakes a second one address of
+	// ops callers not known by a verified certificate begins (twice as
+	// many at once): probes, scrapers and tools keep their connections or
+	// open a few.
+	opsHandshakeRate = 16
 	// opsCloseTimeout bounds the graceful close of the ops server after the
 	// linger; what is still open then is closed hard.
 	opsCloseTimeout = 5 * time.Second
@@ -190,6 +195,9 @@ func (o *serveOptions) check() error {
 	if o.shutdownLinger < 0 {
 		return fmt.Errorf("shutdown-linger (%v) must not be negative", o.shutdownLinger)
 	}
+	if o.sec.ipv4Prefix < 1 || o.sec.ipv6Prefix < 1 {
+		return fmt.Errorf("ipv4-prefix (%d) and ipv6-prefix (%d) must be at least 1", o.sec.ipv4Prefix, o.sec.ipv6Prefix)
+	}
 	if err := o.sec.check(); err != nil {
 		return err
 	}
@@ -224,6 +232,10 @@ func (o *serveOptions) serverConfig() server.Config {
 	cfg.TCPFastOpen = o.tcpFastOpen
 	cfg.MaxConnsPerIP = connCapLimit(o.sec.maxConnsPerIP, server.FileLimit())
 	cfg.MaxConnsPerIdentity = connCapLimit(o.sec.maxConnsPerIdentity, server.FileLimit())
+	cfg.PendingHandshakes = o.sec.maxPendingHandshakes
+	cfg.HandshakeRate = o.sec.handshakeRate
+	cfg.SourcePrefixes = o.sec.prefixes()
+	cfg.KeepFDs = keepFDs(opsConnLimit(o.opsMaxConns, server.FileLimit()), o.cl.enabled(), server.FileLimit())
 	cfg.MetricsLockNames = o.metricsLocks
 	cfg.ReserveFDs = o.reserveFDs
 	cfg.MaxLease = o.maxLease.value(0)
@@ -267,6 +279,31 @@ func connCapLimit(want, fileLimit int) int {
 		return want
 	}
 	return opsConnLimit(want, fileLimit)
+}
+
+// Descriptors the protocol listener's connections never take (see
+// keepFDs): Raft's in a cluster (what strangers may hold on its port, 128,
+// and the members' connections), and the server's files (the data
+// directory, the Raft log, the listeners).
+const (
+	raftKeepFDs  = 192
+	filesKeepFDs = 32
+)
+
+// keepFDs is server.Config.KeepFDs: the descriptors of the ops
+// listener (opsConns), of Raft in a cluster, and of files, so that lock
+// sessions from many addresses never leave Raft unable to dial or accept,
+// nor the ops listener unable to answer; at most half the open-file
+// limit, the other half being the sessions' (0: unknown, none kept).
+func keepFDs(opsConns int, clustered bool, fileLimit int) int {
+	if fileLimit <= 0 {
+		return 0
+	}
+	n := opsConns + filesKeepFDs
+	if clustered {
+		n += raftKeepFDs
+	}
+	return min(n, fileLimit/2)
 }
 
 // opsConnLimit is the cap of open ops connections: want, but no more than
@@ -319,6 +356,31 @@ func readAdminToken(file string) (string, error) {
 // have: 32 random characters (openssl rand -hex 16 and longer) cannot be
 // guessed through the ops API, a short word can.
 const minAdminTokenLen = 32
+
+// minTokenDistinct is the fewest different characters an admin token has
+// without a warning: 32 random hex digits have about 14, one repeated
+// character or a word typed over and over has a handful.
+const minTokenDistinct = 8
+
+// distinctRunes counts the different characters of s.
+func distinctRunes(s string) int {
+	seen := map[rune]bool{}
+	for _, r := range s {
+		seen[r] = true
+	}
+	return len(seen)
+}
+
+// othersMayReplace reports whether users other than dir's owner may
+// replace the files in it: it is writable by group or others, and not
+// sticky (as /tmp is, where only a file's owner may replace it).
+func othersMayReplace(dir string) bool {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	return fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0
+}
 
 // readServerToken reads the server's admin token from file (see
 // readAdminToken) and refuses one shorter than minAdminTokenLen.
@@ -417,6 +479,16 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 		logger.Warn("admin-token-file can be read or written by users other than its owner, and whoever reads it can release any lock: chmod 600 it",
 			"file", o.adminTokenFile, "mode", fmt.Sprintf("%#o", tokenPerm))
 	}
+	if token != "" {
+		if n := distinctRunes(token); n < minTokenDistinct {
+			logger.Warn("the admin token has few different characters, so it can be guessed: make one with openssl rand -hex 32",
+				"file", o.adminTokenFile, "distinct_characters", n)
+		}
+		if dir := filepath.Dir(o.adminTokenFile); othersMayReplace(dir) {
+			logger.Warn("the directory of admin-token-file can be written by users other than its owner, who can replace the token: keep it in a directory only its owner writes",
+				"dir", dir)
+		}
+	}
 	// Both listeners are bound before the data directory is touched: a port
 	// in use must leave nothing behind, and opening the token store spends
 	// an epoch (and may start a crash grace) that a failed start would waste;
@@ -436,6 +508,9 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	if sec.protoTLS != nil {
 		cfg.TLS = sec.protoTLS.Config()
 	}
+	// One set of CPU slots for the handshakes of unknown clients on every
+	// TLS listener, fewer than the Ps: heartbeats and Raft keep one.
+	cfg.HandshakeCPU = server.NewHandshakeCPU(0)
 	cfg.ACL = sec.acl
 	var (
 		store *tokenstore.Store
@@ -445,7 +520,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	if o.cl.enabled() {
 		// Replicated mode: the tokens' epoch and the lease bound live in
 		// the Raft log under data-dir, not in the token store.
-		if node, err = openNode(ctx, o, logger); err != nil {
+		if node, err = openNode(ctx, o, logger, cfg.HandshakeCPU); err != nil {
 			unbind()
 			return nil, failure(s, name, err.Error())
 		}
@@ -522,6 +597,8 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 				ProxyTransport:    opsCfg.ProxyTransport,
 				ProxyTLS:          opsCfg.ProxyTLS,
 				Registerer:        srv.Registry(),
+				MetricsMaxAge:     ops.DefaultMetricsMaxAge,
+				SourcePrefixes:    cfg.SourcePrefixes,
 			}),
 			ReadHeaderTimeout: opsReadHeaderTimeout,
 			ReadTimeout:       opsReadTimeout,
@@ -555,8 +632,19 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	// A lock client that dialled the ops port is told where the lock
 	// protocol is, at once, instead of waiting for an HTTP request line.
 	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
-	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger}
-	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsLimits))) }()
+	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger, Prefixes: cfg.SourcePrefixes, RequestRate: ops.DefaultRequestRate}
+	opsGate := server.NewHandshakeGate(server.HandshakeLimits{
+		Listener:     "ops",
+		HelloTimeout: server.DefaultHelloTimeout,
+		Timeout:      opsReadHeaderTimeout, // http.Server's bound of the handshake
+		SourceRate:   opsHandshakeRate,
+		SourceBurst:  2 * opsHandshakeRate,
+		CPU:          cfg.HandshakeCPU,
+		KnownFor:     time.Hour,
+		Prefixes:     cfg.SourcePrefixes,
+		Registerer:   srv.Registry(),
+	})
+	go func() { r.opsErr <- r.hs.Serve(sec.opsListener(ops.LimitListener(opsIn, opsLimits), opsGate)) }()
 	go func() { r.serveErr <- srv.Serve(ln) }()
 
 	dataDir := o.dataDir
@@ -575,7 +663,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	} else {
 		attrs = append(attrs, "epoch", store.Epoch(), "crash_grace", grace.String())
 	}
-	attrs = append(attrs, "admin_token", token != "", "max_conns_per_ip", cfg.MaxConnsPerIP)
+	attrs = append(attrs, "admin_token", token != "", "max_conns_per_ip", cfg.MaxConnsPerIP, "max_conns", srv.MaxConns())
 	if cfg.TLS != nil && o.sec.tlsClientCA != "" {
 		attrs = append(attrs, "max_conns_per_identity", cfg.MaxConnsPerIdentity)
 	}

@@ -216,11 +216,12 @@ func (o *clusterOptions) raftTLS(sec *securityOptions) (*tls.Config, error) {
 }
 
 // openNode starts this node's Raft from the options.
-func openNode(ctx context.Context, o *serveOptions, logger *slog.Logger) (*cluster.Node, error) {
+func openNode(ctx context.Context, o *serveOptions, logger *slog.Logger, cpu *server.HandshakeCPU) (*cluster.Node, error) {
 	cfg, err := o.cl.config(o.addr, o.opsAddr, o.dataDir, &o.sec)
 	if err != nil {
 		return nil, err
 	}
+	cfg.HandshakeCPU, cfg.SourcePrefixes = cpu, o.sec.prefixes()
 	if cfg.TLS, err = o.cl.raftTLS(&o.sec); err != nil {
 		return nil, err
 	}

@@ -88,7 +88,8 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		dataDir: "baton-data", shutdownLinger: 2 * time.Second, maxSessions: 250000, maxWaiters: 10000,
 		crashGraceMax: time.Minute, logFormat: "text", logLevel: "info", parkIdle: true, sendBuffer: 16384,
 		opsMaxConns: 256, opsMaxConnsIP: 32, reserveFDs: 32,
-		sec: securityOptions{maxConnsPerIP: 1024, maxConnsPerIdentity: 4096},
+		sec: securityOptions{maxConnsPerIP: 1024, maxConnsPerIdentity: 4096, maxPendingHandshakes: 1024, handshakeRate: 64,
+			ipv4Prefix: 32, ipv6Prefix: 64},
 		cl: clusterOptions{heartbeatTimeout: 200 * time.Millisecond, electionTimeout: 200 * time.Millisecond,
 			leaderLeaseTimeout: 200 * time.Millisecond, handoverDrain: time.Second},
 	}
@@ -129,6 +130,11 @@ func TestServeFlagsAndEnv(t *testing.T) {
 		{"flag beats env", []string{"-io-timeout=2s", "-log-level", "error"},
 			map[string]string{"BATON_IO_TIMEOUT": "1s", "BATON_LOG_LEVEL": "debug", "BATON_MAX_WAITERS": "7"},
 			func(o *serveOptions) { o.ioTimeout, o.logLevel, o.maxWaiters = 2*time.Second, "error", 7 }},
+		{"handshake and source flags", []string{"-max-pending-handshakes=7", "-handshake-rate-per-ip=2.5", "-ipv4-prefix=24"},
+			map[string]string{"BATON_IPV6_PREFIX": "56"},
+			func(o *serveOptions) {
+				o.sec.maxPendingHandshakes, o.sec.handshakeRate, o.sec.ipv4Prefix, o.sec.ipv6Prefix = 7, 2.5, 24, 56
+			}},
 		{"flag beats a bad env value", []string{"-io-timeout=2s"}, map[string]string{"BATON_IO_TIMEOUT": "garbage"},
 			func(o *serveOptions) { o.ioTimeout = 2 * time.Second }},
 		{"other variables are ignored", nil, map[string]string{"IO_TIMEOUT": "1s", "BATON_IOTIMEOUT": "1s", "baton_io_timeout": "1s"},

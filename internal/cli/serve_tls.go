@@ -24,6 +24,9 @@ type securityOptions struct {
 	opsTLSCert, opsTLSKey, opsTLSClientCA string
 	aclFile                               string
 	maxConnsPerIP, maxConnsPerIdentity    int
+	maxPendingHandshakes                  int
+	handshakeRate                         float64
+	ipv4Prefix, ipv6Prefix                int
 }
 
 func (o *securityOptions) register(fs *flag.FlagSet) {
@@ -37,6 +40,15 @@ func (o *securityOptions) register(fs *flag.FlagSet) {
 	def := server.DefaultConfig()
 	fs.IntVar(&o.maxConnsPerIP, "max-conns-per-ip", def.MaxConnsPerIP, "most open protocol connections from one IP address; more are closed at once (0: no cap; lowered to a quarter of the open-file limit)")
 	fs.IntVar(&o.maxConnsPerIdentity, "max-conns-per-identity", def.MaxConnsPerIdentity, "most open protocol connections of one client identity under mutual TLS, from whatever addresses; more get ERROR OVERLOADED (0: no cap; lowered to a quarter of the open-file limit)")
+	fs.IntVar(&o.maxPendingHandshakes, "max-pending-handshakes", def.PendingHandshakes, "most TLS handshakes in progress on the protocol listener (about 32 KiB each); past it one of the address with the most is cut for a new one, one that has not sent its ClientHello first (0: no cap)")
+	fs.Float64Var(&o.handshakeRate, "handshake-rate-per-ip", def.HandshakeRate, "TLS handshakes a second that one address of clients not known by a verified certificate may begin on the protocol listener, twice as many at once; more wait for their turn (0: no limit)")
+	fs.IntVar(&o.ipv4Prefix, "ipv4-prefix", def.SourcePrefixes.V4, "leading `bits` of an IPv4 address that make one address for the per-address caps and rates")
+	fs.IntVar(&o.ipv6Prefix, "ipv6-prefix", def.SourcePrefixes.V6, "leading `bits` of an IPv6 address that make one address for the per-address caps and rates (an IPv6 host has a /64; 128 counts each address apart)")
+}
+
+// prefixes say which addresses are one for the per-address caps and rates.
+func (o *securityOptions) prefixes() server.SourcePrefixes {
+	return server.SourcePrefixes{V4: o.ipv4Prefix, V6: o.ipv6Prefix}
 }
 
 // opsFiles are the certificate and key the ops listener serves, "" for
@@ -141,7 +153,7 @@ func (sec *security) loadACL() (*server.ACL, error) {
 // handshake that asks for the forward channel's protocol gets the
 // channel's configuration (node certificates, members only); every other
 // gets the listener's own.
-func (sec *security) opsListener(ln net.Listener) net.Listener {
+func (sec *security) opsListener(ln net.Listener, gate *server.HandshakeGate) net.Listener {
 	if sec.opsTLS == nil {
 		return ln
 	}
@@ -155,7 +167,7 @@ func (sec *security) opsListener(ln net.Listener) net.Listener {
 			return own(hello)
 		}
 	}
-	return tls.NewListener(ln, cfg)
+	return gate.Listener(ln, cfg)
 }
 
 // reload reads the certificates, client CA bundles and access rules again

@@ -92,3 +92,21 @@ func TestBinaryLocksShowsInvisibleCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestShownOneToOne: the name that is literally `jobs/a\u200Bb` (a
+// backslash and five letters) and the one with a real U+200B print
+// differently, and so do names that differ only in their backslashes.
+func TestShownOneToOne(t *testing.T) {
+	names := []string{"jobs/a\u200Bb", `jobs/a\u200Bb`, `jobs/a\\u200Bb`, `jobs/a\b`, "jobs/a\\b\u200B", `jobs/a\U000E0041`, "jobs/a\U000E0041", "jobs/plain"}
+	seen := map[string]string{}
+	for _, n := range names {
+		got := shown(n)
+		if other, ok := seen[got]; ok {
+			t.Errorf("%q and %q both print as %s", other, n, got)
+		}
+		seen[got] = n
+	}
+	if got := shown(`jobs/a\b`); got != `jobs/a\b` {
+		t.Errorf("a name with a backslash and nothing hidden prints as %s, want itself", got)
+	}
+}

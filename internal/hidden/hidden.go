@@ -20,7 +20,10 @@
 //   - private-use characters (Co), surrogates (Cs) and code points that
 //     the Unicode edition of Go's tables (unicode.Version) does not assign
 //     (Cn, noncharacters included): no one can tell what they look like;
-//   - U+FFFD, which stands for bytes that were not UTF-8.
+//   - U+FFFD, which stands for bytes that were not UTF-8;
+//   - the few graphic characters that are drawn blank: U+2800 BRAILLE
+//     PATTERN BLANK (the classic invisible name), U+1D159 MUSICAL SYMBOL
+//     NULL NOTEHEAD and U+16FE4 KHITAN SMALL SCRIPT FILLER.
 //
 // Each is written as an escape: \u202E for one of the Basic Multilingual
 // Plane, \U000E0041 beyond it (upper-case hex digits, the form of Go,
@@ -137,7 +140,9 @@ func table() *hiddenTable {
 			forEach(tab, func(r rune) { t.bits[r>>6] |= 1 << (r & 63) })
 		}
 		t.bits[0] &^= 1 << ' ' // the one space that is itself
-		t.bits[unicode.ReplacementChar>>6] |= 1 << (unicode.ReplacementChar & 63)
+		for _, r := range blankGraphics {
+			t.bits[r>>6] |= 1 << (r & 63)
+		}
 		for r := rune(0); r <= unicode.MaxRune; r++ {
 			if t.bits[r>>6]&(1<<(r&63)) == 0 {
 				if t.bits[r>>6] == 0 {
@@ -155,6 +160,10 @@ func table() *hiddenTable {
 	})
 	return tableData
 }
+
+// blankGraphics are the code points outside the classes above that are
+// drawn as nothing (see the package's doc), and U+FFFD.
+var blankGraphics = []rune{unicode.ReplacementChar, 0x2800, 0x1D159, 0x16FE4}
 
 // forEach calls f with every code point of tab.
 func forEach(tab *unicode.RangeTable, f func(rune)) {

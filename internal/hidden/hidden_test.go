@@ -80,3 +80,17 @@ func TestRangesAreTheRule(t *testing.T) {
 		t.Fatalf("Script() = %.200q...", s)
 	}
 }
+
+// TestBlankGraphicsHidden: graphic characters drawn as nothing are
+// escaped: U+2800 BRAILLE PATTERN BLANK, U+1D159 MUSICAL SYMBOL NULL
+// NOTEHEAD, U+16FE4 KHITAN SMALL SCRIPT FILLER.
+func TestBlankGraphicsHidden(t *testing.T) {
+	for _, r := range []rune{0x2800, 0x1D159, 0x16FE4} {
+		if !Rune(r) {
+			t.Errorf("U+%04X is shown as itself, want it escaped (drawn blank)", r)
+		}
+	}
+	if got := Escape("own\u2800er"); got != `own\u2800er` {
+		t.Errorf("Escape(own U+2800 er) = %s, want own\\u2800er", got)
+	}
+}

@@ -22,6 +22,7 @@ from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, InsecureTL
 from .held import EXCLUSIVE, READER_LIMIT, AsyncHeld, CancelOnLoss, Held, Kind, claim_kind, release_leaving
 from .many import AsyncHeldMany, HeldMany, aacquire_many, acquire_many, alock_many, lock_many
 from .ops import Leader, OpsAPI
+from .ops import check_verifies as _check_verifies
 from .session import Session
 
 __all__ = ["Client", "Held", "AsyncHeld", "WaitState", "DEFAULT_LEASE", "DEFAULT_DIAL_TIMEOUT", "READER_LIMIT"]
@@ -137,20 +138,6 @@ class _AsyncLockContext:
         held._s.expire_if_late()
         held._s.abort()  # type: ignore[union-attr]  # no await: a pending cancel must not stop the release
         self._guard.exit(exc, held._loss())
-
-
-def _check_verifies(ctx: ssl.SSLContext) -> None:
-    """Raises InsecureTLS if ctx would let any server answer (see there)."""
-    if ctx.verify_mode == ssl.CERT_NONE:
-        raise InsecureTLS(
-            "ssl_context verifies no server certificate (verify_mode is CERT_NONE, as in a bare "
-            "ssl.SSLContext()): any server, or anyone on the path, could answer as the lock server; "
-            "build it with ssl.create_default_context(cafile=...), or pass insecure_tls=True to accept that")
-    if not ctx.check_hostname:
-        raise InsecureTLS(
-            "ssl_context does not check the server's name (check_hostname is False): any server "
-            "with a certificate of a trusted CA could answer as the lock server; "
-            "build it with ssl.create_default_context(cafile=...), or pass insecure_tls=True to accept that")
 
 
 class Client:
@@ -270,7 +257,7 @@ class Client:
         self._wait_for_server = wait_for_server
         self._backoff = (float(backoff[0]), float(backoff[1]))
         self._retries = retries
-        self._ops = OpsAPI(list(ops_addrs or []), admin_token, ssl_context)
+        self._ops = OpsAPI(list(ops_addrs or []), admin_token, ssl_context, insecure_tls=insecure_tls)
         # The clock of every lock's deadline (clock.py): it counts a
         # suspend of the machine. Tests replace it.
         self._clock: clock.Clock = clock.default()

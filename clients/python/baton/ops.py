@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 from .core import backoff
-from .errors import BadRequest, ConnectionBroken, Error
+from .errors import BadRequest, ConnectionBroken, Error, InsecureTLS
 
 __all__ = ["Leader", "OpsAPI"]
 
@@ -48,20 +48,41 @@ def _leader_of(lock: Dict[str, Any]) -> Optional[Leader]:
     return Leader(str(holder.get("owner", "")), token)
 
 
+def check_verifies(ctx: ssl.SSLContext) -> None:
+    """Raises InsecureTLS if ctx would let any server answer (see there)."""
+    if ctx.verify_mode == ssl.CERT_NONE:
+        raise InsecureTLS(
+            "ssl_context verifies no server certificate (verify_mode is CERT_NONE, as in a bare "
+            "ssl.SSLContext()): any server, or anyone on the path, could answer as the lock server; "
+            "build it with ssl.create_default_context(cafile=...), or pass insecure_tls=True to accept that")
+    if not ctx.check_hostname:
+        raise InsecureTLS(
+            "ssl_context does not check the server's name (check_hostname is False): any server "
+            "with a certificate of a trusted CA could answer as the lock server; "
+            "build it with ssl.create_default_context(cafile=...), or pass insecure_tls=True to accept that")
+
+
 class OpsAPI:
     """The ops API at ``addrs`` (host:port, https with an SSL context, or
     an http(s):// URL each), tried in order."""
 
     def __init__(self, addrs: List[str], token: Optional[str], ssl_context: Optional[ssl.SSLContext],
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, insecure_tls: bool = False) -> None:
         self._bases: List[Tuple[str, str, int]] = []
         for a in addrs:
             u = urllib.parse.urlsplit(a if "://" in a else ("https://" if ssl_context else "http://") + a)
             if u.scheme not in ("http", "https") or not u.hostname:
                 raise BadRequest(f"ops address {a!r} is not host:port or an http(s) URL")
+            if u.scheme == "http" and token and ssl_context is not None and not insecure_tls:
+                # The caller asked for TLS: the token must not go in clear
+                # because one address was written http://.
+                raise InsecureTLS(
+                    f"ops address {a!r} is plain http, and the admin token would be sent in clear beside "
+                    "an ssl_context; write it https:// (or host:port), or pass insecure_tls=True to accept that")
             self._bases.append((u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80)))
         self._token = token
         self._ssl = ssl_context
+        self._insecure_tls = insecure_tls
         self._timeout = timeout
         self._next = 0
 
@@ -69,6 +90,8 @@ class OpsAPI:
         scheme, host, port = self._bases[i]
         t = self._timeout if timeout is None else timeout
         if scheme == "https":
+            if self._ssl is not None and not self._insecure_tls:
+                check_verifies(self._ssl)  # as at every lock dial: a context weakened since is refused
             return http.client.HTTPSConnection(host, port, timeout=t, context=self._ssl)
         return http.client.HTTPConnection(host, port, timeout=t)
 

@@ -407,6 +407,34 @@ class TestTLS(unittest.TestCase):
                     baton.Client([at], lease=2, ssl_context=ctx).acquire("py/tls-insecure", timeout=5)
 
 
+class TestOpsTLS(unittest.TestCase):
+    """The ops API gets the same check as the lock dial: the admin token
+    never goes to a server the ssl_context does not verify, nor in clear
+    beside one. No server is needed: each refusal comes before a dial."""
+
+    def test_weakened_context_refused_at_the_ops_dial(self) -> None:
+        import ssl
+
+        ctx = ssl.create_default_context()
+        c = baton.Client(["127.0.0.1:1"], ssl_context=ctx, ops_addrs=["127.0.0.1:1"], admin_token="t" * 32)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with self.assertRaises(baton.InsecureTLS):
+            c.leader("jobs/x")
+
+    def test_plain_ops_url_with_token_and_tls_refused(self) -> None:
+        import ssl
+
+        ctx = ssl.create_default_context()
+        with self.assertRaises(baton.InsecureTLS) as e:
+            baton.Client(["127.0.0.1:1"], ssl_context=ctx, ops_addrs=["http://127.0.0.1:1"], admin_token="t" * 32)
+        self.assertIn("in clear", str(e.exception))
+        # Said explicitly, or without a token: the caller's choice.
+        baton.Client(["127.0.0.1:1"], ssl_context=ctx, ops_addrs=["http://127.0.0.1:1"], admin_token="t" * 32,
+                     insecure_tls=True)
+        baton.Client(["127.0.0.1:1"], ssl_context=ctx, ops_addrs=["http://127.0.0.1:1"])
+
+
 def _unverified(cert: str, key: str) -> "ssl.SSLContext":
     import ssl
 
