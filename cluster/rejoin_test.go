@@ -411,8 +411,17 @@ func TestJoinWithAMemberDown(t *testing.T) {
 	batontest.Eventually(t, settle, func() bool { return st.refused[refusedQuestion].Load() > 0 },
 		"n4's question before it was added was answered: the race is not set up")
 	if err := l.AddMember("n4", c.addrs["n4"]); err != nil {
-		t.Fatalf("add n4 with a founder down: %v (the leader lost its quorum waiting for n4)", err)
+		// A loaded machine may cost a leader its term for other reasons:
+		// then a new one must be elected, n4 among its voters. Without
+		// n4's answer none ever is.
+		t.Logf("add n4 with a founder down: %v; waiting for a leader", err)
 	}
-	batontest.Eventually(t, settle, func() bool { return slices.Contains(l.fsm.get().Joined, "n4") && l.Leading() },
-		"n4 not recorded as holding the log under a serving leader")
+	batontest.Eventually(t, settle, func() bool {
+		for _, n := range c.nodes {
+			if n.Leading() && slices.Contains(n.fsm.get().Joined, "n4") {
+				return true
+			}
+		}
+		return false
+	}, "no serving leader with n4 recorded as holding the log: the leader lost its quorum waiting for n4, and none can be elected without it")
 }
