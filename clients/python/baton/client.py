@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Opti
 from . import aio, clock, wire
 from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, tls_failure
 from .election import acampaign, campaign
-from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, InsecureTLS, LimitMismatch
+from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LimitMismatch
 from .held import EXCLUSIVE, READER_LIMIT, AsyncHeld, CancelOnLoss, Held, Kind, claim_kind, release_leaving
 from .many import AsyncHeldMany, HeldMany, aacquire_many, acquire_many, alock_many, lock_many
 from .ops import Leader, OpsAPI
