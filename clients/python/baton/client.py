@@ -18,7 +18,7 @@ from .aio import Frames
 from .claim import Mover, Spec
 from .core import DEFAULT_BACKOFF, ENDED, HELD, Attempts, tls_failure
 from .election import acampaign, campaign
-from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, InsecureTLS, LimitMismatch, VersionError
+from .errors import AlreadyHeld, BadRequest, ConnectionBroken, Error, LimitMismatch, VersionError
 from .held import EXCLUSIVE, READER_LIMIT, AsyncHeld, CancelOnLoss, Held, Kind, claim_kind, release_leaving
 from .many import AsyncHeldMany, HeldMany, aacquire_many, acquire_many, alock_many, lock_many
 from .ops import Leader, OpsAPI
