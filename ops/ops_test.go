@@ -504,6 +504,24 @@ func TestBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.size), func(t *testing.T) {
 			srv, f := setup(t, ops.Config{})
+			if tt.size > 64<<10 {
+				// Far over the limit: the server answers 413 and closes
+				// without reading the rest (no drain for a peer that
+				// trickles), so the client may meet the reset of its
+				// unread bytes before it reads the answer. Either way
+				// nothing happens.
+				req, _ := http.NewRequest("POST", srv.URL+"/v1/locks/solo/release", strings.NewReader(strings.Repeat("x", tt.size)))
+				if resp, err := srv.Client().Do(req); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode != tt.want {
+						t.Fatalf("status: got %d, want %d", resp.StatusCode, tt.want)
+					}
+				}
+				if _, held := f.Lock("solo"); !held {
+					t.Error("lock released despite the refused body")
+				}
+				return
+			}
 			r := do(t, srv, "POST", "/v1/locks/solo/release", "", strings.Repeat("x", tt.size))
 			if r.status != tt.want {
 				t.Fatalf("status: got %d, want %d (%s)", r.status, tt.want, r.body)

@@ -218,7 +218,8 @@ func TestIntegrationHandover(t *testing.T) {
 func TestIntegrationRestartWhileHolding(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
-	c := newTestClient(t, []string{srv.Addr})
+	// Versions 1 and 2: a restart ends the claim. Version 3 moves it.
+	c := newTestClient(t, []string{srv.Addr}, baton.WithResume(false))
 	token, done := doUntilCancelled(t, c, "res")
 	srv.Restart(t)
 	w := waitWork(t, done, 5*time.Second)
@@ -239,8 +240,9 @@ func TestIntegrationRestartWhileHolding(t *testing.T) {
 func TestIntegrationRestartWhileWaiting(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
-	a := newTestClient(t, []string{srv.Addr})
-	b := newTestClient(t, []string{srv.Addr})
+	// Versions 1 and 2: a restart ends the claim. Version 3 moves it.
+	a := newTestClient(t, []string{srv.Addr}, baton.WithResume(false))
+	b := newTestClient(t, []string{srv.Addr}, baton.WithResume(false))
 	token, done := doUntilCancelled(t, a, "res")
 	ch := acquireLater(t, srv.Srv, b, "res")
 	srv.Restart(t)
