@@ -66,6 +66,9 @@ type claim struct {
 	// moved is set once the claim has begun to move: from then on a push
 	// goes through run, which knows which connection is the claim's.
 	moved atomic.Bool
+	// movingWhy is what began the move under way (nil when none), as run
+	// publishes it, for a loss found by the clock on another goroutine.
+	movingWhy atomic.Pointer[error]
 	// base and deadline publish run's deadline to the readers and to every
 	// question about the lock: a push read at or after base+deadline
 	// confirms nothing (see run), and a Lock asked after it is lost.
@@ -367,11 +370,11 @@ func (s *claim) noAnswer(sentAt time.Time) error {
 }
 
 func (s *claim) unconfirmed() error {
-	if s.move.active && s.move.why != nil {
+	if why := s.movingWhy.Load(); why != nil && *why != nil {
 		// The deadline passed while the claim moved: say what began the
 		// move (SHUTDOWN, a server gone), which is why nothing confirmed.
 		return fmt.Errorf("%w for %v (0.8 × lease %v): no server took the claim back after %v",
-			ErrUnconfirmed, s.lease*4/5, s.lease, s.move.why)
+			ErrUnconfirmed, s.lease*4/5, s.lease, *why)
 	}
 	return fmt.Errorf("%w for %v (0.8 × lease %v)", ErrUnconfirmed, s.lease*4/5, s.lease)
 }

@@ -127,6 +127,7 @@ func (s *claim) beginMove(why error, first int) bool {
 	m.active = true
 	s.moved.Store(true)
 	m.why, m.from, m.started = why, s.addr, s.now()
+	s.movingWhy.Store(&why)
 	m.tries, m.quick, m.redirect = 0, 0, 0
 	if m.dialing == nil {
 		m.dialing = make(map[string]bool)
@@ -153,6 +154,7 @@ func (s *claim) beginMove(why error, first int) bool {
 func (s *claim) stopMove(why string) {
 	m := &s.move
 	m.active = false
+	s.movingWhy.Store(nil)
 	s.tNext.Stop()
 	s.tGiveUp.Stop()
 	logAt(s.log, slog.LevelInfo, "baton: the claim stays where it is",
@@ -463,6 +465,7 @@ func (s *claim) adopt(l *link, ev event) {
 	took := s.now().Sub(m.started)
 	wasActive := m.active
 	m.active = false
+	s.movingWhy.Store(nil)
 	s.tNext.Stop()
 	s.tGiveUp.Stop()
 	s.mv.answered(s.indexOf(l.addr))
