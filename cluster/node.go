@@ -1087,6 +1087,9 @@ func (n *Node) View() server.ClusterView {
 	}
 	if n.leading.Load() {
 		v.GraceRemaining = n.srv.GraceRemaining()
+		v.Resumable = n.giving.Load()
+	} else {
+		v.Resumable = n.mayGive()
 	}
 	_, leaderID := r.LeaderWithID()
 	health := map[raft.ServerID]MemberHealth{}

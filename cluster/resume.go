@@ -142,24 +142,38 @@ func (n *Node) versionOf(sv raft.Server) (speaks uint8, addrs nodeAddrs, err err
 }
 
 // watchVersions looks at the members' versions while this node leads
-// (lookAtVersions): every joinedEvery, and at once when asked on
-// versionsNow (a new term), until stop is closed; it closes done.
+// (lookAtVersions): at once when asked on versionsNow (a new term), then
+// every joinedEvery; while credentials are not given, sooner (from
+// versionsRetryMin, doubling), so that a new cluster's claims are
+// resumable within moments of its first leader. Until stop is closed; it
+// closes done.
 func (n *Node) watchVersions(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(joinedEvery)
+	t := time.NewTimer(joinedEvery)
 	defer t.Stop()
+	retry := versionsRetryMin
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		case <-n.versionsNow:
+			retry = versionsRetryMin
 		}
+		next := joinedEvery
 		if n.leading.Load() {
 			n.lookAtVersions()
+			if !n.giving.Load() {
+				next, retry = retry, min(2*retry, joinedEvery)
+			}
 		}
+		t.Reset(next)
 	}
 }
+
+// versionsRetryMin is the first wait before a leader that gives no
+// credentials asks its voters' versions again.
+const versionsRetryMin = 50 * time.Millisecond
 
 // lookAtVersions, on watchVersions' goroutine of a serving leader, records the
 // voters that speak version 3, creates the key once every voter does and

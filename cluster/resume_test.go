@@ -67,6 +67,11 @@ func TestClusterKeyOnceEveryVoterSpeaks(t *testing.T) {
 	if l.node.giving.Load() || l.node.fsm.get().ResumeKey != nil {
 		t.Fatal("credentials given, or a key created, while a voter speaks version 2")
 	}
+	for _, tn := range c.nodes {
+		if tn.node.View().Resumable {
+			t.Fatalf("%s's /v1/cluster says resumable while a voter speaks version 2", tn.node.cfg.NodeID)
+		}
+	}
 	conn := batontest.Dial(t, l.addr)
 	conn.AcquireV3("k/old", 10*time.Second, false, 1, false, "")
 	f := conn.ReadFrame(5 * time.Second)
@@ -80,6 +85,14 @@ func TestClusterKeyOnceEveryVoterSpeaks(t *testing.T) {
 	testSpeaks.Store("n3", uint8(wire.Version3))
 	l = c.giving()
 	key := l.node.fsm.get().ResumeKey
+	batontest.Eventually(t, settle, func() bool {
+		for _, tn := range c.nodes {
+			if !tn.node.View().Resumable {
+				return false
+			}
+		}
+		return true
+	}, "a node's /v1/cluster never said resumable once the leader gave credentials")
 	_, cl := v3Claim(t, l.addr, "k/new", 10*time.Second, true, 0)
 	if err := l.node.r().LeadershipTransfer().Error(); err != nil {
 		t.Fatal(err)

@@ -53,15 +53,18 @@ const (
 )
 
 type clusterJSON struct {
-	NodeID           string          `json:"node_id"`
-	ClusterID        string          `json:"cluster_id,omitempty"`
-	Role             string          `json:"role"`
-	Leader           *clusterNode    `json:"leader"`
-	Term             uint64          `json:"term"`
-	Epoch            uint64          `json:"epoch"`
-	LeaseBoundMs     int64           `json:"lease_bound_ms"`
-	GraceRemainingMs int64           `json:"grace_remaining_ms"`
-	Members          []clusterMember `json:"members"`
+	NodeID           string       `json:"node_id"`
+	ClusterID        string       `json:"cluster_id,omitempty"`
+	Role             string       `json:"role"`
+	Leader           *clusterNode `json:"leader"`
+	Term             uint64       `json:"term"`
+	Epoch            uint64       `json:"epoch"`
+	LeaseBoundMs     int64        `json:"lease_bound_ms"`
+	GraceRemainingMs int64        `json:"grace_remaining_ms"`
+	// Resumable: claims of version 3 made now survive a change of leader
+	// (absent on a standalone server).
+	Resumable *bool           `json:"resumable,omitempty"`
+	Members   []clusterMember `json:"members"`
 	// The leader's view of its members' health (absent elsewhere: ask
 	// with ?view=leader, which a follower sends on to the leader).
 	Healthy          *bool `json:"healthy,omitempty"`
@@ -103,6 +106,7 @@ func (h *handler) clusterStatus(w http.ResponseWriter) {
 		NodeID: v.NodeID, ClusterID: v.ClusterID, Role: v.Role, Term: v.Term, Epoch: v.Epoch,
 		LeaseBoundMs:     v.LeaseBound.Milliseconds(),
 		GraceRemainingMs: v.GraceRemaining.Milliseconds(),
+		Resumable:        &v.Resumable,
 		Members:          []clusterMember{},
 	}
 	if v.Leader != nil {

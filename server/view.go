@@ -77,7 +77,11 @@ type ClusterView struct {
 	Term, Epoch    uint64
 	LeaseBound     time.Duration
 	GraceRemaining time.Duration
-	Members        []ClusterMember
+	// Resumable: claims of version 3 made now get a credential, and so
+	// survive a change of leader (the leader gives credentials; elsewhere,
+	// the replicated state would let the next leader give them).
+	Resumable bool
+	Members   []ClusterMember
 	// Healthy, VotersHealthy and FailureTolerance are the leader's view
 	// (Healthy is nil elsewhere): every member healthy; how many voters
 	// are; how many more voters may fail before the cluster loses its

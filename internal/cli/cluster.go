@@ -25,6 +25,7 @@ type opsCluster struct {
 	Epoch            uint64             `json:"epoch"`
 	LeaseBoundMS     int64              `json:"lease_bound_ms"`
 	GraceRemainingMS int64              `json:"grace_remaining_ms"`
+	Resumable        *bool              `json:"resumable"`
 	Members          []opsClusterMember `json:"members"`
 	Healthy          *bool              `json:"healthy"`
 	VotersHealthy    *int               `json:"voters_healthy"`
@@ -247,6 +248,13 @@ func printCluster(s *sys, v, health opsCluster) {
 		fmt.Fprintf(s.stdout, "cluster %s: %d of %d voters healthy; it can lose %d more\n", state, *health.VotersHealthy, voters, max(*health.FailureTolerance, 0))
 	} else {
 		fmt.Fprintln(s.stdout, "member health unknown: no leader answered")
+	}
+	if health.Resumable != nil && health.Role == "leader" {
+		if *health.Resumable {
+			fmt.Fprintln(s.stdout, "claims of protocol version 3 survive a change of leader")
+		} else {
+			fmt.Fprintln(s.stdout, "claims made now do NOT survive a change of leader: a voter has not recorded that it speaks protocol version 3 (an upgrade under way, or a new cluster's first second)")
+		}
 	}
 	tw := tabwriter.NewWriter(s.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tVOTER\tROLE\tHEALTH\tFOR\tLAST CONTACT\tLOG LAG")

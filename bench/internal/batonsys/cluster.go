@@ -279,6 +279,7 @@ type ClusterView struct {
 	Epoch            uint64 `json:"epoch"`
 	LeaseBoundMs     int64  `json:"lease_bound_ms"`
 	GraceRemainingMs int64  `json:"grace_remaining_ms"`
+	Resumable        *bool  `json:"resumable"`
 	Members          []struct {
 		ID string `json:"id"`
 	} `json:"members"`
@@ -353,6 +354,11 @@ func (c *Cluster) healthy(ctx context.Context) (*Node, error) {
 	}
 	if len(lv.Members) != len(c.Nodes) {
 		return nil, fmt.Errorf("leader %s has %d members, want %d", leader.ID, len(lv.Members), len(c.Nodes))
+	}
+	if lv.Resumable != nil && !*lv.Resumable {
+		// Claims made before it gives credentials end at the next change
+		// of leader (a new cluster's first moments).
+		return nil, fmt.Errorf("leader %s gives no credentials yet", leader.ID)
 	}
 	for i, v := range views {
 		if c.Nodes[i] == leader {
