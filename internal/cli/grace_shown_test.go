@@ -28,8 +28,10 @@ func TestBinaryCrashGraceShown(t *testing.T) {
 
 	serve := batonCmd(t, "serve", "-addr=127.0.0.1:0", "-ops-addr=127.0.0.1:0", "-shutdown-linger=0s",
 		"-data-dir="+dataDir, "-log-format=json")
-	sl := waitServing(t, startLogged(t, serve).next)
+	// Before the start: the grace runs from the server's own start, which
+	// its "serving" line follows by however long a loaded machine takes.
 	restarted := time.Now()
+	sl := waitServing(t, startLogged(t, serve).next)
 
 	run := startBaton(t, "run", "-v", "-addr", sl.Addr, "-ops-addr", sl.OpsAddr, "jobs", "--", "true")
 	var locks string
