@@ -14,6 +14,7 @@ import (
 	"time"
 
 	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 func lockCommand() *command {
@@ -153,7 +154,7 @@ func observeElection(ctx context.Context, s *sys, o *runOptions) int {
 	if err != nil {
 		return failure(s, "elect", err.Error())
 	}
-	client, err := baton.New(o.addrs.addrs, baton.WithTLSConfig(tlsCfg), baton.WithOpsAddrs(splitOpsAddrs(o.opsAddr)...),
+	client, err := baton.New(o.addrs.addrs, baton.WithTLSConfig(tlsCfg), baton.WithOpsAddrs(opsclient.SplitAddrs(o.opsAddr)...),
 		baton.WithAdminToken(token), baton.WithRetryFunc(func(err error, wait time.Duration) {
 			if !o.quiet {
 				fmt.Fprintf(s.stderr, "baton elect: %s; following again in %v\n", oneLine(err.Error()), roundWait(wait))

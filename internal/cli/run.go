@@ -13,6 +13,8 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/netaddr"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 // Exit codes of baton run when it does not pass on the command's own. They
@@ -470,7 +472,7 @@ func parseClaim(s *sys, c *command, args []string, rule commandRule) (o runOptio
 		o.opsAddrNote = fmt.Sprintf("give -ops-addr (its default, %s, is asked only when every -addr is on this machine)", defaultOpsAddr)
 	}
 	if o.opsAddr != "" {
-		if err := checkOpsAddr(o.opsAddr); err != nil {
+		if err := opsclient.CheckAddrs(o.opsAddr); err != nil {
 			return fail(err.Error())
 		}
 	}
@@ -484,15 +486,7 @@ func parseClaim(s *sys, c *command, args []string, rule commandRule) (o runOptio
 // loopback IP or localhost.
 func allLoopback(addrs []string) bool {
 	for _, a := range addrs {
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			return false
-		}
-		if strings.EqualFold(host, "localhost") {
-			continue
-		}
-		ip := net.ParseIP(host)
-		if ip == nil || !ip.IsLoopback() {
+		if !netaddr.IsLoopback(a) {
 			return false
 		}
 	}

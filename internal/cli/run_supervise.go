@@ -21,6 +21,7 @@ import (
 	"time"
 
 	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 func runRun(ctx context.Context, s *sys, c *command, args []string) int {
@@ -117,7 +118,7 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	// The ops API only feeds the status: a problem with it is told, never
 	// fatal to the job.
-	var ops *opsClient
+	var ops *opsclient.Client
 	if o.opsAddrNote != "" {
 		r.logf("no holder or grace information: %s", o.opsAddrNote)
 	}
@@ -125,7 +126,7 @@ func (r *runner) run(ctx context.Context) int {
 		if token, err := adminToken(r.s, o.adminTokenFile); err != nil {
 			r.errorf("no holder information: %v", err)
 		} else {
-			ops = newOpsClient(o.opsAddr, token, tlsCfg)
+			ops = opsclient.New(o.opsAddr, token, tlsCfg)
 		}
 	}
 	if margin := o.lease / 5; o.killGrace > margin && len(o.command) > 0 {
@@ -180,7 +181,7 @@ func causedBySignal(ctx context.Context) bool {
 // acquire waits for the lock, showing the status, until it is granted or
 // the wait ends. On failure it returns nil and the exit code, with the
 // reason printed.
-func (r *runner) acquire(client *baton.Client, ops *opsClient, stops <-chan os.Signal) (*baton.Lock, int) {
+func (r *runner) acquire(client *baton.Client, ops *opsclient.Client, stops <-chan os.Signal) (*baton.Lock, int) {
 	o := r.o
 	waitCtx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

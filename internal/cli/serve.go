@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonlock/baton/cluster"
+	"github.com/batonlock/baton/internal/netaddr"
+	"github.com/batonlock/baton/internal/sniff"
 	"github.com/batonlock/baton/internal/tokenstore"
 	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
@@ -213,7 +214,7 @@ func (o *serveOptions) check() error {
 	if err := probe.Validate(); err != nil {
 		return err
 	}
-	if o.adminTokenFile == "" && !isLoopback(o.opsAddr) {
+	if o.adminTokenFile == "" && !netaddr.IsLoopback(o.opsAddr) {
 		return fmt.Errorf("ops-addr %s is not a loopback address and no admin-token-file is given: "+
 			"anyone who reaches it could release any lock", o.opsAddr)
 	}
@@ -320,22 +321,6 @@ func checkAddr(flagName, addr string) error {
 		return fmt.Errorf("%s %q is not host:port: %v", flagName, addr, err)
 	}
 	return nil
-}
-
-// isLoopback reports whether the listener address addr (host:port) can only
-// be reached from this machine: its host is localhost or a loopback IP. An
-// empty host, 0.0.0.0 and :: listen everywhere; other names are not
-// resolved, so they count as reachable from outside.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // readAdminToken reads the bearer token from file, without the whitespace
@@ -631,7 +616,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	// descriptor of the process, until an open one closes.
 	// A lock client that dialled the ops port is told where the lock
 	// protocol is, at once, instead of waiting for an HTTP request line.
-	opsIn := refuseLockClients(opsLn, lockAddrText(o.cl.advertiseAddr, ln.Addr()))
+	opsIn := sniff.RefuseLockClients(opsLn, sniff.LockAddrText(o.cl.advertiseAddr, ln.Addr()))
 	opsLimits := ops.ListenerLimits{Conns: opsConns, ConnsPerIP: o.opsMaxConnsIP, Registerer: srv.Registry(), Logger: logger, Prefixes: cfg.SourcePrefixes, RequestRate: ops.DefaultRequestRate}
 	opsGate := server.NewHandshakeGate(server.HandshakeLimits{
 		Listener:     "ops",

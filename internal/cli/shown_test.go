@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batonlock/baton/internal/hidden"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 // TestShownEscapesHiddenRunes: names and owners reach the terminal with
@@ -41,14 +42,14 @@ func TestShownEscapesHiddenRunes(t *testing.T) {
 func TestPrintLocksShowsNoHiddenRunes(t *testing.T) {
 	tok := uint64(7)
 	limit := 3
-	locks := []opsLock{{
+	locks := []opsclient.Lock{{
 		Name:  "bidi\u202eX",
 		Limit: &limit,
-		Holders: []opsSession{
+		Holders: []opsclient.Session{
 			{ID: "1", Owner: "evil\u202egpj.exe", Token: &tok, Shared: true},
 			{ID: "2", Owner: "c1\u009b31m", Token: &tok, Shared: true},
 		},
-		Waiters: []opsSession{{ID: "3", Owner: "w\u2067aiter"}},
+		Waiters: []opsclient.Session{{ID: "3", Owner: "w\u2067aiter"}},
 	}}
 	var b strings.Builder
 	printLock(&b, locks[0])

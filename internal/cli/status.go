@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/batonlock/baton/internal/opsclient"
 	"golang.org/x/term"
 )
 
@@ -148,7 +148,7 @@ func (l *statusLine) show(w waitState, now time.Time) {
 		}
 		// One column short of the edge: a line that fills it would wrap on
 		// some terminals, and \r would then rewrite only the last row.
-		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(l.prog+": "+w.line(now), width-1))
+		fmt.Fprintf(l.w, "\r%s\x1b[K", opsclient.TruncateRunes(l.prog+": "+w.line(now), width-1))
 		l.shown = true
 	case l.verbose:
 		if c := w.change(); c != l.logged || !l.anyLogged {
@@ -172,18 +172,6 @@ func (l *statusLine) printf(format string, args ...any) {
 	fmt.Fprintf(l.w, format+"\n", args...)
 }
 
-// truncateRunes cuts s to at most n runes.
-func truncateRunes(s string, n int) string {
-	if n < 1 {
-		n = 1
-	}
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n])
-}
-
 // fmtAge formats a duration for people: 340ms, 4.2s, 12s, 4m12s, 3h4m.
 func fmtAge(d time.Duration) string {
 	switch {
@@ -203,7 +191,7 @@ func roundWait(d time.Duration) time.Duration { return d.Round(time.Millisecond)
 // pollLock asks the ops API about lock name every pollEvery, from
 // statusDelay on, and sends each answer on out (replacing one not yet
 // taken), until ctx ends.
-func pollLock(ctx context.Context, ops *opsClient, name string, out chan lockInfo) {
+func pollLock(ctx context.Context, ops *opsclient.Client, name string, out chan lockInfo) {
 	t := time.NewTimer(statusDelay)
 	defer t.Stop()
 	for {
@@ -226,19 +214,19 @@ func pollLock(ctx context.Context, ops *opsClient, name string, out chan lockInf
 }
 
 // queryLock is one GET /v1/locks/{name}.
-func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
-	body, err := ops.do(ctx, "GET", "/v1/locks/"+url.PathEscape(name))
+func queryLock(ctx context.Context, ops *opsclient.Client, name string) lockInfo {
+	body, err := ops.Do(ctx, "GET", "/v1/locks/"+url.PathEscape(name))
 	if err != nil {
-		if ae, ok := err.(*apiError); ok && ae.status == 404 {
+		if ae, ok := err.(*opsclient.APIError); ok && ae.Status == 404 {
 			return lockInfo{known: true} // nobody holds it: the grant is near
 		}
 		return lockInfo{err: err.Error()}
 	}
-	var l opsLock
+	var l opsclient.Lock
 	if err := json.Unmarshal(body, &l); err != nil {
-		return lockInfo{err: fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err)}
+		return lockInfo{err: fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err)}
 	}
-	info := lockInfo{known: true, holders: len(l.holders())}
+	info := lockInfo{known: true, holders: len(l.AllHolders())}
 	if l.Holder != nil {
 		info.held, info.holder = true, shown(l.Holder.Owner)
 	}
