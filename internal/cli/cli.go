@@ -18,6 +18,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/batonlock/baton/internal/supervise"
 )
 
 // Exit codes of Run.
@@ -31,10 +33,10 @@ const (
 // returns the process's exit status. Cancelling ctx (main does so on SIGTERM
 // or SIGINT) starts a controlled shutdown of a long-running command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == WatchdogArg {
+	if len(args) > 0 && args[0] == supervise.WatchdogArg {
 		// Not a subcommand: baton run starting itself as its command's
-		// watchdog (run_watchdog_linux.go).
-		return RunWatchdog(args[1:])
+		// watchdog (internal/supervise).
+		return supervise.RunWatchdog(args[1:])
 	}
 	return run(ctx, args, &sys{stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv})
 }

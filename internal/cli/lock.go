@@ -15,6 +15,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/supervise"
 )
 
 func lockCommand() *command {
@@ -131,10 +132,10 @@ func (r *runner) hold(lock *baton.Lock, stops <-chan os.Signal) int {
 				continue
 			}
 			if err := lock.Release(); err != nil {
-				r.errorf("%v (before %s)", err, sigName(sig))
+				r.errorf("%v (before %s)", err, supervise.SignalName(sig))
 				return exitLockLost
 			}
-			r.logf("%s: released %s", sigName(sig), r.o.name)
+			r.logf("%s: released %s", supervise.SignalName(sig), r.o.name)
 			return exitOK
 		}
 	}

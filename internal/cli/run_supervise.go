@@ -22,6 +22,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/supervise"
 )
 
 func runRun(ctx context.Context, s *sys, c *command, args []string) int {
@@ -69,7 +70,7 @@ func (r *runner) run(ctx context.Context) int {
 	r.status.prog = r.prog
 	var path string
 	if len(o.command) > 0 {
-		if !processGroupsSupported {
+		if !supervise.Supported {
 			r.errorf("not supported on %s: it needs process groups", runtime.GOOS)
 			return exitFailure
 		}
@@ -93,7 +94,7 @@ func (r *runner) run(ctx context.Context) int {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, append(forwardedSignals, refusedSignals...)...)
+	signal.Notify(sigs, append(supervise.ForwardedSignals, supervise.RefusedSignals...)...)
 	defer signal.Stop(sigs)
 	stops := make(chan os.Signal, 8)
 	quit := make(chan struct{})
@@ -301,7 +302,7 @@ func (r *runner) acquire(client *baton.Client, ops *opsclient.Client, stops <-ch
 			}
 			if sig == nil {
 				sig = s
-				cancel(fmt.Errorf("%s received", sigName(s)))
+				cancel(fmt.Errorf("%s received", supervise.SignalName(s)))
 			}
 		}
 	}
@@ -313,7 +314,7 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 	var opErr *net.OpError
 	switch {
 	case sig != nil:
-		r.errorf("%s while waiting for %s; not running the command", sigName(sig), o.name)
+		r.errorf("%s while waiting for %s; not running the command", supervise.SignalName(sig), o.name)
 		return signalExit(sig)
 	case errors.Is(err, baton.ErrBusy):
 		r.errorf("lock %s is busy; not waiting (-nowait)", o.name)
@@ -393,32 +394,11 @@ func signalExit(sig os.Signal) int {
 // refused reports whether sig is one that baton run does not act on, and
 // says so.
 func (r *runner) refused(sig os.Signal) bool {
-	if !slices.Contains(refusedSignals, sig) {
+	if !slices.Contains(supervise.RefusedSignals, sig) {
 		return false
 	}
-	r.errorf("ignoring %s: a suspended baton run could not keep the lock while the command runs", sigName(sig))
+	r.errorf("ignoring %s: a suspended baton run could not keep the lock while the command runs", supervise.SignalName(sig))
 	return true
-}
-
-// sigName is the conventional name of sig: SIGTERM rather than
-// "terminated".
-func sigName(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	case syscall.SIGKILL:
-		return "SIGKILL"
-	}
-	if name := platformSignalName(sig); name != "" {
-		return name
-	}
-	return sig.String()
 }
 
 // unwrapExecError drops the "exec: "name": " prefix of an exec.Error.
@@ -447,7 +427,7 @@ func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal
 		r.errorf("%v; not running the command", err)
 		return exitLockLost
 	}
-	ch, err := startChild(cmd, o.killGrace, o.verbose)
+	ch, err := supervise.Start(cmd, o.killGrace, o.verbose)
 	if err != nil {
 		lock.Release()
 		r.errorf("%s: %v", o.command[0], unwrapExecError(err))
@@ -456,11 +436,11 @@ func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal
 		}
 		return exitCannotExec
 	}
-	r.logf("running %s (pid %d) under %s", o.command[0], ch.pid, o.name)
+	r.logf("running %s (pid %d) under %s", o.command[0], ch.Pid(), o.name)
 	// The watchdog learns each new deadline of the lock, so that it stops
 	// the command itself if baton run cannot (stopped, starved).
 	lastDeadline := lock.ValidUntil()
-	ch.setDeadline(lastDeadline)
+	ch.SetDeadline(lastDeadline)
 	deadlines := time.NewTicker(max(o.lease/deadlineTellShare, 5*time.Millisecond))
 	defer deadlines.Stop()
 
@@ -481,19 +461,19 @@ func (r *runner) supervise(path string, lock *baton.Lock, stops <-chan os.Signal
 			return
 		}
 		termAt = time.Now()
-		ch.signal(syscall.SIGTERM)
+		ch.Signal(syscall.SIGTERM)
 		grace = time.NewTimer(o.killGrace)
 		graceC = grace.C
 	}
 wait:
 	for {
 		select {
-		case <-ch.exited:
+		case <-ch.Exited():
 			break wait
 		case <-deadlines.C:
 			if v := lock.ValidUntil(); !v.IsZero() && !v.Equal(lastDeadline) {
 				lastDeadline = v
-				ch.setDeadline(v)
+				ch.SetDeadline(v)
 			}
 		case <-lockDone:
 			lockDone = nil
@@ -507,18 +487,18 @@ wait:
 			// before the old deadline must not have the command killed).
 			if v := lock.ValidUntil(); !v.IsZero() && !v.Equal(lastDeadline) {
 				lastDeadline = v
-				ch.setDeadline(v)
+				ch.SetDeadline(v)
 			}
 		case sig := <-stops:
 			if r.refused(sig) {
 				continue
 			}
-			r.logf("passing %s on to the command", sigName(sig))
-			ch.signal(sig)
+			r.logf("passing %s on to the command", supervise.SignalName(sig))
+			ch.Signal(sig)
 		case <-graceC:
 			graceC = nil
 			r.errorf("the command still runs %v after SIGTERM (-kill-grace); sending SIGKILL", o.killGrace)
-			ch.signal(syscall.SIGKILL)
+			ch.Signal(syscall.SIGKILL)
 		}
 	}
 	if lost == nil {
@@ -530,7 +510,7 @@ wait:
 			r.errorf("%v; the command was stopped", err)
 		}
 	}
-	code := ch.exitCode()
+	code := ch.ExitCode()
 	switch {
 	case lost != nil:
 	case code != 0:
@@ -542,7 +522,7 @@ wait:
 	}
 
 	// What the command left in its group must not outlive the lock.
-	if ch.groupAlive() {
+	if ch.GroupAlive() {
 		if lost == nil {
 			r.logf("stopping what the command left running in its process group")
 		}
@@ -551,11 +531,11 @@ wait:
 			deadline = termAt.Add(o.killGrace)
 		}
 		terminate()
-		if !ch.awaitGroup(deadline) {
+		if !ch.AwaitGroup(deadline) {
 			r.errorf("processes of the command's group still run %v after SIGTERM; sending SIGKILL", o.killGrace)
-			ch.signal(syscall.SIGKILL)
-			if !ch.awaitGroup(time.Now().Add(groupKillWait)) {
-				r.errorf("processes of the command's group (pgid %d) survived SIGKILL", ch.pid)
+			ch.Signal(syscall.SIGKILL)
+			if !ch.AwaitGroup(time.Now().Add(groupKillWait)) {
+				r.errorf("processes of the command's group (pgid %d) survived SIGKILL", ch.Pid())
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/supervise"
 	"github.com/batonlock/baton/ops"
 )
 
@@ -485,11 +486,11 @@ func TestRunServerShutdownWhileHolding(t *testing.T) {
 func TestRunSignalForwarded(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT} {
-		t.Run(sigName(sig), func(t *testing.T) {
+		t.Run(supervise.SignalName(sig), func(t *testing.T) {
 			t.Parallel()
 			srv := batontest.StartServer(t)
-			name := "jobs/" + sigName(sig)
-			trap := strings.TrimPrefix(sigName(sig), "SIG")
+			name := "jobs/" + supervise.SignalName(sig)
+			trap := strings.TrimPrefix(supervise.SignalName(sig), "SIG")
 			// The command waits for the file "go" after the signal, so the
 			// test can look at the lock while the command still runs.
 			script := `trap 'echo ` + trap + ` > got; while [ ! -f go ]; do sleep 0.02; done; exit 3' ` + trap + `

@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/netaddr":        {},                  // the one rule of "this machine's address"
 	"internal/sniff":          {"clients/go/wire"}, // a lock client on the ops port, told where to go
 	"internal/opsclient":      {"clients/go/wire"}, // the ops API's client: never the server's packages
+	"internal/supervise":      {},                  // baton run's command and its watchdog: the standard library and x/sys
 	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
 	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
 	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
@@ -60,7 +61,7 @@ var allowed = map[string][]string{
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
 	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true, "internal/netaddr": true, "internal/sniff": true, "internal/opsclient": true}
-	stdOrSys = map[string]bool{"clients/go": true}
+	stdOrSys = map[string]bool{"clients/go": true, "internal/supervise": true}
 )
 
 type pkg struct {
