@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
 )
 
@@ -224,13 +225,8 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 // grace (a crash grace, or a new leader's failover grace) grants nothing.
 func printGrace(w io.Writer, ms int64) {
 	if ms > 0 {
-		fmt.Fprintf(w, "%s (the server grants no lock until then: the holders of before the restart or failover may still be running)\n", graceText(ms))
+		fmt.Fprintf(w, "%s (the server grants no lock until then: the holders of before the restart or failover may still be running)\n", human.Grace(ms))
 	}
-}
-
-// graceText is the grace as people read it: "grace: grants resume in 8.8s".
-func graceText(ms int64) string {
-	return "grace: grants resume in " + fmtAge(msDuration(ms))
 }
 
 // printLocks writes the table of baton locks: a row per holder (a lock
@@ -242,15 +238,15 @@ func printLocks(w io.Writer, locks []opsclient.Lock) {
 	for _, l := range locks {
 		holders := l.AllHolders()
 		if len(holders) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", shown(l.Name), slots(l), len(l.Waiters))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", human.Escape(l.Name), slots(l), len(l.Waiters))
 		}
 		for _, h := range holders {
 			token := "-"
 			if h.Token != nil {
 				token = strconv.FormatUint(*h.Token, 10)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", shown(l.Name), ownerText(h.Owner), h.ID, kind(h),
-				token, fmtAge(msDuration(h.SinceMS)), slots(l), len(l.Waiters))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", human.Escape(l.Name), ownerText(h.Owner), h.ID, kind(h),
+				token, human.Age(msDuration(h.SinceMS)), slots(l), len(l.Waiters))
 		}
 	}
 	tw.Flush()
@@ -265,7 +261,7 @@ func printLock(w io.Writer, l opsclient.Lock) {
 			resumed = fmt.Sprintf(", resumed from epoch %d", h.ResumedFromEpoch)
 		}
 		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago%s\n",
-			h.ID, h.Remote, msDuration(h.LeaseMS), fmtAge(msDuration(h.SilentMS)), resumed)
+			h.ID, h.Remote, msDuration(h.LeaseMS), human.Age(msDuration(h.SilentMS)), resumed)
 	}
 	if l.Limit != nil {
 		fmt.Fprintf(w, "limit: %d shared claims at once, set by the name's shared sessions\n", *l.Limit)
@@ -277,7 +273,7 @@ func printLock(w io.Writer, l opsclient.Lock) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tSESSION\tOWNER\tKIND\tWAITED\tLEASE\tREMOTE")
 	for i, s := range l.Waiters {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), kind(s), fmtAge(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), kind(s), human.Age(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
 	}
 	tw.Flush()
 }
@@ -305,7 +301,7 @@ func ownerText(owner string) string {
 	if owner == "" {
 		return "-"
 	}
-	return shown(owner)
+	return human.Escape(owner)
 }
 
 func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -358,7 +354,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 		if name == "" {
 			return fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
 		}
-		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, shown(name), id)
+		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, human.Escape(name), id)
 	})
 	if done {
 		return code
@@ -366,7 +362,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 	if name == "" {
 		// Gone from the listing before it could be read: said without it.
 		fmt.Fprintf(s.stdout, "released session %s (owner %s, token %s, held for %s)\n",
-			sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+			sv.ID, ownerText(sv.Owner), tokenText(sv), human.Age(msDuration(sv.SinceMS)))
 		return exitOK
 	}
 	printReleased(s, name, sv)
@@ -376,7 +372,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 // printReleased is the summary line of holder sv's force-release of name.
 func printReleased(s *sys, name string, sv opsclient.Session) {
 	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
-		shown(name), sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+		human.Escape(name), sv.ID, ownerText(sv.Owner), tokenText(sv), human.Age(msDuration(sv.SinceMS)))
 }
 
 // tokenText is a holder's token, or "?" if the answer has none.
@@ -399,16 +395,16 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 		switch name, others := sessionLock(ctx, ops, id); {
 		case name != "" && others > 0:
 			return fmt.Sprintf("session %s holds lock %s with %s and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
-				id, shown(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
+				id, human.Escape(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
 		case name != "":
-			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, shown(name), shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, human.Escape(name), shellQuote(name))
 		}
 		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
 	})
 	if done {
 		return code
 	}
-	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), fmtAge(msDuration(sv.SinceMS)))
+	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), human.Age(msDuration(sv.SinceMS)))
 	return exitOK
 }
 
@@ -482,7 +478,7 @@ func sessionLock(ctx context.Context, ops *opsclient.Client, id string) (name st
 func adminFailed(s *sys, cmd string, err error) int {
 	var ae *opsclient.APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-		fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, oneLine(err.Error()))
+		fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, human.OneLine(err.Error()))
 		return exitNotFound
 	}
 	return failure(s, cmd, err.Error())

@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/supervise"
 )
 
@@ -120,20 +121,15 @@ func usageError(s *sys, cmd, msg string) int {
 	if cmd != "" {
 		prog, hint = "baton "+cmd, "baton help "+cmd
 	}
-	fmt.Fprintf(s.stderr, "%s: %s; run '%s'\n", prog, oneLine(msg), hint)
+	fmt.Fprintf(s.stderr, "%s: %s; run '%s'\n", prog, human.OneLine(msg), hint)
 	return exitUsage
 }
 
 // failure prints the one line of a runtime failure of command cmd and
 // returns exitFailure.
 func failure(s *sys, cmd, msg string) int {
-	fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, oneLine(msg))
+	fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, human.OneLine(msg))
 	return exitFailure
-}
-
-// oneLine keeps an error message on one line whatever it wraps.
-func oneLine(msg string) string {
-	return strings.Join(strings.Fields(msg), " ")
 }
 
 func printUsage(w io.Writer) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
 	"github.com/batonlock/baton/internal/supervise"
 )
@@ -158,7 +159,7 @@ func observeElection(ctx context.Context, s *sys, o *runOptions) int {
 	client, err := baton.New(o.addrs.addrs, baton.WithTLSConfig(tlsCfg), baton.WithOpsAddrs(opsclient.SplitAddrs(o.opsAddr)...),
 		baton.WithAdminToken(token), baton.WithRetryFunc(func(err error, wait time.Duration) {
 			if !o.quiet {
-				fmt.Fprintf(s.stderr, "baton elect: %s; following again in %v\n", oneLine(err.Error()), roundWait(wait))
+				fmt.Fprintf(s.stderr, "baton elect: %s; following again in %v\n", human.OneLine(err.Error()), roundWait(wait))
 			}
 		}))
 	if err != nil {
@@ -177,7 +178,7 @@ func observeElection(ctx context.Context, s *sys, o *runOptions) int {
 		}
 	}
 	for l := range leaders {
-		fmt.Fprintf(s.stdout, "%s token %d\n", shown(l.Value), l.Token)
+		fmt.Fprintf(s.stdout, "%s token %d\n", human.Escape(l.Value), l.Token)
 	}
 	return exitOK
 }

@@ -261,24 +261,6 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-func TestFmtAge(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{340*time.Millisecond + 400*time.Microsecond, "340ms"},
-		{4240 * time.Millisecond, "4.2s"},
-		{12400 * time.Millisecond, "12s"},
-		{4*time.Minute + 12*time.Second, "4m12s"},
-		{3*time.Hour + 4*time.Minute + 10*time.Second, "3h4m"},
-	} {
-		if got := fmtAge(tt.d); got != tt.want {
-			t.Errorf("fmtAge(%v) = %q, want %q", tt.d, got, tt.want)
-		}
-	}
-}
-
 func TestShellQuote(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
 	"github.com/batonlock/baton/internal/supervise"
 )
@@ -340,7 +341,7 @@ func (r *runner) acquireFailed(err error, sig os.Signal, waited time.Duration) i
 	case isLimitMismatch(err):
 		// Printed whatever -q says, as a usage error is: retrying cannot
 		// help, the command line disagrees with the name's other users.
-		fmt.Fprintf(r.s.stderr, "%s: %s\n", r.prog, oneLine(limitMismatchLine(o, err)))
+		fmt.Fprintf(r.s.stderr, "%s: %s\n", r.prog, human.OneLine(limitMismatchLine(o, err)))
 		return exitUsage
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		r.errorf("cannot reach a server at %s: %s", strings.Join(o.addrs.addrs, ", "), dialReason(err))
@@ -566,7 +567,7 @@ func (r *runner) logMove(m baton.Moved) {
 	}
 	reason := "no reason given"
 	if m.Reason != nil {
-		reason = strings.TrimPrefix(oneLine(m.Reason.Error()), "baton: ")
+		reason = strings.TrimPrefix(human.OneLine(m.Reason.Error()), "baton: ")
 	}
 	r.logf("%s moved from %s to %s in %v (%s; %s)", what, m.From, m.To, roundWait(m.Took), reason, attempts)
 }

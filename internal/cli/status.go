@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
 	"golang.org/x/term"
 )
@@ -59,7 +60,7 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 		p = append(p, fmt.Sprintf("position %d", w.position))
 	}
 	if withTime {
-		p = append(p, fmtAge(now.Sub(w.start)))
+		p = append(p, human.Age(now.Sub(w.start)))
 	}
 	if w.info.known && w.info.held {
 		holder := w.info.holder
@@ -82,7 +83,7 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 		case now.IsZero():
 			p = append(p, "grace until "+g.Round(time.Second).Format(time.RFC3339))
 		case left > 0:
-			p = append(p, graceText(left.Milliseconds()))
+			p = append(p, human.Grace(left.Milliseconds()))
 		}
 	}
 	return p
@@ -172,19 +173,6 @@ func (l *statusLine) printf(format string, args ...any) {
 	fmt.Fprintf(l.w, format+"\n", args...)
 }
 
-// fmtAge formats a duration for people: 340ms, 4.2s, 12s, 4m12s, 3h4m.
-func fmtAge(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	}
-	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
-}
-
 // roundWait is a wait as logged: milliseconds are enough.
 func roundWait(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
@@ -228,7 +216,7 @@ func queryLock(ctx context.Context, ops *opsclient.Client, name string) lockInfo
 	}
 	info := lockInfo{known: true, holders: len(l.AllHolders())}
 	if l.Holder != nil {
-		info.held, info.holder = true, shown(l.Holder.Owner)
+		info.held, info.holder = true, human.Escape(l.Holder.Owner)
 	}
 	if l.Limit != nil {
 		info.limit = *l.Limit

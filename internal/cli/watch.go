@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
 )
 
@@ -99,7 +100,7 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 			err = fmt.Errorf("the server at %s is shutting down", ops.Addr())
 		}
 		backoff = min(max(2*backoff, floor), watchMaxBackoff)
-		fmt.Fprintf(s.stderr, "baton watch: %s; reconnecting in %v\n", oneLine(err.Error()), backoff)
+		fmt.Fprintf(s.stderr, "baton watch: %s; reconnecting in %v\n", human.OneLine(err.Error()), backoff)
 		select {
 		case <-ctx.Done():
 			return exitOK
