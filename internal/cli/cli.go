@@ -5,7 +5,7 @@
 // listener that cannot bind, an unusable data directory, an ops API error),
 // 2 a usage error (an unknown command, a bad flag or environment value, a
 // stray argument, a refused configuration). baton run adds its own (75-78,
-// and the command's status; see run.go), the operator commands 3 for "not
+// and the command's status; see internal/runner), the operator commands 3 for "not
 // found". Every error is one line on stderr; help goes to stdout.
 package cli
 

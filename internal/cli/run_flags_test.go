@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batonlock/baton/internal/runner"
 )
 
 func TestRunUsageErrors(t *testing.T) {
@@ -100,7 +102,7 @@ func TestRunUsageErrors(t *testing.T) {
 func TestRunCommandNotFoundInProcess(t *testing.T) {
 	t.Parallel()
 	code, _, stderr := runCLI(t, nil, "run", "-addr", "127.0.0.1:1", "x", "--", "no-such-command-baton-test")
-	if code != exitCmdNotFound || stderr != "baton run: no-such-command-baton-test: command not found\n" {
+	if code != runner.ExitCmdNotFound || stderr != "baton run: no-such-command-baton-test: command not found\n" {
 		t.Errorf("exit code %d, stderr %q; want 127 and the not-found line", code, stderr)
 	}
 }

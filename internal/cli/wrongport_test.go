@@ -15,6 +15,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // serveBinaryLine starts baton serve (the binary) on loopback ports and
@@ -43,8 +44,8 @@ func TestBinaryWrongPorts(t *testing.T) {
 		start := time.Now()
 		code, stdout, stderr := runBaton(t, "run", "-addr", sl.OpsAddr, "jobs/x", "--", "sh", "-c", "echo ran")
 		took := time.Since(start)
-		if code != exitUnreachable {
-			t.Errorf("exit code %d, want %d", code, exitUnreachable)
+		if code != runner.ExitUnreachable {
+			t.Errorf("exit code %d, want %d", code, runner.ExitUnreachable)
 		}
 		want := "baton run: server " + sl.OpsAddr + " is not a Baton lock port: this is Baton's ops HTTP port; the lock protocol is on " + sl.Addr + "\n"
 		if stderr != want {
@@ -85,7 +86,7 @@ func TestBinaryWrongPorts(t *testing.T) {
 		addr := strings.TrimPrefix(hs.URL, "http://")
 		code, _, stderr := runBaton(t, "run", "-addr", addr, "jobs/x", "--", "sh", "-c", "echo ran")
 		want := "baton run: server " + addr + ` is not a Baton lock port: it answered in HTTP ("HTTP/1.1 `
-		if code != exitUnreachable || !strings.HasPrefix(stderr, want) || len(lines(stderr)) != 1 {
+		if code != runner.ExitUnreachable || !strings.HasPrefix(stderr, want) || len(lines(stderr)) != 1 {
 			t.Errorf("exit code %d, stderr %q; want 78 and one line starting %q", code, stderr, want)
 		}
 	})

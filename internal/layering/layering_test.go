@@ -39,6 +39,7 @@ var allowed = map[string][]string{
 	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
 	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
 	"internal/cli":            {"*"},
+	"internal/runner":         {"clients/go", "clients/go/wire", "clients/go/clock", "internal/human", "internal/hidden", "internal/opsclient", "internal/supervise"}, // the lock side of baton run, lock and elect
 	"cmd/baton":               {"*"},
 	"internal/batontest":      {"*"},
 	"internal/reliability":    {}, // its tests use every package; the package itself none

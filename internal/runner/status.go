@@ -1,4 +1,4 @@
-package cli
+package runner
 
 import (
 	"context"
@@ -222,7 +222,7 @@ func queryLock(ctx context.Context, ops *opsclient.Client, name string) lockInfo
 		info.limit = *l.Limit
 	}
 	if l.GraceRemainingMS > 0 {
-		info.graceUntil = time.Now().Add(msDuration(l.GraceRemainingMS))
+		info.graceUntil = time.Now().Add(time.Duration(l.GraceRemainingMS) * time.Millisecond)
 	}
 	return info
 }
