@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -414,18 +413,4 @@ func (h *handler) fromFollower(w http.ResponseWriter, r *http.Request) (caller *
 	h.log.Debug("ops: request forwarded by a member", "node", by, "method", r.Method, "path", r.URL.EscapedPath(),
 		"identities", server.VerifiedIdentities(&cs), "client", caller.RemoteAddr)
 	return caller, true, true
-}
-
-// loopbackAddr reports whether host:port names this machine: localhost or
-// a loopback IP (other names are not resolved).
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }

@@ -1,23 +1,21 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/batonlock/baton/internal/human"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 // Exit codes of the operator commands, besides exitOK, exitFailure (any
@@ -26,47 +24,11 @@ const (
 	exitNotFound = 3 // the lock or session does not exist (404)
 )
 
-// Defaults of the operator commands.
-const (
-	defaultOpsAddr = "127.0.0.1:7071"
-	// opsRequestTimeout bounds one request to the ops API.
-	opsRequestTimeout = 10 * time.Second
-	// maxOpsAnswer caps an answer read from the ops API.
-	maxOpsAnswer = 64 << 20
-)
+// defaultOpsAddr is -ops-addr's default.
+const defaultOpsAddr = opsclient.DefaultAddr
 
 // adminEnv holds the admin token itself, for when no file is given.
 const adminEnv = "BATON_ADMIN_TOKEN"
-
-// The JSON shapes of the ops API (docs/operations.md).
-type (
-	opsSession struct {
-		ID       string  `json:"id"`
-		Remote   string  `json:"remote"`
-		Owner    string  `json:"owner"`
-		LeaseMS  int64   `json:"lease_ms"`
-		Shared   bool    `json:"shared"`
-		Token    *uint64 `json:"token"`
-		SinceMS  int64   `json:"since_ms"`
-		SilentMS int64   `json:"silent_ms"`
-		// ResumedFromEpoch is the epoch of the token or ticket a claim of
-		// protocol version 3 resumed with; 0 if it never resumed.
-		ResumedFromEpoch uint64 `json:"resumed_from_epoch"`
-	}
-	opsLock struct {
-		Name    string       `json:"name"`
-		Holder  *opsSession  `json:"holder"`
-		Waiters []opsSession `json:"waiters"`
-		Holders []opsSession `json:"holders"` // every holder, in grant order
-		Limit   *int         `json:"limit"`   // the limit in force for shared claims; null when none
-		// GraceRemainingMS is how long the server still grants nothing.
-		GraceRemainingMS int64 `json:"grace_remaining_ms"`
-	}
-	opsLocks struct {
-		Locks            []opsLock `json:"locks"`
-		GraceRemainingMS int64     `json:"grace_remaining_ms"`
-	}
-)
 
 // adminOptions are the flags every operator command has.
 type adminOptions struct {
@@ -183,7 +145,7 @@ Examples:
 // parseAdmin reads the flags and the one positional argument (or none if
 // optional) of an operator command. When ok is false the command must
 // return code.
-func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (o adminOptions, arg string, ops *opsClient, code int, ok bool) {
+func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (o adminOptions, arg string, ops *opsclient.Client, code int, ok bool) {
 	fs := newAdminFlags(c.name, &o)
 	pos, code, ok := parseInterspersed(s, c, fs, args)
 	if !ok {
@@ -200,7 +162,7 @@ func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (
 			return o, "", nil, usageError(s, c.name, what+" is empty"), false
 		}
 	}
-	if err := checkOpsAddr(o.opsAddr); err != nil {
+	if err := opsclient.CheckAddrs(o.opsAddr); err != nil {
 		return o, "", nil, usageError(s, c.name, err.Error()), false
 	}
 	if err := o.tls.check(); err != nil {
@@ -217,7 +179,7 @@ func parseAdmin(s *sys, c *command, args []string, what string, optional bool) (
 	if err != nil {
 		return o, "", nil, failure(s, c.name, err.Error()), false
 	}
-	return o, arg, newOpsClient(o.opsAddr, token, tlsCfg), exitOK, true
+	return o, arg, opsclient.New(o.opsAddr, token, tlsCfg), exitOK, true
 }
 
 func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
@@ -229,7 +191,7 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 	if name != "" {
 		path += "/" + url.PathEscape(name)
 	}
-	body, err := ops.do(ctx, http.MethodGet, path)
+	body, err := ops.Do(ctx, http.MethodGet, path)
 	if err != nil {
 		return adminFailed(s, c.name, err)
 	}
@@ -238,17 +200,17 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 		return exitOK
 	}
 	if name != "" {
-		var l opsLock
+		var l opsclient.Lock
 		if err := json.Unmarshal(body, &l); err != nil {
-			return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+			return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err))
 		}
 		printGrace(s.stdout, l.GraceRemainingMS)
 		printLock(s.stdout, l)
 		return exitOK
 	}
-	var ls opsLocks
+	var ls opsclient.Locks
 	if err := json.Unmarshal(body, &ls); err != nil {
-		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err))
+		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err))
 	}
 	printGrace(s.stdout, ls.GraceRemainingMS)
 	if len(ls.Locks) == 0 {
@@ -263,48 +225,43 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 // grace (a crash grace, or a new leader's failover grace) grants nothing.
 func printGrace(w io.Writer, ms int64) {
 	if ms > 0 {
-		fmt.Fprintf(w, "%s (the server grants no lock until then: the holders of before the restart or failover may still be running)\n", graceText(ms))
+		fmt.Fprintf(w, "%s (the server grants no lock until then: the holders of before the restart or failover may still be running)\n", human.Grace(ms))
 	}
-}
-
-// graceText is the grace as people read it: "grace: grants resume in 8.8s".
-func graceText(ms int64) string {
-	return "grace: grants resume in " + fmtAge(msDuration(ms))
 }
 
 // printLocks writes the table of baton locks: a row per holder (a lock
 // that only has waiters gets one row without a holder), each with its
 // lock's slots and waiters.
-func printLocks(w io.Writer, locks []opsLock) {
+func printLocks(w io.Writer, locks []opsclient.Lock) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHOLDER\tSESSION\tKIND\tTOKEN\tHELD FOR\tSLOTS\tWAITERS")
 	for _, l := range locks {
-		holders := l.holders()
+		holders := l.AllHolders()
 		if len(holders) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", shown(l.Name), l.slots(), len(l.Waiters))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", human.Escape(l.Name), slots(l), len(l.Waiters))
 		}
 		for _, h := range holders {
 			token := "-"
 			if h.Token != nil {
 				token = strconv.FormatUint(*h.Token, 10)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", shown(l.Name), ownerText(h.Owner), h.ID, kind(h),
-				token, fmtAge(msDuration(h.SinceMS)), l.slots(), len(l.Waiters))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", human.Escape(l.Name), ownerText(h.Owner), h.ID, kind(h),
+				token, human.Age(msDuration(h.SinceMS)), slots(l), len(l.Waiters))
 		}
 	}
 	tw.Flush()
 }
 
 // printLock writes one lock, a line on each holder, and its queue.
-func printLock(w io.Writer, l opsLock) {
-	printLocks(w, []opsLock{l})
-	for _, h := range l.holders() {
+func printLock(w io.Writer, l opsclient.Lock) {
+	printLocks(w, []opsclient.Lock{l})
+	for _, h := range l.AllHolders() {
 		resumed := ""
 		if h.ResumedFromEpoch > 0 {
 			resumed = fmt.Sprintf(", resumed from epoch %d", h.ResumedFromEpoch)
 		}
 		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago%s\n",
-			h.ID, h.Remote, msDuration(h.LeaseMS), fmtAge(msDuration(h.SilentMS)), resumed)
+			h.ID, h.Remote, msDuration(h.LeaseMS), human.Age(msDuration(h.SilentMS)), resumed)
 	}
 	if l.Limit != nil {
 		fmt.Fprintf(w, "limit: %d shared claims at once, set by the name's shared sessions\n", *l.Limit)
@@ -316,33 +273,24 @@ func printLock(w io.Writer, l opsLock) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tSESSION\tOWNER\tKIND\tWAITED\tLEASE\tREMOTE")
 	for i, s := range l.Waiters {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), kind(s), fmtAge(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), kind(s), human.Age(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
 	}
 	tw.Flush()
-}
-
-// holders is every holder of l, in grant order: from "holder" alone when
-// the answer has no "holders" (a server that predates shared claims).
-func (l opsLock) holders() []opsSession {
-	if len(l.Holders) > 0 || l.Holder == nil {
-		return l.Holders
-	}
-	return []opsSession{*l.Holder}
 }
 
 // slots is "in use/limit": the holders against the limit in force for
 // shared claims, or against 1 when the name has no shared session (an
 // exclusive claim holds it alone, as a semaphore of 1).
-func (l opsLock) slots() string {
+func slots(l opsclient.Lock) string {
 	limit := 1
 	if l.Limit != nil {
 		limit = *l.Limit
 	}
-	return fmt.Sprintf("%d/%d", len(l.holders()), limit)
+	return fmt.Sprintf("%d/%d", len(l.AllHolders()), limit)
 }
 
 // kind names a session's claim.
-func kind(s opsSession) string {
+func kind(s opsclient.Session) string {
 	if s.Shared {
 		return "shared"
 	}
@@ -353,7 +301,7 @@ func ownerText(owner string) string {
 	if owner == "" {
 		return "-"
 	}
-	return shown(owner)
+	return human.Escape(owner)
 }
 
 func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -371,13 +319,13 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	case name == "":
 		return usageError(s, c.name, "no lock name given (or -session ID for one holder)")
 	}
-	body, err := ops.do(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(name)+"/release")
+	body, err := ops.Do(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(name)+"/release")
 	if err != nil {
 		return adminFailed(s, c.name, err)
 	}
 	// A lock with several holders (protocol v2) answers {"released": [...]}.
 	var several struct {
-		Released []opsSession `json:"released"`
+		Released []opsclient.Session `json:"released"`
 	}
 	if !o.json && json.Unmarshal(body, &several) == nil && len(several.Released) > 0 {
 		for _, sv := range several.Released {
@@ -394,7 +342,7 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 }
 
 // releaseSession force-releases the one holder o.session.
-func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsClient) int {
+func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsclient.Client) int {
 	id := o.session
 	if code, ok := checkSessionID(s, c, id); !ok {
 		return code
@@ -406,7 +354,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 		if name == "" {
 			return fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
 		}
-		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, shown(name), id)
+		return fmt.Sprintf("session %s waits for lock %s and holds nothing; remove it from the queue with 'baton kick %s'", id, human.Escape(name), id)
 	})
 	if done {
 		return code
@@ -414,7 +362,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 	if name == "" {
 		// Gone from the listing before it could be read: said without it.
 		fmt.Fprintf(s.stdout, "released session %s (owner %s, token %s, held for %s)\n",
-			sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+			sv.ID, ownerText(sv.Owner), tokenText(sv), human.Age(msDuration(sv.SinceMS)))
 		return exitOK
 	}
 	printReleased(s, name, sv)
@@ -422,13 +370,13 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 }
 
 // printReleased is the summary line of holder sv's force-release of name.
-func printReleased(s *sys, name string, sv opsSession) {
+func printReleased(s *sys, name string, sv opsclient.Session) {
 	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
-		shown(name), sv.ID, ownerText(sv.Owner), tokenText(sv), fmtAge(msDuration(sv.SinceMS)))
+		human.Escape(name), sv.ID, ownerText(sv.Owner), tokenText(sv), human.Age(msDuration(sv.SinceMS)))
 }
 
 // tokenText is a holder's token, or "?" if the answer has none.
-func tokenText(sv opsSession) string {
+func tokenText(sv opsclient.Session) string {
 	if sv.Token == nil {
 		return "?"
 	}
@@ -447,16 +395,16 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 		switch name, others := sessionLock(ctx, ops, id); {
 		case name != "" && others > 0:
 			return fmt.Sprintf("session %s holds lock %s with %s and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
-				id, shown(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
+				id, human.Escape(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
 		case name != "":
-			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, shown(name), shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, human.Escape(name), shellQuote(name))
 		}
 		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
 	})
 	if done {
 		return code
 	}
-	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), fmtAge(msDuration(sv.SinceMS)))
+	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), human.Age(msDuration(sv.SinceMS)))
 	return exitOK
 }
 
@@ -473,10 +421,10 @@ func checkSessionID(s *sys, c *command, id string) (code int, ok bool) {
 // its SESSION. A 409 is told with conflict's line: the API's advice names
 // its own URL, an operator here wants our commands. When done is true
 // (a failure, or -json printed), code is the exit code.
-func postSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsClient, id, action string, conflict func() string) (sv opsSession, code int, done bool) {
-	body, err := ops.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/"+action)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.status == http.StatusConflict {
+func postSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *opsclient.Client, id, action string, conflict func() string) (sv opsclient.Session, code int, done bool) {
+	body, err := ops.Do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/"+action)
+	var ae *opsclient.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
 		return sv, failure(s, c.name, conflict()), true
 	}
 	if err != nil {
@@ -488,30 +436,30 @@ func postSession(ctx context.Context, s *sys, c *command, o adminOptions, ops *o
 // sessionAnswer handles the SESSION that release and kick answer with: with
 // -json it prints it as sent (done), otherwise it decodes it for the
 // caller's summary line.
-func sessionAnswer(s *sys, c *command, ops *opsClient, asJSON bool, body []byte) (sv opsSession, code int, done bool) {
+func sessionAnswer(s *sys, c *command, ops *opsclient.Client, asJSON bool, body []byte) (sv opsclient.Session, code int, done bool) {
 	if asJSON {
 		s.stdout.Write(body)
 		return sv, exitOK, true
 	}
 	if err := json.Unmarshal(body, &sv); err != nil {
-		return sv, failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err)), true
+		return sv, failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err)), true
 	}
 	return sv, 0, false
 }
 
 // sessionLock is the name of the lock that session id holds or waits for,
 // and how many other sessions hold it; "" if none is found.
-func sessionLock(ctx context.Context, ops *opsClient, id string) (name string, otherHolders int) {
-	body, err := ops.do(ctx, http.MethodGet, "/v1/locks")
+func sessionLock(ctx context.Context, ops *opsclient.Client, id string) (name string, otherHolders int) {
+	body, err := ops.Do(ctx, http.MethodGet, "/v1/locks")
 	if err != nil {
 		return "", 0
 	}
-	var ls opsLocks
+	var ls opsclient.Locks
 	if json.Unmarshal(body, &ls) != nil {
 		return "", 0
 	}
 	for _, l := range ls.Locks {
-		holders := l.holders()
+		holders := l.AllHolders()
 		for _, h := range holders {
 			if h.ID == id {
 				return l.Name, len(holders) - 1
@@ -528,9 +476,9 @@ func sessionLock(ctx context.Context, ops *opsClient, id string) (name string, o
 
 // adminFailed prints a failed request and returns its exit code.
 func adminFailed(s *sys, cmd string, err error) int {
-	var ae *apiError
-	if errors.As(err, &ae) && ae.status == http.StatusNotFound {
-		fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, oneLine(err.Error()))
+	var ae *opsclient.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, human.OneLine(err.Error()))
 		return exitNotFound
 	}
 	return failure(s, cmd, err.Error())
@@ -544,235 +492,4 @@ func adminToken(s *sys, file string) (string, error) {
 	}
 	tok, _ := s.lookupEnv(adminEnv)
 	return strings.TrimSpace(tok), nil
-}
-
-// checkOpsAddr refuses an -ops-addr that is neither host:port nor an
-// http(s) URL, or a comma-separated list of them (the nodes of a cluster).
-func checkOpsAddr(list string) error {
-	addrs := splitOpsAddrs(list)
-	if len(addrs) == 0 {
-		return fmt.Errorf("ops-addr %q names no address", list)
-	}
-	for _, addr := range addrs {
-		if strings.Contains(addr, "://") {
-			u, err := url.Parse(addr)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("ops-addr %q is not host:port or an http(s) URL", addr)
-			}
-			continue
-		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("ops-addr %q is not host:port: %v", addr, err)
-		}
-	}
-	return nil
-}
-
-// splitOpsAddrs splits a comma-separated -ops-addr, dropping empty items.
-func splitOpsAddrs(list string) []string {
-	var out []string
-	for a := range strings.SplitSeq(list, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// opsClient makes requests to the ops API of one server, or of the nodes
-// of a cluster: a request that gets no answer from one node goes to the
-// next (any node answers, a follower by sending it on to the leader).
-type opsClient struct {
-	addr  string   // as given, for messages
-	bases []string // scheme://host:port of each node, without a trailing /
-	token string
-	hc    *http.Client
-
-	mu  sync.Mutex
-	cur int // index in bases of the node that answered last
-}
-
-// newOpsClient talks to the ops API at addr (a comma-separated list for a
-// cluster); a host:port without a scheme is https when tlsCfg is not nil,
-// else http.
-func newOpsClient(addr, token string, tlsCfg *tls.Config) *opsClient {
-	var bases []string
-	for _, a := range splitOpsAddrs(addr) {
-		base := a
-		if !strings.Contains(a, "://") {
-			base = "http://" + a
-			if tlsCfg != nil {
-				base = "https://" + a
-			}
-		}
-		bases = append(bases, strings.TrimSuffix(base, "/"))
-	}
-	return &opsClient{
-		addr:  addr,
-		bases: bases,
-		token: token,
-		// No keep-alive: one or a few requests, and no idle connection
-		// (or its goroutines) left behind.
-		hc: &http.Client{Timeout: opsRequestTimeout, Transport: &http.Transport{
-			Proxy:             http.ProxyFromEnvironment,
-			DialContext:       dialOpsAPI, // wrongport.go
-			DisableKeepAlives: true,
-			TLSClientConfig:   tlsCfg,
-		}},
-	}
-}
-
-// base is the node to ask first: the one that answered last.
-func (c *opsClient) base() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.bases[c.cur]
-}
-
-// rotate moves on from base, which gave no answer, to the next node.
-func (c *opsClient) rotate(base string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.bases[c.cur] == base {
-		c.cur = (c.cur + 1) % len(c.bases)
-	}
-}
-
-// do sends one request to path (escaped) and returns the body of a 200
-// answer. Other answers are an *apiError; a failure to talk to the API is
-// a *reachError.
-func (c *opsClient) do(ctx context.Context, method, path string) ([]byte, error) {
-	return c.send(ctx, method, path, nil)
-}
-
-// send is do with a JSON request body (nil for none). A node that cannot
-// be reached is skipped for the next; a request that may have reached a
-// node (a timeout after sending) is not sent again unless it is a GET.
-func (c *opsClient) send(ctx context.Context, method, path string, reqBody []byte) ([]byte, error) {
-	var errs []error
-	for range c.bases {
-		base := c.base()
-		body, err := c.sendTo(ctx, base, method, path, reqBody)
-		var re *reachError
-		if !errors.As(err, &re) || ctx.Err() != nil || (method != http.MethodGet && !re.unsent()) {
-			return body, err
-		}
-		errs = append(errs, err)
-		c.rotate(base)
-	}
-	if len(errs) == 1 {
-		return nil, errs[0]
-	}
-	return nil, &reachError{addr: c.addr, err: errors.Join(errs...)}
-}
-
-// sendTo sends one request to the node at base.
-func (c *opsClient) sendTo(ctx context.Context, base, method, path string, reqBody []byte) ([]byte, error) {
-	addr := strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
-	var rd io.Reader
-	if reqBody != nil {
-		rd = bytes.NewReader(reqBody)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return nil, fmt.Errorf("ops API request %s %s: %v", method, path, err)
-	}
-	if reqBody != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, &reachError{addr: addr, err: err}
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
-	if err != nil {
-		return nil, &reachError{addr: addr, err: err}
-	}
-	if resp.StatusCode == http.StatusOK {
-		return body, nil
-	}
-	return nil, newAPIError(addr, resp, body, c.token != "")
-}
-
-// newAPIError is the *apiError of an answer other than 200 with body: the
-// API's {"error": ...}, or the first line of what another server (a
-// proxy, or Go's HTTPS server asked in plain HTTP: "Client sent an HTTP
-// request to an HTTPS server.") answered.
-func newAPIError(addr string, resp *http.Response, body []byte, withToken bool) *apiError {
-	ae := &apiError{addr: addr, status: resp.StatusCode, withToken: withToken}
-	var ej struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &ej) == nil && ej.Error != "" {
-		ae.msg = ej.Error
-	} else {
-		line, _, _ := bytes.Cut(bytes.TrimSpace(body), []byte("\n"))
-		ae.msg = strings.TrimSpace(resp.Status + " " + truncateRunes(string(line), 200))
-	}
-	return ae
-}
-
-// apiError is an answer of the ops API other than 200.
-type apiError struct {
-	addr      string
-	status    int
-	msg       string // the API's {"error": ...}
-	withToken bool   // a token was sent
-}
-
-func (e *apiError) Error() string {
-	switch {
-	case e.status == http.StatusUnauthorized && strings.Contains(e.msg, "client certificate"):
-		return fmt.Sprintf("unauthorized: the ops API at %s requires a client certificate: give -tls-cert and -tls-key", e.addr)
-	case e.status == http.StatusBadRequest && strings.Contains(e.msg, "HTTPS server"):
-		return fmt.Sprintf("the ops API at %s speaks HTTPS: give -tls-ca (or an https:// -ops-addr)", e.addr)
-	case e.status == http.StatusUnauthorized && !e.withToken:
-		return "unauthorized: set BATON_ADMIN_TOKEN or -admin-token-file"
-	case e.status == http.StatusUnauthorized:
-		return fmt.Sprintf("unauthorized: the ops API at %s refused the admin token (%s)", e.addr, e.msg)
-	case e.status == http.StatusNotFound, e.status == http.StatusConflict:
-		return e.msg
-	}
-	return fmt.Sprintf("the ops API at %s answered %d: %s", e.addr, e.status, e.msg)
-}
-
-// reachError is a request that got no answer.
-type reachError struct {
-	addr string
-	err  error
-}
-
-func (e *reachError) Error() string {
-	var lp *lockPortError
-	if errors.As(e.err, &lp) {
-		return lp.Error()
-	}
-	reason := e.err.Error()
-	var errno syscall.Errno
-	var ne net.Error
-	switch {
-	case errors.As(e.err, &errno):
-		reason = errno.Error()
-	case errors.As(e.err, &ne) && ne.Timeout():
-		reason = fmt.Sprintf("no answer within %v", opsRequestTimeout)
-	default:
-		var ue *url.Error
-		if errors.As(e.err, &ue) {
-			reason = ue.Err.Error()
-		}
-	}
-	return fmt.Sprintf("cannot reach the ops API at %s: %s", e.addr, reason)
-}
-
-func (e *reachError) Unwrap() error { return e.err }
-
-// unsent reports whether the request never left: the connection was not
-// made, so another node may be asked without doing it twice.
-func (e *reachError) unsent() bool {
-	var oe *net.OpError
-	return errors.As(e.err, &oe) && oe.Op == "dial"
 }

@@ -5,7 +5,7 @@
 // listener that cannot bind, an unusable data directory, an ops API error),
 // 2 a usage error (an unknown command, a bad flag or environment value, a
 // stray argument, a refused configuration). baton run adds its own (75-78,
-// and the command's status; see run.go), the operator commands 3 for "not
+// and the command's status; see internal/runner), the operator commands 3 for "not
 // found". Every error is one line on stderr; help goes to stdout.
 package cli
 
@@ -18,6 +18,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/batonlock/baton/internal/human"
+	"github.com/batonlock/baton/internal/supervise"
 )
 
 // Exit codes of Run.
@@ -31,10 +34,10 @@ const (
 // returns the process's exit status. Cancelling ctx (main does so on SIGTERM
 // or SIGINT) starts a controlled shutdown of a long-running command.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == WatchdogArg {
+	if len(args) > 0 && args[0] == supervise.WatchdogArg {
 		// Not a subcommand: baton run starting itself as its command's
-		// watchdog (run_watchdog_linux.go).
-		return RunWatchdog(args[1:])
+		// watchdog (internal/supervise).
+		return supervise.RunWatchdog(args[1:])
 	}
 	return run(ctx, args, &sys{stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv})
 }
@@ -118,20 +121,15 @@ func usageError(s *sys, cmd, msg string) int {
 	if cmd != "" {
 		prog, hint = "baton "+cmd, "baton help "+cmd
 	}
-	fmt.Fprintf(s.stderr, "%s: %s; run '%s'\n", prog, oneLine(msg), hint)
+	fmt.Fprintf(s.stderr, "%s: %s; run '%s'\n", prog, human.OneLine(msg), hint)
 	return exitUsage
 }
 
 // failure prints the one line of a runtime failure of command cmd and
 // returns exitFailure.
 func failure(s *sys, cmd, msg string) int {
-	fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, oneLine(msg))
+	fmt.Fprintf(s.stderr, "baton %s: %s\n", cmd, human.OneLine(msg))
 	return exitFailure
-}
-
-// oneLine keeps an error message on one line whatever it wraps.
-func oneLine(msg string) string {
-	return strings.Join(strings.Fields(msg), " ")
 }
 
 func printUsage(w io.Writer) {

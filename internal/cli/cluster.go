@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"text/tabwriter"
 	"time"
+
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 // opsCluster is GET /v1/cluster (docs/operations.md, CLUSTER).
@@ -106,7 +108,7 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 	default:
 		return usageError(s, c.name, fmt.Sprintf("unknown argument %q: give nothing, add or remove", pos[0]))
 	}
-	if err := checkOpsAddr(o.opsAddr); err != nil {
+	if err := opsclient.CheckAddrs(o.opsAddr); err != nil {
 		return usageError(s, c.name, err.Error())
 	}
 	if err := o.tls.check(); err != nil {
@@ -120,8 +122,8 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 	if err != nil {
 		return failure(s, c.name, err.Error())
 	}
-	ops := newOpsClient(o.opsAddr, token, tlsCfg)
-	answer, err := ops.send(ctx, method, path, body)
+	ops := opsclient.New(o.opsAddr, token, tlsCfg)
+	answer, err := ops.Send(ctx, method, path, body)
 	if err != nil {
 		return adminFailed(s, c.name, err)
 	}
@@ -146,7 +148,7 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 	// question on.
 	health := v
 	if v.Role != "leader" && v.Role != "standalone" && v.Leader != nil {
-		if b, err := ops.send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
+		if b, err := ops.Send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
 			var lv opsCluster
 			if json.Unmarshal(b, &lv) == nil && lv.Healthy != nil {
 				health = lv
@@ -167,7 +169,7 @@ const newMemberWait = 5 * time.Second
 
 // awaitNewMember asks the leader's view until member id has answered the
 // leader, for at most newMemberWait, and returns the last view.
-func awaitNewMember(ctx context.Context, ops *opsClient, id string, last opsCluster) opsCluster {
+func awaitNewMember(ctx context.Context, ops *opsclient.Client, id string, last opsCluster) opsCluster {
 	deadline := time.Now().Add(newMemberWait)
 	for {
 		if m := memberOf(last, id); m != nil && m.Health != nil && m.Health.LastContactMs != nil {
@@ -181,7 +183,7 @@ func awaitNewMember(ctx context.Context, ops *opsClient, id string, last opsClus
 			return last
 		case <-time.After(250 * time.Millisecond):
 		}
-		if b, err := ops.send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
+		if b, err := ops.Send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
 			var lv opsCluster
 			if json.Unmarshal(b, &lv) == nil && lv.Healthy != nil {
 				last = lv

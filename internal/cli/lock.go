@@ -9,11 +9,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	baton "github.com/batonlock/baton/clients/go"
+	"github.com/batonlock/baton/internal/human"
+	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 func lockCommand() *command {
@@ -48,8 +50,7 @@ func runLock(ctx context.Context, s *sys, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	r := &runner{s: s, o: &o, owner: o.owner.get(), prog: "baton lock"}
-	return r.run(ctx)
+	return runner.Run(ctx, claimConfig(s, c, &o))
 }
 
 func electCommand() *command {
@@ -103,40 +104,7 @@ func runElect(ctx context.Context, s *sys, c *command, args []string) int {
 		}
 		return observeElection(ctx, s, &o)
 	}
-	r := &runner{s: s, o: &o, owner: o.owner.get(), prog: "baton elect"}
-	return r.run(ctx)
-}
-
-// hold keeps the lock, with no command, until a signal asks for its
-// release (exit 0) or it is lost (exit 77).
-func (r *runner) hold(lock *baton.Lock, stops <-chan os.Signal) int {
-	fmt.Fprintln(r.s.stdout, lock.Token())
-	what := "holding " + r.o.name
-	if r.prog == "baton elect" {
-		what = fmt.Sprintf("leading %s as %s", r.o.name, r.owner)
-	}
-	r.logf("%s (token %d) until Ctrl-C or SIGTERM", what, lock.Token())
-	for {
-		select {
-		case m := <-r.moves:
-			r.logMove(m)
-		case <-lock.Done():
-			err := lock.Err()
-			lock.Release()
-			r.errorf("%v", err)
-			return exitLockLost
-		case sig := <-stops:
-			if r.refused(sig) {
-				continue
-			}
-			if err := lock.Release(); err != nil {
-				r.errorf("%v (before %s)", err, sigName(sig))
-				return exitLockLost
-			}
-			r.logf("%s: released %s", sigName(sig), r.o.name)
-			return exitOK
-		}
-	}
+	return runner.Run(ctx, claimConfig(s, c, &o))
 }
 
 // observeElection is baton elect -observe: the election's leaders, as
@@ -153,10 +121,10 @@ func observeElection(ctx context.Context, s *sys, o *runOptions) int {
 	if err != nil {
 		return failure(s, "elect", err.Error())
 	}
-	client, err := baton.New(o.addrs.addrs, baton.WithTLSConfig(tlsCfg), baton.WithOpsAddrs(splitOpsAddrs(o.opsAddr)...),
+	client, err := baton.New(o.addrs.addrs, baton.WithTLSConfig(tlsCfg), baton.WithOpsAddrs(opsclient.SplitAddrs(o.opsAddr)...),
 		baton.WithAdminToken(token), baton.WithRetryFunc(func(err error, wait time.Duration) {
 			if !o.quiet {
-				fmt.Fprintf(s.stderr, "baton elect: %s; following again in %v\n", oneLine(err.Error()), roundWait(wait))
+				fmt.Fprintf(s.stderr, "baton elect: %s; following again in %v\n", human.OneLine(err.Error()), wait.Round(time.Millisecond))
 			}
 		}))
 	if err != nil {
@@ -175,7 +143,7 @@ func observeElection(ctx context.Context, s *sys, o *runOptions) int {
 		}
 	}
 	for l := range leaders {
-		fmt.Fprintf(s.stdout, "%s token %d\n", shown(l.Value), l.Token)
+		fmt.Fprintf(s.stdout, "%s token %d\n", human.Escape(l.Value), l.Token)
 	}
 	return exitOK
 }

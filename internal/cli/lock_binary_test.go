@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // TestBinaryLockHolds: baton lock prints its token and holds the lock
@@ -24,11 +25,11 @@ func TestBinaryLockHolds(t *testing.T) {
 	if err != nil || tok == 0 {
 		t.Fatalf("baton lock printed %q, want its fencing token", l.stdout)
 	}
-	if code, out := batonOut(t, "run", "-nowait", "-addr", sl.Addr, "jobs/maint", "--", "true"); code != exitBusy {
-		t.Errorf("baton run -nowait while baton lock holds: exit %d, want %d: %s", code, exitBusy, out)
+	if code, out := batonOut(t, "run", "-nowait", "-addr", sl.Addr, "jobs/maint", "--", "true"); code != runner.ExitBusy {
+		t.Errorf("baton run -nowait while baton lock holds: exit %d, want %d: %s", code, runner.ExitBusy, out)
 	}
-	if code, out := batonOut(t, "lock", "-nowait", "-addr", sl.Addr, "jobs/maint"); code != exitBusy {
-		t.Errorf("baton lock -nowait while another holds: exit %d, want %d: %s", code, exitBusy, out)
+	if code, out := batonOut(t, "lock", "-nowait", "-addr", sl.Addr, "jobs/maint"); code != runner.ExitBusy {
+		t.Errorf("baton lock -nowait while another holds: exit %d, want %d: %s", code, runner.ExitBusy, out)
 	}
 	l.cmd.Process.Signal(syscall.SIGTERM)
 	if code := l.wait(t); code != 0 {
@@ -46,8 +47,8 @@ func TestBinaryLockHolds(t *testing.T) {
 	if code, out := batonOut(t, "release", "-ops-addr", sl.OpsAddr, "jobs/lost"); code != 0 {
 		t.Fatalf("baton release: exit %d: %s", code, out)
 	}
-	if code := lost.wait(t); code != exitLockLost || !strings.Contains(lost.stderr.String(), "FORCE_RELEASED") {
-		t.Errorf("baton lock after a force-release: exit %d, stderr %q; want %d and FORCE_RELEASED", code, lost.stderr, exitLockLost)
+	if code := lost.wait(t); code != runner.ExitLockLost || !strings.Contains(lost.stderr.String(), "FORCE_RELEASED") {
+		t.Errorf("baton lock after a force-release: exit %d, stderr %q; want %d and FORCE_RELEASED", code, lost.stderr, runner.ExitLockLost)
 	}
 }
 

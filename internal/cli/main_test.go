@@ -10,13 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/batonlock/baton/internal/supervise"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	// A baton run started in-process starts this binary as its watchdog.
-	if len(os.Args) > 1 && os.Args[1] == WatchdogArg {
-		os.Exit(RunWatchdog(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == supervise.WatchdogArg {
+		os.Exit(supervise.RunWatchdog(os.Args[2:]))
 	}
 	code := m.Run()
 	if binPath != "" {

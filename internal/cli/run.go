@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,18 +14,9 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/clients/go/wire"
-)
-
-// Exit codes of baton run when it does not pass on the command's own. They
-// sit in the sysexits range (64-78), above what shells and most commands
-// use, and below 126-165 (could not execute, not found, killed by a signal).
-const (
-	exitBusy        = 75  // -nowait and the lock is held (sysexits' EX_TEMPFAIL: try again later)
-	exitWaitTimeout = 76  // -wait ran out before the lock was granted
-	exitLockLost    = 77  // ownership ended while the command ran; the command was stopped
-	exitUnreachable = 78  // no server could be reached
-	exitCannotExec  = 126 // the command exists but cannot be executed (as in sh)
-	exitCmdNotFound = 127 // the command was not found (as in sh)
+	"github.com/batonlock/baton/internal/netaddr"
+	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // Defaults of baton run.
@@ -47,13 +39,6 @@ const (
 	// and 1s in none. The Go client, which has no command to start, takes
 	// leases from 1ms.
 	minRunLease = 250 * time.Millisecond
-)
-
-// errWaitTimedOut is the cause of the wait's context when -wait runs out,
-// errConnectTimedOut when -connect-timeout does.
-var (
-	errWaitTimedOut    = errors.New("-wait ran out")
-	errConnectTimedOut = errors.New("-connect-timeout ran out")
 )
 
 // defaultConnectTimeout is -connect-timeout's default: long enough for a
@@ -225,6 +210,43 @@ Examples:
 	}
 }
 
+func runRun(ctx context.Context, s *sys, c *command, args []string) int {
+	o, code, ok := parseRun(s, c, args)
+	if !ok {
+		return code
+	}
+	return runner.Run(ctx, claimConfig(s, c, &o))
+}
+
+// claimConfig is the runner's configuration of baton run, lock or elect
+// (c) from its parsed flags.
+func claimConfig(s *sys, c *command, o *runOptions) runner.Config {
+	return runner.Config{
+		Prog:           "baton " + c.name,
+		Name:           o.name,
+		Command:        o.command,
+		Addrs:          o.addrs.addrs,
+		Owner:          o.owner.get(),
+		Lease:          o.lease,
+		NoWait:         o.noWait,
+		Wait:           o.wait,
+		ConnectTimeout: o.connectTimeout,
+		Limit:          o.limit.n,
+		Shared:         o.shared,
+		KillGrace:      o.killGrace,
+		Resume:         o.resume,
+		Verbose:        o.verbose,
+		Quiet:          o.quiet,
+		OpsAddr:        o.opsAddr,
+		OpsAddrNote:    o.opsAddrNote,
+		TLS:            o.tls.config,
+		AdminToken:     func() (string, error) { return adminToken(s, o.adminTokenFile) },
+		Stdout:         s.stdout,
+		Stderr:         s.stderr,
+		UsageError:     func(msg string) int { return usageError(s, c.name, msg) },
+	}
+}
+
 func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs := newFlagSet("run")
 	o.addrs = addrList{addrs: []string{defaultRunAddr}}
@@ -301,45 +323,6 @@ func (v *limitValue) Set(s string) error {
 	}
 	v.n, v.set = int(n), true
 	return nil
-}
-
-// claimKind is the client option of the claim that -limit and -shared
-// ask for; an exclusive claim without either.
-func claimKind(o *runOptions) baton.Option {
-	switch {
-	case o.limit.set:
-		return baton.WithLimit(o.limit.n)
-	case o.shared:
-		return baton.WithShared(true)
-	}
-	return nil
-}
-
-// isLimitMismatch reports whether err is the server's LIMIT_MISMATCH.
-func isLimitMismatch(err error) bool {
-	var we *wire.Error
-	return errors.As(err, &we) && we.Code == wire.CodeLimitMismatch
-}
-
-// limitMismatchLine says why a shared claim was refused: the limit in
-// force for the name (the server's message) against the one this run
-// gave, in the words of the flags.
-func limitMismatchLine(o *runOptions, err error) string {
-	var we *wire.Error
-	errors.As(err, &we)
-	inForce, perr := strconv.ParseUint(we.Msg, 10, 16)
-	switch {
-	case perr != nil || inForce == 0:
-		return fmt.Sprintf("lock %s refused this run's limit (LIMIT_MISMATCH: the limit in force, set by its shared sessions, differs; the server said %q)", o.name, we.Msg)
-	case o.shared:
-		return fmt.Sprintf("lock %s is a semaphore of %d (the limit its shared sessions set), and -shared claims a reader's limit, %d: use -limit %d for a slot of it",
-			o.name, inForce, baton.ReaderLimit, inForce)
-	case inForce == baton.ReaderLimit:
-		return fmt.Sprintf("lock %s is a read/write lock: its shared sessions are readers (limit %d, as -shared gives); this run asked for -limit %d",
-			o.name, inForce, o.limit.n)
-	}
-	return fmt.Sprintf("lock %s has the limit %d in force, set by its shared sessions; this run asked for -limit %d: every shared claim of a name must give the same limit",
-		o.name, inForce, o.limit.n)
 }
 
 // ownerValue is the -owner flag: unset means hostname:pid of baton run.
@@ -470,7 +453,7 @@ func parseClaim(s *sys, c *command, args []string, rule commandRule) (o runOptio
 		o.opsAddrNote = fmt.Sprintf("give -ops-addr (its default, %s, is asked only when every -addr is on this machine)", defaultOpsAddr)
 	}
 	if o.opsAddr != "" {
-		if err := checkOpsAddr(o.opsAddr); err != nil {
+		if err := opsclient.CheckAddrs(o.opsAddr); err != nil {
 			return fail(err.Error())
 		}
 	}
@@ -484,15 +467,7 @@ func parseClaim(s *sys, c *command, args []string, rule commandRule) (o runOptio
 // loopback IP or localhost.
 func allLoopback(addrs []string) bool {
 	for _, a := range addrs {
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			return false
-		}
-		if strings.EqualFold(host, "localhost") {
-			continue
-		}
-		ip := net.ParseIP(host)
-		if ip == nil || !ip.IsLoopback() {
+		if !netaddr.IsLoopback(a) {
 			return false
 		}
 	}

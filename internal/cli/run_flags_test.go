@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batonlock/baton/internal/runner"
 )
 
 func TestRunUsageErrors(t *testing.T) {
@@ -100,7 +102,7 @@ func TestRunUsageErrors(t *testing.T) {
 func TestRunCommandNotFoundInProcess(t *testing.T) {
 	t.Parallel()
 	code, _, stderr := runCLI(t, nil, "run", "-addr", "127.0.0.1:1", "x", "--", "no-such-command-baton-test")
-	if code != exitCmdNotFound || stderr != "baton run: no-such-command-baton-test: command not found\n" {
+	if code != runner.ExitCmdNotFound || stderr != "baton run: no-such-command-baton-test: command not found\n" {
 		t.Errorf("exit code %d, stderr %q; want 127 and the not-found line", code, stderr)
 	}
 }
@@ -257,24 +259,6 @@ func TestRunHelp(t *testing.T) {
 			if !strings.Contains(stdout, w) {
 				t.Errorf("baton %q lacks %q:\n%s", tt.args, w, stdout)
 			}
-		}
-	}
-}
-
-func TestFmtAge(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{340*time.Millisecond + 400*time.Microsecond, "340ms"},
-		{4240 * time.Millisecond, "4.2s"},
-		{12400 * time.Millisecond, "12s"},
-		{4*time.Minute + 12*time.Second, "4m12s"},
-		{3*time.Hour + 4*time.Minute + 10*time.Second, "3h4m"},
-	} {
-		if got := fmtAge(tt.d); got != tt.want {
-			t.Errorf("fmtAge(%v) = %q, want %q", tt.d, got, tt.want)
 		}
 	}
 }

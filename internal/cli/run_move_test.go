@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // v3Holder is a scripted server of protocol version 3 for one claim: it
@@ -134,8 +135,8 @@ func TestRunThroughAMove(t *testing.T) {
 				if c2 != nil {
 					t.Errorf("baton run connected again after a reset")
 				}
-				if code := p.wait(t); code != exitLockLost {
-					t.Fatalf("exit %d after a reset, want %d; stderr:\n%s", code, exitLockLost, p.stderr)
+				if code := p.wait(t); code != runner.ExitLockLost {
+					t.Fatalf("exit %d after a reset, want %d; stderr:\n%s", code, runner.ExitLockLost, p.stderr)
 				}
 				if _, err := os.Stat(filepath.Join(p.dir, "done")); err == nil {
 					t.Errorf("the command ran to its end after the lock was lost")

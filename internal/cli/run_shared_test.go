@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // holdUntil is a command for baton run that writes its BATON_TOKEN to the
@@ -55,12 +56,12 @@ func TestRunLimit(t *testing.T) {
 	}
 
 	code, stdout, stderr := runBaton(t, "run", "-nowait", "-limit", "2", "-addr", srv.Addr, "gpu/pool", "--", "echo", "ran")
-	if want := "baton run: lock gpu/pool is busy; not waiting (-nowait)\n"; code != exitBusy || stdout != "" || stderr != want {
-		t.Errorf("-nowait on a full semaphore: exit %d, stdout %q, stderr %q; want %d, nothing, %q", code, stdout, stderr, exitBusy, want)
+	if want := "baton run: lock gpu/pool is busy; not waiting (-nowait)\n"; code != runner.ExitBusy || stdout != "" || stderr != want {
+		t.Errorf("-nowait on a full semaphore: exit %d, stdout %q, stderr %q; want %d, nothing, %q", code, stdout, stderr, runner.ExitBusy, want)
 	}
 	code, stdout, stderr = runBaton(t, "run", "-wait", "300ms", "-limit", "2", "-addr", srv.Addr, "gpu/pool", "--", "echo", "ran")
-	if want := "baton run: gave up waiting for lock gpu/pool after 300ms (-wait)\n"; code != exitWaitTimeout || stdout != "" || stderr != want {
-		t.Errorf("-wait on a full semaphore: exit %d, stdout %q, stderr %q; want %d, nothing, %q", code, stdout, stderr, exitWaitTimeout, want)
+	if want := "baton run: gave up waiting for lock gpu/pool after 300ms (-wait)\n"; code != runner.ExitWaitTimeout || stdout != "" || stderr != want {
+		t.Errorf("-wait on a full semaphore: exit %d, stdout %q, stderr %q; want %d, nothing, %q", code, stdout, stderr, runner.ExitWaitTimeout, want)
 	}
 
 	const mismatch = "baton run: lock gpu/pool has the limit 2 in force, set by its shared sessions; this run asked for -limit 3: every shared claim of a name must give the same limit\n"
@@ -126,15 +127,15 @@ func TestRunShared(t *testing.T) {
 		t.Errorf("-limit 4 on a readers' name: exit %d, stdout %q, stderr %q; want %d, nothing, %q", code, stdout, stderr, exitUsage, want)
 	}
 	code, _, stderr = runBaton(t, "run", "-nowait", "-addr", srv.Addr, "config/db", "--", "echo", "ran")
-	if code != exitBusy {
-		t.Errorf("a writer with -nowait beside readers: exit %d, want %d; stderr %q", code, exitBusy, stderr)
+	if code != runner.ExitBusy {
+		t.Errorf("a writer with -nowait beside readers: exit %d, want %d; stderr %q", code, runner.ExitBusy, stderr)
 	}
 
 	writer := startBaton(t, "run", "-owner", "writer", "-addr", srv.Addr, "config/db", "--", "sh", "-c", `echo "$BATON_TOKEN" > token`)
 	batontest.Eventually(t, 10*time.Second, func() bool { return waiters(srv, "config/db") == 1 }, "the writer does not wait")
 	code, stdout, stderr = runBaton(t, "run", "-nowait", "-shared", "-addr", srv.Addr, "config/db", "--", "echo", "ran")
-	if code != exitBusy || stdout != "" || stderr != "baton run: lock config/db is busy; not waiting (-nowait)\n" {
-		t.Errorf("a reader behind a waiting writer, -nowait: exit %d, stdout %q, stderr %q; want %d and busy: nobody overtakes", code, stdout, stderr, exitBusy)
+	if code != runner.ExitBusy || stdout != "" || stderr != "baton run: lock config/db is busy; not waiting (-nowait)\n" {
+		t.Errorf("a reader behind a waiting writer, -nowait: exit %d, stdout %q, stderr %q; want %d and busy: nobody overtakes", code, stdout, stderr, runner.ExitBusy)
 	}
 	late := startBaton(t, "run", "-shared", "-owner", "reader-3", "-addr", srv.Addr, "config/db", "--", "sh", "-c", `echo "$BATON_TOKEN" > token`)
 	batontest.Eventually(t, 10*time.Second, func() bool { return waiters(srv, "config/db") == 2 }, "the late reader does not wait")
@@ -177,8 +178,8 @@ func TestRunReleaseOneSlot(t *testing.T) {
 	if code, stdout, stderr := runAdmin(t, "", "release", "-session", bID, "-ops-addr", opsAddr); code != 0 || !strings.HasPrefix(stdout, "released gpu/pool: took it from session "+bID+" (owner slot-b, ") {
 		t.Fatalf("baton release -session %s: exit %d, stdout %q, stderr %q", bID, code, stdout, stderr)
 	}
-	if code := b.wait(t); code != exitLockLost {
-		t.Errorf("the released slot's baton run: exit %d, want %d; stderr:\n%s", code, exitLockLost, b.stderr)
+	if code := b.wait(t); code != runner.ExitLockLost {
+		t.Errorf("the released slot's baton run: exit %d, want %d; stderr:\n%s", code, runner.ExitLockLost, b.stderr)
 	}
 	if owners, _, _ := holdersOf(srv, "gpu/pool"); !slices.Equal(slices.Sorted(slices.Values(owners)), []string{"slot-a", "slot-c"}) {
 		t.Fatalf("holders after the release of slot-b: %q, want slot-a and slot-c", owners)
@@ -196,8 +197,8 @@ func TestRunReleaseOneSlot(t *testing.T) {
 		t.Errorf("baton release gpu/pool: exit %d, stdout %q, stderr %q; want a line for each of the 2 holders", code, stdout, stderr)
 	}
 	for _, p := range []*batonProc{a, c} {
-		if code := p.wait(t); code != exitLockLost {
-			t.Errorf("baton %q after baton release NAME: exit %d, want %d", p.cmd.Args[1:], code, exitLockLost)
+		if code := p.wait(t); code != runner.ExitLockLost {
+			t.Errorf("baton %q after baton release NAME: exit %d, want %d", p.cmd.Args[1:], code, runner.ExitLockLost)
 		}
 	}
 }

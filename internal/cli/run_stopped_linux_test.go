@@ -10,6 +10,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // TestRunStoppedWatchdogEnforcesDeadline: kill -STOP of baton run itself
@@ -59,8 +60,8 @@ func TestRunStoppedWatchdogEnforcesDeadline(t *testing.T) {
 	batontest.Eventually(t, 5*time.Second, func() bool { return processGone(pid) }, "the command (pid %d) still runs after kill -STOP of baton run", pid)
 	t.Logf("command gone %v after kill -STOP of baton run (lease %v)", time.Since(stoppedAt).Round(time.Millisecond), lease)
 	syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
-	if code := p.wait(t); code != exitLockLost {
-		t.Errorf("baton run after SIGCONT: exit %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr)
+	if code := p.wait(t); code != runner.ExitLockLost {
+		t.Errorf("baton run after SIGCONT: exit %d, want %d; stderr:\n%s", code, runner.ExitLockLost, p.stderr)
 	}
 	if !strings.Contains(p.stderr.String(), "the watchdog stops the command") {
 		t.Errorf("stderr:\n%s\nwant the watchdog's line", p.stderr)

@@ -21,6 +21,8 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/runner"
+	"github.com/batonlock/baton/internal/supervise"
 	"github.com/batonlock/baton/ops"
 )
 
@@ -229,8 +231,8 @@ func TestRunNoWaitBusy(t *testing.T) {
 		}
 		args = append(args, "jobs/busy", "--", "sh", "-c", "echo ran")
 		code, stdout, stderr := runBaton(t, args...)
-		if code != exitBusy {
-			t.Errorf("%q: exit code %d, want %d (busy)", tt.flag, code, exitBusy)
+		if code != runner.ExitBusy {
+			t.Errorf("%q: exit code %d, want %d (busy)", tt.flag, code, runner.ExitBusy)
 		}
 		if stdout != "" {
 			t.Errorf("%q: stdout %q: the command ran", tt.flag, stdout)
@@ -258,11 +260,11 @@ func TestRunEveryFailureSaysWhy(t *testing.T) {
 		code int
 		line string // the one line of stderr, without -q
 	}{
-		{"busy", []string{"-nowait", "-addr", srv.Addr, "jobs/held", "--", "true"}, exitBusy,
+		{"busy", []string{"-nowait", "-addr", srv.Addr, "jobs/held", "--", "true"}, runner.ExitBusy,
 			"baton run: lock jobs/held is busy; not waiting (-nowait)"},
-		{"wait ran out", []string{"-wait", "200ms", "-addr", srv.Addr, "jobs/held", "--", "true"}, exitWaitTimeout,
+		{"wait ran out", []string{"-wait", "200ms", "-addr", srv.Addr, "jobs/held", "--", "true"}, runner.ExitWaitTimeout,
 			"baton run: gave up waiting for lock jobs/held after 200ms (-wait)"},
-		{"unreachable", []string{"-addr", refused, "jobs/x", "--", "true"}, exitUnreachable,
+		{"unreachable", []string{"-addr", refused, "jobs/x", "--", "true"}, runner.ExitUnreachable,
 			"baton run: cannot reach a server at " + refused + ": connection refused"},
 		{"command failed", []string{"-addr", srv.Addr, "jobs/fail", "--", "sh", "-c", "exit 3"}, 3,
 			"baton run: sh exited with status 3"},
@@ -270,7 +272,7 @@ func TestRunEveryFailureSaysWhy(t *testing.T) {
 			"baton run: sh exited with status 75"},
 		{"command killed", []string{"-addr", srv.Addr, "jobs/fail", "--", "sh", "-c", "kill -KILL $$"}, 128 + 9,
 			"baton run: sh exited with status 137"},
-		{"command not found", []string{"-addr", srv.Addr, "jobs/fail", "--", "no-such-command-baton-test"}, exitCmdNotFound,
+		{"command not found", []string{"-addr", srv.Addr, "jobs/fail", "--", "no-such-command-baton-test"}, runner.ExitCmdNotFound,
 			"baton run: no-such-command-baton-test: command not found"},
 	} {
 		for _, quiet := range []bool{false, true} {
@@ -299,8 +301,8 @@ func TestRunWaitTimesOut(t *testing.T) {
 	if elapsed := time.Since(start); elapsed < 300*time.Millisecond {
 		t.Errorf("gave up after %v, before -wait 300ms", elapsed)
 	}
-	if code != exitWaitTimeout {
-		t.Errorf("exit code %d, want %d (wait timed out)", code, exitWaitTimeout)
+	if code != runner.ExitWaitTimeout {
+		t.Errorf("exit code %d, want %d (wait timed out)", code, runner.ExitWaitTimeout)
 	}
 	if stdout != "" {
 		t.Errorf("stdout %q: the command ran", stdout)
@@ -350,8 +352,8 @@ func TestRunServerUnreachable(t *testing.T) {
 	t.Parallel()
 	addr := closedAddr(t)
 	code, stdout, stderr := runBaton(t, "run", "-addr", addr, "jobs/x", "--", "sh", "-c", "echo ran")
-	if code != exitUnreachable {
-		t.Errorf("exit code %d, want %d (unreachable)", code, exitUnreachable)
+	if code != runner.ExitUnreachable {
+		t.Errorf("exit code %d, want %d (unreachable)", code, runner.ExitUnreachable)
 	}
 	if stdout != "" {
 		t.Errorf("stdout %q: the command ran", stdout)
@@ -365,8 +367,8 @@ func TestRunCommandNotFound(t *testing.T) {
 	t.Parallel()
 	srv := batontest.StartServer(t)
 	code, _, stderr := runBaton(t, "run", "-addr", srv.Addr, "jobs/x", "--", "no-such-command-baton-test")
-	if code != exitCmdNotFound {
-		t.Errorf("exit code %d, want %d", code, exitCmdNotFound)
+	if code != runner.ExitCmdNotFound {
+		t.Errorf("exit code %d, want %d", code, runner.ExitCmdNotFound)
 	}
 	if want := "baton run: no-such-command-baton-test: command not found\n"; stderr != want {
 		t.Errorf("stderr %q, want %q", stderr, want)
@@ -434,8 +436,8 @@ func TestRunForceReleaseStopsGroup(t *testing.T) {
 			if elapsed < tt.minTime {
 				t.Errorf("stopped after %v, before the kill grace %v", elapsed, tt.minTime)
 			}
-			if code := p.cmd.ProcessState.ExitCode(); code != exitLockLost {
-				t.Errorf("exit code %d, want %d (lock lost); stderr:\n%s", code, exitLockLost, p.stderr)
+			if code := p.cmd.ProcessState.ExitCode(); code != runner.ExitLockLost {
+				t.Errorf("exit code %d, want %d (lock lost); stderr:\n%s", code, runner.ExitLockLost, p.stderr)
 			}
 			for _, pid := range []int{child, grandchild} {
 				if !processGone(pid) {
@@ -468,8 +470,8 @@ func TestRunServerShutdownWhileHolding(t *testing.T) {
 	p := startBaton(t, "run", "-addr", srv.Addr, "jobs/shut", "--", "sh", "-c", `echo $$ > c.pid; while :; do sleep 0.05; done`)
 	child := mustInt(t, readFileWhenThere(t, filepath.Join(p.dir, "c.pid")))
 	srv.Stop(t)
-	if code := p.wait(t); code != exitLockLost {
-		t.Errorf("exit code %d, want %d (lock lost); stderr:\n%s", code, exitLockLost, p.stderr)
+	if code := p.wait(t); code != runner.ExitLockLost {
+		t.Errorf("exit code %d, want %d (lock lost); stderr:\n%s", code, runner.ExitLockLost, p.stderr)
 	}
 	if !processGone(child) {
 		t.Errorf("the command (pid %d) still runs", child)
@@ -485,11 +487,11 @@ func TestRunServerShutdownWhileHolding(t *testing.T) {
 func TestRunSignalForwarded(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT} {
-		t.Run(sigName(sig), func(t *testing.T) {
+		t.Run(supervise.SignalName(sig), func(t *testing.T) {
 			t.Parallel()
 			srv := batontest.StartServer(t)
-			name := "jobs/" + sigName(sig)
-			trap := strings.TrimPrefix(sigName(sig), "SIG")
+			name := "jobs/" + supervise.SignalName(sig)
+			trap := strings.TrimPrefix(supervise.SignalName(sig), "SIG")
 			// The command waits for the file "go" after the signal, so the
 			// test can look at the lock while the command still runs.
 			script := `trap 'echo ` + trap + ` > got; while [ ! -f go ]; do sleep 0.02; done; exit 3' ` + trap + `

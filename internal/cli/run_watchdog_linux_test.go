@@ -13,6 +13,7 @@ import (
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/faultproxy"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // escapingScript starts three loops that each append to a file of their
@@ -96,8 +97,8 @@ func TestRunLockLostStopsEscapedProcesses(t *testing.T) {
 	if _, err := srv.Srv.ForceRelease("jobs/esc"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
-	if code := p.wait(t); code != exitLockLost {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr)
+	if code := p.wait(t); code != runner.ExitLockLost {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, runner.ExitLockLost, p.stderr)
 	}
 	for name, pid := range pids {
 		if !processGone(pid) {
@@ -158,8 +159,8 @@ func TestRunStopsBeforeTheLockMoves(t *testing.T) {
 	if g.err != nil {
 		t.Fatalf("next holder: %v", g.err)
 	}
-	if code := p.wait(t); code != exitLockLost {
-		t.Errorf("baton run exit %d, want %d; stderr:\n%s", code, exitLockLost, p.stderr)
+	if code := p.wait(t); code != runner.ExitLockLost {
+		t.Errorf("baton run exit %d, want %d; stderr:\n%s", code, runner.ExitLockLost, p.stderr)
 	}
 	out, err := os.ReadFile(filepath.Join(p.dir, "out"))
 	if err != nil {

@@ -7,32 +7,6 @@ import (
 	"github.com/batonlock/baton/internal/hidden"
 )
 
-// shown is s with each rune that a terminal would not show as itself
-// written as its escape (\u202E), by the rule the dashboard shows them by
-// (internal/hidden). The protocol refuses only bytes below 0x20 and 0x7F,
-// so names and owners can carry the rest; printed raw, a right-to-left
-// override in one holder's owner could reorder its row's SESSION and TOKEN
-// columns, and a zero-width space make two names look the same.
-//
-// The escapes stay one-to-one: a name that holds a hidden rune, or the
-// text of an escape (a backslash and u or U), is written with each
-// backslash doubled, so the name that is literally `a\u200Bb` never
-// prints as the one with a real U+200B.
-func shown(s string) string {
-	if !hidden.Has(s) && !strings.Contains(s, `\u`) && !strings.Contains(s, `\U`) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if r == '\\' {
-			b.WriteString(`\\`)
-			continue
-		}
-		hidden.WriteRune(&b, r)
-	}
-	return b.String()
-}
-
 // shellQuote quotes s for a POSIX shell when it needs it, so that a
 // command printed for the user can be pasted as it is. A name with hidden
 // runes gets $'...' quoting (bash, zsh, ksh), with each written as its

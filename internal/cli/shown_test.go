@@ -6,24 +6,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/batonlock/baton/internal/hidden"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
-// TestShownEscapesHiddenRunes: names and owners reach the terminal with
-// their bidi overrides, C1 controls and separators written as escapes, so
-// an owner cannot reorder the columns of its row or hide text.
-func TestShownEscapesHiddenRunes(t *testing.T) {
-	for _, tt := range []struct{ in, want string }{
-		{"worker@host-1", "worker@host-1"},
-		{"évier/日本", "évier/日本"},
-		{"evil\u202egpj.exe", `evil\u202Egpj.exe`},
-		{"c1\u009b31mRED\u0085nl", `c1\u009B31mRED\u0085nl`},
-		{"zero\u200bwidth\u2028line", `zero\u200Bwidth\u2028line`},
-		{"tag\U000E0041", `tag\U000E0041`},
-	} {
-		if got := shown(tt.in); got != tt.want {
-			t.Errorf("shown(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
+// TestShellQuoteHidden: a name printed for pasting into a shell comes back as
+// itself, with hidden runes as $'...' escapes.
+func TestShellQuoteHidden(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"jobs/nightly", "jobs/nightly"},
 		{"it's", `'it'\''s'`},
@@ -41,14 +29,14 @@ func TestShownEscapesHiddenRunes(t *testing.T) {
 func TestPrintLocksShowsNoHiddenRunes(t *testing.T) {
 	tok := uint64(7)
 	limit := 3
-	locks := []opsLock{{
+	locks := []opsclient.Lock{{
 		Name:  "bidi\u202eX",
 		Limit: &limit,
-		Holders: []opsSession{
+		Holders: []opsclient.Session{
 			{ID: "1", Owner: "evil\u202egpj.exe", Token: &tok, Shared: true},
 			{ID: "2", Owner: "c1\u009b31m", Token: &tok, Shared: true},
 		},
-		Waiters: []opsSession{{ID: "3", Owner: "w\u2067aiter"}},
+		Waiters: []opsclient.Session{{ID: "3", Owner: "w\u2067aiter"}},
 	}}
 	var b strings.Builder
 	printLock(&b, locks[0])
@@ -90,23 +78,5 @@ func TestBinaryLocksShowsInvisibleCharacters(t *testing.T) {
 				t.Errorf("baton %q: output lacks %s:\n%s", args, want, out)
 			}
 		}
-	}
-}
-
-// TestShownOneToOne: the name that is literally `jobs/a\u200Bb` (a
-// backslash and five letters) and the one with a real U+200B print
-// differently, and so do names that differ only in their backslashes.
-func TestShownOneToOne(t *testing.T) {
-	names := []string{"jobs/a\u200Bb", `jobs/a\u200Bb`, `jobs/a\\u200Bb`, `jobs/a\b`, "jobs/a\\b\u200B", `jobs/a\U000E0041`, "jobs/a\U000E0041", "jobs/plain"}
-	seen := map[string]string{}
-	for _, n := range names {
-		got := shown(n)
-		if other, ok := seen[got]; ok {
-			t.Errorf("%q and %q both print as %s", other, n, got)
-		}
-		seen[got] = n
-	}
-	if got := shown(`jobs/a\b`); got != `jobs/a\b` {
-		t.Errorf("a name with a backslash and nothing hidden prints as %s, want itself", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // silentServer accepts connections and never answers: a hung or stopped
@@ -70,8 +71,8 @@ func TestRunSilentServer(t *testing.T) {
 	}
 	code := p.wait(t)
 	took := time.Since(start)
-	if code != exitUnreachable {
-		t.Errorf("exit code %d, want %d", code, exitUnreachable)
+	if code != runner.ExitUnreachable {
+		t.Errorf("exit code %d, want %d", code, runner.ExitUnreachable)
 	}
 	if took < connectTimeout || took > connectTimeout+4*time.Second {
 		t.Errorf("exited after %v, want at -connect-timeout %v", took, connectTimeout)
@@ -96,13 +97,13 @@ func TestRunSilentServerWaitAndQuiet(t *testing.T) {
 	buildBaton(t) // not timed
 	start := time.Now()
 	code, stdout, stderr := runBaton(t, "run", "-q", "-addr", addr, "-lease", "1s", "-wait", "3s", "jobs/x", "--", "sh", "-c", "echo ran")
-	if took := time.Since(start); code != exitWaitTimeout || stderr != "" || stdout != "" || took < 3*time.Second {
+	if took := time.Since(start); code != runner.ExitWaitTimeout || stderr != "" || stdout != "" || took < 3*time.Second {
 		t.Errorf("-q -wait 3s: exit code %d after %v, stdout %q, stderr %q; want 76 after 3s, nothing said", code, took, stdout, stderr)
 	}
 	// The same without -q: the lease bounds each attempt (0.8 × 1s), and
 	// the line says so.
 	code, _, stderr = runBaton(t, "run", "-addr", addr, "-lease", "1s", "-wait", "3s", "jobs/x", "--", "sh", "-c", "echo ran")
-	if code != exitWaitTimeout || !strings.Contains(stderr, "baton run: no answer from "+addr+": no confirmation from the server for 800ms (0.8 × lease 1s); retrying in ") ||
+	if code != runner.ExitWaitTimeout || !strings.Contains(stderr, "baton run: no answer from "+addr+": no confirmation from the server for 800ms (0.8 × lease 1s); retrying in ") ||
 		!strings.HasSuffix(stderr, "baton run: gave up waiting for lock jobs/x after 3s (-wait)\n") {
 		t.Errorf("-wait 3s: exit code %d, stderr %q; want 76, the no-answer lines, then the -wait line", code, stderr)
 	}
@@ -127,7 +128,7 @@ func TestRunServerGoneWhileWaiting(t *testing.T) {
 	srv.Stop(t)
 	code := p.wait(t)
 	took := time.Since(gone)
-	if code != exitUnreachable || took < 3*time.Second || took > 18*time.Second {
+	if code != runner.ExitUnreachable || took < 3*time.Second || took > 18*time.Second {
 		t.Errorf("exit code %d, %v after the server went; want 78 after the lease's try to keep the place and -connect-timeout 3s", code, took)
 	}
 	stderr := p.stderr.String()

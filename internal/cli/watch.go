@@ -7,11 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/batonlock/baton/internal/human"
+	"github.com/batonlock/baton/internal/opsclient"
 )
 
 const (
@@ -23,11 +25,11 @@ const (
 
 // opsEvent is docs/operations.md's EVENT.
 type opsEvent struct {
-	Seq     uint64     `json:"seq"`
-	At      time.Time  `json:"at"`
-	Type    string     `json:"type"`
-	Lock    string     `json:"lock"`
-	Session opsSession `json:"session"`
+	Seq     uint64            `json:"seq"`
+	At      time.Time         `json:"at"`
+	Type    string            `json:"type"`
+	Lock    string            `json:"lock"`
+	Session opsclient.Session `json:"session"`
 	// Replaces, for a resumed event, is the session the claim left.
 	Replaces string `json:"replaces"`
 }
@@ -72,18 +74,18 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 	if name != "" {
 		path += "&lock=" + url.QueryEscape(name)
 	}
-	// The stream has no end, so no overall timeout; a dead connection is
-	// noticed by the server's keepalives stopping (see watchIdle).
-	hc := &http.Client{Transport: ops.hc.Transport}
+	// The stream has no end, so no overall timeout (Stream); a dead
+	// connection is noticed by the server's keepalives stopping (see
+	// watchIdle).
 	w := &watcher{s: s, json: o.json}
 	var backoff time.Duration
 	for {
-		connected, err := w.stream(ctx, hc, ops, path)
+		connected, err := w.stream(ctx, ops, path)
 		if ctx.Err() != nil {
 			return exitOK
 		}
-		var ae *apiError
-		if errors.As(err, &ae) && !transientStatus(ae.status) {
+		var ae *opsclient.APIError
+		if errors.As(err, &ae) && !opsclient.Transient(ae.Status) {
 			return adminFailed(s, c.name, err) // 401, 404...: retrying will not help
 		}
 		// A stream that lasted is a server that works: start the backoff
@@ -95,24 +97,16 @@ func runWatch(ctx context.Context, s *sys, c *command, args []string) int {
 		floor := 100 * time.Millisecond
 		if w.stopping {
 			floor = time.Second
-			err = fmt.Errorf("the server at %s is shutting down", ops.addr)
+			err = fmt.Errorf("the server at %s is shutting down", ops.Addr())
 		}
 		backoff = min(max(2*backoff, floor), watchMaxBackoff)
-		fmt.Fprintf(s.stderr, "baton watch: %s; reconnecting in %v\n", oneLine(err.Error()), backoff)
+		fmt.Fprintf(s.stderr, "baton watch: %s; reconnecting in %v\n", human.OneLine(err.Error()), backoff)
 		select {
 		case <-ctx.Done():
 			return exitOK
 		case <-time.After(backoff):
 		}
 	}
-}
-
-// transientStatus says whether an answer of the ops API says "not now"
-// rather than "never": a cluster electing a leader, or a node forwarding
-// to one that went away, answers 502, 503 or 504 until the new leader
-// serves, and a watch must outlive a change of leader.
-func transientStatus(status int) bool {
-	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
 // watchIdle is how long a stream may stay silent: the server sends a
@@ -135,39 +129,23 @@ const watchSteady = 2 * time.Second
 
 // stream follows one connection until it ends; connected reports whether
 // the server accepted it.
-func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, path string) (connected bool, err error) {
+func (w *watcher) stream(ctx context.Context, ops *opsclient.Client, path string) (connected bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	base := ops.base()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	header := http.Header{"Accept": {"text/event-stream"}}
+	if w.last != "" {
+		header.Set("Last-Event-ID", w.last)
+	}
+	body, err := ops.Stream(ctx, path, header)
 	if err != nil {
 		return false, err
 	}
-	if ops.token != "" {
-		req.Header.Set("Authorization", "Bearer "+ops.token)
-	}
-	if w.last != "" {
-		req.Header.Set("Last-Event-ID", w.last)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := hc.Do(req)
-	if err != nil {
-		ops.rotate(base) // the next node of a cluster, on the next try
-		return false, &reachError{addr: ops.addr, err: err}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxOpsAnswer))
-		if transientStatus(resp.StatusCode) {
-			ops.rotate(base) // another node may know the new leader first
-		}
-		return false, newAPIError(ops.addr, resp, body, ops.token != "")
-	}
+	defer body.Close()
 	w.since, w.stopping = time.Now(), false
 	// A timer that every line pushes back cancels a stream gone silent.
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 4096), watchMaxLine)
 	var id, typ, data string
 	for sc.Scan() {
@@ -197,9 +175,9 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, ops *opsClient, p
 		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
 			return true, err
 		}
-		return true, fmt.Errorf("event stream from %s broke: %v", ops.addr, err)
+		return true, fmt.Errorf("event stream from %s broke: %v", ops.Addr(), err)
 	}
-	return true, fmt.Errorf("event stream from %s ended", ops.addr)
+	return true, fmt.Errorf("event stream from %s ended", ops.Addr())
 }
 
 // dispatch prints one event of the stream.
@@ -210,8 +188,8 @@ func (w *watcher) dispatch(id, typ, data string) {
 	switch typ {
 	case "resync":
 		var st struct {
-			Reason string    `json:"reason"`
-			Locks  []opsLock `json:"locks"`
+			Reason string           `json:"reason"`
+			Locks  []opsclient.Lock `json:"locks"`
 		}
 		json.Unmarshal([]byte(data), &st)
 		// After a change of leader the claims that came back were resumed
@@ -219,7 +197,7 @@ func (w *watcher) dispatch(id, typ, data string) {
 		// events are not in it.
 		resumed := 0
 		for _, l := range st.Locks {
-			for _, s := range append(l.holders(), l.Waiters...) {
+			for _, s := range append(l.AllHolders(), l.Waiters...) {
 				if s.ResumedFromEpoch > 0 {
 					resumed++
 				}
@@ -268,7 +246,7 @@ func (w *watcher) dispatch(id, typ, data string) {
 	}
 	var e opsEvent
 	if err := json.Unmarshal([]byte(data), &e); err != nil {
-		fmt.Fprintf(w.s.stderr, "baton watch: bad event %q: %v\n", truncateRunes(data, 200), err)
+		fmt.Fprintf(w.s.stderr, "baton watch: bad event %q: %v\n", opsclient.TruncateRunes(data, 200), err)
 		return
 	}
 	fmt.Fprintln(w.s.stdout, formatEvent(e))

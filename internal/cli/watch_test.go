@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/opsclient"
 	"github.com/batonlock/baton/ops"
 )
 
@@ -229,7 +230,7 @@ func TestWatchOutlivesAChangeOfLeader(t *testing.T) {
 // line.
 func TestResumedShown(t *testing.T) {
 	tok := uint64(3<<40 | 7)
-	s := opsSession{ID: "12", Remote: "10.0.0.5:4000", Owner: "ci", LeaseMS: 10000, Token: &tok, ResumedFromEpoch: 3}
+	s := opsclient.Session{ID: "12", Remote: "10.0.0.5:4000", Owner: "ci", LeaseMS: 10000, Token: &tok, ResumedFromEpoch: 3}
 	line := formatEvent(opsEvent{Type: "resumed", Lock: "jobs", Session: s, Replaces: "9"})
 	for _, want := range []string{"resumed", "token=3298534883335", "from_epoch=3", "replaces=9"} {
 		if !strings.Contains(line, want) {
@@ -243,7 +244,7 @@ func TestResumedShown(t *testing.T) {
 		t.Errorf("resync after a change of leader: %q, want the count of resumed claims", stderr.String())
 	}
 	var b strings.Builder
-	printLock(&b, opsLock{Name: "jobs", Holder: &s})
+	printLock(&b, opsclient.Lock{Name: "jobs", Holder: &s})
 	if !strings.Contains(b.String(), "resumed from epoch 3") {
 		t.Errorf("baton locks jobs:\n%s\nwant \"resumed from epoch 3\" on the holder's line", b.String())
 	}

@@ -15,6 +15,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/clients/go/wire"
+	"github.com/batonlock/baton/internal/runner"
 )
 
 // serveBinaryLine starts baton serve (the binary) on loopback ports and
@@ -43,8 +44,8 @@ func TestBinaryWrongPorts(t *testing.T) {
 		start := time.Now()
 		code, stdout, stderr := runBaton(t, "run", "-addr", sl.OpsAddr, "jobs/x", "--", "sh", "-c", "echo ran")
 		took := time.Since(start)
-		if code != exitUnreachable {
-			t.Errorf("exit code %d, want %d", code, exitUnreachable)
+		if code != runner.ExitUnreachable {
+			t.Errorf("exit code %d, want %d", code, runner.ExitUnreachable)
 		}
 		want := "baton run: server " + sl.OpsAddr + " is not a Baton lock port: this is Baton's ops HTTP port; the lock protocol is on " + sl.Addr + "\n"
 		if stderr != want {
@@ -85,7 +86,7 @@ func TestBinaryWrongPorts(t *testing.T) {
 		addr := strings.TrimPrefix(hs.URL, "http://")
 		code, _, stderr := runBaton(t, "run", "-addr", addr, "jobs/x", "--", "sh", "-c", "echo ran")
 		want := "baton run: server " + addr + ` is not a Baton lock port: it answered in HTTP ("HTTP/1.1 `
-		if code != exitUnreachable || !strings.HasPrefix(stderr, want) || len(lines(stderr)) != 1 {
+		if code != runner.ExitUnreachable || !strings.HasPrefix(stderr, want) || len(lines(stderr)) != 1 {
 			t.Errorf("exit code %d, stderr %q; want 78 and one line starting %q", code, stderr, want)
 		}
 	})
@@ -144,26 +145,5 @@ func TestBinaryWrongPorts(t *testing.T) {
 				t.Errorf("stderr %q, want one line starting %q", stderr, want)
 			}
 		})
-	}
-}
-
-func TestLockAddrText(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		advertised, bound, want string
-	}{
-		{"", "127.0.0.1:7070", "127.0.0.1:7070"},
-		{"", "[::1]:7070", "[::1]:7070"},
-		{"", "0.0.0.0:7070", "port 7070 of this host"},
-		{"", "[::]:7070", "port 7070 of this host"},
-		{"baton1.internal:7070", "0.0.0.0:7070", "baton1.internal:7070"},
-	} {
-		addr, err := net.ResolveTCPAddr("tcp", tt.bound)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := lockAddrText(tt.advertised, addr); got != tt.want {
-			t.Errorf("lockAddrText(%q, %s) = %q, want %q", tt.advertised, tt.bound, got, tt.want)
-		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package cli
+package supervise
 
 import (
 	"fmt"
@@ -16,11 +16,11 @@ func setParentDeathSignal(*syscall.SysProcAttr) {}
 // groupHasLiveMember trusts kill, which found the group: zombies count.
 func groupHasLiveMember(int) bool { return true }
 
-// startChild starts the command as the leader of a process group of its
+// Start starts the command as the leader of a process group of its
 // own. Without a subreaper or a parent-death signal, this is all there is
 // here: a process that leaves the group (setsid) is not stopped, and if
 // baton run is killed with SIGKILL the command runs on without the lock.
-func startChild(cmd *exec.Cmd, _ time.Duration, _ bool) (*child, error) {
+func Start(cmd *exec.Cmd, _ time.Duration, _ bool) (*Child, error) {
 	return startGroupChild(cmd)
 }
 

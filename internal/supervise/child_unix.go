@@ -1,6 +1,6 @@
 //go:build unix
 
-package cli
+package supervise
 
 import (
 	"errors"
@@ -12,16 +12,16 @@ import (
 	"time"
 )
 
-// processGroupsSupported says whether baton run can run here.
-const processGroupsSupported = true
+// Supported says whether baton run can run here.
+const Supported = true
 
-// forwardedSignals are passed on to the command's process group.
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+// ForwardedSignals are passed on to the command's process group.
+var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// refusedSignals are caught and not acted on. The default action of SIGTSTP
+// RefusedSignals are caught and not acted on. The default action of SIGTSTP
 // would stop baton run, and with it the heartbeats, while the command (in
 // a group of its own, which the terminal does not stop) runs on.
-var refusedSignals = []os.Signal{syscall.SIGTSTP}
+var RefusedSignals = []os.Signal{syscall.SIGTSTP}
 
 // platformSignalName names the signals that only Unix has, for sigName.
 func platformSignalName(sig os.Signal) string {
@@ -41,9 +41,9 @@ const commandWaitDelay = time.Second
 // empty: there is no event to wait for.
 const groupPoll = 20 * time.Millisecond
 
-// child is the command, the leader of a process group of its own, or, on
-// Linux, the watchdog that runs it (run_watchdog_linux.go).
-type child struct {
+// Child is the command, the leader of a process group of its own, or, on
+// Linux, the watchdog that runs it (watchdog_linux.go).
+type Child struct {
 	pid    int           // the command's; also its group's id
 	exited chan struct{} // closed once the command (or its watchdog) has been waited for
 	state  *os.ProcessState
@@ -60,7 +60,7 @@ type child struct {
 }
 
 // closeLifeline closes the lifeline once: the watchdog SIGKILLs the tree.
-func (c *child) closeLifeline() {
+func (c *Child) closeLifeline() {
 	c.lifelineOnce.Do(func() {
 		c.lifelineMu.Lock()
 		defer c.lifelineMu.Unlock()
@@ -71,11 +71,11 @@ func (c *child) closeLifeline() {
 
 // startGroupChild starts cmd as the leader of a new process group, so that
 // one signal reaches everything it starts, and returns once it runs.
-func startGroupChild(cmd *exec.Cmd) (*child, error) {
+func startGroupChild(cmd *exec.Cmd) (*Child, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	setParentDeathSignal(cmd.SysProcAttr)
 	cmd.WaitDelay = commandWaitDelay
-	ch := &child{exited: make(chan struct{})}
+	ch := &Child{exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// The parent-death signal is tied to the thread that forked, not
@@ -98,10 +98,10 @@ func startGroupChild(cmd *exec.Cmd) (*child, error) {
 	return ch, nil
 }
 
-// signal sends sig to the command's whole process group, or with a
+// Signal sends sig to the command's whole process group, or with a
 // watchdog to its whole tree: SIGKILL by cutting the lifeline, any other
 // signal through the watchdog, which passes it on.
-func (c *child) signal(sig os.Signal) {
+func (c *Child) Signal(sig os.Signal) {
 	s, ok := sig.(syscall.Signal)
 	switch {
 	case !ok:
@@ -114,10 +114,10 @@ func (c *child) signal(sig os.Signal) {
 	}
 }
 
-// setDeadline tells the watchdog, if there is one, that the lock holds
+// SetDeadline tells the watchdog, if there is one, that the lock holds
 // until validUntil: past it without a newer one, the watchdog stops the
-// command itself (run_watchdog_linux.go).
-func (c *child) setDeadline(validUntil time.Time) {
+// command itself (watchdog_linux.go).
+func (c *Child) SetDeadline(validUntil time.Time) {
 	if c.lifeline == nil {
 		return
 	}
@@ -128,18 +128,18 @@ func (c *child) setDeadline(validUntil time.Time) {
 	}
 }
 
-// exitCode is the command's status as a shell reports it: its exit code,
+// ExitCode is the command's status as a shell reports it: its exit code,
 // or 128+N if signal N killed it. Only after exited is closed.
-func (c *child) exitCode() int {
+func (c *Child) ExitCode() int {
 	if ws, ok := c.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
 	return c.state.ExitCode()
 }
 
-// groupAlive reports whether a process of the command's group still runs.
+// GroupAlive reports whether a process of the command's group still runs.
 // Zombies do not count: where PID 1 does not reap orphans, they stay.
-func (c *child) groupAlive() bool {
+func (c *Child) GroupAlive() bool {
 	if c.lifeline != nil {
 		// The watchdog exits only once the whole tree is gone.
 		select {
@@ -155,10 +155,10 @@ func (c *child) groupAlive() bool {
 	return groupHasLiveMember(c.pid)
 }
 
-// awaitGroup waits until no process of the group runs, or until deadline;
+// AwaitGroup waits until no process of the group runs, or until deadline;
 // false if some still run then.
-func (c *child) awaitGroup(deadline time.Time) bool {
-	for c.groupAlive() {
+func (c *Child) AwaitGroup(deadline time.Time) bool {
+	for c.GroupAlive() {
 		if !time.Now().Before(deadline) {
 			return false
 		}

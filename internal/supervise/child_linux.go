@@ -1,4 +1,4 @@
-package cli
+package supervise
 
 import (
 	"bufio"
@@ -50,10 +50,10 @@ func groupHasLiveMember(pgid int) bool {
 	return false
 }
 
-// startChild starts the command under a watchdog (run_watchdog_linux.go)
+// Start starts the command under a watchdog (watchdog_linux.go)
 // that keeps the lock's promise for the command's whole process tree, even
 // if baton run is killed with SIGKILL. It returns once the command runs.
-func startChild(cmd *exec.Cmd, grace time.Duration, verbose bool) (*child, error) {
+func Start(cmd *exec.Cmd, grace time.Duration, verbose bool) (*Child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find baton's own binary for the watchdog: %w", err)
@@ -102,7 +102,7 @@ func startChild(cmd *exec.Cmd, grace time.Duration, verbose bool) (*child, error
 		w.Wait()
 		return nil, fmt.Errorf("the watchdog did not start the command (it said %q)", line)
 	}
-	ch := &child{pid: pid, watchdog: w.Process.Pid, lifeline: lifeW, exited: make(chan struct{})}
+	ch := &Child{pid: pid, watchdog: w.Process.Pid, lifeline: lifeW, exited: make(chan struct{})}
 	go func() {
 		w.Wait() // the status is in ProcessState; ErrWaitDelay only cut copying short
 		ch.state = w.ProcessState

@@ -1,4 +1,4 @@
-package cli
+package supervise
 
 // The watchdog keeps baton run's promise for the command's whole process
 // tree, on Linux, even if baton run is killed with SIGKILL.
@@ -92,7 +92,7 @@ func RunWatchdog(args []string) int {
 	// Caught, not ignored: an ignored signal stays ignored across exec, and
 	// the command must get the default actions.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwardedSignals...)
+	signal.Notify(sigs, ForwardedSignals...)
 	signal.Notify(sigs, syscall.SIGTSTP) // refused, as by baton run
 
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{

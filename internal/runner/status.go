@@ -1,4 +1,4 @@
-package cli
+package runner
 
 import (
 	"context"
@@ -9,8 +9,9 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/batonlock/baton/internal/human"
+	"github.com/batonlock/baton/internal/opsclient"
 	"golang.org/x/term"
 )
 
@@ -59,7 +60,7 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 		p = append(p, fmt.Sprintf("position %d", w.position))
 	}
 	if withTime {
-		p = append(p, fmtAge(now.Sub(w.start)))
+		p = append(p, human.Age(now.Sub(w.start)))
 	}
 	if w.info.known && w.info.held {
 		holder := w.info.holder
@@ -82,7 +83,7 @@ func (w waitState) parts(now time.Time, withTime bool) []string {
 		case now.IsZero():
 			p = append(p, "grace until "+g.Round(time.Second).Format(time.RFC3339))
 		case left > 0:
-			p = append(p, graceText(left.Milliseconds()))
+			p = append(p, human.Grace(left.Milliseconds()))
 		}
 	}
 	return p
@@ -148,7 +149,7 @@ func (l *statusLine) show(w waitState, now time.Time) {
 		}
 		// One column short of the edge: a line that fills it would wrap on
 		// some terminals, and \r would then rewrite only the last row.
-		fmt.Fprintf(l.w, "\r%s\x1b[K", truncateRunes(l.prog+": "+w.line(now), width-1))
+		fmt.Fprintf(l.w, "\r%s\x1b[K", opsclient.TruncateRunes(l.prog+": "+w.line(now), width-1))
 		l.shown = true
 	case l.verbose:
 		if c := w.change(); c != l.logged || !l.anyLogged {
@@ -172,38 +173,13 @@ func (l *statusLine) printf(format string, args ...any) {
 	fmt.Fprintf(l.w, format+"\n", args...)
 }
 
-// truncateRunes cuts s to at most n runes.
-func truncateRunes(s string, n int) string {
-	if n < 1 {
-		n = 1
-	}
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n])
-}
-
-// fmtAge formats a duration for people: 340ms, 4.2s, 12s, 4m12s, 3h4m.
-func fmtAge(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	}
-	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
-}
-
 // roundWait is a wait as logged: milliseconds are enough.
 func roundWait(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 // pollLock asks the ops API about lock name every pollEvery, from
 // statusDelay on, and sends each answer on out (replacing one not yet
 // taken), until ctx ends.
-func pollLock(ctx context.Context, ops *opsClient, name string, out chan lockInfo) {
+func pollLock(ctx context.Context, ops *opsclient.Client, name string, out chan lockInfo) {
 	t := time.NewTimer(statusDelay)
 	defer t.Stop()
 	for {
@@ -226,27 +202,27 @@ func pollLock(ctx context.Context, ops *opsClient, name string, out chan lockInf
 }
 
 // queryLock is one GET /v1/locks/{name}.
-func queryLock(ctx context.Context, ops *opsClient, name string) lockInfo {
-	body, err := ops.do(ctx, "GET", "/v1/locks/"+url.PathEscape(name))
+func queryLock(ctx context.Context, ops *opsclient.Client, name string) lockInfo {
+	body, err := ops.Do(ctx, "GET", "/v1/locks/"+url.PathEscape(name))
 	if err != nil {
-		if ae, ok := err.(*apiError); ok && ae.status == 404 {
+		if ae, ok := err.(*opsclient.APIError); ok && ae.Status == 404 {
 			return lockInfo{known: true} // nobody holds it: the grant is near
 		}
 		return lockInfo{err: err.Error()}
 	}
-	var l opsLock
+	var l opsclient.Lock
 	if err := json.Unmarshal(body, &l); err != nil {
-		return lockInfo{err: fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.addr, err)}
+		return lockInfo{err: fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err)}
 	}
-	info := lockInfo{known: true, holders: len(l.holders())}
+	info := lockInfo{known: true, holders: len(l.AllHolders())}
 	if l.Holder != nil {
-		info.held, info.holder = true, shown(l.Holder.Owner)
+		info.held, info.holder = true, human.Escape(l.Holder.Owner)
 	}
 	if l.Limit != nil {
 		info.limit = *l.Limit
 	}
 	if l.GraceRemainingMS > 0 {
-		info.graceUntil = time.Now().Add(msDuration(l.GraceRemainingMS))
+		info.graceUntil = time.Now().Add(time.Duration(l.GraceRemainingMS) * time.Millisecond)
 	}
 	return info
 }
