@@ -2,12 +2,9 @@ package scenario
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -240,561 +237,222 @@ func (p *participant) belief() belief {
 // directory, the next one only once the cluster is healthy again), while
 // the probe names change hands all along. Then the holders release, the
 // waiters are granted in turn, and every grant is checked.
-func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (res RollingResult, err error) {
-	res = RollingResult{Nodes: len(cl.Nodes), Names: cfg.Names, Waiters: cfg.Waiters, Lease: cfg.Lease,
-		Probes: cfg.Probes, ProbeContenders: cfg.ProbeContenders, Hold: cfg.Hold}
-	logf := cfg.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
+func Rolling(ctx context.Context, cl *batonsys.Cluster, cfg RollingConfig) (RollingResult, error) {
+	r := &rollingRun{ctx: ctx, cl: cl, cfg: cfg, logf: cfg.Logf,
+		res: RollingResult{Nodes: len(cl.Nodes), Names: cfg.Names, Waiters: cfg.Waiters, Lease: cfg.Lease,
+			Probes: cfg.Probes, ProbeContenders: cfg.ProbeContenders, Hold: cfg.Hold}}
+	if r.logf == nil {
+		r.logf = func(string, ...any) {}
 	}
-	problem := func(format string, args ...any) {
-		if len(res.Problems) < 40 {
-			res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
-		}
+	err := r.run()
+	return r.res, err
+}
+
+// rollingRun is one run of the rolling scenario: the cluster, the
+// participants, and what they saw, filled in phase by phase.
+type rollingRun struct {
+	ctx  context.Context
+	cl   *batonsys.Cluster
+	cfg  RollingConfig
+	logf func(string, ...any)
+	res  RollingResult
+
+	addrs []string        // the leader's first, then the others'
+	wctx  context.Context // ends every participant's work
+	wg    sync.WaitGroup  // every goroutine of the run
+	wwg   sync.WaitGroup  // the waiters: granted, held, released
+	t0    time.Time       // the setup's start
+
+	holders []*participant
+	waiters [][]*participant // of each held name, in queue order
+
+	// The probes: every grant of their names, in the order received.
+	probeMu      sync.Mutex
+	probeGrants  []time.Time
+	byName       map[string][]time.Time // the probe grants of each name
+	probeBeliefs map[string][]belief
+	probes       []*participant
+	pwg          sync.WaitGroup
+
+	// The sampler: each holder's time left to its deadline.
+	sampMu    sync.Mutex
+	samples   []unconfirmedSample
+	lastValid []time.Time // of each holder, its last deadline seen
+	sampWG    sync.WaitGroup
+
+	restarted     map[*batonsys.Node]bool
+	stoppedLogs   []string // each step's stopped node's log, its last life
+	windows       [][2]time.Time
+	holderBeliefs []belief // at the holders' release
+}
+
+// unconfirmedSample is the longest any holder went unconfirmed, at one
+// time.
+type unconfirmedSample struct {
+	at          time.Time
+	unconfirmed time.Duration
+}
+
+// problem keeps the first few problems, for a look.
+func (r *rollingRun) problem(format string, args ...any) {
+	if len(r.res.Problems) < 40 {
+		r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, args...))
 	}
-	leader, err := cl.WaitHealthy(ctx, time.Minute)
+}
+
+// run runs the phases in order: setup, probes and sampler, the steps,
+// the release and drain, the checks. Every claim ends when it returns,
+// also after a failed step.
+func (r *rollingRun) run() error {
+	leader, err := r.cl.WaitHealthy(r.ctx, time.Minute)
 	if err != nil {
-		return res, err
+		return err
 	}
-	addrs := []string{leader.Addr}
-	for _, nd := range cl.Nodes {
+	r.addrs = []string{leader.Addr}
+	for _, nd := range r.cl.Nodes {
 		if nd != leader {
-			addrs = append(addrs, nd.Addr)
+			r.addrs = append(r.addrs, nd.Addr)
 		}
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var holders []*participant
+	wctx, cancel := context.WithCancel(r.ctx)
+	r.wctx = wctx
 	defer func() { // also after a failed step: every claim ends
 		cancel()
-		for _, h := range holders {
+		for _, h := range r.holders {
 			if h != nil {
 				h.release()
 			}
 		}
-		wg.Wait()
+		r.wg.Wait()
 	}()
 
-	// The holders, then the waiters of each name one by one: each is
-	// queued (its first WAITING) before the next is sent, so the queue's
-	// order is known.
-	t0 := time.Now()
-	holders = make([]*participant, cfg.Names)
-	waiters := make([][]*participant, cfg.Names)
+	if err := r.setup(); err != nil {
+		return err
+	}
+	pctx, stopProbes := context.WithCancel(wctx)
+	defer stopProbes()
+	if err := r.startProbes(pctx); err != nil {
+		return err
+	}
+	sctx, stopSampler := context.WithCancel(wctx)
+	defer stopSampler()
+	r.startSampler(sctx)
+
+	r.restarted = map[*batonsys.Node]bool{}
+	for i, kind := range r.cfg.Steps {
+		if err := r.step(i, kind); err != nil {
+			return err
+		}
+	}
+	stopSampler()
+	r.sampWG.Wait()
+
+	if err := r.releaseAndDrain(stopProbes); err != nil {
+		return err
+	}
+	r.checkGrants()
+	r.stepFigures()
+	return r.verdict()
+}
+
+// setup grants the holders, then queues the waiters of each name one by
+// one: each is queued (its first WAITING) before the next is sent, so the
+// queue's order is known.
+func (r *rollingRun) setup() error {
+	r.t0 = time.Now()
+	r.holders = make([]*participant, r.cfg.Names)
+	r.waiters = make([][]*participant, r.cfg.Names)
 	var setupErr error
 	var setupMu sync.Mutex
+	fail := func(err error) {
+		setupMu.Lock()
+		if setupErr == nil {
+			setupErr = err
+		}
+		setupMu.Unlock()
+	}
 	var swg sync.WaitGroup
-	var wwg sync.WaitGroup // the waiters: granted, held, released
-	for k := range cfg.Names {
+	for k := range r.cfg.Names {
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
-			fail := func(err error) {
-				setupMu.Lock()
-				if setupErr == nil {
-					setupErr = err
-				}
-				setupMu.Unlock()
-			}
-			name := fmt.Sprintf("rolling-%d", k)
-			h, err := newParticipant(addrs, cfg.Lease, name, -1, fmt.Sprintf("holder-%d", k))
-			if err != nil {
-				fail(err)
-				return
-			}
-			holders[k] = h
-			actx, acancel := context.WithTimeout(wctx, 30*time.Second)
-			_, err = h.acquire(actx, nil)
-			acancel()
-			if err != nil {
-				fail(fmt.Errorf("holder of %s: %w", name, err))
-				return
-			}
-			for j := range cfg.Waiters {
-				w, err := newParticipant(addrs, cfg.Lease, name, j, fmt.Sprintf("waiter-%d-%d", k, j))
-				if err != nil {
-					fail(err)
-					return
-				}
-				waiters[k] = append(waiters[k], w)
-				queued := make(chan struct{})
-				done := make(chan struct{})
-				wwg.Add(1)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer wwg.Done()
-					defer close(done)
-					if _, err := w.acquire(wctx, func() { close(queued) }); err != nil {
-						w.mu.Lock()
-						w.wasted = true
-						w.mu.Unlock()
-						if wctx.Err() == nil {
-							fail(fmt.Errorf("waiter %d of %s: %w", j, name, err))
-						}
-						return
-					}
-					select {
-					case <-time.After(cfg.Hold):
-					case <-wctx.Done():
-					}
-					w.release()
-				}()
-				select {
-				case <-queued:
-				case <-done:
-					return // granted at once, or failed: both show in the checks
-				case <-time.After(30 * time.Second):
-					fail(fmt.Errorf("waiter %d of %s not queued within 30 s", j, name))
-					return
-				case <-wctx.Done():
-					return
-				}
-			}
+			r.setupName(k, fail)
 		}()
 	}
 	swg.Wait()
-	res.Setup = time.Since(t0)
+	r.res.Setup = time.Since(r.t0)
 	if setupErr != nil {
-		return res, fmt.Errorf("setting up: %w", setupErr)
+		return fmt.Errorf("setting up: %w", setupErr)
 	}
-	logf("rolling: %d holders and %d waiters queued in %v", cfg.Names, cfg.Names*cfg.Waiters, res.Setup.Round(time.Millisecond))
-
-	// The probes: every grant of their names, in the order received.
-	var probeMu sync.Mutex
-	var probeGrants []time.Time
-	byName := map[string][]time.Time{} // the probe grants of each name
-	probeBeliefs := map[string][]belief{}
-	var probes []*participant
-	pctx, stopProbes := context.WithCancel(wctx)
-	defer stopProbes()
-	var pwg sync.WaitGroup
-	for k := range cfg.Probes {
-		name := fmt.Sprintf("rolling-probe-%d", k)
-		for j := range cfg.ProbeContenders {
-			p, err := newParticipant(addrs, cfg.Lease, name, -2, fmt.Sprintf("probe-%d-%d", k, j))
-			if err != nil {
-				return res, err
-			}
-			probes = append(probes, p)
-			pwg.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer pwg.Done()
-				for pctx.Err() == nil {
-					if _, err := p.acquire(pctx, nil); err != nil {
-						if pctx.Err() == nil {
-							probeMu.Lock()
-							res.ProbeErrors++
-							probeMu.Unlock()
-							problem("probe %s: %v", name, err)
-							pause(pctx, 50*time.Millisecond)
-						}
-						continue
-					}
-					g := p.belief().granted
-					probeMu.Lock()
-					probeGrants = append(probeGrants, g)
-					byName[name] = append(byName[name], g)
-					probeMu.Unlock()
-					pause(pctx, cfg.ProbeHold)
-					b := p.release()
-					probeMu.Lock()
-					probeBeliefs[name] = append(probeBeliefs[name], b)
-					probeMu.Unlock()
-				}
-			}()
-		}
-	}
-
-	// The sampler: each holder's time left to its deadline.
-	type sample struct {
-		at          time.Time
-		unconfirmed time.Duration
-	}
-	var sampMu sync.Mutex
-	var samples []sample
-	lastValid := make([]time.Time, cfg.Names)
-	sctx, stopSampler := context.WithCancel(wctx)
-	defer stopSampler()
-	var sampWG sync.WaitGroup
-	sampWG.Add(1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer sampWG.Done()
-		deadline := cfg.Lease * 4 / 5
-		for sctx.Err() == nil {
-			now := time.Now()
-			most := time.Duration(0)
-			for k, h := range holders {
-				h.mu.Lock()
-				l := h.lock
-				h.mu.Unlock()
-				if l == nil || l.Err() != nil {
-					continue
-				}
-				v := l.ValidUntil()
-				if v.IsZero() {
-					continue
-				}
-				sampMu.Lock()
-				lastValid[k] = v
-				sampMu.Unlock()
-				most = max(most, deadline-v.Sub(now))
-			}
-			sampMu.Lock()
-			samples = append(samples, sample{now, most})
-			sampMu.Unlock()
-			pause(sctx, 50*time.Millisecond)
-		}
-	}()
-
-	// The steps.
-	restarted := map[*batonsys.Node]bool{}
-	var stoppedLogs []string // each step's stopped node's log, its last life
-	var windows [][2]time.Time
-	for i, kind := range cfg.Steps {
-		leader, err := cl.WaitHealthy(ctx, time.Minute)
-		if err != nil {
-			return res, fmt.Errorf("before step %d: %w", i+1, err)
-		}
-		var nd *batonsys.Node
-		switch kind {
-		case StepFollower:
-			for _, n := range cl.Nodes {
-				if n != leader && !restarted[n] {
-					nd = n
-					break
-				}
-			}
-			if nd == nil {
-				return res, fmt.Errorf("step %d: every follower was restarted already", i+1)
-			}
-		case StepLeader, StepCrash:
-			nd = leader
-		default:
-			return res, fmt.Errorf("step %d: unknown kind %q", i+1, kind)
-		}
-		restarted[nd] = true
-		st := RollingStep{Kind: kind, Node: nd.ID}
-		start := time.Now()
-		if kind == StepCrash {
-			err = cl.Kill(nd)
-		} else {
-			err = cl.Term(nd, 30*time.Second)
-		}
-		st.Stopped = time.Since(start)
-		if err != nil {
-			cl.Start(ctx, nd)
-			return res, fmt.Errorf("step %d (%s of %s): %w", i+1, kind, nd.ID, err)
-		}
-		lastWords := nd.Log() // its log goes with the restart
-		if err := cl.Start(ctx, nd); err != nil {
-			return res, fmt.Errorf("step %d: starting %s again: %w", i+1, nd.ID, err)
-		}
-		for !cl.Member(ctx, nd) {
-			if time.Since(start) > time.Minute {
-				return res, fmt.Errorf("step %d: %s not following a leader within a minute of its restart", i+1, nd.ID)
-			}
-			if !pause(ctx, 10*time.Millisecond) {
-				return res, ctx.Err()
-			}
-		}
-		st.Member = time.Since(start)
-		newLeader, err := cl.WaitHealthy(ctx, time.Minute)
-		if err != nil {
-			return res, fmt.Errorf("step %d: %w", i+1, err)
-		}
-		st.Healthy = time.Since(start)
-		// Then until the new leader counts no claim of a planned
-		// handover's list as pending (docs/operations.md's rolling upgrade,
-		// step 4): every listed claim is back, or its time is up. Waiters
-		// spread their return over up to lease / 8.
-		for {
-			m, err := batonsys.FetchMetrics(ctx, "http://"+newLeader.OpsAddr+"/metrics")
-			if err == nil && m["baton_claims_pending"] == 0 {
-				break
-			}
-			if time.Since(start) > 2*cfg.Lease+time.Minute {
-				return res, fmt.Errorf("step %d: claims still pending on %s %v after the signal", i+1, newLeader.ID, time.Since(start).Round(time.Millisecond))
-			}
-			if !pause(ctx, 10*time.Millisecond) {
-				return res, ctx.Err()
-			}
-		}
-		st.ClaimsBack = time.Since(start)
-		// A probe grant after the signal, if there are probes, before the
-		// next step: the cluster grants again.
-		for cfg.Probes > 0 {
-			probeMu.Lock()
-			n := len(probeGrants)
-			last := time.Time{}
-			if n > 0 {
-				last = probeGrants[n-1]
-			}
-			probeMu.Unlock()
-			if last.After(start) {
-				break
-			}
-			if time.Since(start) > 2*time.Minute {
-				return res, fmt.Errorf("step %d: no probe grant within 2 minutes of the signal", i+1)
-			}
-			if !pause(ctx, 10*time.Millisecond) {
-				return res, ctx.Err()
-			}
-		}
-		if m, err := batonsys.FetchMetrics(ctx, "http://"+newLeader.OpsAddr+"/metrics"); err == nil {
-			st.Resumes, st.ResumesRefused, st.PendingLost = m["baton_resumes_total"], m["baton_resumes_refused_total"], m["baton_pending_claims_lost_total"]
-		}
-		res.Steps = append(res.Steps, st)
-		windows = append(windows, [2]time.Time{start, time.Now()})
-		stoppedLogs = append(stoppedLogs, lastWords)
-		logf("  step %d: %s %s: stopped in %v, following again after %v, cluster healthy after %v (leader %s), no claim pending after %v",
-			i+1, kind, nd.ID, st.Stopped.Round(time.Millisecond), st.Member.Round(time.Millisecond), st.Healthy.Round(time.Millisecond), newLeader.ID,
-			st.ClaimsBack.Round(time.Millisecond))
-	}
-	stopSampler()
-	sampWG.Wait()
-
-	// The holders held through every step: now they release, at once,
-	// and the waiters drain in their queue order.
-	stopProbes()
-	pwg.Wait()
-	drain := time.Now()
-	holderBeliefs := make([]belief, cfg.Names)
-	var rwg sync.WaitGroup
-	for k, h := range holders {
-		rwg.Add(1)
-		go func() { defer rwg.Done(); holderBeliefs[k] = h.release() }()
-	}
-	rwg.Wait()
-	drained := make(chan struct{})
-	go func() { wwg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-		res.Drain = time.Since(drain)
-	case <-time.After(2 * time.Minute):
-		problem("waiters not drained within 2 minutes of the holders' release")
-	case <-ctx.Done():
-		return res, ctx.Err()
-	}
-
-	// The checks.
-	var next stats.Recorder
-	defer func() { res.NextGrant = next.Summary() }()
-	for k := range cfg.Names {
-		hb := holderBeliefs[k]
-		if hb.lost != nil {
-			res.HoldersLost++
-			early := !lastValid[k].IsZero() && hb.gone.Before(lastValid[k].Add(-100*time.Millisecond))
-			if early {
-				res.LostEarly++
-			}
-			problem("holder of rolling-%d lost its claim %v after the start (before its deadline: %v): %v", k, hb.gone.Sub(t0).Round(time.Millisecond), early, hb.lost)
-		}
-		bs := []belief{hb}
-		for _, w := range waiters[k] {
-			w.mu.Lock()
-			if w.wasted {
-				res.WaitersFailed++
-			}
-			if len(w.placeLost) > 0 {
-				res.PlacesLost++
-				problem("waiter %d of rolling-%d lost its place %v after the start: %s", w.queue, k, w.placeLost[0].Sub(t0).Round(time.Millisecond), w.lostWhy[0])
-			}
-			w.mu.Unlock()
-			if b := w.belief(); !b.granted.IsZero() {
-				bs = append(bs, b)
-			}
-		}
-		slices.SortFunc(bs, func(a, b belief) int { return a.granted.Compare(b.granted) })
-		if len(bs) > 1 && bs[0].queue == -1 && bs[1].granted.After(hb.gone) {
-			next.Add(bs[1].granted.Sub(hb.gone))
-		}
-		for i, b := range bs {
-			if i > 0 && b.queue < bs[i-1].queue {
-				res.OutOfOrder++
-				problem("rolling-%d: waiter %d granted after waiter %d", k, b.queue, bs[i-1].queue)
-				break
-			}
-		}
-		res.check(fmt.Sprintf("rolling-%d", k), bs, problem)
-	}
-	for name, bs := range probeBeliefs {
-		slices.SortFunc(bs, func(a, b belief) int { return a.granted.Compare(b.granted) })
-		res.check(name, bs, problem)
-	}
-
-	// What each step saw.
-	for _, sm := range samples {
-		inStep := false
-		for _, w := range windows {
-			if !sm.at.Before(w[0]) && sm.at.Before(w[1]) {
-				inStep = true
-			}
-		}
-		if !inStep {
-			res.SteadyUnconfirmed = max(res.SteadyUnconfirmed, sm.unconfirmed)
-		}
-	}
-	if len(windows) > 0 {
-		end := windows[len(windows)-1][1]
-		for _, p := range append(append(slices.Clone(holders), probes...), flatten(waiters)...) {
-			p.mu.Lock()
-			for _, m := range p.moves {
-				if m.at.After(end) {
-					res.MovesAfter++
-				}
-			}
-			p.mu.Unlock()
-		}
-	}
-	for i := range res.Steps {
-		st := &res.Steps[i]
-		from, to := windows[i][0], windows[i][1]
-		in := func(t time.Time) bool { return !t.Before(from) && t.Before(to) }
-		for _, p := range append(append(slices.Clone(holders), probes...), flatten(waiters)...) {
-			p.mu.Lock()
-			for _, m := range p.moves {
-				if !in(m.at) {
-					continue
-				}
-				if m.m.Held {
-					st.HolderMoves++
-					st.LongestMove = max(st.LongestMove, m.m.Took)
-				} else {
-					st.WaiterMoves++
-				}
-			}
-			p.mu.Unlock()
-		}
-		for _, hb := range holderBeliefs {
-			if hb.lost != nil && in(hb.gone) {
-				st.Lost++
-			}
-		}
-		for _, w := range flatten(waiters) {
-			w.mu.Lock()
-			for _, at := range w.placeLost {
-				if in(at) {
-					st.PlacesLost++
-					break
-				}
-			}
-			w.mu.Unlock()
-		}
-		if st.Lost > 0 || st.PlacesLost > 0 {
-			logf("  step %d lost %d claims and %d places; the log of %s's life it ended, the end:\n%s", i+1, st.Lost, st.PlacesLost, st.Node, lastLines(stoppedLogs[i], 40))
-		}
-		for _, s := range samples {
-			if in(s.at) {
-				st.MostUnconfirmed = max(st.MostUnconfirmed, s.unconfirmed)
-			}
-		}
-		if cfg.Probes > 0 {
-			last := from
-			for _, g := range probeGrants {
-				if g.Before(from) {
-					continue
-				}
-				if st.FirstGrant == 0 {
-					st.FirstGrant = g.Sub(from)
-				}
-				if g.After(to) {
-					break
-				}
-				st.LongestGap = max(st.LongestGap, g.Sub(last))
-				last = g
-			}
-			for _, gs := range byName {
-				last := from
-				for _, g := range gs {
-					if g.Before(from) {
-						continue
-					}
-					if g.After(to) {
-						break
-					}
-					st.NameGap = max(st.NameGap, g.Sub(last))
-					last = g
-				}
-				st.NameGap = max(st.NameGap, to.Sub(last)) // none since
-			}
-		}
-	}
-	// Safety fails the run always; a claim or a place lost in a planned
-	// step too. A kill -9 resets the connections that had unread bytes,
-	// and a reset is a loss by the protocol's rule: counted, not failed.
-	planned := func(st RollingStep) bool { return st.Kind != StepCrash }
-	lostPlanned, placesPlanned, crashPlaces := 0, 0, 0
-	for _, st := range res.Steps {
-		if planned(st) {
-			lostPlanned += st.Lost
-			placesPlanned += st.PlacesLost
-		} else {
-			crashPlaces += st.PlacesLost
-		}
-	}
-	switch {
-	case res.Overlaps > 0 || res.TokensFell > 0 || res.WaitersFailed > 0:
-		return res, fmt.Errorf("%d overlaps, %d tokens not rising, %d waiters failed; first: %v", res.Overlaps, res.TokensFell, res.WaitersFailed, res.Problems)
-	case lostPlanned > 0 || placesPlanned > 0:
-		return res, fmt.Errorf("a planned step lost %d holders' claims and %d waiters' places; first: %v", lostPlanned, placesPlanned, res.Problems)
-	case res.OutOfOrder > res.PlacesLost:
-		return res, fmt.Errorf("%d names out of queue order, but only %d waiters lost their place; first: %v", res.OutOfOrder, res.PlacesLost, res.Problems)
-	case res.Drain == 0:
-		return res, errors.New("the waiters did not drain")
-	}
-	return res, nil
+	r.logf("rolling: %d holders and %d waiters queued in %v", r.cfg.Names, r.cfg.Names*r.cfg.Waiters, r.res.Setup.Round(time.Millisecond))
+	return nil
 }
 
-// check counts the overlaps and falling tokens of one name's beliefs,
-// sorted by grant.
-func (res *RollingResult) check(name string, bs []belief, problem func(string, ...any)) {
-	res.Grants += len(bs)
-	var last belief // the belief that ends last of those before b
-	for i, b := range bs {
-		if i > 0 && b.granted.Before(last.gone) {
-			res.Overlaps++
-			problem("%s: token %d granted %v before token %d stopped believing", name, b.token, last.gone.Sub(b.granted), last.token)
-		}
-		if i == 0 || b.gone.After(last.gone) {
-			last = b
-		}
-		if i == 0 {
-			continue
-		}
-		if prev := bs[i-1]; b.token <= prev.token {
-			res.TokensFell++
-			problem("%s: token %d granted after token %d", name, b.token, prev.token)
+// setupName grants the holder of the k-th name and queues its waiters.
+func (r *rollingRun) setupName(k int, fail func(error)) {
+	name := fmt.Sprintf("rolling-%d", k)
+	h, err := newParticipant(r.addrs, r.cfg.Lease, name, -1, fmt.Sprintf("holder-%d", k))
+	if err != nil {
+		fail(err)
+		return
+	}
+	r.holders[k] = h
+	actx, acancel := context.WithTimeout(r.wctx, 30*time.Second)
+	_, err = h.acquire(actx, nil)
+	acancel()
+	if err != nil {
+		fail(fmt.Errorf("holder of %s: %w", name, err))
+		return
+	}
+	for j := range r.cfg.Waiters {
+		if !r.queueWaiter(k, j, name, fail) {
+			return
 		}
 	}
 }
 
-func flatten(ps [][]*participant) []*participant {
-	var out []*participant
-	for _, p := range ps {
-		out = append(out, p...)
-	}
-	return out
-}
-
-// pause sleeps d, or less if ctx ends; it reports whether ctx is live.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
+// queueWaiter sends the j-th waiter of the k-th name and waits until it
+// is queued; its goroutine then holds the name once granted, for
+// cfg.Hold, and releases. It reports whether the next waiter may follow.
+func (r *rollingRun) queueWaiter(k, j int, name string, fail func(error)) bool {
+	w, err := newParticipant(r.addrs, r.cfg.Lease, name, j, fmt.Sprintf("waiter-%d-%d", k, j))
+	if err != nil {
+		fail(err)
 		return false
 	}
-}
-
-// lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+	r.waiters[k] = append(r.waiters[k], w)
+	queued := make(chan struct{})
+	done := make(chan struct{})
+	r.wwg.Add(1)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.wwg.Done()
+		defer close(done)
+		if _, err := w.acquire(r.wctx, func() { close(queued) }); err != nil {
+			w.mu.Lock()
+			w.wasted = true
+			w.mu.Unlock()
+			if r.wctx.Err() == nil {
+				fail(fmt.Errorf("waiter %d of %s: %w", j, name, err))
+			}
+			return
+		}
+		select {
+		case <-time.After(r.cfg.Hold):
+		case <-r.wctx.Done():
+		}
+		w.release()
+	}()
+	select {
+	case <-queued:
+		return true
+	case <-done:
+		return false // granted at once, or failed: both show in the checks
+	case <-time.After(30 * time.Second):
+		fail(fmt.Errorf("waiter %d of %s not queued within 30 s", j, name))
+		return false
+	case <-r.wctx.Done():
+		return false
+	}
 }
