@@ -267,6 +267,7 @@ type rollingRun struct {
 	waiters [][]*participant // of each held name, in queue order
 
 	// The probes: every grant of their names, in the order received.
+	problemsMu   sync.Mutex // problem is called from the probes' goroutines too
 	probeMu      sync.Mutex
 	probeGrants  []time.Time
 	byName       map[string][]time.Time // the probe grants of each name
@@ -295,6 +296,8 @@ type unconfirmedSample struct {
 
 // problem keeps the first few problems, for a look.
 func (r *rollingRun) problem(format string, args ...any) {
+	r.problemsMu.Lock()
+	defer r.problemsMu.Unlock()
 	if len(r.res.Problems) < 40 {
 		r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, args...))
 	}
