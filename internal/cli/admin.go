@@ -395,9 +395,9 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 		switch name, others := sessionLock(ctx, ops, id); {
 		case name != "" && others > 0:
 			return fmt.Sprintf("session %s holds lock %s with %s and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
-				id, human.Escape(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
+				id, human.Escape(name), human.Plural(others, "other holder", "other holders"), id, human.ShellQuote(name))
 		case name != "":
-			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, human.Escape(name), shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, human.Escape(name), human.ShellQuote(name))
 		}
 		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
 	})

@@ -9,20 +9,6 @@ import (
 	"github.com/batonlock/baton/internal/opsclient"
 )
 
-// TestShellQuoteHidden: a name printed for pasting into a shell comes back as
-// itself, with hidden runes as $'...' escapes.
-func TestShellQuoteHidden(t *testing.T) {
-	for _, tt := range []struct{ in, want string }{
-		{"jobs/nightly", "jobs/nightly"},
-		{"it's", `'it'\''s'`},
-		{"bidi\u202eX's\\", `$'bidi\u202EX\'s\\'`},
-	} {
-		if got := shellQuote(tt.in); got != tt.want {
-			t.Errorf("shellQuote(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestPrintLocksShowsNoHiddenRunes: baton locks' table, fed an answer
 // whose names and owners carry a right-to-left override and C1 controls,
 // prints none of them raw.

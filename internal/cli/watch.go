@@ -257,7 +257,7 @@ func (w *watcher) dispatch(id, typ, data string) {
 func formatEvent(e opsEvent) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s  %-14s %s  owner=%s session=%s",
-		e.At.Local().Format("2006-01-02 15:04:05.000"), e.Type, shellQuote(e.Lock), shellQuote(e.Session.Owner), e.Session.ID)
+		e.At.Local().Format("2006-01-02 15:04:05.000"), e.Type, human.ShellQuote(e.Lock), human.ShellQuote(e.Session.Owner), e.Session.ID)
 	if e.Session.Token != nil {
 		fmt.Fprintf(&b, " token=%d", *e.Session.Token)
 	}
