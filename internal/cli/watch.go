@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/opsview"
 )
 
 const (
@@ -22,17 +23,6 @@ const (
 	// watchMaxLine caps one line of the event stream.
 	watchMaxLine = 1 << 20
 )
-
-// opsEvent is docs/operations.md's EVENT.
-type opsEvent struct {
-	Seq     uint64            `json:"seq"`
-	At      time.Time         `json:"at"`
-	Type    string            `json:"type"`
-	Lock    string            `json:"lock"`
-	Session opsclient.Session `json:"session"`
-	// Replaces, for a resumed event, is the session the claim left.
-	Replaces string `json:"replaces"`
-}
 
 func watchCommand() *command {
 	return &command{
@@ -244,35 +234,10 @@ func (w *watcher) dispatch(id, typ, data string) {
 		fmt.Fprintln(w.s.stdout, data)
 		return
 	}
-	var e opsEvent
+	var e opsclient.Event
 	if err := json.Unmarshal([]byte(data), &e); err != nil {
 		fmt.Fprintf(w.s.stderr, "baton watch: bad event %q: %v\n", opsclient.TruncateRunes(data, 200), err)
 		return
 	}
-	fmt.Fprintln(w.s.stdout, formatEvent(e))
-}
-
-// formatEvent is one readable line: time, type, lock, owner, session, and
-// the token of a holder.
-func formatEvent(e opsEvent) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-14s %s  owner=%s session=%s",
-		e.At.Local().Format("2006-01-02 15:04:05.000"), e.Type, human.ShellQuote(e.Lock), human.ShellQuote(e.Session.Owner), e.Session.ID)
-	if e.Session.Token != nil {
-		fmt.Fprintf(&b, " token=%d", *e.Session.Token)
-	}
-	switch {
-	case e.Type == "granted" && e.Session.SinceMS > 0:
-		fmt.Fprintf(&b, " waited=%v", time.Duration(e.Session.SinceMS)*time.Millisecond)
-	case e.Type != "granted" && e.Type != "queued" && e.Session.Token != nil:
-		fmt.Fprintf(&b, " held=%v", time.Duration(e.Session.SinceMS)*time.Millisecond)
-	}
-	if e.Type == "resumed" {
-		fmt.Fprintf(&b, " from_epoch=%d", e.Session.ResumedFromEpoch)
-		if e.Replaces != "" {
-			fmt.Fprintf(&b, " replaces=%s", e.Replaces)
-		}
-	}
-	fmt.Fprintf(&b, " remote=%s", e.Session.Remote)
-	return b.String()
+	fmt.Fprintln(w.s.stdout, opsview.Event(e))
 }
