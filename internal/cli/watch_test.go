@@ -223,14 +223,3 @@ func TestWatchOutlivesAChangeOfLeader(t *testing.T) {
 		t.Errorf("stderr says %d times that no leader is known, want 3:\n%s", n, stderr.String())
 	}
 }
-
-// TestResyncCountsResumed: the resync that follows a change of leader
-// says how many of the claims it lists were resumed.
-func TestResyncCountsResumed(t *testing.T) {
-	var stderr syncBuffer
-	w := &watcher{s: &sys{stdout: io.Discard, stderr: &stderr}}
-	w.dispatch("", "resync", `{"reason":"another run","locks":[{"name":"jobs","holder":{"id":"12","resumed_from_epoch":3},"waiters":[{"id":"13","resumed_from_epoch":3},{"id":"14"}]}]}`)
-	if !strings.Contains(stderr.String(), "1 locks are held or waited for now, 2 claims among them resumed") {
-		t.Errorf("resync after a change of leader: %q, want the count of resumed claims", stderr.String())
-	}
-}
