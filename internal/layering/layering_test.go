@@ -40,6 +40,7 @@ var allowed = map[string][]string{
 	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
 	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
 	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"internal/servesec":       {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // baton serve's listener security: TLS, access rules, their reload
 	"internal/cli":            {"*"},
 	"internal/runner":         {"clients/go", "clients/go/wire", "clients/go/clock", "internal/human", "internal/hidden", "internal/opsclient", "internal/supervise"}, // the lock side of baton run, lock and elect
 	"cmd/baton":               {"*"},
