@@ -14,6 +14,7 @@ import (
 	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
 	"github.com/batonlock/baton/internal/opsview"
+	"github.com/batonlock/baton/internal/tokenfile"
 )
 
 // Exit codes of the operator commands, besides exitOK, exitFailure (any
@@ -356,7 +357,7 @@ func adminFailed(s *sys, cmd string, err error) int {
 // $BATON_ADMIN_TOKEN; "" if neither.
 func adminToken(s *sys, file string) (string, error) {
 	if file != "" {
-		return readAdminToken(file)
+		return tokenfile.Read(file)
 	}
 	tok, _ := s.lookupEnv(adminEnv)
 	return strings.TrimSpace(tok), nil

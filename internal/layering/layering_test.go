@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"internal/testcerts":      {},
 	"internal/hidden":         {},                                                                                                 // the one rule of hidden characters, for the CLI and the dashboard
 	"internal/netaddr":        {},                                                                                                 // the one rule of "this machine's address"
+	"internal/tokenfile":      {},                                                                                                 // the admin token's file, for the server and the operator commands
 	"internal/human":          {"internal/hidden"},                                                                                // the command line's text for people
 	"internal/sniff":          {"clients/go/wire"},                                                                                // a lock client on the ops port, told where to go
 	"internal/opsclient":      {"clients/go/wire"},                                                                                // the ops API's client: never the server's packages
@@ -65,7 +66,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true, "internal/human": true, "internal/netaddr": true, "internal/sniff": true, "internal/opsclient": true, "internal/opsview": true, "internal/watch": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true, "internal/human": true, "internal/netaddr": true, "internal/sniff": true, "internal/opsclient": true, "internal/opsview": true, "internal/watch": true, "internal/tokenfile": true}
 	stdOrSys = map[string]bool{"clients/go": true, "internal/supervise": true}
 )
 
