@@ -6,16 +6,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/batonlock/baton/internal/human"
 	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/opsview"
+	"github.com/batonlock/baton/internal/tokenfile"
 )
 
 // Exit codes of the operator commands, besides exitOK, exitFailure (any
@@ -204,107 +203,22 @@ func runLocks(ctx context.Context, s *sys, c *command, args []string) int {
 		if err := json.Unmarshal(body, &l); err != nil {
 			return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err))
 		}
-		printGrace(s.stdout, l.GraceRemainingMS)
-		printLock(s.stdout, l)
+		opsview.Grace(s.stdout, l.GraceRemainingMS)
+		opsview.Lock(s.stdout, l)
 		return exitOK
 	}
 	var ls opsclient.Locks
 	if err := json.Unmarshal(body, &ls); err != nil {
 		return failure(s, c.name, fmt.Sprintf("the ops API at %s sent bad JSON: %v", ops.Addr(), err))
 	}
-	printGrace(s.stdout, ls.GraceRemainingMS)
+	opsview.Grace(s.stdout, ls.GraceRemainingMS)
 	if len(ls.Locks) == 0 {
 		fmt.Fprintln(s.stderr, "baton locks: no lock is held or waited for")
 		return exitOK
 	}
-	printLocks(s.stdout, ls.Locks)
+	opsview.Locks(s.stdout, ls.Locks)
 	return exitOK
 }
-
-// printGrace says why waiters wait with nobody holding: the server's
-// grace (a crash grace, or a new leader's failover grace) grants nothing.
-func printGrace(w io.Writer, ms int64) {
-	if ms > 0 {
-		fmt.Fprintf(w, "%s (the server grants no lock until then: the holders of before the restart or failover may still be running)\n", human.Grace(ms))
-	}
-}
-
-// printLocks writes the table of baton locks: a row per holder (a lock
-// that only has waiters gets one row without a holder), each with its
-// lock's slots and waiters.
-func printLocks(w io.Writer, locks []opsclient.Lock) {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tSESSION\tKIND\tTOKEN\tHELD FOR\tSLOTS\tWAITERS")
-	for _, l := range locks {
-		holders := l.AllHolders()
-		if len(holders) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\t%d\n", human.Escape(l.Name), slots(l), len(l.Waiters))
-		}
-		for _, h := range holders {
-			token := "-"
-			if h.Token != nil {
-				token = strconv.FormatUint(*h.Token, 10)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", human.Escape(l.Name), ownerText(h.Owner), h.ID, kind(h),
-				token, human.Age(msDuration(h.SinceMS)), slots(l), len(l.Waiters))
-		}
-	}
-	tw.Flush()
-}
-
-// printLock writes one lock, a line on each holder, and its queue.
-func printLock(w io.Writer, l opsclient.Lock) {
-	printLocks(w, []opsclient.Lock{l})
-	for _, h := range l.AllHolders() {
-		resumed := ""
-		if h.ResumedFromEpoch > 0 {
-			resumed = fmt.Sprintf(", resumed from epoch %d", h.ResumedFromEpoch)
-		}
-		fmt.Fprintf(w, "holder: session %s from %s, lease %v, last heard %v ago%s\n",
-			h.ID, h.Remote, msDuration(h.LeaseMS), human.Age(msDuration(h.SilentMS)), resumed)
-	}
-	if l.Limit != nil {
-		fmt.Fprintf(w, "limit: %d shared claims at once, set by the name's shared sessions\n", *l.Limit)
-	}
-	if len(l.Waiters) == 0 {
-		return
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tSESSION\tOWNER\tKIND\tWAITED\tLEASE\tREMOTE")
-	for i, s := range l.Waiters {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\n", i+1, s.ID, ownerText(s.Owner), kind(s), human.Age(msDuration(s.SinceMS)), msDuration(s.LeaseMS), s.Remote)
-	}
-	tw.Flush()
-}
-
-// slots is "in use/limit": the holders against the limit in force for
-// shared claims, or against 1 when the name has no shared session (an
-// exclusive claim holds it alone, as a semaphore of 1).
-func slots(l opsclient.Lock) string {
-	limit := 1
-	if l.Limit != nil {
-		limit = *l.Limit
-	}
-	return fmt.Sprintf("%d/%d", len(l.AllHolders()), limit)
-}
-
-// kind names a session's claim.
-func kind(s opsclient.Session) string {
-	if s.Shared {
-		return "shared"
-	}
-	return "exclusive"
-}
-
-func ownerText(owner string) string {
-	if owner == "" {
-		return "-"
-	}
-	return human.Escape(owner)
-}
-
-func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	o, name, ops, code, ok := parseAdmin(s, c, args, "lock name", true)
@@ -329,7 +243,7 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	}
 	if !o.json && json.Unmarshal(body, &several) == nil && len(several.Released) > 0 {
 		for _, sv := range several.Released {
-			printReleased(s, name, sv)
+			opsview.Released(s.stdout, name, sv)
 		}
 		return exitOK
 	}
@@ -337,7 +251,7 @@ func runRelease(ctx context.Context, s *sys, c *command, args []string) int {
 	if done {
 		return code
 	}
-	printReleased(s, name, sv)
+	opsview.Released(s.stdout, name, sv)
 	return exitOK
 }
 
@@ -349,7 +263,7 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 	}
 	// The answer does not name the lock: it is looked up first, for the
 	// summary line only.
-	name, _ := sessionLock(ctx, ops, id)
+	name, _ := ops.SessionLock(ctx, id)
 	sv, code, done := postSession(ctx, s, c, o, ops, id, "release", func() string {
 		if name == "" {
 			return fmt.Sprintf("session %s waits for its lock and holds nothing; remove it from the queue with 'baton kick %s'", id, id)
@@ -359,28 +273,10 @@ func releaseSession(ctx context.Context, s *sys, c *command, o adminOptions, ops
 	if done {
 		return code
 	}
-	if name == "" {
-		// Gone from the listing before it could be read: said without it.
-		fmt.Fprintf(s.stdout, "released session %s (owner %s, token %s, held for %s)\n",
-			sv.ID, ownerText(sv.Owner), tokenText(sv), human.Age(msDuration(sv.SinceMS)))
-		return exitOK
-	}
-	printReleased(s, name, sv)
+	// A name gone from the listing before it could be read is said
+	// without it.
+	opsview.Released(s.stdout, name, sv)
 	return exitOK
-}
-
-// printReleased is the summary line of holder sv's force-release of name.
-func printReleased(s *sys, name string, sv opsclient.Session) {
-	fmt.Fprintf(s.stdout, "released %s: took it from session %s (owner %s, token %s, held for %s)\n",
-		human.Escape(name), sv.ID, ownerText(sv.Owner), tokenText(sv), human.Age(msDuration(sv.SinceMS)))
-}
-
-// tokenText is a holder's token, or "?" if the answer has none.
-func tokenText(sv opsclient.Session) string {
-	if sv.Token == nil {
-		return "?"
-	}
-	return strconv.FormatUint(*sv.Token, 10)
 }
 
 func runKick(ctx context.Context, s *sys, c *command, args []string) int {
@@ -392,19 +288,19 @@ func runKick(ctx context.Context, s *sys, c *command, args []string) int {
 		return code
 	}
 	sv, code, done := postSession(ctx, s, c, o, ops, id, "kick", func() string {
-		switch name, others := sessionLock(ctx, ops, id); {
+		switch name, others := ops.SessionLock(ctx, id); {
 		case name != "" && others > 0:
 			return fmt.Sprintf("session %s holds lock %s with %s and cannot be kicked; use 'baton release -session %s' (this holder) or 'baton release %s' (every holder)",
-				id, human.Escape(name), plural(others, "other holder", "other holders"), id, shellQuote(name))
+				id, human.Escape(name), human.Plural(others, "other holder", "other holders"), id, human.ShellQuote(name))
 		case name != "":
-			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, human.Escape(name), shellQuote(name))
+			return fmt.Sprintf("session %s holds lock %s and cannot be kicked; use 'baton release %s'", id, human.Escape(name), human.ShellQuote(name))
 		}
 		return fmt.Sprintf("session %s holds its lock and cannot be kicked; use 'baton release -session %s'", id, id)
 	})
 	if done {
 		return code
 	}
-	fmt.Fprintf(s.stdout, "kicked session %s (owner %s, waited %s)\n", sv.ID, ownerText(sv.Owner), human.Age(msDuration(sv.SinceMS)))
+	opsview.Kicked(s.stdout, sv)
 	return exitOK
 }
 
@@ -447,33 +343,6 @@ func sessionAnswer(s *sys, c *command, ops *opsclient.Client, asJSON bool, body 
 	return sv, 0, false
 }
 
-// sessionLock is the name of the lock that session id holds or waits for,
-// and how many other sessions hold it; "" if none is found.
-func sessionLock(ctx context.Context, ops *opsclient.Client, id string) (name string, otherHolders int) {
-	body, err := ops.Do(ctx, http.MethodGet, "/v1/locks")
-	if err != nil {
-		return "", 0
-	}
-	var ls opsclient.Locks
-	if json.Unmarshal(body, &ls) != nil {
-		return "", 0
-	}
-	for _, l := range ls.Locks {
-		holders := l.AllHolders()
-		for _, h := range holders {
-			if h.ID == id {
-				return l.Name, len(holders) - 1
-			}
-		}
-		for _, w := range l.Waiters {
-			if w.ID == id {
-				return l.Name, len(holders)
-			}
-		}
-	}
-	return "", 0
-}
-
 // adminFailed prints a failed request and returns its exit code.
 func adminFailed(s *sys, cmd string, err error) int {
 	var ae *opsclient.APIError
@@ -488,7 +357,7 @@ func adminFailed(s *sys, cmd string, err error) int {
 // $BATON_ADMIN_TOKEN; "" if neither.
 func adminToken(s *sys, file string) (string, error) {
 	if file != "" {
-		return readAdminToken(file)
+		return tokenfile.Read(file)
 	}
 	tok, _ := s.lookupEnv(adminEnv)
 	return strings.TrimSpace(tok), nil

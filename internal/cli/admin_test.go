@@ -16,6 +16,7 @@ import (
 
 	baton "github.com/batonlock/baton/clients/go"
 	"github.com/batonlock/baton/internal/batontest"
+	"github.com/batonlock/baton/internal/human"
 )
 
 // runAdmin runs the binary with BATON_ADMIN_TOKEN=token ("" for none).
@@ -148,7 +149,7 @@ func TestAdminCommands(t *testing.T) {
 
 	t.Run("kick holder", func(t *testing.T) {
 		code, _, stderr := runAdmin(t, token, "kick", holderID, ops)
-		want := "baton kick: session " + holderID + " holds lock " + name + " and cannot be kicked; use 'baton release " + shellQuote(name) + "'\n"
+		want := "baton kick: session " + holderID + " holds lock " + name + " and cannot be kicked; use 'baton release " + human.ShellQuote(name) + "'\n"
 		if code != exitFailure || stderr != want {
 			t.Errorf("exit code %d, stderr %q; want 1, %q", code, stderr, want)
 		}

@@ -8,47 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"text/tabwriter"
 	"time"
 
 	"github.com/batonlock/baton/internal/opsclient"
+	"github.com/batonlock/baton/internal/opsview"
 )
-
-// opsCluster is GET /v1/cluster (docs/operations.md, CLUSTER).
-type opsCluster struct {
-	NodeID string `json:"node_id"`
-	Role   string `json:"role"`
-	Leader *struct {
-		ID      string `json:"id"`
-		Addr    string `json:"addr"`
-		OpsAddr string `json:"ops_addr"`
-	} `json:"leader"`
-	Term             uint64             `json:"term"`
-	Epoch            uint64             `json:"epoch"`
-	LeaseBoundMS     int64              `json:"lease_bound_ms"`
-	GraceRemainingMS int64              `json:"grace_remaining_ms"`
-	Resumable        *bool              `json:"resumable"`
-	Members          []opsClusterMember `json:"members"`
-	Healthy          *bool              `json:"healthy"`
-	VotersHealthy    *int               `json:"voters_healthy"`
-	FailureTolerance *int               `json:"failure_tolerance"`
-}
-
-// opsClusterMember is one member of CLUSTER.
-type opsClusterMember struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	Voter    bool   `json:"voter"`
-	Role     string `json:"role"`
-	Health   *struct {
-		Reachable     bool   `json:"reachable"`
-		LastContactMs *int64 `json:"last_contact_ms"`
-		Failures      uint64 `json:"failures"`
-		IndexLag      uint64 `json:"index_lag"`
-		Healthy       bool   `json:"healthy"`
-		SinceMs       int64  `json:"since_ms"`
-	} `json:"health"`
-}
 
 func clusterCommand() *command {
 	return &command{
@@ -134,7 +98,7 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 		}
 		return exitOK
 	}
-	var v opsCluster
+	var v opsclient.Cluster
 	if err := json.Unmarshal(answer, &v); err != nil {
 		return failure(s, c.name, fmt.Sprintf("unexpected answer from %s: %v", o.opsAddr, err))
 	}
@@ -148,18 +112,15 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 	// question on.
 	health := v
 	if v.Role != "leader" && v.Role != "standalone" && v.Leader != nil {
-		if b, err := ops.Send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
-			var lv opsCluster
-			if json.Unmarshal(b, &lv) == nil && lv.Healthy != nil {
-				health = lv
-			}
+		if lv, ok := ops.LeaderView(ctx); ok {
+			health = lv
 		}
 	}
 	if len(pos) > 0 && pos[0] == "add" {
-		health = awaitNewMember(ctx, ops, pos[1], health)
+		health = ops.AwaitMember(ctx, pos[1], health, newMemberWait)
 		warnSilentMember(s, pos[1], pos[2], health)
 	}
-	printCluster(s, v, health)
+	opsview.Cluster(s.stdout, v, health)
 	return exitOK
 }
 
@@ -167,121 +128,15 @@ func runCluster(ctx context.Context, s *sys, c *command, args []string) int {
 // first answer to the leader before it says that none came.
 const newMemberWait = 5 * time.Second
 
-// awaitNewMember asks the leader's view until member id has answered the
-// leader, for at most newMemberWait, and returns the last view.
-func awaitNewMember(ctx context.Context, ops *opsclient.Client, id string, last opsCluster) opsCluster {
-	deadline := time.Now().Add(newMemberWait)
-	for {
-		if m := memberOf(last, id); m != nil && m.Health != nil && m.Health.LastContactMs != nil {
-			return last
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return last
-		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(250 * time.Millisecond):
-		}
-		if b, err := ops.Send(ctx, http.MethodGet, "/v1/cluster?view=leader", nil); err == nil {
-			var lv opsCluster
-			if json.Unmarshal(b, &lv) == nil && lv.Healthy != nil {
-				last = lv
-			}
-		}
-	}
-}
-
 // warnSilentMember says, after an add, that the new member has not
 // answered the leader: nothing listens at its address yet, or it is not
 // a baton serve -join of this cluster. The cluster then counts it
 // unhealthy, and a majority needs it.
-func warnSilentMember(s *sys, id, raftAddr string, health opsCluster) {
-	m := memberOf(health, id)
-	if m != nil && m.Health != nil && m.Health.LastContactMs != nil {
+func warnSilentMember(s *sys, id, raftAddr string, health opsclient.Cluster) {
+	if health.Answered(id) {
 		return
 	}
 	fmt.Fprintf(s.stderr, "baton cluster: warning: %s at %s has not answered the leader within %v: start it there with baton serve -join "+
 		"(and this cluster's -peers), or remove it (baton cluster remove %s); until it answers it counts against the quorum\n",
 		id, raftAddr, newMemberWait, id)
-}
-
-// memberOf is member id of v, or nil.
-func memberOf(v opsCluster, id string) *opsClusterMember {
-	for i := range v.Members {
-		if v.Members[i].ID == id {
-			return &v.Members[i]
-		}
-	}
-	return nil
-}
-
-func printCluster(s *sys, v, health opsCluster) {
-	if v.Role == "standalone" {
-		fmt.Fprintln(s.stdout, "standalone server: not a cluster node")
-		return
-	}
-	leader := "none known"
-	if v.Leader != nil {
-		leader = fmt.Sprintf("%s (client %s, ops %s)", v.Leader.ID, v.Leader.Addr, v.Leader.OpsAddr)
-	}
-	// The grace is the leader's: a follower serves nothing, and its own
-	// is none. The leader's view is asked for whenever a leader is known.
-	grace := "grace remaining " + msDuration(health.GraceRemainingMS).String()
-	switch {
-	case health.Healthy == nil && v.Role != "leader":
-		grace = "grace unknown (no leader answered)"
-	case v.Role != "leader":
-		grace += " (the leader's)"
-	}
-	fmt.Fprintf(s.stdout, "node %s: %s; leader %s; term %d, epoch %d, lease bound %s, %s\n",
-		v.NodeID, v.Role, leader, v.Term, v.Epoch, msDuration(v.LeaseBoundMS), grace)
-	if health.Healthy != nil && health.VotersHealthy != nil && health.FailureTolerance != nil {
-		state := "healthy"
-		if !*health.Healthy {
-			state = "UNHEALTHY"
-		}
-		voters := 0
-		for _, m := range health.Members {
-			if m.Voter {
-				voters++
-			}
-		}
-		fmt.Fprintf(s.stdout, "cluster %s: %d of %d voters healthy; it can lose %d more\n", state, *health.VotersHealthy, voters, max(*health.FailureTolerance, 0))
-	} else {
-		fmt.Fprintln(s.stdout, "member health unknown: no leader answered")
-	}
-	if health.Resumable != nil && health.Role == "leader" {
-		if *health.Resumable {
-			fmt.Fprintln(s.stdout, "claims of protocol version 3 survive a change of leader")
-		} else {
-			fmt.Fprintln(s.stdout, "claims made now do NOT survive a change of leader: a voter has not recorded that it speaks protocol version 3 (an upgrade under way, or a new cluster's first second)")
-		}
-	}
-	tw := tabwriter.NewWriter(s.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tVOTER\tROLE\tHEALTH\tFOR\tLAST CONTACT\tLOG LAG")
-	for _, m := range health.Members {
-		state, since, contact, lag := "unknown", "-", "-", "-"
-		if h := m.Health; h != nil {
-			state = "healthy"
-			if !h.Healthy {
-				state = "UNHEALTHY"
-				if !h.Reachable {
-					state = "UNREACHABLE"
-				}
-			}
-			since = msDuration(h.SinceMs).Round(time.Second).String()
-			switch {
-			case m.Role == "leader":
-				contact = "-"
-			case h.LastContactMs == nil:
-				contact = "never"
-			default:
-				contact = msDuration(*h.LastContactMs).String() + " ago"
-			}
-			lag = fmt.Sprint(h.IndexLag)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, m.Voter, m.Role, state, since, contact, lag)
-	}
-	tw.Flush()
 }

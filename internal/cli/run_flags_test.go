@@ -262,17 +262,3 @@ func TestRunHelp(t *testing.T) {
 		}
 	}
 }
-
-func TestShellQuote(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"jobs/nightly": "jobs/nightly",
-		"a b":          "'a b'",
-		"it's":         `'it'\''s'`,
-		"":             "''",
-	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

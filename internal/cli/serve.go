@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"runtime"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonlock/baton/internal/netaddr"
+	"github.com/batonlock/baton/internal/tokenfile"
 	"github.com/batonlock/baton/server"
 )
 
@@ -314,66 +312,14 @@ func checkAddr(flagName, addr string) error {
 	return nil
 }
 
-// readAdminToken reads the bearer token from file, without the whitespace
-// around it.
-func readAdminToken(file string) (string, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("admin-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("admin-token-file %s is empty", file)
-	}
-	return tok, nil
-}
+// start's names for internal/tokenfile's.
+var (
+	readServerToken  = tokenfile.ReadServer
+	distinctRunes    = tokenfile.Distinct
+	othersMayReplace = tokenfile.OthersMayReplace
+)
 
-// minAdminTokenLen is the fewest characters the server's admin token may
-// have: 32 random characters (openssl rand -hex 16 and longer) cannot be
-// guessed through the ops API, a short word can.
-const minAdminTokenLen = 32
-
-// minTokenDistinct is the fewest different characters an admin token has
-// without a warning: 32 random hex digits have about 14, one repeated
-// character or a word typed over and over has a handful.
-const minTokenDistinct = 8
-
-// distinctRunes counts the different characters of s.
-func distinctRunes(s string) int {
-	seen := map[rune]bool{}
-	for _, r := range s {
-		seen[r] = true
-	}
-	return len(seen)
-}
-
-// othersMayReplace reports whether users other than dir's owner may
-// replace the files in it: it is writable by group or others, and not
-// sticky (as /tmp is, where only a file's owner may replace it).
-func othersMayReplace(dir string) bool {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return false
-	}
-	return fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0
-}
-
-// readServerToken reads the server's admin token from file (see
-// readAdminToken) and refuses one shorter than minAdminTokenLen.
-// perm is the file's permission bits, for the warning (once the logger
-// exists) when users other than its owner may read or write it.
-func readServerToken(file string) (tok string, perm os.FileMode, err error) {
-	if tok, err = readAdminToken(file); err != nil {
-		return "", 0, err
-	}
-	if n := utf8.RuneCountInString(tok); n < minAdminTokenLen {
-		return "", 0, fmt.Errorf("admin-token-file %s holds a token of %d characters; it must have at least %d (make one with: openssl rand -hex 32)", file, n, minAdminTokenLen)
-	}
-	if fi, err := os.Stat(file); err == nil {
-		perm = fi.Mode().Perm()
-	}
-	return tok, perm, nil
-}
+const minTokenDistinct = tokenfile.MinDistinct
 
 func newLogger(s *sys, format, level string) *slog.Logger {
 	var lv slog.Level

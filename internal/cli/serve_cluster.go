@@ -239,8 +239,8 @@ func (s *security) proxyTransport(node *cluster.Node) (http.RoundTripper, bool) 
 	if cert, _ := s.o.opsFiles(); cert == "" {
 		return nil, false
 	}
-	var client *tls.Config
-	s.forward, client = node.ForwardTLS(ops.ForwardProtocol)
+	forward, client := node.ForwardTLS(ops.ForwardProtocol)
+	s.SetForward(ops.ForwardProtocol, forward)
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = client
 	t.ForceAttemptHTTP2 = false // the channel speaks HTTP/1.1 (the leader offers nothing else on it)

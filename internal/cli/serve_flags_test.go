@@ -196,32 +196,6 @@ func TestOpsConnLimit(t *testing.T) {
 	}
 }
 
-func TestReadAdminToken(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	tok, err := readAdminToken(write("token", "  s3cret\n\n"))
-	if err != nil || tok != "s3cret" {
-		t.Errorf("readAdminToken = %q, %v; want \"s3cret\", nil", tok, err)
-	}
-	for _, tt := range []struct{ name, file, want string }{
-		{"missing", filepath.Join(dir, "missing"), "no such file or directory"},
-		{"empty", write("empty", ""), "is empty"},
-		{"blank", write("blank", " \n\t\n"), "is empty"},
-		{"directory", dir, "admin-token-file"},
-	} {
-		if _, err := readAdminToken(tt.file); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: readAdminToken error %v, want one with %q", tt.name, err, tt.want)
-		}
-	}
-}
-
 // TestMaxLeaseDefaults: -max-lease has no default cap on a standalone
 // server and a one-minute one in a cluster; an explicit value (0: none)
 // wins in both, from the flag or BATON_MAX_LEASE.

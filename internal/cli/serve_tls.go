@@ -1,15 +1,13 @@
 package cli
 
 import (
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 
-	"github.com/batonlock/baton/ops"
+	"github.com/batonlock/baton/internal/servesec"
 	"github.com/batonlock/baton/server"
 )
 
@@ -87,146 +85,38 @@ func (o *securityOptions) check() error {
 
 func (o *securityOptions) acl() bool { return o.aclFile != "" }
 
-// security is what start loaded for the flags: the reloadable TLS
-// configurations and the access rules.
+// files are the files the flags name, the ops listener's as it serves
+// them.
+func (o *securityOptions) files() servesec.Files {
+	opsCert, opsKey := o.opsFiles()
+	return servesec.Files{Cert: o.tlsCert, Key: o.tlsKey, ClientCA: o.tlsClientCA,
+		OpsCert: opsCert, OpsKey: opsKey, OpsCA: o.opsTLSClientCA, ACL: o.aclFile}
+}
+
+// security is what start loaded for the flags (internal/servesec), with
+// what start reads of it.
 type security struct {
+	*servesec.State
 	o        *securityOptions
 	protoTLS *server.TLSReloader // nil: plain TCP
-	opsTLS   *server.TLSReloader // nil: plain HTTP
-	acl      *server.ACL
-	// forward is the leader's side of the channel on which followers send
-	// ops requests on (proxyTransport); nil outside a cluster over TLS.
-	forward *tls.Config
+	acl      *server.ACL         // the rules at start; SIGHUP replaces them in the server
 }
 
 // loadSecurity reads every file the flags name. Its errors name the flag.
 func loadSecurity(o *securityOptions) (*security, error) {
-	sec := &security{o: o}
-	var err error
-	if o.tlsCert != "" {
-		if sec.protoTLS, err = newReloader("tls", o.tlsCert, o.tlsKey, o.tlsClientCA, false); err != nil {
-			return nil, err
-		}
-	}
-	if cert, key := o.opsFiles(); cert != "" {
-		if sec.opsTLS, err = newReloader("ops-tls", cert, key, o.opsTLSClientCA, true); err != nil {
-			return nil, err
-		}
-	}
-	if o.acl() {
-		if sec.acl, err = sec.loadACL(); err != nil {
-			return nil, err
-		}
-	}
-	return sec, nil
-}
-
-// newReloader loads one listener's files; prefix is the flags' ("tls",
-// "ops-tls").
-func newReloader(prefix, cert, key, clientCA string, optional bool) (*server.TLSReloader, error) {
-	if clientCA != "" {
-		// Checked alone first, so that its error names its own flag.
-		if _, err := server.LoadCertPool(clientCA); err != nil {
-			return nil, fmt.Errorf("%s-client-ca: %w", prefix, err)
-		}
-	}
-	rl, err := server.NewTLSReloader(server.TLSFiles{CertFile: cert, KeyFile: key, ClientCAFile: clientCA, ClientCertOptional: optional})
+	st, err := servesec.Load(o.files())
 	if err != nil {
-		return nil, fmt.Errorf("%s-cert/%s-key: %w", prefix, prefix, err)
+		return nil, err
 	}
-	return rl, nil
+	return &security{State: st, o: o, protoTLS: st.ProtoTLS(), acl: st.ACL()}, nil
 }
 
-// loadACL reads -acl-file and checks that its admin grants can be enforced.
-func (sec *security) loadACL() (*server.ACL, error) {
-	a, err := server.LoadACL(sec.o.aclFile)
-	if err != nil {
-		return nil, fmt.Errorf("acl-file: %w", err)
-	}
-	if a.HasAdmin() && sec.o.opsTLSClientCA == "" {
-		return nil, fmt.Errorf("acl-file %s grants admin actions, but the ops listener verifies no client certificates: give ops-tls-client-ca", sec.o.aclFile)
-	}
-	return a, nil
-}
-
-// opsListener wraps the ops listener in TLS if it has it. In a cluster, a
-// handshake that asks for the forward channel's protocol gets the
-// channel's configuration (node certificates, members only); every other
-// gets the listener's own.
+// opsListener, reload and logAttrs are start's and run's names for
+// servesec's.
 func (sec *security) opsListener(ln net.Listener, gate *server.HandshakeGate) net.Listener {
-	if sec.opsTLS == nil {
-		return ln
-	}
-	cfg := sec.opsTLS.Config()
-	if fwd := sec.forward; fwd != nil {
-		own := cfg.GetConfigForClient
-		cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if slices.Contains(hello.SupportedProtos, ops.ForwardProtocol) {
-				return fwd, nil
-			}
-			return own(hello)
-		}
-	}
-	return gate.Listener(ln, cfg)
+	return sec.OpsListener(ln, gate)
 }
 
-// reload reads the certificates, client CA bundles and access rules again
-// (SIGHUP). What fails to load is kept as it was and logged; the rest is
-// replaced. New handshakes and new ACQUIREs see the new files; established
-// sessions carry on.
-func (sec *security) reload(log *slog.Logger, srv *server.Server) {
-	o := sec.o
-	var reloaded []string
-	failed := false
-	fail := func(what string, err error) {
-		failed = true
-		log.Error("reload failed; keeping the "+what+" in use", "err", err)
-	}
-	if sec.protoTLS != nil {
-		if err := sec.protoTLS.Reload(); err != nil {
-			fail("protocol TLS files", fmt.Errorf("tls-cert/tls-key/tls-client-ca: %w", err))
-		} else {
-			reloaded = append(reloaded, "tls")
-		}
-	}
-	if sec.opsTLS != nil {
-		if err := sec.opsTLS.Reload(); err != nil {
-			fail("ops TLS files", fmt.Errorf("ops-tls-cert/ops-tls-key/ops-tls-client-ca: %w", err))
-		} else {
-			reloaded = append(reloaded, "ops-tls")
-		}
-	}
-	if o.acl() {
-		if a, err := sec.loadACL(); err != nil {
-			fail("access rules", err)
-		} else {
-			sec.acl = a
-			srv.SetACL(a)
-			reloaded = append(reloaded, "acl-file")
-		}
-	}
-	switch {
-	case len(reloaded) > 0:
-		log.Info("reloaded on SIGHUP", "files", reloaded, "failed", failed)
-	case !failed:
-		log.Info("SIGHUP: nothing to reload (no TLS or access rules configured)")
-	}
-}
+func (sec *security) reload(log *slog.Logger, srv *server.Server) { sec.Reload(log, srv) }
 
-// logAttrs describe the security settings for the start-up line.
-func (sec *security) logAttrs() []any {
-	mode := func(rl *server.TLSReloader, clientCA string) string {
-		switch {
-		case rl == nil:
-			return "off"
-		case clientCA != "":
-			return "mutual"
-		}
-		return "on"
-	}
-	attrs := []any{"tls", mode(sec.protoTLS, sec.o.tlsClientCA), "ops_tls", mode(sec.opsTLS, sec.o.opsTLSClientCA)}
-	if sec.acl != nil {
-		attrs = append(attrs, "acl_rules", sec.acl.Rules())
-	}
-	return attrs
-}
+func (sec *security) logAttrs() []any { return sec.LogAttrs() }

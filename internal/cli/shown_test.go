@@ -6,50 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batonlock/baton/internal/hidden"
-	"github.com/batonlock/baton/internal/opsclient"
 )
-
-// TestShellQuoteHidden: a name printed for pasting into a shell comes back as
-// itself, with hidden runes as $'...' escapes.
-func TestShellQuoteHidden(t *testing.T) {
-	for _, tt := range []struct{ in, want string }{
-		{"jobs/nightly", "jobs/nightly"},
-		{"it's", `'it'\''s'`},
-		{"bidi\u202eX's\\", `$'bidi\u202EX\'s\\'`},
-	} {
-		if got := shellQuote(tt.in); got != tt.want {
-			t.Errorf("shellQuote(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-// TestPrintLocksShowsNoHiddenRunes: baton locks' table, fed an answer
-// whose names and owners carry a right-to-left override and C1 controls,
-// prints none of them raw.
-func TestPrintLocksShowsNoHiddenRunes(t *testing.T) {
-	tok := uint64(7)
-	limit := 3
-	locks := []opsclient.Lock{{
-		Name:  "bidi\u202eX",
-		Limit: &limit,
-		Holders: []opsclient.Session{
-			{ID: "1", Owner: "evil\u202egpj.exe", Token: &tok, Shared: true},
-			{ID: "2", Owner: "c1\u009b31m", Token: &tok, Shared: true},
-		},
-		Waiters: []opsclient.Session{{ID: "3", Owner: "w\u2067aiter"}},
-	}}
-	var b strings.Builder
-	printLock(&b, locks[0])
-	out := b.String()
-	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && hidden.Rune(r) }); i >= 0 {
-		t.Fatalf("baton locks printed a hidden rune raw at byte %d:\n%q", i, out)
-	}
-	for _, want := range []string{`bidi\u202EX`, `evil\u202Egpj.exe`, `c1\u009B31m`, `w\u2067aiter`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %s:\n%s", want, out)
-		}
-	}
-}
 
 // TestBinaryLocksShowsInvisibleCharacters: the real baton locks, against
 // the real server, prints a name and an owner made of look-alikes (the

@@ -120,7 +120,7 @@ func TestWatchJSONResumesAfterADrop(t *testing.T) {
 	var got []string
 	var prev uint64
 	for _, line := range lines(stdout.String()) {
-		var e opsEvent
+		var e opsclient.Event
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("line %q is not an EVENT: %v", line, err)
 		}
@@ -221,31 +221,5 @@ func TestWatchOutlivesAChangeOfLeader(t *testing.T) {
 		"baton watch did not come back after three 503 answers: stdout %q, stderr %q", stdout.String(), stderr.String())
 	if n := strings.Count(stderr.String(), "answered 503: no leader is known"); n != 3 {
 		t.Errorf("stderr says %d times that no leader is known, want 3:\n%s", n, stderr.String())
-	}
-}
-
-// TestResumedShown: a claim of protocol version 3 that came back on a new
-// connection says so, with the epoch its token came from: baton watch's
-// resumed line (and the session it replaces), baton locks NAME's holder
-// line.
-func TestResumedShown(t *testing.T) {
-	tok := uint64(3<<40 | 7)
-	s := opsclient.Session{ID: "12", Remote: "10.0.0.5:4000", Owner: "ci", LeaseMS: 10000, Token: &tok, ResumedFromEpoch: 3}
-	line := formatEvent(opsEvent{Type: "resumed", Lock: "jobs", Session: s, Replaces: "9"})
-	for _, want := range []string{"resumed", "token=3298534883335", "from_epoch=3", "replaces=9"} {
-		if !strings.Contains(line, want) {
-			t.Errorf("watch line %q lacks %q", line, want)
-		}
-	}
-	var stderr syncBuffer
-	w := &watcher{s: &sys{stdout: io.Discard, stderr: &stderr}}
-	w.dispatch("", "resync", `{"reason":"another run","locks":[{"name":"jobs","holder":{"id":"12","resumed_from_epoch":3},"waiters":[{"id":"13","resumed_from_epoch":3},{"id":"14"}]}]}`)
-	if !strings.Contains(stderr.String(), "1 locks are held or waited for now, 2 claims among them resumed") {
-		t.Errorf("resync after a change of leader: %q, want the count of resumed claims", stderr.String())
-	}
-	var b strings.Builder
-	printLock(&b, opsclient.Lock{Name: "jobs", Holder: &s})
-	if !strings.Contains(b.String(), "resumed from epoch 3") {
-		t.Errorf("baton locks jobs:\n%s\nwant \"resumed from epoch 3\" on the holder's line", b.String())
 	}
 }

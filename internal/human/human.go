@@ -1,10 +1,11 @@
 // Package human is how the command line writes for people: names and
 // owners with their hidden runes escaped, durations as people read them,
-// the server's grace, an error on one line. baton run's status and the
+// the server's grace, an error on one line, a name quoted for the shell. baton run's status and the
 // operator commands share it, so that both say a thing the same way.
 package human
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -59,4 +60,40 @@ func Grace(ms int64) string {
 // OneLine keeps an error message on one line whatever it wraps.
 func OneLine(msg string) string {
 	return strings.Join(strings.Fields(msg), " ")
+}
+
+// ShellQuote quotes s for a POSIX shell when it needs it, so that a
+// command printed for the user can be pasted as it is. A name with hidden
+// runes gets $'...' quoting (bash, zsh, ksh), with each written as its
+// escape.
+func ShellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	if !hidden.Has(s) {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for _, r := range s {
+		switch r {
+		case '\'', '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			hidden.WriteRune(&b, r)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+// Plural is n with the singular or plural noun after it.
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

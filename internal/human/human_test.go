@@ -64,3 +64,31 @@ func TestOneLine(t *testing.T) {
 		t.Errorf("OneLine = %q", got)
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"jobs/nightly": "jobs/nightly",
+		"a b":          "'a b'",
+		"it's":         `'it'\''s'`,
+		"":             "''",
+	} {
+		if got := ShellQuote(in); got != want {
+			t.Errorf("ShellQuote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestShellQuoteHidden: a name printed for pasting into a shell comes back as
+// itself, with hidden runes as $'...' escapes.
+func TestShellQuoteHidden(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"jobs/nightly", "jobs/nightly"},
+		{"it's", `'it'\''s'`},
+		{"bidi\u202eX's\\", `$'bidi\u202EX\'s\\'`},
+	} {
+		if got := ShellQuote(tt.in); got != tt.want {
+			t.Errorf("ShellQuote(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

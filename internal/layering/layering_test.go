@@ -29,15 +29,19 @@ var allowed = map[string][]string{
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
-	"internal/hidden":         {},                  // the one rule of hidden characters, for the CLI and the dashboard
-	"internal/netaddr":        {},                  // the one rule of "this machine's address"
-	"internal/human":          {"internal/hidden"}, // the command line's text for people
-	"internal/sniff":          {"clients/go/wire"}, // a lock client on the ops port, told where to go
-	"internal/opsclient":      {"clients/go/wire"}, // the ops API's client: never the server's packages
-	"internal/supervise":      {},                  // baton run's command and its watchdog: the standard library and x/sys
+	"internal/hidden":         {},                                                                                                 // the one rule of hidden characters, for the CLI and the dashboard
+	"internal/netaddr":        {},                                                                                                 // the one rule of "this machine's address"
+	"internal/tokenfile":      {},                                                                                                 // the admin token's file, for the server and the operator commands
+	"internal/human":          {"internal/hidden"},                                                                                // the command line's text for people
+	"internal/sniff":          {"clients/go/wire"},                                                                                // a lock client on the ops port, told where to go
+	"internal/opsclient":      {"clients/go/wire"},                                                                                // the ops API's client: never the server's packages
+	"internal/supervise":      {},                                                                                                 // baton run's command and its watchdog: the standard library and x/sys
+	"internal/opsview":        {"internal/opsclient", "clients/go/wire", "internal/human", "internal/hidden"},                     // the ops API's answers written for people
+	"internal/watch":          {"internal/opsclient", "internal/opsview", "clients/go/wire", "internal/human", "internal/hidden"}, // baton watch's follower of the event stream
 	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
 	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
 	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"internal/servesec":       {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // baton serve's listener security: TLS, access rules, their reload
 	"internal/cli":            {"*"},
 	"internal/runner":         {"clients/go", "clients/go/wire", "clients/go/clock", "internal/human", "internal/hidden", "internal/opsclient", "internal/supervise"}, // the lock side of baton run, lock and elect
 	"cmd/baton":               {"*"},
@@ -62,7 +66,7 @@ var allowed = map[string][]string{
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
-	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true, "internal/human": true, "internal/netaddr": true, "internal/sniff": true, "internal/opsclient": true}
+	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true, "internal/human": true, "internal/netaddr": true, "internal/sniff": true, "internal/opsclient": true, "internal/opsview": true, "internal/watch": true, "internal/tokenfile": true}
 	stdOrSys = map[string]bool{"clients/go": true, "internal/supervise": true}
 )
 

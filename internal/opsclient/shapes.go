@@ -1,5 +1,7 @@
 package opsclient
 
+import "time"
+
 // The JSON shapes of the ops API (docs/operations.md).
 type (
 	// Session is a holder or a waiter.
@@ -31,6 +33,50 @@ type (
 		Locks            []Lock `json:"locks"`
 		GraceRemainingMS int64  `json:"grace_remaining_ms"`
 	}
+	// Event is one EVENT of the event stream: GET /v1/events.
+	Event struct {
+		Seq     uint64    `json:"seq"`
+		At      time.Time `json:"at"`
+		Type    string    `json:"type"`
+		Lock    string    `json:"lock"`
+		Session Session   `json:"session"`
+		// Replaces, for a resumed event, is the session the claim left.
+		Replaces string `json:"replaces"`
+	}
+	// Cluster is GET /v1/cluster (CLUSTER).
+	Cluster struct {
+		NodeID string `json:"node_id"`
+		Role   string `json:"role"`
+		Leader *struct {
+			ID      string `json:"id"`
+			Addr    string `json:"addr"`
+			OpsAddr string `json:"ops_addr"`
+		} `json:"leader"`
+		Term             uint64          `json:"term"`
+		Epoch            uint64          `json:"epoch"`
+		LeaseBoundMS     int64           `json:"lease_bound_ms"`
+		GraceRemainingMS int64           `json:"grace_remaining_ms"`
+		Resumable        *bool           `json:"resumable"`
+		Members          []ClusterMember `json:"members"`
+		Healthy          *bool           `json:"healthy"`
+		VotersHealthy    *int            `json:"voters_healthy"`
+		FailureTolerance *int            `json:"failure_tolerance"`
+	}
+	// ClusterMember is one member of CLUSTER.
+	ClusterMember struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+		Voter    bool   `json:"voter"`
+		Role     string `json:"role"`
+		Health   *struct {
+			Reachable     bool   `json:"reachable"`
+			LastContactMs *int64 `json:"last_contact_ms"`
+			Failures      uint64 `json:"failures"`
+			IndexLag      uint64 `json:"index_lag"`
+			Healthy       bool   `json:"healthy"`
+			SinceMs       int64  `json:"since_ms"`
+		} `json:"health"`
+	}
 )
 
 // AllHolders is every holder of l, in grant order: from "holder" alone when
@@ -40,4 +86,20 @@ func (l Lock) AllHolders() []Session {
 		return l.Holders
 	}
 	return []Session{*l.Holder}
+}
+
+// Member is member id of v, or nil.
+func (v Cluster) Member(id string) *ClusterMember {
+	for i := range v.Members {
+		if v.Members[i].ID == id {
+			return &v.Members[i]
+		}
+	}
+	return nil
+}
+
+// Answered reports whether member id of v has answered the leader.
+func (v Cluster) Answered(id string) bool {
+	m := v.Member(id)
+	return m != nil && m.Health != nil && m.Health.LastContactMs != nil
 }
