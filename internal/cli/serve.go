@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/batonlock/baton/internal/netaddr"
-	"github.com/batonlock/baton/internal/tokenfile"
 	"github.com/batonlock/baton/server"
 )
 
@@ -311,15 +310,6 @@ func checkAddr(flagName, addr string) error {
 	}
 	return nil
 }
-
-// start's names for internal/tokenfile's.
-var (
-	readServerToken  = tokenfile.ReadServer
-	distinctRunes    = tokenfile.Distinct
-	othersMayReplace = tokenfile.OthersMayReplace
-)
-
-const minTokenDistinct = tokenfile.MinDistinct
 
 func newLogger(s *sys, format, level string) *slog.Logger {
 	var lv slog.Level

@@ -19,6 +19,7 @@ import (
 
 	"github.com/batonlock/baton/cluster"
 	"github.com/batonlock/baton/internal/sniff"
+	"github.com/batonlock/baton/internal/tokenfile"
 	"github.com/batonlock/baton/internal/tokenstore"
 	"github.com/batonlock/baton/ops"
 	"github.com/batonlock/baton/server"
@@ -80,7 +81,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 	)
 	if o.adminTokenFile != "" {
 		var err error
-		if token, tokenPerm, err = readServerToken(o.adminTokenFile); err != nil {
+		if token, tokenPerm, err = tokenfile.ReadServer(o.adminTokenFile); err != nil {
 			return nil, failure(s, name, err.Error())
 		}
 	}
@@ -94,11 +95,11 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 			"file", o.adminTokenFile, "mode", fmt.Sprintf("%#o", tokenPerm))
 	}
 	if token != "" {
-		if n := distinctRunes(token); n < minTokenDistinct {
+		if n := tokenfile.Distinct(token); n < tokenfile.MinDistinct {
 			logger.Warn("the admin token has few different characters, so it can be guessed: make one with openssl rand -hex 32",
 				"file", o.adminTokenFile, "distinct_characters", n)
 		}
-		if dir := filepath.Dir(o.adminTokenFile); othersMayReplace(dir) {
+		if dir := filepath.Dir(o.adminTokenFile); tokenfile.OthersMayReplace(dir) {
 			logger.Warn("the directory of admin-token-file can be written by users other than its owner, who can replace the token: keep it in a directory only its owner writes",
 				"dir", dir)
 		}
