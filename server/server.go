@@ -5,15 +5,15 @@
 // Concurrency: one mutex (Server.mu) guards the lock table and the session
 // registry; it is never held across I/O. Each session has one reader at a
 // time, which also owns closing the connection: the idle poller's shard
-// while the session is parked (park_linux.go), or a reader goroutine. The
-// shard reads and writes without waiting, and hands the session to a
-// goroutine for anything that could wait. Frames for a session are queued
-// under Server.mu, so their order on the wire is the order of the table's
-// decisions (no ACQUIRED reply can overtake the promotion push), and
-// written by whichever goroutine finds output pending: the reader for its
-// replies, the ending holder's reader for the handover's push, a
-// short-lived flusher otherwise. A session's slow socket can therefore
-// delay only that session.
+// while the session is parked (session_parked_linux.go), or a reader
+// goroutine. The shard reads and writes without waiting, and hands the
+// session to a goroutine for anything that could wait. Frames for a
+// session are queued under Server.mu, so their order on the wire is the
+// order of the table's decisions (no ACQUIRED reply can overtake the
+// promotion push), and written by whichever goroutine finds output
+// pending: the reader for its replies, the ending holder's reader for the
+// handover's push, a short-lived flusher otherwise. A session's slow
+// socket can therefore delay only that session.
 //
 // What a hold of mu owes other sessions (pushes, ERRORs, readers to start,
 // sessions to take from the idle poller) is collected in effects and done
@@ -74,7 +74,7 @@ type Server struct {
 	conns     map[*session]struct{}            // every open connection
 	listeners map[net.Listener]func()          // each with what wakes its accept loop, if ln.Close does not
 	// acceptCheck is how often a raw accept loop looks whether its
-	// listener was closed by someone else (sock_linux.go).
+	// listener was closed by someone else (accept_raw_linux.go).
 	acceptCheck time.Duration
 	nextID      locktable.SessionID
 	// stopped: no goroutine may start any more. Set under mu and startMu
@@ -212,7 +212,7 @@ func New(cfg Config) (*Server, error) {
 
 // moreTurn is how many of the sessions that pipeline (sh.more) an idle
 // poller's shard reads in a turn, and morePace how often it takes such a
-// turn (park_linux.go). A lone heartbeat that comes meanwhile waits for
+// turn (server/internal/idlepoll). A lone heartbeat that comes meanwhile waits for
 // at most moreTurn reads; and pipelining sessions, however many, keep a
 // shard busy for at most moreTurn reads (of some microseconds each) every
 // morePace, so that the process stays idle enough for the system to run
@@ -291,7 +291,7 @@ func (s *Server) goLocked(f func()) bool {
 // closed by its owner instead, Serve returns an error wrapping
 // net.ErrClosed: at once, or within a second when it accepts with accept4
 // itself (a plain TCP listener with the idle poller on Linux, see
-// sock_linux.go), whose wait is not told of another's close.
+// accept_raw_linux.go), whose wait is not told of another's close.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.stopped || s.closing.Load() {
@@ -316,7 +316,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		delete(s.listeners, ln)
 		s.mu.Unlock()
 	}()
-	if raw, err := s.serveRaw(ln); raw { // sock_linux.go
+	if raw, err := s.serveRaw(ln); raw { // accept_raw_linux.go
 		return err
 	}
 
@@ -442,7 +442,7 @@ func (s *Server) accept(conn net.Conn) {
 	s.conns[c] = struct{}{}
 	s.m.connections.Inc()
 	s.open.Add(1)
-	if c.raw == nil {
+	if !c.poll.Bound() {
 		s.wg.Add(1)
 		go s.serveSession(c) // not goLocked: a go statement with arguments allocates no closure
 		s.mu.Unlock()
@@ -662,7 +662,7 @@ const pushesUnderMu = 4
 func (s *Server) deliver(fx *effects) {
 	var readers, writers []*session
 	for _, p := range fx.flush {
-		if p.raw == nil || !p.writeNow() {
+		if !p.poll.Bound() || !p.writeNow() {
 			writers = append(writers, p)
 		}
 	}
@@ -902,7 +902,7 @@ func (s *Server) promoteLocked(now time.Time, g locktable.Grant, h handover, fx 
 		ctr.Inc()
 	}
 	p.queueAcquired(true, g.Token, h.at)
-	if fx.pushed < pushesUnderMu && p.raw != nil && p.writeNow() {
+	if fx.pushed < pushesUnderMu && p.poll.Bound() && p.writeNow() {
 		fx.pushed++
 		return
 	}

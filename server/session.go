@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonlock/baton/clients/go/wire"
 	"github.com/batonlock/baton/locktable"
+	"github.com/batonlock/baton/server/internal/idlepoll"
 )
 
 // session is one connection: one claim on one lock.
@@ -27,11 +28,11 @@ type session struct {
 	// an event read, a log line): most sessions are never shown.
 	remote net.Addr
 	hdr    [wire.HeaderSize]byte // read buffer for headers; payloads only for ACQUIRE
-	// raw is the connection's descriptor for the idle poller; nil when the
-	// session cannot park (no poller, or not a plain TCP connection).
-	raw  syscall.RawConn
-	rio  rawIO     // the reader's state for non-blocking reads on raw
-	park parkState // guarded by the poller's mutex
+	// poll is the connection as the idle poller sees it: its descriptor,
+	// reads and writes that never wait, and the poller's books (see
+	// idlepoll's doc for who may touch what). Not bound when the session
+	// cannot park (no poller, or not a plain TCP connection).
+	poll idlepoll.Conn[*session]
 	// extra is what the client sent after its ACQUIRE in the same read,
 	// or what the poller's shard read before it handed the session to a
 	// reader goroutine: the reader takes it first.
@@ -53,7 +54,7 @@ type session struct {
 	// (see firstWait): later waits park at once.
 	waited bool
 	// closing is set when the session ends, before the poller is asked to
-	// unpark it; park reads it (see idlePoller.park).
+	// unpark it; park reads it (see idlePoller.MayPark).
 	closing atomic.Bool
 
 	// Guarded by srv.mu.
@@ -199,6 +200,9 @@ func (c *session) serveFrames() (reason EndReason, msg string, parked bool) {
 	return c.serveLoop()
 }
 
+// errWouldBlock says that a session has nothing to read now.
+var errWouldBlock = idlepoll.ErrWouldBlock
+
 // firstReadSize is the first read's buffer: a header and a usual ACQUIRE
 // payload (names and owners are mostly short) in one read.
 const firstReadSize = 128
@@ -321,7 +325,7 @@ func (c *session) serveLoop() (reason EndReason, msg string, parked bool) {
 // ended for it.
 func (c *session) yield(took time.Duration) bool {
 	s := c.srv
-	if c.raw != nil && len(c.extra) == 0 && c.readErr == nil && s.poller.park(c) {
+	if c.poll.Bound() && len(c.extra) == 0 && c.readErr == nil && s.poller.park(c) {
 		return true
 	}
 	if took < pipelinePace {
@@ -538,7 +542,7 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		h, err = c.finishHeader(n, nil, false)
 		return h, false, err
 	}
-	if c.raw == nil {
+	if !c.poll.Bound() {
 		h, err = c.readHeader(false)
 		return h, false, err
 	}
@@ -550,7 +554,7 @@ func (c *session) nextHeader() (h wire.Header, parked bool, err error) {
 		c.waited = true
 		n, err = c.firstWait()
 	default:
-		n, err = c.tryRead(c.hdr[:])
+		n, err = c.poll.TryRead(c.hdr[:])
 	}
 	if err == errWouldBlock {
 		if s.poller.park(c) {
@@ -589,7 +593,7 @@ func (c *session) firstWait() (int, error) {
 	if c.closing.Load() {
 		return 0, errEnded
 	}
-	return c.tryRead(c.hdr[:]) // idle: park, unless something came just now
+	return c.poll.TryRead(c.hdr[:]) // idle: park, unless something came just now
 }
 
 // readHeader reads one frame header. Once its first byte has arrived, the
@@ -713,7 +717,7 @@ func (c *session) queueError(code wire.Code, msg string) {
 // the socket takes it all (a reply or a push nearly always fits), and
 // otherwise by flush.
 func (c *session) send() {
-	if c.raw == nil || !c.writeNow() {
+	if !c.poll.Bound() || !c.writeNow() {
 		c.flush()
 	}
 }
