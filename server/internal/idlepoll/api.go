@@ -8,9 +8,10 @@ import (
 // Handler is what the poller needs of the sessions it serves, which are
 // of type T (a pointer, compared to find them; the zero T is none). Its
 // methods are called on a shard's goroutine (Serve, Abandon), on a
-// shard's due timer (Overdue), or with a shard's mutex held (PollConn,
-// MayPark, Due): none of them may call the Poller back but Serve, which
-// may call Buf, Repark, Forget and Release for the session it serves.
+// shard's due timer (Overdue), or with a shard's mutex held (MayPark,
+// Due; PollConn too, and from any method of the Poller): none of them may
+// call the Poller back but Serve, which may call Repark, Forget and
+// Release, and v's Conn.ShardBuf, for the session it serves.
 type Handler[T comparable] interface {
 	// PollConn is v's Conn, the same every call.
 	PollConn(v T) *Conn[T]
