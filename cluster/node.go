@@ -5,9 +5,9 @@
 //
 // The lock table, queues, heartbeats and per-grant tokens are not
 // replicated: they live in the leader's memory (package server), which
-// sees this package only through the hooks Node.Hooks sets in its Config
-// (tokens, the lease bound, may I grant or confirm now?) and its
-// BeginTerm/EndTerm calls. A grant, a handover or a heartbeat never waits
+// sees this package only through what Node.Hooks sets in its Config (the
+// node as its server.Replica: the lease bound, may I grant or confirm
+// now?; tokens) and its BeginTerm/EndTerm calls. A grant, a handover or a heartbeat never waits
 // for Raft; only an ACQUIRE whose lease is longer than the committed bound
 // does (once per longer lease).
 package cluster
@@ -382,28 +382,26 @@ func (n *Node) Start(srv Server) {
 	go n.run()
 }
 
-// Hooks sets what a replicated server needs of this node in cfg: tokens,
-// the lease bound, the leader lease and the leader's address, and the
-// clock, so that the instants the server asks MayServe about are on the
-// leader lease's.
+// Node is the Replica of its server: the lease bound, the leader lease, the
+// leader's address.
+var _ server.Replica = (*Node)(nil)
+
+// Hooks sets what a replicated server needs of this node in cfg: the node
+// itself as its Replica, tokens and tickets, the resume credentials, and
+// the clock, so that the instants the server asks MayServe about are on
+// the leader lease's.
 func (n *Node) Hooks(cfg *server.Config) {
-	cfg.Replicated = true
+	cfg.Replica = n
 	cfg.Now = n.now
 	cfg.NextToken = n.NextToken
-	cfg.NoteLease = n.NoteLease
-	cfg.TryNoteLease = n.TryNoteLease
-	cfg.LeaderHint = n.LeaderHint
-	cfg.MayServe = n.MayServe
-	cfg.TermLost = n.TermLost
 	cfg.Resume = resumeSource{n}
 	cfg.NextTicket = n.tok.nextTicket
-	cfg.AboutToServe = n.aboutToServe
 }
 
 // NextToken is server.Config.NextToken.
 func (n *Node) NextToken() uint64 { return n.tok.next() }
 
-// LeaderHint is server.Config.LeaderHint: the leader's advertised client
+// LeaderHint is server.Replica.LeaderHint: the leader's advertised client
 // address, "" while none is known (or while this node is the one taking
 // over, so that no client is sent back to it). Only a current member's
 // address is ever handed out.
@@ -445,11 +443,11 @@ func (n *Node) isMember(id raft.ServerID) bool {
 	return false
 }
 
-// MayServe is server.Config.MayServe: whether this leader's own lease,
+// MayServe is server.Replica.MayServe: whether this leader's own lease,
 // anchored at the send times a quorum acknowledged, still holds at now.
 func (n *Node) MayServe(now time.Time) bool { return n.lease.valid(now) }
 
-// TermLost is server.Config.TermLost: the server failed closed and ended
+// TermLost is server.Replica.TermLost: the server failed closed and ended
 // every session; the leader loop takes a new epoch once the lease holds
 // again, if this node still leads.
 func (n *Node) TermLost() {
@@ -461,7 +459,7 @@ func (n *Node) TermLost() {
 	}
 }
 
-// NoteLease is server.Config.NoteLease: a lease longer than the committed
+// NoteLease is server.Replica.NoteLease: a lease longer than the committed
 // bound is committed through Raft before its session is queued, so that
 // every later leader's grace covers it. Shorter ones cost two atomics.
 func (n *Node) NoteLease(lease time.Duration) error {
@@ -469,7 +467,7 @@ func (n *Node) NoteLease(lease time.Duration) error {
 	return err
 }
 
-// TryNoteLease is server.Config.TryNoteLease: NoteLease for a caller that
+// TryNoteLease is server.Replica.TryNoteLease: NoteLease for a caller that
 // must not wait (the idle poller's shard); false when it would need Raft.
 func (n *Node) TryNoteLease(lease time.Duration) (bool, error) {
 	return n.noteLease(lease, false)

@@ -101,10 +101,10 @@ func (t *tokens) nextTicket() uint64 {
 	return t.epoch<<counterBits | t.tickets
 }
 
-// aboutToServe is server.Config.AboutToServe: this node won an election
+// AboutToServe is server.Replica.AboutToServe: this node won an election
 // and commits its epoch, or the leader handing over chose it; a resume it
 // reads meanwhile is held until it serves.
-func (n *Node) aboutToServe() bool {
+func (n *Node) AboutToServe() bool {
 	r := n.r()
 	if r == nil || n.leading.Load() {
 		return false

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/batonlock/baton/internal/tokenstore"
 )
 
 // Config holds the server's settings. DefaultConfig gives the defaults of
@@ -33,43 +35,28 @@ type Config struct {
 	// Now's clock. Zero means no grace period; must not be negative.
 	NoGrantFor time.Duration
 	// Now reads the clock of every deadline that guards a lock: the
-	// sessions' leases, the grace periods, the instants MayServe is asked
-	// about. Nil is clock.Now, which counts a suspend of the machine
+	// sessions' leases, the grace periods, the instants Replica.MayServe
+	// is asked about. Nil is clock.Now, which counts a suspend of the machine
 	// (CLOCK_BOOTTIME on Linux): Go's monotonic clock stops during one, and
 	// a server that slept past its sessions' leases would confirm them when
 	// it wakes. Its readings are compared only with each other, never with
 	// time.Now. A cluster node sets it to its own (cluster.Node.Hooks), the
 	// clock of its leader lease.
 	Now func() time.Time
-	// NoteLease, if not nil, is called with the lease of every ACQUIRE
-	// before it enters the table, outside the server's mutex; an error
-	// refuses the session with ERROR OVERLOADED. It is how the longest lease
-	// is made durable for the grace period after a crash
-	// (tokenstore.Store.NoteLease). In a cluster it raises the replicated
-	// lease bound; ErrNotLeader then refuses the session with NOT_LEADER.
-	NoteLease func(time.Duration) error
-	// TryNoteLease, if not nil, is NoteLease for a caller that must not
-	// wait (the idle poller's shard): it reports false, having recorded
-	// nothing, when noting the lease would wait for a disk write or a Raft
-	// round; the session's ACQUIRE then goes to a reader goroutine. Nil
-	// falls back to the longest lease NoteLease has let through.
-	TryNoteLease func(time.Duration) (bool, error)
+	// Leases, if not nil, records the lease of every ACQUIRE before it
+	// enters the table, outside the server's mutex; an error refuses the
+	// session with ERROR OVERLOADED. It is how the longest lease is made
+	// durable for the grace period after a crash (tokenstore.Store). A
+	// cluster node's Replica notes leases instead: set one or the other.
+	// The idle poller's shard, which must not wait, notes with Leases only
+	// a lease no longer than one it has let through already; a longer
+	// one's ACQUIRE goes to a reader goroutine.
+	Leases LeaseNoter
 	// MaxLease, if positive, is the longest lease an ACQUIRE may ask for;
 	// a longer one is refused with ERROR BAD_REQUEST. In a cluster the
 	// lease bound is every crash failover's grace, so a lease is not only
 	// its own client's business there.
 	MaxLease time.Duration
-	// MayServe, if not nil, is asked before every grant and every
-	// confirmation (the answer to an ACQUIRE or a HEARTBEAT, a promotion):
-	// may this node still grant or confirm at now? A replicated leader
-	// answers from its own lease, anchored at the send times a quorum
-	// acknowledged (package cluster). On false the server fails closed: it
-	// stops serving, ends every session with ERROR NOT_LEADER, and calls
-	// TermLost; until the next BeginTerm every ACQUIRE is refused.
-	MayServe func(now time.Time) bool
-	// TermLost, if not nil, is called (under the server's mutex: it must
-	// not block or call the server) when the server failed closed.
-	TermLost func()
 	// ParkIdle serves sessions without reader goroutines where it can
 	// (Linux, plain TCP): an epoll poller watches each connection from its
 	// accept, takes its ACQUIRE, answers its heartbeats, and serves its
@@ -103,20 +90,12 @@ type Config struct {
 	// round trip. The kernel must allow it too: bit 2 of the sysctl
 	// net.ipv4.tcp_fastopen (Serve logs a warning when it is clear).
 	TCPFastOpen bool
-	// Replicated makes the server one node of a cluster (package cluster):
-	// it starts serving no session (every ACQUIRE is answered ERROR
-	// NOT_LEADER) until BeginTerm, a NOWAIT during the failover grace gets
-	// ERROR BUSY instead of OVERLOADED, and EndTerm ends every session.
-	Replicated bool
-	// AboutToServe, if not nil, reports whether this node of a cluster that
-	// does not serve yet is about to (a leader handing over chose it as its
-	// successor, or it won an election and commits its epoch): a resume it
-	// reads meanwhile is held, not answered NOT_LEADER, for up to
-	// IOTimeout (docs/protocol.md, section 14, "Holding a resume").
-	AboutToServe func() bool
-	// LeaderHint, if not nil, gives the message of ERROR NOT_LEADER: the
-	// leader's client address, or "" while no leader is known.
-	LeaderHint func() string
+	// Replica, if not nil, makes the server one node of a cluster (package
+	// cluster; see Replica): it starts serving no session (every ACQUIRE is
+	// answered ERROR NOT_LEADER) until BeginTerm, a NOWAIT during the
+	// failover grace gets ERROR BUSY instead of OVERLOADED, and EndTerm
+	// ends every session. It notes the sessions' leases too.
+	Replica Replica
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -203,6 +182,65 @@ type Config struct {
 	KeepFDs int
 }
 
+// LeaseNoter records the leases of sessions before they enter the table:
+// tokenstore.Store for a standalone server, so that the grace period after
+// a crash covers every claim of the run.
+type LeaseNoter interface {
+	// NoteLease records that a session holds or waits with lease. It may
+	// wait (for a disk write, a Raft round) when lease is longer than every
+	// one noted before; an error refuses the session. In a cluster,
+	// ErrNotLeader refuses it with NOT_LEADER.
+	NoteLease(lease time.Duration) error
+}
+
+// Replica is how a node of a cluster plugs into its server (cluster.Node):
+// it raises the replicated lease bound, says whether this node may still
+// grant or confirm, hears when the server failed closed, and names the
+// leader. The server asks it outside its mutex unless a method says
+// otherwise.
+type Replica interface {
+	// NoteLease (LeaseNoter) raises the replicated lease bound to cover
+	// lease, through Raft when it is longer than the committed bound.
+	LeaseNoter
+	// TryNoteLease is NoteLease for a caller that must not wait (the idle
+	// poller's shard): it reports false, having recorded nothing, when
+	// noting the lease would wait for a Raft round; the session's ACQUIRE
+	// then goes to a reader goroutine.
+	TryNoteLease(lease time.Duration) (bool, error)
+	// MayServe is asked before every grant and every confirmation (the
+	// answer to an ACQUIRE or a HEARTBEAT, a promotion), under the
+	// server's mutex: may this node still grant or confirm at now? A
+	// leader answers from its own lease, anchored at the send times a
+	// quorum acknowledged. On false the server fails closed: it stops
+	// serving, ends every session with ERROR NOT_LEADER, and calls
+	// TermLost; until the next BeginTerm every ACQUIRE is refused.
+	MayServe(now time.Time) bool
+	// TermLost is called, under the server's mutex (it must not block or
+	// call the server), when the server failed closed.
+	TermLost()
+	// AboutToServe reports whether this node, which does not serve yet, is
+	// about to (a leader handing over chose it as its successor, or it won
+	// an election and commits its epoch): a resume it reads meanwhile is
+	// held, not answered NOT_LEADER, for up to IOTimeout (docs/protocol.md,
+	// section 14, "Holding a resume").
+	AboutToServe() bool
+	// LeaderHint gives the message of ERROR NOT_LEADER: the leader's client
+	// address, or "" while no leader is known.
+	LeaderHint() string
+}
+
+// The standalone server's lease record.
+var _ LeaseNoter = (*tokenstore.Store)(nil)
+
+// leaseNoter is what notes the sessions' leases: a cluster node's Replica,
+// else Leases; nil if neither is set.
+func (c *Config) leaseNoter() LeaseNoter {
+	if c.Replica != nil {
+		return c.Replica
+	}
+	return c.Leases
+}
+
 // DefaultConfig returns the defaults of `baton serve`, without NextToken.
 func DefaultConfig() Config {
 	return Config{
@@ -261,6 +299,8 @@ func (c Config) Validate() error {
 		return c.SourcePrefixes.Validate()
 	case c.TCPFastOpen && !fastOpenSupported:
 		return fmt.Errorf("tcp-fastopen is supported on Linux only")
+	case c.Leases != nil && c.Replica != nil:
+		return fmt.Errorf("Leases and Replica are both set: a cluster node's Replica notes the leases")
 	case c.NextToken == nil:
 		return fmt.Errorf("NextToken is nil: the server needs a token source")
 	case c.ResumeMaxLease < 0:

@@ -25,7 +25,7 @@ const ownFDs = 4
 // When the listener's spares are spent too, a new session is refused at
 // the door: one of the server's own spares is lent to accept it, and it is
 // closed at once (refuse). The server's own spares are never given to a
-// session: a lease that must be recorded before its grant (Config.NoteLease)
+// session: a lease that must be recorded before its grant (Config.Leases)
 // and finds no descriptor free is recorded with them (withOwn), so that a
 // flood of sessions cannot make the server fail its own writes.
 type fdReserve struct {
@@ -155,13 +155,15 @@ func (s *Server) refuseAtDoor(accept func() bool) (refused, lent bool) {
 	return refused, lent
 }
 
-// noteLease is Config.NoteLease, which records lease in the data
-// directory when it is longer than every lease before it: when that finds
-// no descriptor free, it is done again with the server's own spares.
+// noteLease notes lease with Config.Leases (or the Replica), which records
+// it in the data directory when it is longer than every lease before it:
+// when that finds no descriptor free, it is done again with the server's
+// own spares.
 func (s *Server) noteLease(lease time.Duration) error {
-	err := s.cfg.NoteLease(lease)
+	noter := s.cfg.leaseNoter()
+	err := noter.NoteLease(lease)
 	if err != nil && outOfFDs(err) {
-		s.fds.withOwn(ownFDs, func() { err = s.cfg.NoteLease(lease) })
+		s.fds.withOwn(ownFDs, func() { err = noter.NoteLease(lease) })
 	}
 	return err
 }

@@ -23,12 +23,12 @@ func TestCrashGrace(t *testing.T) {
 	var noted []time.Duration
 	ts := batontest.StartServer(t, func(c *server.Config) {
 		c.NoGrantFor = grace
-		c.NoteLease = func(d time.Duration) error {
+		c.Leases = batontest.LeaseFunc(func(d time.Duration) error {
 			mu.Lock()
 			defer mu.Unlock()
 			noted = append(noted, d)
 			return nil
-		}
+		})
 	})
 	if g := metric(t, ts.Srv.Registry(), "baton_grace_remaining_seconds", ""); g <= 0 || g > grace.Seconds() {
 		t.Errorf("baton_grace_remaining_seconds %v, want in (0, %v]", g, grace.Seconds())
@@ -68,7 +68,7 @@ func TestCrashGrace(t *testing.T) {
 func TestNoteLeaseFailureRefuses(t *testing.T) {
 	t.Parallel()
 	ts := batontest.StartServer(t, func(c *server.Config) {
-		c.NoteLease = func(time.Duration) error { return errors.New("disk full") }
+		c.Leases = batontest.LeaseFunc(func(time.Duration) error { return errors.New("disk full") })
 	})
 	c := batontest.Dial(t, ts.Addr)
 	c.Acquire("a", longLease, false, "")

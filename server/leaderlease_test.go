@@ -13,16 +13,17 @@ import (
 )
 
 // leaderServer starts a replicated server that leads (BeginTerm, no grace)
-// while *may is true, as a cluster leader's Config.MayServe says; lost
-// counts Config.TermLost calls.
+// while *may is true, as a cluster leader's Replica.MayServe says; lost
+// counts Replica.TermLost calls.
 func leaderServer(t *testing.T, park bool, may *atomic.Bool, lost *atomic.Int32) *batontest.Server {
 	t.Helper()
 	may.Store(true)
 	ts := batontest.StartServer(t, func(c *server.Config) {
-		c.Replicated = true
 		c.ParkIdle = park
-		c.MayServe = func(time.Time) bool { return may.Load() }
-		c.TermLost = func() { lost.Add(1) }
+		c.Replica = &batontest.Replica{
+			May:  func(time.Time) bool { return may.Load() },
+			Lost: func() { lost.Add(1) },
+		}
 	})
 	ts.Srv.BeginTerm(0, server.Carried{})
 	return ts

@@ -218,14 +218,14 @@ func TestHandoverInPoller(t *testing.T) {
 // not take itself goes to a reader with what it read: an ACQUIRE in two
 // pieces (whose reader keeps its first wait for ParkAfter, then parks), an
 // ACQUIRE with a heartbeat behind it, and a lease longer than any that
-// Config.NoteLease has let through (it may wait for a disk). A negative
+// Config.Leases has let through (it may wait for a disk). A negative
 // ParkAfter is refused.
 func TestAdoptedAtAccept(t *testing.T) {
 	t.Parallel()
 	var noted atomic.Int64
 	ts := batontest.StartServer(t, func(c *server.Config) {
 		c.ParkIdle, c.ParkAfter = true, 200*time.Millisecond
-		c.NoteLease = func(d time.Duration) error { noted.Add(1); return nil }
+		c.Leases = batontest.LeaseFunc(func(d time.Duration) error { noted.Add(1); return nil })
 	})
 	silent := batontest.Dial(t, ts.Addr)
 	waitParked(t, ts, 1)
@@ -372,7 +372,7 @@ func TestCloseRightBehindFrame(t *testing.T) {
 }
 
 // TestSlowNoteLeaseOffTheShard: an ACQUIRE whose lease cannot be noted
-// without a wait (a Raft round in a cluster: Config.TryNoteLease says so)
+// without a wait (a Raft round in a cluster: Replica.TryNoteLease says so)
 // goes to a reader goroutine; the poller's shards keep answering every
 // other parked session meanwhile.
 func TestSlowNoteLeaseOffTheShard(t *testing.T) {
@@ -381,14 +381,17 @@ func TestSlowNoteLeaseOffTheShard(t *testing.T) {
 	release := make(chan struct{})
 	ts := batontest.StartServer(t, func(c *server.Config) {
 		c.ParkIdle, c.ParkAfter = true, 0
-		c.NoteLease = func(time.Duration) error {
-			if slow.Load() {
-				<-release
-			}
-			return nil
+		c.Replica = &batontest.Replica{
+			Note: func(time.Duration) error {
+				if slow.Load() {
+					<-release
+				}
+				return nil
+			},
+			TryNote: func(time.Duration) (bool, error) { return !slow.Load(), nil },
 		}
-		c.TryNoteLease = func(time.Duration) (bool, error) { return !slow.Load(), nil }
 	})
+	ts.Srv.BeginTerm(0, server.Carried{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unblock) // before the server's shutdown, which waits for the shard

@@ -198,7 +198,7 @@ func (c *session) resumeClaim(req wire.Acquire) (reason EndReason, msg string, o
 	}
 	// A claim like any other for the lease bound: durable before the claim
 	// enters the table.
-	if s.cfg.NoteLease != nil {
+	if s.cfg.leaseNoter() != nil {
 		if err := s.noteLease(lease); err != nil {
 			if errors.Is(err, ErrNotLeader) {
 				return ReasonNotLeader, s.leaderHint(), false
@@ -439,7 +439,7 @@ func (s *Server) record(recs []EndRecord) bool {
 
 // awaitResumes waits, for a resume, until the server may answer it: it
 // serves and its initial wait is over (Carried.HoldResumes), or it is the
-// node about to serve (Config.AboutToServe) and comes to serve before
+// node about to serve (Replica.AboutToServe) and comes to serve before
 // deadline. Otherwise it returns the refusal: SHUTDOWN, or NOT_LEADER.
 func (s *Server) awaitResumes(deadline time.Time) (EndReason, string, bool) {
 	for {
@@ -461,7 +461,7 @@ func (s *Server) awaitResumes(deadline time.Time) (EndReason, string, bool) {
 				return 0, "", true
 			}
 			wait = min(wait, left)
-		} else if s.cfg.AboutToServe == nil || !s.cfg.AboutToServe() {
+		} else if s.cfg.Replica == nil || !s.cfg.Replica.AboutToServe() {
 			s.mu.Unlock()
 			return ReasonNotLeader, s.leaderHint(), false
 		}

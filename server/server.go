@@ -53,17 +53,17 @@ type Server struct {
 	reg    *prometheus.Registry
 	m      *metrics
 	linger time.Duration // how long a connection drains after its ERROR
-	// now reads the clock of the table, the grace periods and MayServe
-	// (Config.Now). Every instant given to the table is a reading of it;
-	// the I/O deadlines of the connections, which guard no lock, are on
-	// time.Now's clock, and the two never meet.
+	// now reads the clock of the table, the grace periods and
+	// Replica.MayServe (Config.Now). Every instant given to the table is a
+	// reading of it; the I/O deadlines of the connections, which guard no
+	// lock, are on time.Now's clock, and the two never meet.
 	now func() time.Time
 
 	closing atomic.Bool // set at the start of Shutdown
 	// serving is false while a replicated node does not lead (term.go);
 	// always true in a standalone server. Changed only under mu.
 	serving atomic.Bool
-	// noted is the longest lease Config.NoteLease has let through: one no
+	// noted is the longest lease Config.Leases has let through: one no
 	// longer than it is noted without a wait (no fsync, no Raft round), so
 	// the poller's shard may take its ACQUIRE itself (see answerFirst).
 	noted atomic.Int64
@@ -194,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	s.startTermLocked(now(), noGrantBefore, cfg.Carried)
-	s.serving.Store(!cfg.Replicated)
+	s.serving.Store(cfg.Replica == nil)
 	s.m.registerGrace(reg, noGrantBefore, now)
 	if cfg.MetricsLockNames > 0 {
 		reg.MustRegister(newSlotsCollector(s))

@@ -357,7 +357,7 @@ func (c *session) heartbeats(n int) (live bool) {
 	}
 	// A reply confirms the session: a leader that may no longer confirm
 	// ends every session instead (and c with them).
-	if !s.mayServeLocked(now) && s.cfg.Replicated {
+	if !s.mayServeLocked(now) && s.cfg.Replica != nil {
 		s.mu.Unlock()
 		return false
 	}
@@ -399,20 +399,20 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 	// Before the table, outside mu: a lease that grows the recorded bound
 	// waits for its fsync (or its Raft commit), and must be durable before
 	// any grant with it.
-	if s.cfg.NoteLease != nil && !s.closing.Load() {
+	if noter := s.cfg.leaseNoter(); noter != nil && !s.closing.Load() {
 		var err error
 		switch {
 		case mayWait:
 			err = s.noteLease(lease) // with the server's own descriptors if none is free (fdreserve.go)
-		case s.cfg.TryNoteLease != nil:
+		case s.cfg.Replica != nil:
 			var done bool
-			if done, err = s.cfg.TryNoteLease(lease); !done {
+			if done, err = s.cfg.Replica.TryNoteLease(lease); !done {
 				return 0, "", false, true
 			}
 		case int64(lease) > s.noted.Load():
 			return 0, "", false, true
 		default:
-			err = s.cfg.NoteLease(lease) // no longer than one noted: no wait
+			err = noter.NoteLease(lease) // no longer than one noted: no wait
 		}
 		if err != nil {
 			if errors.Is(err, ErrNotLeader) {
@@ -461,7 +461,7 @@ func (c *session) acquire(req wire.Acquire, mayWait bool) (reason EndReason, msg
 		return ReasonOverloaded, fmt.Sprintf("session limit of %d reached", s.cfg.MaxSessions), false, false
 	case locktable.RefusedGrace:
 		until, _ := s.table.GraceUntil()
-		if s.cfg.Replicated {
+		if s.cfg.Replica != nil {
 			return ReasonBusy, fmt.Sprintf("failover grace: no lock is granted for %v more", max(until.Sub(now), 0).Round(time.Millisecond)), false, false
 		}
 		left := max(until.Sub(now), 0)

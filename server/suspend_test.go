@@ -98,7 +98,7 @@ func TestSuspendEndsGrace(t *testing.T) {
 			if kind == "crash-recovery grace" {
 				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.NoGrantFor = grace })
 			} else {
-				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.Replicated = true })
+				ts, clk = suspendedServer(t, false, func(c *server.Config) { c.Replica = &batontest.Replica{} })
 				ts.Srv.BeginTerm(grace, server.Carried{})
 			}
 			w := queue(t, ts, "jobs", longLease, 1) // its lease outlasts the suspend

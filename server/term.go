@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ErrNotLeader is what Config.NoteLease returns when this node of a cluster
+// ErrNotLeader is what Replica.NoteLease returns when this node of a cluster
 // no longer leads: the session is refused with ERROR NOT_LEADER.
 var ErrNotLeader = errors.New("this node is not the leader")
 
@@ -106,20 +106,20 @@ func (s *Server) endTermLocked(now time.Time, reason EndReason, msg string, watc
 
 // mayServeLocked reports whether the server may grant and confirm at now,
 // and fails closed when a replicated leader's lease has run out: it stops
-// serving, ends every session with NOT_LEADER and tells Config.TermLost.
+// serving, ends every session with NOT_LEADER and tells Replica.TermLost.
 // Every path that can confirm or grant asks it first, with the time it
 // then uses. mu must be held.
 func (s *Server) mayServeLocked(now time.Time) bool {
 	if !s.serving.Load() || s.closing.Load() {
 		return false
 	}
-	if s.cfg.MayServe == nil || s.cfg.MayServe(now) {
+	if s.cfg.Replica == nil || s.cfg.Replica.MayServe(now) {
 		return true
 	}
 	s.log.Warn("leader lease ran out: no grant or confirmation until a new term; ending every session")
 	s.endTermLocked(now, ReasonNotLeader, s.leaderHint(), false)
-	if s.cfg.TermLost != nil {
-		s.cfg.TermLost()
+	if s.cfg.Replica != nil {
+		s.cfg.Replica.TermLost()
 	}
 	return false
 }
@@ -164,8 +164,8 @@ func (s *Server) GraceRemaining() time.Duration {
 
 func (s *Server) leaderHint() string {
 	hint := ""
-	if s.cfg.LeaderHint != nil {
-		hint = s.cfg.LeaderHint()
+	if s.cfg.Replica != nil {
+		hint = s.cfg.Replica.LeaderHint()
 	}
 	if h := s.successorHint.Load(); hint == "" && h != nil && !s.serving.Load() {
 		return *h // a handover under way: its successor, before Raft names it

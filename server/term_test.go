@@ -17,8 +17,7 @@ func TestReplicatedTerms(t *testing.T) {
 	t.Parallel()
 	hint := "10.0.0.2:7070"
 	ts := batontest.StartServer(t, func(c *server.Config) {
-		c.Replicated = true
-		c.LeaderHint = func() string { return hint }
+		c.Replica = &batontest.Replica{Hint: func() string { return hint }}
 	})
 	if ts.Srv.Ready() || ts.Srv.Serving() {
 		t.Fatal("a replicated server is ready before its first term")
@@ -87,7 +86,7 @@ func TestReplicatedTerms(t *testing.T) {
 // next leader would wait a whole lease bound for a client that is gone.
 func TestEndTermSeesResetClose(t *testing.T) {
 	t.Parallel()
-	ts := batontest.StartServer(t, func(c *server.Config) { c.Replicated = true })
+	ts := batontest.StartServer(t, func(c *server.Config) { c.Replica = &batontest.Replica{} })
 	ts.Srv.BeginTerm(0, server.Carried{})
 	h := batontest.Dial(t, ts.Addr)
 	h.Acquire("jobs", longLease, false, "")

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,8 +63,8 @@ func (s *Server) start(t testing.TB, addr string) {
 	for _, m := range s.mutate {
 		m(&cfg)
 	}
-	if cfg.NoteLease != nil && reflect.ValueOf(cfg.NoteLease).Pointer() == reflect.ValueOf(durableMarker).Pointer() {
-		cfg.NoteLease = store.NoteLease
+	if _, ok := cfg.Leases.(durableMarker); ok {
+		cfg.Leases = store
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -90,14 +89,18 @@ func (s *Server) start(t testing.TB, addr string) {
 	go func() { s.served <- srv.Serve(ln) }()
 }
 
-// durableMarker is the NoteLease of DurableLeases, which start replaces
-// with the token store's.
-func durableMarker(time.Duration) error { return errors.New("batontest: DurableLeases not replaced") }
+// durableMarker is the Leases of DurableLeases, which start replaces with
+// the token store.
+type durableMarker struct{}
+
+func (durableMarker) NoteLease(time.Duration) error {
+	return errors.New("batontest: DurableLeases not replaced")
+}
 
 // DurableLeases makes the server record the longest lease in its data
 // directory (lease-bound), as baton serve does, so that a start after
 // Crash waits for the claims of the run before.
-func DurableLeases(c *server.Config) { c.NoteLease = durableMarker }
+func DurableLeases(c *server.Config) { c.Leases = durableMarker{} }
 
 // Crash stops the server as a crash would leave its data directory: no
 // list of claims, no mark of a clean stop (its sessions are still told

@@ -531,7 +531,7 @@ func start(ctx context.Context, s *sys, o *serveOptions) (*running, int) {
 			return nil, failure(s, name, fmt.Sprintf("data-dir %s: %v", o.dataDir, err))
 		}
 		cfg.NextToken = store.Next
-		cfg.NoteLease = store.NoteLease
+		cfg.Leases = store
 		// Protocol version 3: the key and generation, tickets, the claims
 		// a clean stop listed, the crash grace (counted from the server's
 		// start, not from the crash: later is only safer), capped by

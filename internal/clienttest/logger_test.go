@@ -73,8 +73,8 @@ func TestIntegrationLogger(t *testing.T) {
 	t.Parallel()
 	leader := batontest.StartServer(t)
 	follower := batontest.StartServer(t, func(c *server.Config) {
-		c.NoteLease = func(time.Duration) error { return server.ErrNotLeader }
-		c.LeaderHint = func() string { return leader.Addr }
+		// A node that does not lead: NOT_LEADER, naming the leader.
+		c.Replica = &batontest.Replica{Hint: func() string { return leader.Addr }}
 	})
 	// The follower first: it answers NOT_LEADER naming the leader, the
 	// second address.
