@@ -309,7 +309,7 @@ func heartbeatsOnly(b []byte) bool {
 // parked. Anything else goes to a reader goroutine, with what was read:
 // a frame in parts, more than one frame, an error to report, a lease that
 // noting would wait for (a disk write or a Raft round, which the shard must
-// not wait for: see Config.TryNoteLease), a refusal (its ERROR and linger).
+// not wait for: see Replica.TryNoteLease), a refusal (its ERROR and linger).
 func (c *session) answerFirst() int {
 	buf := c.poll.ShardBuf()
 	n, err := c.poll.TryRead(buf)
