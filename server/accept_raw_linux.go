@@ -146,6 +146,6 @@ func setLingerZero(conn net.Conn) bool {
 	if !ok {
 		return false
 	}
-	sc.SetLinger(0)
+	sc.ResetOnClose()
 	return true
 }

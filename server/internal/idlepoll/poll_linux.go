@@ -126,20 +126,7 @@ func (sh *Shard[T]) collect(fd uintptr) int {
 // bookkeeping. The zero Conn is not bound (Bind): such a session never
 // parks.
 type Conn[T comparable] struct {
-	// raw is the connection's descriptor; nil until Bind.
-	raw syscall.RawConn
-	fd  int32
-	// What TryRead and TryWrite need, bound once, so that they allocate
-	// nothing: read reads into buf and sets n and errno; write writes wbuf
-	// and sets wn and werr.
-	read  func(fd uintptr) bool
-	buf   []byte
-	n     int
-	errno error
-	write func(fd uintptr)
-	wbuf  []byte
-	wn    int
-	werr  error
+	io rawIO
 
 	// Guarded by shard's mutex.
 	shard      *Shard[T] // set once, by Bind
@@ -150,50 +137,86 @@ type Conn[T comparable] struct {
 	dueNext, duePrev T
 }
 
+// rawIO is a Conn's descriptor and what TryRead and TryWrite need, bound
+// once so that they allocate nothing. It is not generic, so that its
+// callbacks carry no type dictionary (a word more each, per session).
+type rawIO struct {
+	// raw is the connection's descriptor; nil until bind.
+	raw syscall.RawConn
+	fd  int32
+	// read reads into buf and sets n and errno; write writes wbuf and
+	// sets wn and werr.
+	read  func(fd uintptr) bool
+	buf   []byte
+	n     int
+	errno error
+	write func(fd uintptr)
+	wbuf  []byte
+	wn    int
+	werr  error
+}
+
 // Bound reports whether e has a descriptor (Bind): only then can its
 // session park, and TryRead and TryWrite be used.
-func (e *Conn[T]) Bound() bool { return e.raw != nil }
+func (e *Conn[T]) Bound() bool { return e.io.raw != nil }
 
 // Bind readies e, of a new session, for parking, if raw gives its
 // descriptor, and gives it a shard; false if it cannot.
 func (p *Poller[T]) Bind(e *Conn[T], raw syscall.RawConn) bool {
-	fd := int32(-1)
-	if err := raw.Control(func(d uintptr) { fd = int32(d) }); err != nil || fd < 0 {
+	if !e.io.bind(raw) {
 		return false
-	}
-	// The descriptor stays e's while it is used: a session parks on its
-	// reader, the only goroutine that closes the connection of a session
-	// not yet ended, and ended sessions do not park.
-	e.raw = raw
-	e.fd = fd
-	e.read = func(fd uintptr) bool {
-		for {
-			e.n, e.errno = unix.Read(int(fd), e.buf)
-			if e.errno != unix.EINTR {
-				return true // never let Go's poller wait: parking is ours
-			}
-		}
-	}
-	e.write = func(fd uintptr) {
-		for { // the socket is non-blocking: this never waits
-			e.wn, e.werr = unix.Write(int(fd), e.wbuf)
-			if e.werr != unix.EINTR {
-				return
-			}
-		}
 	}
 	e.shard = p.shards[int(p.next.Add(1))%len(p.shards)]
 	return true
 }
 
+func (r *rawIO) bind(raw syscall.RawConn) bool {
+	fd := int32(-1)
+	if err := raw.Control(func(d uintptr) { fd = int32(d) }); err != nil || fd < 0 {
+		return false
+	}
+	// The descriptor stays r's while it is used: a session parks on its
+	// reader, the only goroutine that closes the connection of a session
+	// not yet ended, and ended sessions do not park.
+	r.raw = raw
+	r.fd = fd
+	r.read = func(fd uintptr) bool {
+		for {
+			r.n, r.errno = unix.Read(int(fd), r.buf)
+			if r.errno != unix.EINTR {
+				return true // never let Go's poller wait: parking is ours
+			}
+		}
+	}
+	r.write = func(fd uintptr) {
+		for { // the socket is non-blocking: this never waits
+			r.wn, r.werr = unix.Write(int(fd), r.wbuf)
+			if r.werr != unix.EINTR {
+				return
+			}
+		}
+	}
+	return true
+}
+
+// unwatch removes r's descriptor from epoll set epfd, under the
+// descriptor's reference (see deregisterLocked).
+func (r *rawIO) unwatch(epfd int) {
+	r.raw.Control(func(fd uintptr) {
+		unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	})
+}
+
 // TryRead reads what e's connection has, without waiting: ErrWouldBlock
 // if nothing, io.EOF at the client's close. Only the session's owner
 // reads (see the package's doc).
-func (e *Conn[T]) TryRead(b []byte) (int, error) {
-	e.buf = b
-	err := e.raw.Read(e.read)
-	n, errno := e.n, e.errno
-	e.buf, e.errno = nil, nil
+func (e *Conn[T]) TryRead(b []byte) (int, error) { return e.io.tryRead(b) }
+
+func (r *rawIO) tryRead(b []byte) (int, error) {
+	r.buf = b
+	err := r.raw.Read(r.read)
+	n, errno := r.n, r.errno
+	r.buf, r.errno = nil, nil
 	switch {
 	case err != nil: // closed, or a deadline passed (the session is ending)
 		return 0, err
@@ -215,11 +238,13 @@ func (e *Conn[T]) TryRead(b []byte) (int, error) {
 // Control, not Write: Write would refuse once the write deadline of an
 // earlier blocking write has passed, and waits are not wanted anyway.
 // Control keeps the descriptor open meanwhile.
-func (e *Conn[T]) TryWrite(b []byte) (int, error) {
-	e.wbuf, e.wn, e.werr = b, 0, nil
-	err := e.raw.Control(e.write)
-	n, werr := e.wn, e.werr
-	e.wbuf, e.werr = nil, nil
+func (e *Conn[T]) TryWrite(b []byte) (int, error) { return e.io.tryWrite(b) }
+
+func (r *rawIO) tryWrite(b []byte) (int, error) {
+	r.wbuf, r.wn, r.werr = b, 0, nil
+	err := r.raw.Control(r.write)
+	n, werr := r.wn, r.werr
+	r.wbuf, r.werr = nil, nil
 	if err == nil {
 		err = werr
 	}
@@ -245,7 +270,7 @@ func (e *Conn[T]) ShardBuf() []byte { return e.shard.rbuf }
 func (p *Poller[T]) Park(v T) (bool, error) {
 	e := p.conn(v)
 	sh := e.shard
-	if e.raw == nil || sh == nil {
+	if e.io.raw == nil || sh == nil {
 		return false, nil
 	}
 	sh.mu.Lock()
@@ -254,14 +279,14 @@ func (p *Poller[T]) Park(v T) (bool, error) {
 		return false, nil
 	}
 	if !e.registered {
-		ev := unix.EpollEvent{Events: watchEvents, Fd: e.fd}
-		if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(e.fd), &ev); err != nil {
+		ev := unix.EpollEvent{Events: watchEvents, Fd: e.io.fd}
+		if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(e.io.fd), &ev); err != nil {
 			return false, err
 		}
 		e.registered = true
 	}
 	e.parked = true
-	sh.setParked(e.fd, v)
+	sh.setParked(e.io.fd, v)
 	sh.gauge.Inc()
 	return true, nil
 }
@@ -309,12 +334,12 @@ func (p *Poller[T]) Adopt(v T) bool {
 	if !sh.mayParkLocked(v) {
 		return false
 	}
-	ev := unix.EpollEvent{Events: watchEvents, Fd: e.fd}
-	if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(e.fd), &ev); err != nil {
+	ev := unix.EpollEvent{Events: watchEvents, Fd: e.io.fd}
+	if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(e.io.fd), &ev); err != nil {
 		return false
 	}
 	e.registered, e.parked = true, true
-	sh.setParked(e.fd, v)
+	sh.setParked(e.io.fd, v)
 	sh.gauge.Inc()
 	// Linked last: its due time is the latest.
 	e.inDue, e.duePrev = true, sh.dueTail
@@ -366,7 +391,7 @@ func (sh *Shard[T]) sweepDue() {
 		e := sh.h.PollConn(v)
 		sh.unlinkDueLocked(v, e)
 		if e.parked {
-			sh.parked[e.fd] = none
+			sh.parked[e.io.fd] = none
 			e.parked = false
 			sh.gauge.Dec()
 			sh.deregisterLocked(e)
@@ -402,7 +427,7 @@ func (p *Poller[T]) Unpark(v T) bool {
 		return false
 	}
 	var none T
-	sh.parked[e.fd] = none
+	sh.parked[e.io.fd] = none
 	e.parked = false
 	sh.gauge.Dec()
 	sh.unlinkDueLocked(v, e)
@@ -417,9 +442,7 @@ func (p *Poller[T]) Unpark(v T) bool {
 // another session's, which a removal by number would silence.
 func (sh *Shard[T]) deregisterLocked(e *Conn[T]) {
 	if e.registered && !sh.fdsClosed {
-		e.raw.Control(func(fd uintptr) {
-			unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
-		})
+		e.io.unwatch(sh.epfd)
 	}
 	e.registered = false
 }
@@ -605,14 +628,14 @@ func (p *Poller[T]) Repark(v T, first bool) bool {
 		sh.unlinkDueLocked(v, e)
 	}
 	if !e.registered { // it was read on the shard's own (readAgain)
-		ev := unix.EpollEvent{Events: watchEvents, Fd: e.fd}
-		if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(e.fd), &ev); err != nil {
+		ev := unix.EpollEvent{Events: watchEvents, Fd: e.io.fd}
+		if err := unix.EpollCtl(sh.epfd, unix.EPOLL_CTL_ADD, int(e.io.fd), &ev); err != nil {
 			return false
 		}
 		e.registered = true
 	}
 	e.parked = true
-	sh.setParked(e.fd, v)
+	sh.setParked(e.io.fd, v)
 	return true
 }
 

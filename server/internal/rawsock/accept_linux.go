@@ -20,6 +20,14 @@ type Acceptor struct {
 	file        *os.File        // the epoll set
 	ep          syscall.RawConn // file's
 	eachNoDelay bool            // the listener lacks TCP_NODELAY: each connection gets it
+	// accept4 is Accept's call, bound once so that an accept allocates
+	// nothing of its own (a closure over Accept's results would escape,
+	// through the RawConn interface, at every call): it sets fd, sa and
+	// errno.
+	accept4 func(lfd uintptr)
+	fd      int
+	sa      unix.Sockaddr
+	errno   error
 }
 
 // NewAcceptor watches tl, after setOptions has set on its descriptor the
@@ -63,7 +71,11 @@ func NewAcceptor(tl *net.TCPListener, setOptions func(fd uintptr) error) (*Accep
 		file.Close()
 		return nil, err
 	}
-	return &Acceptor{ln: lraw, file: file, ep: ep, eachNoDelay: nodelay == 0}, nil
+	a := &Acceptor{ln: lraw, file: file, ep: ep, eachNoDelay: nodelay == 0}
+	a.accept4 = func(lfd uintptr) {
+		a.fd, a.sa, a.errno = unix.Accept4(int(lfd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+	}
+	return a, nil
 }
 
 // Close closes the epoll set; the listener is the caller's.
@@ -91,11 +103,12 @@ func (a *Acceptor) Wait(f func(uintptr) bool) error { return a.ep.Read(f) }
 // its descriptor (non-blocking, close-on-exec) and its address; or the
 // errno of accept4 (EAGAIN when none is waiting); or, in closed, the
 // error of a listener that is closed. The listener's descriptor is held
-// only for the accept4.
+// only for the accept4. One goroutine accepts (the accept loop's).
 func (a *Acceptor) Accept() (fd int, sa unix.Sockaddr, errno, closed error) {
-	closed = a.ln.Control(func(lfd uintptr) {
-		fd, sa, errno = unix.Accept4(int(lfd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-	})
+	a.fd, a.sa, a.errno = -1, nil, nil
+	closed = a.ln.Control(a.accept4)
+	fd, sa, errno = a.fd, a.sa, a.errno
+	a.sa, a.errno = nil, nil
 	return fd, sa, errno, closed
 }
 

@@ -259,19 +259,10 @@ func (sc *Conn) direct(f func(fd uintptr) bool) (fraw syscall.RawConn, done bool
 	return nil, f(uintptr(sc.fd)), nil
 }
 
-// SetLinger sets SO_LINGER as net.TCPConn's SetLinger does: with sec 0,
-// the close is a TCP reset.
-func (sc *Conn) SetLinger(sec int) error {
-	l := unix.Linger{Onoff: 1, Linger: int32(sec)}
-	if sec < 0 {
-		l = unix.Linger{}
-	}
-	var err error
-	if cerr := sc.rawConn().Control(func(fd uintptr) { err = unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &l) }); cerr != nil {
-		return cerr
-	}
-	if err != nil {
-		return &net.OpError{Op: "set", Net: "tcp", Addr: sc.remote, Err: os.NewSyscallError("setsockopt", err)}
-	}
-	return nil
+// ResetOnClose makes the close of sc a TCP reset (SO_LINGER 0), as
+// net.TCPConn's SetLinger(0) does; best effort, as a close is.
+func (sc *Conn) ResetOnClose() {
+	sc.rawConn().Control(func(fd uintptr) {
+		unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	})
 }
