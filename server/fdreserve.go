@@ -35,7 +35,7 @@ type fdReserve struct {
 	spare []*os.File // the listener's
 	own   []*os.File // the server's own files'
 	// gate is held for reading by the raw accept loop around each accept
-	// (sock_linux.go), and for writing while the server's own spares are
+	// (accept_raw_linux.go), and for writing while the server's own spares are
 	// lent out: what they free is for the server's write, not for a
 	// connection that happens to arrive meanwhile.
 	gate sync.RWMutex

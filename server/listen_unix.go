@@ -10,7 +10,7 @@ import (
 // listenerOptions sets, on a listening socket before it binds, the options
 // its accepted connections inherit: SO_SNDBUF (Config.SendBuffer), and
 // TCP_NODELAY, which net's accept sets on each connection and the raw
-// accept (sock_linux.go) does not. Every option of the listener belongs
+// accept (accept_raw_linux.go) does not. Every option of the listener belongs
 // here, in one place.
 func listenerOptions(fd uintptr, cfg Config) error {
 	// Best effort: a system that refuses it on a listener has no raw

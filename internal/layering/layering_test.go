@@ -29,19 +29,19 @@ var allowed = map[string][]string{
 	"internal/tokenstore":     {},
 	"internal/faultproxy":     {},
 	"internal/testcerts":      {},
-	"internal/hidden":         {},                                                                                                 // the one rule of hidden characters, for the CLI and the dashboard
-	"internal/netaddr":        {},                                                                                                 // the one rule of "this machine's address"
-	"internal/tokenfile":      {},                                                                                                 // the admin token's file, for the server and the operator commands
-	"internal/human":          {"internal/hidden"},                                                                                // the command line's text for people
-	"internal/sniff":          {"clients/go/wire"},                                                                                // a lock client on the ops port, told where to go
-	"internal/opsclient":      {"clients/go/wire"},                                                                                // the ops API's client: never the server's packages
-	"internal/supervise":      {},                                                                                                 // baton run's command and its watchdog: the standard library and x/sys
-	"internal/opsview":        {"internal/opsclient", "clients/go/wire", "internal/human", "internal/hidden"},                     // the ops API's answers written for people
-	"internal/watch":          {"internal/opsclient", "internal/opsview", "clients/go/wire", "internal/human", "internal/hidden"}, // baton watch's follower of the event stream
-	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"},
-	"ops":                     {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
-	"cluster":                 {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
-	"internal/servesec":       {"server", "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // baton serve's listener security: TLS, access rules, their reload
+	"internal/hidden":         {}, // the one rule of hidden characters, for the CLI and the dashboard
+	"server":                  {"clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", serverIdlepoll, serverRawsock},
+	"ops":                     {"server", serverIdlepoll, serverRawsock, "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore", "internal/hidden"},
+	"cluster":                 {"server", serverIdlepoll, serverRawsock, "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // never the reverse: server does not know Raft
+	"internal/netaddr":        {},                                                                                                                   // the one rule of "this machine's address"
+	"internal/tokenfile":      {},                                                                                                                   // the admin token's file, for the server and the operator commands
+	"internal/human":          {"internal/hidden"},                                                                                                  // the command line's text for people
+	"internal/sniff":          {"clients/go/wire"},                                                                                                  // a lock client on the ops port, told where to go
+	"internal/opsclient":      {"clients/go/wire"},                                                                                                  // the ops API's client: never the server's packages
+	"internal/supervise":      {},                                                                                                                   // baton run's command and its watchdog: the standard library and x/sys
+	"internal/opsview":        {"internal/opsclient", "clients/go/wire", "internal/human", "internal/hidden"},                                       // the ops API's answers written for people
+	"internal/watch":          {"internal/opsclient", "internal/opsview", "clients/go/wire", "internal/human", "internal/hidden"},                   // baton watch's follower of the event stream
+	"internal/servesec":       {"server", serverIdlepoll, serverRawsock, "clients/go/wire", "clients/go/clock", "locktable", "internal/tokenstore"}, // baton serve's listener security: TLS, access rules, their reload
 	"internal/cli":            {"*"},
 	"internal/runner":         {"clients/go", "clients/go/wire", "clients/go/clock", "internal/human", "internal/hidden", "internal/opsclient", "internal/supervise"}, // the lock side of baton run, lock and elect
 	"cmd/baton":               {"*"},
@@ -61,13 +61,23 @@ var allowed = map[string][]string{
 	"clients": {},
 	// The fault proxy as a process, for those suites.
 	"internal/faultproxy/cmd/faultproxy": {"internal/faultproxy"},
+
+	// The server's own rooms, which only it imports (Go's internal/ rule):
+	// what knows nothing of sessions.
+	serverIdlepoll: {}, // the idle poller: epoll shards that serve parked connections
+	serverRawsock:  {}, // accept4, and a net.Conn over the descriptor it gives
 }
+
+const (
+	serverIdlepoll = "server/internal/idlepoll"
+	serverRawsock  = "server/internal/rawsock"
+)
 
 // stdOnly lists the packages that may not depend on any other module;
 // those in stdOrSys may also use golang.org/x/sys, as the client may.
 var (
 	stdOnly  = map[string]bool{"clients/go/wire": true, "clients/go/clock": true, "clients/go/fence": true, "locktable": true, "internal/tokenstore": true, "internal/faultproxy": true, "internal/testcerts": true, "internal/resourcetest": true, "internal/hidden": true, "internal/human": true, "internal/netaddr": true, "internal/sniff": true, "internal/opsclient": true, "internal/opsview": true, "internal/watch": true, "internal/tokenfile": true}
-	stdOrSys = map[string]bool{"clients/go": true, "internal/supervise": true}
+	stdOrSys = map[string]bool{"clients/go": true, "internal/supervise": true, serverIdlepoll: true, serverRawsock: true}
 )
 
 type pkg struct {

@@ -8,16 +8,7 @@ import "syscall"
 // poller is built on epoll.
 type idlePoller struct{}
 
-type parkState struct{}
-
-type rawIO struct{}
-
 func (c *session) initRaw(syscall.RawConn) {}
-
-var errWouldBlock error
-
-// tryRead is never called: no session has a raw connection here.
-func (c *session) tryRead([]byte) (int, error) { return 0, errWouldBlock }
 
 // writeNow is never called: no session has a raw connection here.
 func (c *session) writeNow() bool { return false }
