@@ -46,12 +46,9 @@ func Cluster(w io.Writer, v, health opsclient.Cluster) {
 	} else {
 		fmt.Fprintln(w, "member health unknown: no leader answered")
 	}
-	if health.Resumable != nil && health.Role == "leader" {
-		if *health.Resumable {
-			fmt.Fprintln(w, "claims of protocol version 3 survive a change of leader")
-		} else {
-			fmt.Fprintln(w, "claims made now do NOT survive a change of leader: a voter has not recorded that it speaks protocol version 3 (an upgrade under way, or a new cluster's first second)")
-		}
+	// Said only when they do not: the usual view stays as it is.
+	if health.Resumable != nil && !*health.Resumable && health.Role == "leader" {
+		fmt.Fprintln(w, "claims made now do NOT survive a change of leader: a voter has not recorded that it speaks protocol version 3 (an upgrade under way, or a new cluster's first second)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tVOTER\tROLE\tHEALTH\tFOR\tLAST CONTACT\tLOG LAG")

@@ -55,3 +55,18 @@ func TestResumedShown(t *testing.T) {
 		t.Errorf("baton locks jobs:\n%s\nwant \"resumed from epoch 3\" on the holder's line", b.String())
 	}
 }
+
+// TestClusterWarnsUnresumable: baton cluster warns when the leader gives
+// no credentials (claims made now end at the next change of leader), and
+// prints the usual view, without the line, when it does.
+func TestClusterWarnsUnresumable(t *testing.T) {
+	const warning = "claims made now do NOT survive a change of leader"
+	for _, resumable := range []bool{false, true} {
+		v := opsclient.Cluster{NodeID: "n1", Role: "leader", Resumable: &resumable}
+		var b strings.Builder
+		Cluster(&b, v, v)
+		if got := strings.Contains(b.String(), warning); got == resumable {
+			t.Errorf("resumable %v: warning shown %v:\n%s", resumable, got, b.String())
+		}
+	}
+}
