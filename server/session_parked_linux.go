@@ -87,6 +87,10 @@ func (p *idlePoller) MayPark(c *session) bool { return !c.closing.Load() }
 // Due is when an adopted session's ACQUIRE must be whole (adopt).
 func (p *idlePoller) Due(c *session) time.Time { return c.firstDue }
 
+// SetDue is idlepoll.Handler.SetDue: under the shard's mutex, before the
+// shard can see c.
+func (p *idlePoller) SetDue(c *session, due time.Time) { c.firstDue = due }
+
 // Serve answers c, woken, on its shard's goroutine (answer), and starts
 // its reader when the answer needs one.
 func (p *idlePoller) Serve(c *session, ended bool) (again bool) {
@@ -140,13 +144,7 @@ func (p *idlePoller) park(c *session) bool {
 // session has ended, the descriptor cannot be watched): the caller then
 // starts c's reader, which sets its due time itself.
 func (p *idlePoller) adopt(c *session) bool {
-	// Set before the shard can see c: nothing else has it yet.
-	c.firstDue = time.Now().Add(p.srv.cfg.IOTimeout)
-	if p.ep.Adopt(c) {
-		return true
-	}
-	c.firstDue = time.Time{}
-	return false
+	return p.ep.Adopt(c, p.srv.cfg.IOTimeout)
 }
 
 // unpark takes c, which the server ended, out of the poller if it is

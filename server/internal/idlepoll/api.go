@@ -9,17 +9,19 @@ import (
 // of type T (a pointer, compared to find them; the zero T is none). Its
 // methods are called on a shard's goroutine (Serve, Abandon), on a
 // shard's due timer (Overdue), or with a shard's mutex held (MayPark,
-// Due; PollConn too, and from any method of the Poller): none of them may
-// call the Poller back but Serve, which may call Repark, Forget and
-// Release, and v's Conn.ShardBuf, for the session it serves.
+// SetDue, Due; PollConn too, and from any method of the Poller): none of
+// them may call the Poller back but Serve, which may call Repark, Forget
+// and Release, and v's Conn.ShardBuf, for the session it serves, and
+// Abandon, which must Release the session it gets.
 type Handler[T comparable] interface {
 	// PollConn is v's Conn, the same every call.
 	PollConn(v T) *Conn[T]
 	// MayPark reports whether v may (still) park: false once its end has
 	// begun (see Poller.Park and Poller.Unpark).
 	MayPark(v T) bool
-	// Due is when the first frame of v, adopted (Poller.Adopt), must be
-	// whole.
+	// SetDue records when the first frame of v, being adopted
+	// (Poller.Adopt), must be whole; Due reads it back.
+	SetDue(v T, due time.Time)
 	Due(v T) time.Time
 	// Serve handles what woke parked v, which the shard has taken out of
 	// the parked set (see the package's doc): ended says that the event

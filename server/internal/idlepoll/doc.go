@@ -26,10 +26,14 @@
 //
 // A session has one owner at a time: the only goroutine that may read its
 // connection, touch its reader's state (what the handler keeps between
-// reads; in the server: extra, started, waited, readErr, firstDue, hdr)
-// and close its connection. The poller's books in its Conn (registered,
-// parked, inDue and the due links) are guarded by its shard's mutex,
-// whoever owns the session; the rest of the Conn (descriptor, shard,
+// reads; in the server: extra, started, waited, readErr, hdr) and close
+// its connection. The first frame's due time (firstDue in the server) is
+// set by Adopt under the shard's mutex, and read under it by the due
+// timer, later by the owner. The poller's books in its Conn (registered,
+// parked, inDue and the due links) are changed under its shard's mutex;
+// the shard that serves a session (Serve, and its turn of sessions read
+// again) reads its registered flag without the mutex, since nothing else
+// changes it then. The rest of the Conn (descriptor, shard,
 // callbacks) is set by Bind before anyone else has the session, and only
 // read after it. TryRead is the owner's; TryWrite is the writer's (the
 // handler serializes writes). The parked gauge (Config.Parked) counts the
@@ -85,9 +89,10 @@
 //	               owner, or by a failed write after
 //	               its end
 //
-// So a descriptor in a shard's parked set always belongs to a session
-// whose end has not begun, whose connection only its owner closes: its
-// number cannot be another connection's. A removal from the epoll set
+// So a descriptor in a shard's parked set always belongs to a connection
+// that is not closed (a session whose end has begun is taken out, by
+// Unpark, before its owner closes it): its number cannot be another
+// connection's. A removal from the epoll set
 // runs under the descriptor's reference (the RawConn's Control), so that
 // it never silences another connection that reuses a closed one's number.
 package idlepoll

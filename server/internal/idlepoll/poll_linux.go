@@ -182,12 +182,13 @@ func (sh *Shard[T]) mayParkLocked(v T) bool {
 
 // Adopt parks new session v before its first frame, so that its shard
 // serves it from its first frame without a goroutine of its own, and
-// reports true; its Handler.Due must say by when that frame must be whole
-// (Overdue has it when it has not come by then), later than or as late as
-// the due time of every session adopted before it. False if it cannot
-// (the poller is stopping, MayPark says no, the descriptor cannot be
-// watched): the caller then starts v's reader.
-func (p *Poller[T]) Adopt(v T) bool {
+// reports true; that frame must be whole within the given time (Overdue
+// has v when it has not come by then). The due time is read and set
+// (Handler.SetDue) under the shard's mutex, so the due list stays in
+// order whoever adopts at once. False if it cannot (the poller is
+// stopping, MayPark says no, the descriptor cannot be watched): the
+// caller then starts v's reader, and v's due time is not set.
+func (p *Poller[T]) Adopt(v T, within time.Duration) bool {
 	e := p.conn(v)
 	sh := e.shard
 	sh.mu.Lock()
@@ -202,6 +203,7 @@ func (p *Poller[T]) Adopt(v T) bool {
 	e.registered, e.parked = true, true
 	sh.setParked(e.io.fd, v)
 	sh.gauge.Inc()
+	sh.h.SetDue(v, time.Now().Add(within))
 	// Linked last: its due time is the latest.
 	e.inDue, e.duePrev = true, sh.dueTail
 	var none T

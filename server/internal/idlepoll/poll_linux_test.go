@@ -35,6 +35,7 @@ type handler struct {
 func (h *handler) PollConn(v *sess) *Conn[*sess] { return &v.pc }
 func (h *handler) MayPark(v *sess) bool          { return !v.ending.Load() }
 func (h *handler) Due(v *sess) time.Time         { return v.due }
+func (h *handler) SetDue(v *sess, due time.Time) { v.due = due }
 func (h *handler) Overdue(late []*sess) {
 	for _, v := range late {
 		h.overdue <- v
@@ -213,9 +214,7 @@ func TestAdoptedSessionOverdue(t *testing.T) {
 	p, h, g := newPoller(t)
 	late, _ := pair(t, p)
 	ontime, client := pair(t, p)
-	late.due = time.Now().Add(50 * time.Millisecond)
-	ontime.due = late.due
-	if !p.Adopt(late) || !p.Adopt(ontime) {
+	if !p.Adopt(late, 50*time.Millisecond) || !p.Adopt(ontime, 50*time.Millisecond) {
 		t.Fatal("Adopt failed")
 	}
 	client.Write([]byte("acq"))
