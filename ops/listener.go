@@ -28,8 +28,10 @@ type ListenerLimits struct {
 	Conns int
 	// ConnsPerIP is the most connections from one IP address that have
 	// made no authenticated request (see Trust); past it, the address's
-	// longest idle one is closed for a new one, and when none is idle the
-	// new one is closed at once. Zero means no cap.
+	// longest idle one is closed for a new one. When none is idle, the new
+	// one waits, before its first byte is read, up to RoomWait for one to
+	// go idle or close (at most WaitingPerIP of an address wait at once;
+	// past them, or past the wait, it is closed). Zero means no cap.
 	ConnsPerIP int
 	// Registerer receives the refusals (baton_ops_refusals_total, reason
 	// connections_per_ip); nil keeps them unpublished.
@@ -55,6 +57,17 @@ type ListenerLimits struct {
 // header timeout, renewed as often as the peer likes.
 const SlowRequestAfter = time.Second
 
+// RoomWait is how long a new connection of an address at its ConnsPerIP,
+// none of them idle, waits for one of them to go idle or close: one that
+// is busy now answers within moments (a hog's connections, dialled again
+// and again, are busy only that long), and an operator who shares the
+// address must not be turned away for it.
+const RoomWait = time.Second
+
+// WaitingPerIP is how many new connections of one address wait for room
+// at once (RoomWait); more are closed at once.
+const WaitingPerIP = 8
+
 // LimitListener bounds the connections of the ops listener by lim. A
 // keep-alive connection that waits for its next request holds nothing a
 // new caller needs: when the listener is full, or an address is at its
@@ -74,7 +87,7 @@ func LimitListener(l net.Listener, lim ListenerLimits) net.Listener {
 	}
 	refused := newRefusalCounters(lim.Registerer)
 	return &limitListener{Listener: l, lim: lim, sem: make(chan struct{}, lim.Conns), done: make(chan struct{}), becameIdle: make(chan struct{}, 1),
-		conns: make(map[*limitConn]struct{}), untrusted: make(map[netip.Prefix]int),
+		conns: make(map[*limitConn]struct{}), untrusted: make(map[netip.Prefix]int), waiting: make(map[netip.Prefix]int), roomChanged: make(chan struct{}),
 		refused: refused[refusedConnsPerIP], refusedRate: refused[refusedRequestRate], log: log, refusals: server.NewRefusalLog(),
 		requests: make(map[netip.Prefix]*rate.Limiter), requestsOverflow: rate.NewLimiter(lim.RequestRate, 2*int(max(1, lim.RequestRate)))}
 }
@@ -98,8 +111,13 @@ type limitListener struct {
 	// conns are the open connections Accept returned or is placing.
 	conns map[*limitConn]struct{}
 	// untrusted counts, per source (lim.Prefixes), the open connections
-	// that have made no authenticated request.
+	// that have made no authenticated request, and waiting those that
+	// wait for room among them (RoomWait).
 	untrusted map[netip.Prefix]int
+	waiting   map[netip.Prefix]int
+	// roomChanged is closed, and replaced, when a connection goes idle or
+	// closes: a connection waiting for room looks again.
+	roomChanged chan struct{}
 	// requests are the budgets of untrusted requests per source
 	// (requestrate.go), and requestsOverflow the one of sources past
 	// maxRequestSources.
@@ -177,33 +195,103 @@ func (l *limitListener) place(lc *limitConn) bool {
 }
 
 // admit counts c against its address, making room by closing the
-// address's longest idle connection if it is at its cap; nil, with c
-// closed, when there is none.
+// address's longest idle connection if it is at its cap. When none is
+// idle, c is admitted to wait for room in its own goroutine, at its first
+// Read (awaitRoom), unless WaitingPerIP of its address wait already: then
+// nil, with c closed.
 func (l *limitListener) admit(c net.Conn) *limitConn {
 	lc := &limitConn{Conn: c, l: l, accepted: time.Now(), addr: l.lim.Prefixes.KeyOf(c.RemoteAddr())}
-	var victim *limitConn
 	l.mu.Lock()
-	if max := l.lim.ConnsPerIP; max > 0 && lc.addr.IsValid() && l.untrusted[lc.addr] >= max {
-		victim = l.idlestLocked(func(v *limitConn) bool { return !v.trusted && v.addr == lc.addr })
-		if victim == nil {
+	victim, ok := l.roomLocked(lc)
+	if !ok {
+		if l.waiting[lc.addr] >= WaitingPerIP {
 			n := l.untrusted[lc.addr]
 			l.mu.Unlock()
-			l.refused.Inc()
-			l.refusals.Warn(l.log, "ops: connection refused: its address has as many connections open as it may, none of them idle",
-				"client", c.RemoteAddr().String(), "open", n, "ops_max_conns_per_ip", max)
-			c.Close()
+			l.refuse(lc, n)
+			c.Close() // not lc: it was never counted
 			return nil
 		}
+		l.waiting[lc.addr]++
+		lc.waits = true
 	}
 	l.conns[lc] = struct{}{}
-	if lc.addr.IsValid() {
-		l.untrusted[lc.addr]++
-	}
 	l.mu.Unlock()
 	if victim != nil {
 		victim.Close()
 	}
 	return lc
+}
+
+// roomLocked counts lc against its address if there is room, or makes
+// room by choosing the address's longest idle connection (victim, to be
+// closed by the caller); false if the address is at its cap with none
+// idle. l.mu must be held.
+func (l *limitListener) roomLocked(lc *limitConn) (victim *limitConn, ok bool) {
+	if max := l.lim.ConnsPerIP; max > 0 && lc.addr.IsValid() && l.untrusted[lc.addr] >= max {
+		victim = l.idlestLocked(func(v *limitConn) bool { return !v.trusted && v.addr == lc.addr })
+		if victim == nil {
+			return nil, false
+		}
+	}
+	if lc.addr.IsValid() {
+		l.untrusted[lc.addr]++
+	}
+	return victim, true
+}
+
+// refuse counts and logs lc, refused for its address's cap with open
+// connections; the caller closes it.
+func (l *limitListener) refuse(lc *limitConn, open int) {
+	l.refused.Inc()
+	l.refusals.Warn(l.log, "ops: connection refused: its address has as many connections open as it may, none of them idle",
+		"client", lc.RemoteAddr().String(), "open", open, "ops_max_conns_per_ip", l.lim.ConnsPerIP)
+}
+
+// awaitRoom, on lc's own goroutine before its first byte is read, waits
+// up to RoomWait for room among its address's connections (admit); false,
+// with lc closed, if none came.
+func (l *limitListener) awaitRoom(lc *limitConn) bool {
+	deadline := time.NewTimer(RoomWait)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		changed := l.roomChanged
+		victim, ok := l.roomLocked(lc)
+		n := l.untrusted[lc.addr]
+		if ok {
+			lc.waits = false
+			l.waiting[lc.addr]--
+			if l.waiting[lc.addr] <= 0 {
+				delete(l.waiting, lc.addr)
+			}
+		}
+		l.mu.Unlock()
+		if ok {
+			if victim != nil {
+				victim.Close()
+			}
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			l.refuse(lc, n)
+			lc.Close()
+			return false
+		case <-l.done:
+			lc.Close()
+			return false
+		}
+	}
+}
+
+// roomMayHaveChanged wakes the connections waiting for room: one went
+// idle or closed.
+func (l *limitListener) roomMayHaveChanged() {
+	l.mu.Lock()
+	close(l.roomChanged)
+	l.roomChanged = make(chan struct{})
+	l.mu.Unlock()
 }
 
 // slowestLocked returns the oldest placed connection that has not sent
@@ -277,11 +365,19 @@ type limitConn struct {
 	// Guarded by l.mu.
 	placed  bool // it holds a place of l.sem
 	trusted bool // it made an authenticated request (trust)
+	waits   bool // it waits for room among its address's connections (awaitRoom), not yet counted
 }
 
 // Read marks the connection busy as soon as a request's first bytes come:
 // the server reports it active only once the request's headers are whole.
+// A connection admitted to wait for room (admit) waits first.
 func (c *limitConn) Read(p []byte) (int, error) {
+	c.l.mu.Lock()
+	waits := c.waits
+	c.l.mu.Unlock()
+	if waits && !c.l.awaitRoom(c) {
+		return 0, net.ErrClosed
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 && c.idleSince.Load() != 0 {
 		c.idleSince.Store(0)
@@ -295,7 +391,13 @@ func (c *limitConn) Close() error {
 		l := c.l
 		l.mu.Lock()
 		delete(l.conns, c)
-		if !c.trusted && c.addr.IsValid() {
+		switch {
+		case c.waits:
+			c.waits = false
+			if l.waiting[c.addr]--; l.waiting[c.addr] <= 0 {
+				delete(l.waiting, c.addr)
+			}
+		case !c.trusted && c.addr.IsValid():
 			if l.untrusted[c.addr]--; l.untrusted[c.addr] <= 0 {
 				delete(l.untrusted, c.addr)
 			}
@@ -305,6 +407,7 @@ func (c *limitConn) Close() error {
 		if placed {
 			<-l.sem
 		}
+		l.roomMayHaveChanged()
 	})
 	return err
 }
@@ -347,6 +450,7 @@ func ConnState(c net.Conn, st http.ConnState) {
 		case lc.l.becameIdle <- struct{}{}:
 		default:
 		}
+		lc.l.roomMayHaveChanged()
 	} else {
 		lc.idleSince.Store(0)
 	}

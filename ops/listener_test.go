@@ -111,8 +111,8 @@ func TestLimitListener(t *testing.T) {
 
 // TestLimitListenerPerIP: an address holds at most ConnsPerIP connections
 // that made no authenticated request; past it, the address's idle one
-// gives way to a new one, and without an idle one the new one is closed at
-// once and counted. A connection that made an authenticated request no
+// gives way to a new one, and without an idle one the new one is closed,
+// after waiting RoomWait for one, and counted. A connection that made an authenticated request no
 // longer counts.
 func TestLimitListenerPerIP(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -154,6 +154,62 @@ func TestLimitListenerPerIP(t *testing.T) {
 	e.begin("/healthz")
 	if code := e.finish("", 5*time.Second); code != 200 {
 		t.Fatalf("a connection beside a busy untrusted one and a busy trusted one: %d, want 200", code)
+	}
+}
+
+// TestLimitListenerPerIPWaitsForRoom: a new connection of an address at
+// its cap, none of its connections idle, is not closed at once: it waits
+// for one to go idle (an operator sharing the address of a hog whose
+// connections are busy for moments at a time is served), at most
+// WaitingPerIP at once; past them a new one is closed at once.
+func TestLimitListenerPerIPWaitsForRoom(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	addr := limitedServer(t, ops.ListenerLimits{Conns: 64, ConnsPerIP: 2, Registerer: reg}, ops.Config{AdminToken: "tok", Registerer: reg})
+	refused := func() float64 {
+		return testutil.ToFloat64(mustVec(t, reg).WithLabelValues("connections_per_ip"))
+	}
+	a, b := dialOps(t, addr), dialOps(t, addr)
+	a.begin("/healthz")
+	b.begin("/healthz")
+	c := dialOps(t, addr)
+	c.begin("/v1/locks")
+	io.WriteString(c, "Authorization: Bearer tok\r\n\r\n")
+	// c's request is whole in the kernel; a's answer makes a idle, and
+	// c takes its place.
+	if a.finish("", 5*time.Second) != 200 {
+		t.Fatal("a not served")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(c.r, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a connection that waited for its address's room: %v, %v; want 200 once a went idle", resp, err)
+	}
+	if n := refused(); n != 0 {
+		t.Fatalf("baton_ops_refusals_total{reason=connections_per_ip} = %v, want 0", n)
+	}
+
+	// b and d busy (c, trusted now, does not count): WaitingPerIP wait,
+	// the one after them is closed at once.
+	d := dialOps(t, addr)
+	d.begin("/healthz")
+	var waiting []*opsConn
+	for range ops.WaitingPerIP {
+		w := dialOps(t, addr)
+		w.begin("/healthz")
+		waiting = append(waiting, w)
+	}
+	batontest.Eventually(t, 5*time.Second, func() bool {
+		extra := dialOps(t, addr)
+		began := time.Now()
+		return extra.get("/healthz", 5*time.Second) == 0 && time.Since(began) < ops.RoomWait/2
+	}, "a connection past the waiting ones was not closed at once")
+	if n := refused(); n < 1 {
+		t.Fatalf("baton_ops_refusals_total{reason=connections_per_ip} = %v, want at least 1", n)
+	}
+	// The waiting ones, nothing going idle, are closed after RoomWait.
+	for _, w := range waiting {
+		if code := w.finish("", 5*time.Second); code != 0 {
+			t.Fatalf("a waiting connection with its address still full: %d, want closed", code)
+		}
 	}
 }
 
