@@ -1,5 +1,6 @@
 // Package batontest holds test helpers: a real server on 127.0.0.1:0, a raw
-// wire client, Eventually, and a clock that suspends. It is imported only
+// wire client, Eventually, a clock that suspends, and a buffer a running
+// process writes while the test reads it. It is imported only
 // by tests.
 package batontest
 

@@ -1,15 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/supervise"
 	"go.uber.org/goleak"
 )
@@ -32,25 +31,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer that a running server may write while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // fakeEnv is an environment of exactly the variables given.
 func fakeEnv(vars map[string]string) func(string) (string, bool) {
 	return func(name string) (string, bool) {
@@ -67,7 +47,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdo
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var out, errOut syncBuffer
+	var out, errOut batontest.SyncBuffer
 	code = run(ctx, args, &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(env)})
 	return code, out.String(), errOut.String()
 }

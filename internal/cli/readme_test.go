@@ -85,11 +85,11 @@ func tourDir(t *testing.T, env ...string) (dir string, environ []string) {
 
 // shellCmd is line run by sh in dir; a background one is exec'ed, so that
 // its process is the command's.
-func shellCmd(t *testing.T, dir string, env []string, line string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func shellCmd(t *testing.T, dir string, env []string, line string) (*exec.Cmd, *batontest.SyncBuffer, *batontest.SyncBuffer) {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", line)
 	cmd.Dir, cmd.Env = dir, env
-	stdout, stderr := new(syncBuffer), new(syncBuffer)
+	stdout, stderr := new(batontest.SyncBuffer), new(batontest.SyncBuffer)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 5 * time.Second
 	return cmd, stdout, stderr
@@ -100,7 +100,7 @@ var assignThen = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*=\S*; )(.*)$`)
 
 // startShell starts line in the background; the test's end kills it. The
 // last command of line is exec'ed, so that the process is the command's.
-func startShell(t *testing.T, dir string, env []string, line string) (*exec.Cmd, *syncBuffer, <-chan int) {
+func startShell(t *testing.T, dir string, env []string, line string) (*exec.Cmd, *batontest.SyncBuffer, <-chan int) {
 	t.Helper()
 	if m := assignThen.FindStringSubmatch(line); m != nil {
 		line = m[1] + "exec " + m[2]

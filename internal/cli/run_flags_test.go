@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonlock/baton/internal/batontest"
 	"github.com/batonlock/baton/internal/runner"
 )
 
@@ -218,7 +219,7 @@ func TestParseRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var out, errOut syncBuffer
+			var out, errOut batontest.SyncBuffer
 			s := &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(tt.env)}
 			o, code, ok := parseRun(s, runCommand(), tt.args)
 			if !ok {

@@ -33,7 +33,7 @@ const procTimeout = 20 * time.Second
 type batonProc struct {
 	cmd            *exec.Cmd
 	dir            string // its working directory, where its command writes
-	stdout, stderr *syncBuffer
+	stdout, stderr *batontest.SyncBuffer
 	done           chan struct{}
 }
 
@@ -47,7 +47,7 @@ func startBaton(t *testing.T, args ...string) *batonProc {
 // startBatonEnv is startBaton with the variables env (NAME=value) added.
 func startBatonEnv(t *testing.T, env []string, args ...string) *batonProc {
 	t.Helper()
-	p := &batonProc{cmd: batonCmd(t, args...), stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan struct{})}
+	p := &batonProc{cmd: batonCmd(t, args...), stdout: new(batontest.SyncBuffer), stderr: new(batontest.SyncBuffer), done: make(chan struct{})}
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.dir = p.cmd.Dir
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr

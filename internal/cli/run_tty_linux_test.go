@@ -57,7 +57,7 @@ func TestRunStatusOnTerminal(t *testing.T) {
 	held := holdLock(t, srv.Addr, "jobs/tty", "holder:1")
 
 	cmd := batonCmd(t, "run", "-addr", srv.Addr, "-ops-addr", opsAddr, "jobs/tty", "--", "sh", "-c", "echo ran")
-	var stdout syncBuffer
+	var stdout batontest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, slave
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestRunStatusOnTerminal(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 	})
-	var screen syncBuffer
+	var screen batontest.SyncBuffer
 	copied := make(chan struct{})
 	go func() {
 		io.Copy(&screen, master) // ends when the cleanup closes master

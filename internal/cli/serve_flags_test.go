@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batonlock/baton/internal/batontest"
 )
 
 func TestServeUsageErrors(t *testing.T) {
@@ -153,7 +155,7 @@ func TestServeFlagsAndEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr syncBuffer
+			var stdout, stderr batontest.SyncBuffer
 			s := &sys{stdout: &stdout, stderr: &stderr, lookupEnv: fakeEnv(tt.env)}
 			got, code, ok := parseServe(s, serveCommand(), tt.args)
 			if !ok {

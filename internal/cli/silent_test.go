@@ -41,7 +41,7 @@ func silentServer(t *testing.T) string {
 
 // lineAt is when a line containing want first appeared in a buffer that
 // start began to fill, polled every 10ms; zero if it did not within limit.
-func lineAt(buf *syncBuffer, want string, start time.Time, limit time.Duration) time.Duration {
+func lineAt(buf *batontest.SyncBuffer, want string, start time.Time, limit time.Duration) time.Duration {
 	for time.Since(start) < limit {
 		if strings.Contains(buf.String(), want) {
 			return time.Since(start)

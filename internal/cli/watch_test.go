@@ -84,10 +84,10 @@ func startCuttableOps(t *testing.T, srv *batontest.Server, token string) (string
 }
 
 // startWatch runs baton watch in-process until t ends.
-func startWatch(t *testing.T, env map[string]string, args ...string) (stdout, stderr *syncBuffer) {
+func startWatch(t *testing.T, env map[string]string, args ...string) (stdout, stderr *batontest.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr = new(syncBuffer), new(syncBuffer)
+	stdout, stderr = new(batontest.SyncBuffer), new(batontest.SyncBuffer)
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"watch"}, args...), &sys{stdout: stdout, stderr: stderr, lookupEnv: fakeEnv(env)})
@@ -163,7 +163,7 @@ func TestWatchLinesAndErrors(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut batontest.SyncBuffer
 	code := run(ctx, []string{"watch", "-ops-addr", addr}, &sys{stdout: &out, stderr: &errOut, lookupEnv: fakeEnv(nil)})
 	stderr := errOut.String()
 	if code != exitFailure || !strings.Contains(stderr, "unauthorized") {

@@ -3,12 +3,10 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,25 +31,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer that the command may write while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // held reports whether name has a holder on srv.
 func held(srv *batontest.Server, name string) bool {
 	v, ok := srv.Srv.Lock(name)
@@ -59,7 +38,7 @@ func held(srv *batontest.Server, name string) bool {
 }
 
 // config is a claim of name at addr with command, writing to out and errOut.
-func config(addr, name string, out, errOut *syncBuffer, command ...string) Config {
+func config(addr, name string, out, errOut *batontest.SyncBuffer, command ...string) Config {
 	return Config{
 		Prog: "baton run", Name: name, Command: command, Addrs: []string{addr}, Owner: "runner-test",
 		Lease: 2 * time.Second, ConnectTimeout: 10 * time.Second, KillGrace: 200 * time.Millisecond, Resume: true,
@@ -76,7 +55,7 @@ func config(addr, name string, out, errOut *syncBuffer, command ...string) Confi
 // than 0 comes with baton run's one line; the lock is free afterwards.
 func TestRunCommandUnderLock(t *testing.T) {
 	srv := batontest.StartServer(t)
-	var out, errOut syncBuffer
+	var out, errOut batontest.SyncBuffer
 	cfg := config(srv.Addr, "jobs/x", &out, &errOut, "sh", "-c", `echo "$BATON_LOCK $BATON_TOKEN"; exit 3`)
 	if code := Run(context.Background(), cfg); code != 3 {
 		t.Fatalf("exit %d, want the command's 3; stderr %q", code, errOut.String())
@@ -106,7 +85,7 @@ func TestRunBusyAndQuiet(t *testing.T) {
 	}
 	defer l.Release()
 	for _, quiet := range []bool{false, true} {
-		var out, errOut syncBuffer
+		var out, errOut batontest.SyncBuffer
 		cfg := config(srv.Addr, "jobs/held", &out, &errOut, "true")
 		cfg.NoWait, cfg.Quiet = true, quiet
 		want := "baton run: lock jobs/held is busy; not waiting (-nowait)\n"
@@ -123,7 +102,7 @@ func TestRunBusyAndQuiet(t *testing.T) {
 // prints the token and holds the lock until its context ends.
 func TestHoldPrintsTokenAndReleasesOnCancel(t *testing.T) {
 	srv := batontest.StartServer(t)
-	var out, errOut syncBuffer
+	var out, errOut batontest.SyncBuffer
 	cfg := config(srv.Addr, "jobs/hold", &out, &errOut)
 	cfg.Prog = "baton lock"
 	ctx, cancel := context.WithCancel(context.Background())
