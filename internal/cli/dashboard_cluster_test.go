@@ -227,7 +227,9 @@ func openCLIBrowser(t *testing.T) *cliBrowser {
 
 func (b *cliBrowser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	// A page's first load, beside the whole suite under -race on two
+	// cores, has taken over 15 s.
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		b.t.Fatalf("%s: %v (console: %q)", what, err, b.consoleErrors())
